@@ -1,0 +1,114 @@
+# idemkit: one static library (lib/) and one small binary per cmd/*.c.
+# Shell commands are cmd/*.sh, installed without the suffix.
+# Build output goes to $(O) (default build/), so the sanitizer build
+# (O=build/san) lives beside the normal one.
+
+.DELETE_ON_ERROR:
+.SUFFIXES:
+
+PREFIX  ?= /usr/local
+BINDIR  ?= $(PREFIX)/bin
+MANDIR  ?= $(PREFIX)/share/man
+DESTDIR ?=
+O       ?= build
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+VERSION := 0.1.0
+
+# pkg-config name : Debian package that provides it
+DEPS := libcurl:libcurl4-openssl-dev libcjson:libcjson-dev \
+        libsodium:libsodium-dev sqlite3:libsqlite3-dev \
+        libmicrohttpd:libmicrohttpd-dev
+DEBS_RUN := bats pkg-config make gcc clang nodejs npm sqlite3 \
+            python3-botocore shellcheck valgrind openssl curl
+PKGS := $(foreach d,$(DEPS),$(word 1,$(subst :, ,$(d))))
+
+NODEPS_GOALS := clean deps help
+ifeq ($(filter $(NODEPS_GOALS),$(MAKECMDGOALS)),)
+MISSING := $(foreach d,$(DEPS),$(if $(shell pkg-config --exists $(word 1,$(subst :, ,$(d))) 2>/dev/null && echo y),,$(word 2,$(subst :, ,$(d)))))
+ifneq ($(strip $(MISSING)),)
+$(error missing libraries; install them with: apt-get install $(MISSING)   (or, as root: make deps))
+endif
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS))
+endif
+
+IK_CFLAGS := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
+             -DIK_VERSION='"$(VERSION)"' -Ilib $(PKG_CFLAGS) \
+             -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
+             -Wno-unused-parameter -MMD -MP
+IK_LDFLAGS := -Wl,--as-needed
+LDLIBS += $(PKG_LIBS) -lm
+
+LIB_SRC  := $(wildcard lib/*.c)
+LIB_OBJ  := $(patsubst lib/%.c,$(O)/obj/lib/%.o,$(LIB_SRC))
+CMD_SRC  := $(wildcard cmd/*.c)
+CMDS     := $(patsubst cmd/%.c,%,$(CMD_SRC))
+SCRIPTS  := $(patsubst cmd/%.sh,%,$(wildcard cmd/*.sh))
+BINS     := $(addprefix $(O)/bin/,$(CMDS) $(SCRIPTS))
+MANS     := $(wildcard man/*.[1-8])
+LIBA     := $(O)/lib/libidemkit.a
+
+SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
+             -fno-sanitize-recover=undefined
+
+all: $(BINS)
+
+$(O)/obj/lib/%.o: lib/%.c
+	@mkdir -p $(@D)
+	$(CC) $(IK_CFLAGS) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(O)/obj/cmd/%.o: cmd/%.c
+	@mkdir -p $(@D)
+	$(CC) $(IK_CFLAGS) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(LIBA): $(LIB_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@
+	$(AR) rcs $@ $(LIB_OBJ)
+
+$(O)/bin/%: $(O)/obj/cmd/%.o $(LIBA)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(IK_LDFLAGS) $(LDFLAGS) -o $@ $< $(LIBA) $(LDLIBS)
+
+$(O)/bin/%: cmd/%.sh
+	@mkdir -p $(@D)
+	sed 's/@VERSION@/$(VERSION)/g' $< > $@
+	chmod 755 $@
+
+# The test suites run the binaries in $(O)/bin; IDEMKIT_TEST_JOBS runs
+# bats files in parallel when GNU parallel is present (it is optional).
+test: all
+	IDEMKIT_BIN=$(CURDIR)/$(O)/bin IDEMKIT_SRC=$(CURDIR) bats tests/
+
+# ASan + UBSan build of everything, then the whole suite against it.
+sanitize:
+	$(MAKE) O=build/san CC=clang CFLAGS='$(SAN_FLAGS)' LDFLAGS='-fsanitize=address,undefined' test
+
+demo: all
+	IDEMKIT_BIN=$(CURDIR)/$(O)/bin sh examples/demo.sh
+
+install: all
+	mkdir -p $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7
+	for b in $(CMDS) $(SCRIPTS); do install -m 755 $(O)/bin/$$b $(DESTDIR)$(BINDIR)/$$b; done
+	for m in $(MANS); do s=$${m##*.}; install -m 644 $$m $(DESTDIR)$(MANDIR)/man$$s/; done
+
+uninstall:
+	for b in $(CMDS) $(SCRIPTS); do rm -f $(DESTDIR)$(BINDIR)/$$b; done
+	for m in $(MANS); do s=$${m##*.}; rm -f $(DESTDIR)$(MANDIR)/man$$s/$${m##*/}; done
+
+# Installs the build and test dependencies on Debian (run as root).
+deps:
+	apt-get update
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+	  $(foreach d,$(DEPS),$(word 2,$(subst :, ,$(d)))) $(DEBS_RUN)
+
+clean:
+	rm -rf build
+
+help:
+	@echo 'targets: all test sanitize demo install uninstall deps clean'
+
+.PHONY: all test sanitize demo install uninstall deps clean help
+
+-include $(LIB_OBJ:.o=.d) $(patsubst cmd/%.c,$(O)/obj/cmd/%.d,$(CMD_SRC))

@@ -1,0 +1,33 @@
+/* cli.h: what every command does the same way: --help with its exit codes,
+ * --version, the error line format, flushing stdout at exit, signals. */
+#ifndef IK_CLI_H
+#define IK_CLI_H
+
+#include <signal.h>
+
+#include "err.h"
+
+/* Call first in main: sets the program name for errors and logs, ignores
+ * SIGPIPE, installs the SIGTERM/SIGINT/SIGHUP flag handler. */
+void ik_cli_init(const char *argv0);
+
+/* "PROG: msg" on stderr. */
+void ik_warnx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints "PROG: err->msg" and returns err->code (for `return ik_fail(&e)`). */
+int ik_fail(const ik_err *e);
+
+/* usage: USAGE line(s) on stderr, returns IK_USAGE. */
+int ik_usage(const char *usage);
+/* --help: the usage, the options text, then the exit codes the command can
+ * return (from the table in outcome.c), on stdout; returns 0. */
+int ik_help(const char *usage, const char *options, const int *codes);
+int ik_version(void);
+
+/* Flush and check stdout (sbase fshut): returns code, or IK_SOFTWARE when
+ * stdout could not be written (closed pipe, full disk). */
+int ik_finish(int code);
+
+/* Set by the signal handler: the signal number that asked us to stop. */
+extern volatile sig_atomic_t ik_stop_signal;
+
+#endif

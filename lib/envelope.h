@@ -1,0 +1,61 @@
+/* envelope.h: the NDJSON envelope that flows from step to step (DESIGN.md
+ * "The envelope").
+ *
+ * An envelope is a cJSON object: v, queue, messageId, receipt, receiveCount,
+ * sentAt, body (the raw message body, always a string), then one result
+ * object per step that ran: claim, debit, notify, done, ack.  A step reads
+ * one, adds its own result and writes it on, whatever its outcome.
+ *
+ * A bare ChargeDueEvent (or any line that is not an envelope) is wrapped:
+ * the line becomes the body, so even a poison line travels intact.
+ */
+#ifndef IK_ENVELOPE_H
+#define IK_ENVELOPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "err.h"
+
+/* Parse one line.  Always returns an envelope in *out (NULL only on
+ * ENOMEM, with IK_SOFTWARE).  Returns IK_OK, or IK_DATAERR when the line
+ * claimed to be an envelope (has "v") but is malformed: err says why, and
+ * *out is a wrapped envelope carrying the line as its body. */
+int ik_env_parse(const char *line, size_t len, cJSON **out, ik_err *err);
+
+/* A new envelope around a raw body (used by sqs-recv and the wrapper). */
+cJSON *ik_env_new(const char *body);
+
+/* The envelope as one line (no newline), malloc'd; NULL on ENOMEM. */
+char *ik_env_print(const cJSON *env);
+/* Print plus '\n' to f; 0 or -1. */
+int ik_env_write(FILE *f, const cJSON *env);
+
+const char *ik_env_body(const cJSON *env);          /* "" if absent */
+const char *ik_env_str(const cJSON *env, const char *field);  /* NULL if absent */
+int64_t ik_env_int(const cJSON *env, const char *field, int64_t dflt);
+
+/* The result object a step added, or NULL. */
+cJSON *ik_env_result(const cJSON *env, const char *step);
+/* Replace (or add) env[step] = a new object {"outcome": name-of-code}
+ * and return it so the caller adds more fields.  The claim step writes
+ * "ACQUIRED" for IK_OK.  NULL on ENOMEM. */
+cJSON *ik_env_set_result(cJSON *env, const char *step, int code);
+/* The code of env[step].outcome; -1 when the step has not run, IK_SOFTWARE
+ * when the outcome name is unknown. */
+int ik_env_step_code(const cJSON *env, const char *step);
+
+/* The verdict: the one outcome that decides what happens to the message,
+ * from all the steps' results.  why gets a short static explanation.
+ *   claim not OK               -> the claim's code
+ *   debit TEMPFAIL             -> TEMPFAIL
+ *   debit DECLINED, done OK    -> DECLINED (record FAILED: DLQ, delete)
+ *   debit OK, notify OK/21, done OK -> OK / NOTIFY_FAILED (delete)
+ *   done not OK                -> done's code (LEASE_LOST, TEMPFAIL)
+ *   a step missing where one is needed -> SOFTWARE (leave: never ack an
+ *   unrecorded outcome) */
+int ik_env_verdict(const cJSON *env, const char **why);
+
+#endif

@@ -1,0 +1,145 @@
+/* store.h: the idempotency store port (DESIGN.md "The idempotency record").
+ *
+ * Commands talk to this port only.  Each adapter (store_sqlite.c,
+ * store_dynamodb.c) fills a struct ik_store_ops and knows nothing of the
+ * others; ik_store_open picks one from the URL.
+ *
+ * Rules every adapter keeps:
+ *  - claim is ONE atomic conditional write: it succeeds iff the key is
+ *    absent, or state = IN_PROGRESS AND leaseUntil < now AND the
+ *    fingerprint matches; it sets owner = req->token, leaseUntil,
+ *    attempts + 1, and keeps createdAt.  When it fails, the outcome comes
+ *    from the current record (fingerprint first: PAYLOAD_MISMATCH; then
+ *    DONE/DNF -> DUP_DONE, FAILED -> DUP_FAILED, live IN_PROGRESS ->
+ *    DUP_IN_PROGRESS).  Never get-then-act.
+ *  - finish is ONE conditional write on state = IN_PROGRESS AND owner =
+ *    token; no match is IK_LEASE_LOST and changes nothing.
+ *  - the write is durable before the call returns IK_OK.
+ *  - transient trouble (busy, unreachable, throttled) is IK_TEMPFAIL;
+ *    bad configuration IK_CONFIG.
+ */
+#ifndef IK_STORE_H
+#define IK_STORE_H
+
+#include <stdint.h>
+
+#include "err.h"
+
+enum ik_state {
+	IK_ST_NONE = 0,
+	IK_ST_IN_PROGRESS,
+	IK_ST_DONE,
+	IK_ST_FAILED,
+	IK_ST_DNF,          /* DEBITED_NOTIFICATION_FAILED */
+};
+const char *ik_state_name(enum ik_state s);     /* "IN_PROGRESS", ... */
+enum ik_state ik_state_parse(const char *s);    /* IK_ST_NONE if unknown */
+
+#define IK_TOKEN_HEX 33   /* 128-bit token as hex + NUL */
+
+/* A record as read back; strings are malloc'd (ik_record_free), NULL when
+ * the attribute is absent. */
+struct ik_record {
+	char *key;
+	enum ik_state state;
+	char *owner;
+	int64_t lease_until;    /* epoch ms */
+	int64_t attempts;
+	char *fingerprint;
+	char *event;
+	char *debit_ref;
+	char *last_error;
+	int64_t created_at, updated_at;  /* epoch ms */
+	int64_t expires_at;              /* epoch s (DynamoDB TTL) */
+};
+void ik_record_free(struct ik_record *r);
+/* The record as a JSON object (for --json, idemp-list); caller frees. */
+struct cJSON *ik_record_json(const struct ik_record *r, int64_t now_ms);
+
+struct ik_claim_req {
+	const char *key;          /* chargeId */
+	const char *fingerprint;
+	const char *event;        /* raw body */
+	const char *token;        /* fresh random owner token (ik_store_token) */
+	int64_t now_ms;
+	int64_t lease_ms;
+	int64_t expires_at;       /* epoch s */
+};
+
+struct ik_claim_res {
+	int code;                 /* IK_OK (ACQUIRED), IK_DUP_*, IK_PAYLOAD_MISMATCH */
+	int64_t attempt;          /* on IK_OK: the new attempts value */
+	int64_t lease_until;      /* on IK_OK: ours; on DUP_IN_PROGRESS: the holder's */
+	struct ik_record cur;     /* when not IK_OK: the record that decided it */
+};
+
+struct ik_finish_req {
+	const char *key;
+	const char *token;
+	enum ik_state state;      /* DONE, FAILED or DNF */
+	const char *debit_ref;    /* may be NULL */
+	const char *last_error;   /* may be NULL */
+	int64_t now_ms;
+};
+
+struct ik_list_filter {
+	enum ik_state state;      /* IK_ST_NONE = any */
+	int expired;              /* only IN_PROGRESS with leaseUntil < now */
+	int64_t older_than_ms;    /* > 0: only updatedAt < now - older_than_ms */
+	int64_t now_ms;
+};
+
+/* Return non-zero to stop the listing early. */
+typedef int (*ik_record_cb)(const struct ik_record *r, void *arg);
+
+struct ik_store;
+
+struct ik_store_ops {
+	const char *name;   /* "sqlite", "dynamodb" */
+	/* Create or migrate the schema/table; idempotent. */
+	int (*init)(struct ik_store *s, ik_err *err);
+	/* Return value: IK_OK when res->code is meaningful, else an error code
+	 * (IK_TEMPFAIL, IK_CONFIG, IK_SOFTWARE) with err. */
+	int (*claim)(struct ik_store *s, const struct ik_claim_req *req,
+	             struct ik_claim_res *res, ik_err *err);
+	/* IK_OK, IK_LEASE_LOST, or an error code. */
+	int (*finish)(struct ik_store *s, const struct ik_finish_req *req, ik_err *err);
+	/* DNF -> DONE for the notification re-drive, conditioned on state = DNF.
+	 * IK_OK, IK_LEASE_LOST when the record is not DNF, or an error. */
+	int (*renotified)(struct ik_store *s, const char *key, int64_t now_ms, ik_err *err);
+	/* End our lease now (leaseUntil = 0) on owner = token AND IN_PROGRESS,
+	 * so a stopped worker's charge can be retried at once.  IK_OK,
+	 * IK_LEASE_LOST, or an error. */
+	int (*release)(struct ik_store *s, const char *key, const char *token,
+	               int64_t now_ms, ik_err *err);
+	/* IK_OK with *r filled, IK_EMPTY when absent, or an error. */
+	int (*get)(struct ik_store *s, const char *key, struct ik_record *r, ik_err *err);
+	/* IK_OK when at least one matched, IK_EMPTY when none, or an error. */
+	int (*list)(struct ik_store *s, const struct ik_list_filter *f,
+	            ik_record_cb cb, void *arg, ik_err *err);
+	void (*close)(struct ik_store *s);
+};
+
+struct ik_store {
+	const struct ik_store_ops *ops;
+	void *impl;
+	char *url;
+};
+
+/* url: "sqlite:PATH", "dynamodb:TABLE", or NULL for $IDEMKIT_STORE, else
+ * sqlite:STATE_DIR/idempotency.db.  IK_OK or IK_CONFIG/IK_TEMPFAIL. */
+int ik_store_open(const char *url, struct ik_store **out, ik_err *err);
+void ik_store_close(struct ik_store *s);
+
+/* A fresh random 128-bit owner token, hex. */
+void ik_store_token(char out[IK_TOKEN_HEX]);
+
+/* Retention for expiresAt: $IDEMKIT_RETENTION (a duration), default 30
+ * days; a warning is logged under 14 days. */
+int64_t ik_store_retention_ms(void);
+
+/* Adapter constructors, for store.c only. */
+int ik_store_sqlite_open(const char *path, struct ik_store *s, ik_err *err);
+int ik_store_dynamodb_open(const char *table, struct ik_store *s, ik_err *err);
+
+#endif

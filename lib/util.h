@@ -1,0 +1,51 @@
+/* util.h: small helpers with no better home: clocks, durations, the state
+ * directory, growable buffers, reading whole lines and files. */
+#ifndef IK_UTIL_H
+#define IK_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "err.h"
+
+int64_t ik_now_ms(void);          /* wall clock, epoch milliseconds */
+int64_t ik_mono_ms(void);         /* monotonic, for timeouts */
+
+/* "30", "30s", "500ms", "5m", "2h", "30d" -> milliseconds.  Plain numbers
+ * are seconds.  Returns 0 and sets *ms, or -1 on a malformed or negative
+ * value or one that would overflow. */
+int ik_parse_duration(const char *s, int64_t *ms);
+/* Strict base-10 integer in [min, max]; 0 or -1. */
+int ik_parse_int(const char *s, long long min, long long max, long long *out);
+
+/* The state directory: $IDEMKIT_STATE_DIR, else $XDG_STATE_HOME/idemkit,
+ * else $HOME/.local/state/idemkit, else ./.idemkit.  Created (0700) when
+ * create is set.  Returns a malloc'd path or NULL with err (IK_CONFIG). */
+char *ik_state_dir(int create, ik_err *err);
+
+/* A growable byte buffer, always NUL-terminated. */
+struct ik_buf {
+	char *p;
+	size_t len, cap;
+};
+int ik_buf_add(struct ik_buf *b, const void *data, size_t n);  /* 0 / -1 ENOMEM */
+int ik_buf_addstr(struct ik_buf *b, const char *s);
+void ik_buf_reset(struct ik_buf *b);
+void ik_buf_free(struct ik_buf *b);
+
+/* One line from f, without its newline, into b (reset first).  Returns 1 on
+ * a line, 0 at EOF, -1 on a read error.  Lines have no length limit. */
+int ik_read_line(FILE *f, struct ik_buf *b);
+
+/* The whole file (at most max bytes, else -1 with E2BIG), NUL-terminated,
+ * trailing newlines stripped.  For secrets: the caller wipes and frees. */
+int ik_read_file(const char *path, size_t max, struct ik_buf *b, ik_err *err);
+
+/* Lower-case hex of n bytes into out (2n+1 bytes). */
+void ik_hex(const unsigned char *in, size_t n, char *out);
+
+/* strdup that accepts NULL. */
+char *ik_strdup(const char *s);
+
+#endif
