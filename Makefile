@@ -47,6 +47,8 @@ CMDS     := $(patsubst cmd/%.c,%,$(CMD_SRC))
 SCRIPTS  := $(patsubst cmd/%.sh,%,$(wildcard cmd/*.sh))
 BINS     := $(addprefix $(O)/bin/,$(CMDS) $(SCRIPTS))
 MANS     := $(wildcard man/*.[1-8])
+UNIT_SRC := $(wildcard tests/unit/*.c)
+UNITS    := $(patsubst tests/unit/%.c,$(O)/test/%,$(UNIT_SRC))
 LIBA     := $(O)/lib/libidemkit.a
 
 SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
@@ -76,10 +78,16 @@ $(O)/bin/%: cmd/%.sh
 	sed 's/@VERSION@/$(VERSION)/g' $< > $@
 	chmod 755 $@
 
+# C unit tests (tests/unit/NAME.c -> $(O)/test/NAME), run from the bats suites.
+$(O)/test/%: tests/unit/%.c $(LIBA)
+	@mkdir -p $(@D)
+	$(CC) $(IK_CFLAGS) $(CPPFLAGS) $(CFLAGS) $(IK_LDFLAGS) $(LDFLAGS) -o $@ $< $(LIBA) $(LDLIBS)
+
 # The test suites run the binaries in $(O)/bin; IDEMKIT_TEST_JOBS runs
 # bats files in parallel when GNU parallel is present (it is optional).
-test: all
-	IDEMKIT_BIN=$(CURDIR)/$(O)/bin IDEMKIT_SRC=$(CURDIR) bats tests/
+TEST_ENV = IDEMKIT_BIN=$(CURDIR)/$(O)/bin IDEMKIT_TEST_BIN=$(CURDIR)/$(O)/test IDEMKIT_SRC=$(CURDIR)
+test: all $(UNITS)
+	$(TEST_ENV) bats tests/
 
 # ASan + UBSan build of everything, then the whole suite against it.
 sanitize:
@@ -111,4 +119,4 @@ help:
 
 .PHONY: all test sanitize demo install uninstall deps clean help
 
--include $(LIB_OBJ:.o=.d) $(patsubst cmd/%.c,$(O)/obj/cmd/%.d,$(CMD_SRC))
+-include $(LIB_OBJ:.o=.d) $(patsubst cmd/%.c,$(O)/obj/cmd/%.d,$(CMD_SRC)) $(UNITS:=.d)
