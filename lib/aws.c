@@ -1027,6 +1027,13 @@ ik_aws_call(struct ik_aws *a, const char *target, const cJSON *req,
 	}
 
 	rc = ik_aws_kind_code(e->kind);
+	if (rc == IK_AWS_ERROR && res.body.len) {
+		*resp = cJSON_ParseWithLength(res.body.p, res.body.len);
+		if (!cJSON_IsObject(*resp)) {
+			cJSON_Delete(*resp);
+			*resp = NULL;
+		}
+	}
 	if (e->retryable && attempt > 1)
 		snprintf(attempt_s, sizeof attempt_s, " (%d tries)", attempt);
 	else

@@ -69,12 +69,15 @@ const char *ik_aws_access_key_id(const struct ik_aws *a);
 /* POST req (not consumed) to the endpoint with X-Amz-Target: target
  * ("DynamoDB_20120810.PutItem"), retrying as above.  Returns:
  *   IK_OK         *resp = the parsed response object (caller frees);
- *   IK_AWS_ERROR  a client error for the caller: aerr filled;
+ *   IK_AWS_ERROR  a client error for the caller: aerr filled, and *resp =
+ *                 the parsed error body when it is a JSON object (caller
+ *                 frees; e.g. the Item that ReturnValuesOnConditionCheck-
+ *                 Failure=ALL_OLD adds to a ConditionalCheckFailedException);
  *   IK_TEMPFAIL   retryable trouble that outlasted the attempts;
  *   IK_CONFIG     bad credentials/permissions, endpoint or TLS set-up;
  *   IK_SOFTWARE   out of memory, a response we cannot read.
  * err reads "dynamodb PutItem: ThrottlingException: message".  aerr may
- * be NULL when the caller does not need it. */
+ * be NULL when the caller does not need it.  On other codes *resp = NULL. */
 int ik_aws_call(struct ik_aws *a, const char *target, const cJSON *req,
                 cJSON **resp, struct ik_aws_error *aerr, ik_err *err);
 
