@@ -868,7 +868,7 @@ ik_aws_open(const char *service, struct ik_aws **out, ik_err *err)
 		ik_buf_addstr(&b, ".amazonaws.com");
 	}
 	a->endpoint = b.p;
-	b.p = NULL;
+	memset(&b, 0, sizeof b);
 	ik_buf_addstr(&b, "aws:amz:");
 	ik_buf_addstr(&b, a->region);
 	ik_buf_addstr(&b, ":");

@@ -11,6 +11,7 @@
  * configurable: IDEMKIT_DYNAMODB_KEY, default pk).  expiresAt is epoch
  * seconds for DynamoDB TTL.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,6 +187,22 @@ new_req(struct ddb *d, const char *key)
 	return req;
 }
 
+/* Append to the message in err and set its code. */
+static int __attribute__((format(printf, 3, 4)))
+errsuffix(ik_err *err, int code, const char *fmt, ...)
+{
+	char tail[512], msg[sizeof err->msg];
+	va_list ap;
+
+	if (!err)
+		return code;
+	va_start(ap, fmt);
+	vsnprintf(tail, sizeof tail, fmt, ap);
+	va_end(ap);
+	memcpy(msg, err->msg, sizeof msg);
+	return ik_errf(err, code, "%s%s", msg, tail);
+}
+
 /* One DynamoDB call.  IK_AWS_ERROR only for the error type the caller
  * handles (pass, may be NULL); any other AWS error becomes a code here. */
 static int
@@ -208,15 +225,13 @@ ddb_call(struct ddb *d, const char *op, cJSON *req, const char *pass,
 	cJSON_Delete(*resp);
 	*resp = NULL;
 	if (strcmp(ae.type, "ResourceNotFoundException") == 0) {
-		ik_errwrap(err, "table %s (create it with idemp-init)", d->table);
-		return err ? (err->code = IK_CONFIG) : IK_CONFIG;
+		return errsuffix(err, IK_CONFIG, " (table %s: create it with idemp-init)", d->table);
 	}
 	if (strcmp(ae.type, "ValidationException") == 0 &&
 	    (strstr(ae.message, "key") || strstr(ae.message, "Key")) &&
 	    (strstr(ae.message, "schema") || strstr(ae.message, "Missing the key"))) {
-		ik_errwrap(err, "table %s: key attribute %s does not match the table "
-		           "(IDEMKIT_DYNAMODB_KEY)", d->table, d->key);
-		return err ? (err->code = IK_CONFIG) : IK_CONFIG;
+		return errsuffix(err, IK_CONFIG, " (table %s: key attribute %s, "
+		                 "IDEMKIT_DYNAMODB_KEY)", d->table, d->key);
 	}
 	return err ? err->code : IK_SOFTWARE;   /* IK_SOFTWARE: a request we got wrong */
 }
@@ -592,6 +607,7 @@ ensure_ttl(struct ddb *d, ik_err *err)
 	rc = ddb_call(d, "UpdateTimeToLive", req, "UnknownOperationException", &resp, err);
 	cJSON_Delete(req);
 	cJSON_Delete(resp);
+	resp = NULL;
 	if (rc == IK_AWS_ERROR)
 		goto unsupported;
 	return rc;
