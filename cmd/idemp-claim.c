@@ -58,7 +58,7 @@ claim(cJSON *env, void *arg)
 	int rc;
 
 	if (ik_env_result(env, "claim"))
-		return ik_env_verdict(env, NULL);   /* already claimed upstream */
+		return ik_env_outcome(env);   /* already claimed upstream */
 	if ((rc = ik_event_parse(body, strlen(body), &ev, &err)) != IK_OK) {
 		char id[IK_CHARGE_ID_MAX + 1];
 		ik_event_peek_id(body, id);

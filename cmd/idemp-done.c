@@ -82,7 +82,7 @@ done(cJSON *env, void *arg)
 		return IK_DATAERR;
 	}
 	if (ik_env_step_code(env, "claim") != IK_OK)
-		return ik_env_verdict(env, NULL);
+		return ik_env_outcome(env);
 	if (!key || !token) {
 		r = ik_env_set_result(env, "done", IK_DATAERR);
 		cJSON_AddStringToObject(r, "error", "claim: chargeId or token missing");
@@ -91,7 +91,7 @@ done(cJSON *env, void *arg)
 	}
 	state = c->state != IK_ST_NONE ? c->state : derive(env);
 	if (state == IK_ST_NONE)
-		return ik_env_verdict(env, NULL);
+		return ik_env_outcome(env);
 
 	if (!c->store && !c->open_err.code &&
 	    ik_store_open(c->url, &c->store, &c->open_err) != IK_OK)

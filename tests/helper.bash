@@ -26,11 +26,11 @@ ev() {
 
 # jget JSON PATH: a value out of a JSON line (python3 is on every Debian).
 jget() {
-	python3 -c 'import json,sys
-v=json.loads(sys.argv[1])
-for k in sys.argv[2].split("."):
+	printf '%s' "$1" | python3 -c 'import json,sys
+v=json.loads(sys.stdin.read())
+for k in sys.argv[1].split("."):
     v = v[int(k)] if isinstance(v, list) else v.get(k) if isinstance(v, dict) else None
-print("" if v is None else (json.dumps(v) if isinstance(v,(dict,list)) else v))' "$1" "$2"
+print("" if v is None else (json.dumps(v) if isinstance(v,(dict,list)) else v))' "$2"
 }
 
 # require_node: node is needed; skip outside CI only.
