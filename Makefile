@@ -19,7 +19,7 @@ VERSION := 0.1.0
 DEPS := libcurl:libcurl4-openssl-dev libcjson:libcjson-dev \
         libsodium:libsodium-dev sqlite3:libsqlite3-dev \
         libmicrohttpd:libmicrohttpd-dev
-DEBS_RUN := bats pkg-config make gcc clang nodejs npm sqlite3 \
+DEBS_RUN := bats pkg-config make gcc clang sqlite3 mandoc \
             python3-botocore shellcheck valgrind openssl curl
 PKGS := $(foreach d,$(DEPS),$(word 1,$(subst :, ,$(d))))
 
