@@ -245,7 +245,7 @@ debit() {   # debit KEY BODY [curl options...]: "<status> <body>"
 	[ "$output" = '{"status":"UP"}' ]
 	BANK_AUTH=(-H "Authorization: Bearer $tok")
 	[ "$(bank_stat unauthorized)" -eq 3 ]
-	! grep -q "$tok" "$BANK_DIR/err"
+	absent "$tok" "$BANK_DIR/err" "$BANK_DIR/out"
 }
 
 @test "auth: HMAC signature over t.body checked when a key is configured" {

@@ -70,3 +70,29 @@ self_signed() {
 		-addext 'subjectAltName=IP:127.0.0.1,DNS:localhost' \
 		-keyout "$1/key.pem" -out "$1/cert.pem" 2>/dev/null
 }
+
+# envelope ID [ACCOUNT] [AMOUNT] [CLAIM_OUTCOME]: one envelope line whose
+# claim is ACQUIRED (or the outcome given), as idemp-claim would write it.
+envelope() {
+	local b
+	b=$(event "$1" "${2:-ACC-1}" "${3:-2500}" | sed 's/"/\\"/g')
+	printf '{"v":1,"messageId":"m-%s","body":"%s","claim":{"outcome":"%s","chargeId":"%s"}}\n' \
+		"$1" "$b" "${4:-ACQUIRED}" "$1"
+}
+
+# debited ENVELOPE_JSON: the envelope after a successful debit.
+debited() {
+	printf '%s' "$1" | sed 's/}$/,"debit":{"outcome":"OK","ref":"TXN-00000042"}}/'
+}
+
+# absent STRING FILE...: fails when STRING is in any FILE (a bare
+# `! grep` never fails a bats test).
+absent() {
+	local s=$1 f; shift
+	for f in "$@"; do
+		if grep -qaF -- "$s" "$f"; then
+			echo "found in $f" >&2
+			return 1
+		fi
+	done
+}
