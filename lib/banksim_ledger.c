@@ -353,6 +353,11 @@ notify_row(sqlite3_stmt *st)
 	cJSON_AddNumberToObject(o, "count", (double)sqlite3_column_int64(st, 1));
 	cJSON_AddNumberToObject(o, "firstAt", (double)sqlite3_column_int64(st, 2));
 	cJSON_AddNumberToObject(o, "lastAt", (double)sqlite3_column_int64(st, 3));
+	if (sqlite3_column_text(st, 4)) {
+		cJSON *b = cJSON_Parse((const char *)sqlite3_column_text(st, 4));
+		if (b)
+			cJSON_AddItemToObject(o, "body", b);
+	}
 	return o;
 }
 
@@ -369,7 +374,7 @@ ik_ledger_list(struct ik_ledger *l, int notifications, char **ndjson, ik_err *er
 	*ndjson = NULL;
 	pthread_mutex_lock(&l->mu);
 	if (sqlite3_prepare_v2(l->db, notifications
-	    ? "SELECT key, count, first_at, last_at FROM notifications ORDER BY first_at, key"
+	    ? "SELECT key, count, first_at, last_at, body FROM notifications ORDER BY first_at, key"
 	    : "SELECT " DEBIT_COLS " FROM debits ORDER BY seq",
 	    -1, &st, NULL) != SQLITE_OK) {
 		rc = dberr(l, err, "list");
