@@ -89,6 +89,7 @@ $(O)/test/%: tests/unit/%.c $(LIBA)
 TEST_ENV = IDEMKIT_BIN=$(CURDIR)/$(O)/bin IDEMKIT_TEST_BIN=$(CURDIR)/$(O)/test IDEMKIT_SRC=$(CURDIR)
 test: all $(UNITS)
 	$(TEST_ENV) bats tests/
+	$(TEST_ENV) IDEMKIT_TEST_BACKEND=dynamodb bats tests/store.bats
 
 # ASan + UBSan build of everything, then the whole suite against it.  Reports
 # go to files too, so one from a process whose exit status a test ignores
