@@ -32,8 +32,15 @@ bank_start() {
 bank_stop() {
 	[ -n "${BANK_PID:-}" ] || return 0
 	kill -TERM "$BANK_PID" 2>/dev/null || true
+	BANK_RC=0
 	wait "$BANK_PID" || BANK_RC=$?
 	BANK_PID=
+	# A crash or a sanitizer report in the server fails the test too.
+	if [ "$BANK_RC" -ne 0 ] || { [ -f "${BANK_DIR:-}/err" ] && grep -q Sanitizer "$BANK_DIR/err"; }; then
+		echo "bank-sim exited $BANK_RC:" >&2
+		tail -20 "$BANK_DIR/err" >&2
+		return 1
+	fi
 }
 
 # bank_get PATH [curl options...]: body on stdout.
