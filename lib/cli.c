@@ -1,0 +1,95 @@
+/* cli.c: the parts of main that every command shares; see cli.h. */
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "log.h"
+#include "outcome.h"
+
+volatile sig_atomic_t ik_stop_signal;
+
+static void
+on_signal(int sig)
+{
+	ik_stop_signal = sig;
+}
+
+void
+ik_cli_init(const char *argv0)
+{
+	struct sigaction sa;
+
+	ik_log_init(argv0);
+	signal(SIGPIPE, SIG_IGN);
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = 0;   /* no SA_RESTART: a blocking read returns EINTR */
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+}
+
+void
+ik_warnx(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "%s: ", ik_prog());
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+int
+ik_fail(const ik_err *e)
+{
+	ik_warnx("%s", e->msg[0] ? e->msg : ik_code_name(e->code));
+	return e->code;
+}
+
+int
+ik_usage(const char *usage)
+{
+	fprintf(stderr, "%s", usage);
+	fprintf(stderr, "Try '%s --help' for more information.\n", ik_prog());
+	return IK_USAGE;
+}
+
+int
+ik_help(const char *usage, const char *options, const int *codes)
+{
+	printf("%s", usage);
+	if (options && *options)
+		printf("\nOptions:\n%s", options);
+	printf("\nExit status:\n");
+	for (; *codes >= 0; codes++) {
+		const struct ik_outcome *o = ik_outcome_by_code(*codes);
+		if (o)
+			printf("  %3d  %-17s %s\n", o->code, o->name, o->meaning);
+	}
+	printf("\nSee %s(1) and idemkit(7).\n", ik_prog());
+	return ik_finish(IK_OK);
+}
+
+int
+ik_version(void)
+{
+	printf("%s (idemkit) %s\n", ik_prog(), IK_VERSION);
+	return ik_finish(IK_OK);
+}
+
+int
+ik_finish(int code)
+{
+	if (fflush(stdout) == EOF || ferror(stdout)) {
+		ik_warnx("stdout: %s", strerror(errno ? errno : EIO));
+		return code ? code : IK_SOFTWARE;
+	}
+	return code;
+}

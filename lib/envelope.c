@@ -1,0 +1,219 @@
+/* envelope.c: NDJSON envelopes; see envelope.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "envelope.h"
+#include "outcome.h"
+
+cJSON *
+ik_env_new(const char *body)
+{
+	cJSON *env = cJSON_CreateObject();
+
+	if (!env)
+		return NULL;
+	if (!cJSON_AddNumberToObject(env, "v", 1) ||
+	    !cJSON_AddStringToObject(env, "body", body ? body : "")) {
+		cJSON_Delete(env);
+		return NULL;
+	}
+	return env;
+}
+
+/* A copy of line[0..len) safe to hold in a C string: NUL bytes (which no
+ * queue accepts and cJSON cannot carry) become U+FFFD. */
+static char *
+body_copy(const char *line, size_t len, int *had_nul)
+{
+	size_t nul = 0, j = 0;
+	char *s;
+
+	for (size_t i = 0; i < len; i++)
+		nul += line[i] == '\0';
+	*had_nul = nul > 0;
+	if (!(s = malloc(len + 2 * nul + 1)))
+		return NULL;
+	for (size_t i = 0; i < len; i++) {
+		if (line[i] == '\0') {
+			memcpy(s + j, "\xef\xbf\xbd", 3);
+			j += 3;
+		} else {
+			s[j++] = line[i];
+		}
+	}
+	s[j] = '\0';
+	return s;
+}
+
+int
+ik_env_parse(const char *line, size_t len, cJSON **out, ik_err *err)
+{
+	const char *end = NULL;
+	cJSON *o = NULL, *body;
+	char *copy;
+	int had_nul, rc = IK_OK;
+
+	*out = NULL;
+	if (!(copy = body_copy(line, len, &had_nul)))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	if (!had_nul)
+		o = cJSON_ParseWithLengthOpts(line, len, &end, 0);
+	if (o && cJSON_IsObject(o) && cJSON_GetObjectItemCaseSensitive(o, "v")) {
+		/* It says it is an envelope: hold it to that. */
+		body = cJSON_GetObjectItemCaseSensitive(o, "body");
+		if (!cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "v")) ||
+		    cJSON_GetObjectItemCaseSensitive(o, "v")->valuedouble != 1)
+			rc = ik_errf(err, IK_DATAERR, "envelope: unsupported version \"v\" (want 1)");
+		else if (!cJSON_IsString(body))
+			rc = ik_errf(err, IK_DATAERR, "envelope: \"body\" missing or not a string");
+		else {
+			free(copy);
+			*out = o;
+			return IK_OK;
+		}
+	}
+	cJSON_Delete(o);
+	/* A bare event, or anything else: the line itself is the body. */
+	*out = ik_env_new(copy);
+	free(copy);
+	if (!*out)
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	if (had_nul)
+		rc = ik_errf(err, IK_DATAERR, "body: contains a NUL byte");
+	return rc;
+}
+
+char *
+ik_env_print(const cJSON *env)
+{
+	return cJSON_PrintUnformatted(env);
+}
+
+int
+ik_env_write(FILE *f, const cJSON *env)
+{
+	char *s = ik_env_print(env);
+	int rc;
+
+	if (!s)
+		return -1;
+	rc = fputs(s, f) < 0 || putc('\n', f) == EOF ? -1 : 0;
+	free(s);
+	return rc;
+}
+
+const char *
+ik_env_body(const cJSON *env)
+{
+	const char *s = ik_env_str(env, "body");
+	return s ? s : "";
+}
+
+const char *
+ik_env_str(const cJSON *env, const char *field)
+{
+	const cJSON *it = cJSON_GetObjectItemCaseSensitive(env, field);
+	return cJSON_IsString(it) ? it->valuestring : NULL;
+}
+
+int64_t
+ik_env_int(const cJSON *env, const char *field, int64_t dflt)
+{
+	const cJSON *it = cJSON_GetObjectItemCaseSensitive(env, field);
+	return cJSON_IsNumber(it) ? (int64_t)it->valuedouble : dflt;
+}
+
+cJSON *
+ik_env_result(const cJSON *env, const char *step)
+{
+	cJSON *it = cJSON_GetObjectItemCaseSensitive(env, step);
+	return cJSON_IsObject(it) ? it : NULL;
+}
+
+cJSON *
+ik_env_set_result(cJSON *env, const char *step, int code)
+{
+	cJSON *r = cJSON_CreateObject();
+	const char *name = code == IK_OK && strcmp(step, "claim") == 0 ?
+	    "ACQUIRED" : ik_code_name(code);
+
+	if (!r)
+		return NULL;
+	if (!cJSON_AddStringToObject(r, "outcome", name)) {
+		cJSON_Delete(r);
+		return NULL;
+	}
+	if (cJSON_GetObjectItemCaseSensitive(env, step))
+		cJSON_ReplaceItemInObjectCaseSensitive(env, step, r);
+	else
+		cJSON_AddItemToObject(env, step, r);
+	return r;
+}
+
+int
+ik_env_step_code(const cJSON *env, const char *step)
+{
+	const cJSON *r = ik_env_result(env, step);
+	const struct ik_outcome *o;
+	const char *name;
+
+	if (!r)
+		return -1;
+	name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "outcome"));
+	o = ik_outcome_by_name(name);
+	return o ? o->code : IK_SOFTWARE;
+}
+
+int
+ik_env_verdict(const cJSON *env, const char **why)
+{
+	int claim = ik_env_step_code(env, "claim");
+	int debit = ik_env_step_code(env, "debit");
+	int notify = ik_env_step_code(env, "notify");
+	int done = ik_env_step_code(env, "done");
+	const char *dummy;
+
+	if (!why)
+		why = &dummy;
+	if (claim < 0) {
+		*why = "not claimed: no outcome is recorded";
+		return IK_SOFTWARE;
+	}
+	if (claim != IK_OK) {
+		*why = "claim";
+		return claim;
+	}
+	if (debit < 0) {
+		*why = "claimed but not debited";
+		return IK_SOFTWARE;
+	}
+	if (debit != IK_OK && debit != IK_DECLINED) {
+		*why = "debit";
+		return debit;
+	}
+	if (debit == IK_OK) {
+		if (notify < 0) {
+			*why = "debited but not notified";
+			return IK_SOFTWARE;
+		}
+		if (notify != IK_OK && notify != IK_NOTIFY_FAILED) {
+			*why = "notify";
+			return notify;
+		}
+	}
+	if (done < 0) {
+		*why = "outcome not recorded";
+		return IK_SOFTWARE;
+	}
+	if (done != IK_OK) {
+		*why = "done";
+		return done;
+	}
+	if (debit == IK_DECLINED) {
+		*why = "debit";
+		return IK_DECLINED;
+	}
+	*why = notify == IK_OK ? "done" : "notify";
+	return notify;
+}

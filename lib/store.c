@@ -1,0 +1,181 @@
+/* store.c: the store port: picking an adapter from a URL, and what all
+ * adapters share (tokens, states, records as JSON).  See store.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+#include <sodium.h>
+
+#include "log.h"
+#include "outcome.h"
+#include "store.h"
+#include "util.h"
+
+static const char *const state_names[] = {
+	[IK_ST_NONE] = "NONE",
+	[IK_ST_IN_PROGRESS] = "IN_PROGRESS",
+	[IK_ST_DONE] = "DONE",
+	[IK_ST_FAILED] = "FAILED",
+	[IK_ST_DNF] = "DEBITED_NOTIFICATION_FAILED",
+};
+
+const char *
+ik_state_name(enum ik_state s)
+{
+	return (unsigned)s < sizeof state_names / sizeof state_names[0] ?
+	    state_names[s] : "NONE";
+}
+
+enum ik_state
+ik_state_parse(const char *s)
+{
+	for (size_t i = 1; s && i < sizeof state_names / sizeof state_names[0]; i++)
+		if (strcmp(s, state_names[i]) == 0)
+			return (enum ik_state)i;
+	return IK_ST_NONE;
+}
+
+void
+ik_record_free(struct ik_record *r)
+{
+	free(r->key);
+	free(r->owner);
+	free(r->fingerprint);
+	free(r->event);
+	free(r->debit_ref);
+	free(r->last_error);
+	memset(r, 0, sizeof *r);
+}
+
+static void
+add_str(cJSON *o, const char *k, const char *v)
+{
+	if (v)
+		cJSON_AddStringToObject(o, k, v);
+	else
+		cJSON_AddNullToObject(o, k);
+}
+
+cJSON *
+ik_record_json(const struct ik_record *r, int64_t now_ms)
+{
+	cJSON *o = cJSON_CreateObject();
+	int64_t left = r->lease_until - now_ms;
+
+	if (!o)
+		return NULL;
+	add_str(o, "chargeId", r->key);
+	cJSON_AddStringToObject(o, "state", ik_state_name(r->state));
+	add_str(o, "owner", r->owner);
+	cJSON_AddNumberToObject(o, "leaseUntil", (double)r->lease_until);
+	cJSON_AddNumberToObject(o, "leaseRemainingMs",
+	    r->state == IK_ST_IN_PROGRESS && left > 0 ? (double)left : 0);
+	cJSON_AddNumberToObject(o, "attempts", (double)r->attempts);
+	add_str(o, "fingerprint", r->fingerprint);
+	add_str(o, "debitRef", r->debit_ref);
+	add_str(o, "lastError", r->last_error);
+	cJSON_AddNumberToObject(o, "createdAt", (double)r->created_at);
+	cJSON_AddNumberToObject(o, "updatedAt", (double)r->updated_at);
+	cJSON_AddNumberToObject(o, "expiresAt", (double)r->expires_at);
+	add_str(o, "event", r->event);
+	return o;
+}
+
+void
+ik_store_token(char out[IK_TOKEN_HEX])
+{
+	unsigned char raw[16];
+
+	if (sodium_init() < 0)
+		abort();  /* no randomness source: nothing safe can follow */
+	randombytes_buf(raw, sizeof raw);
+	ik_hex(raw, sizeof raw, out);
+}
+
+int64_t
+ik_store_retention_ms(void)
+{
+	const char *v = getenv("IDEMKIT_RETENTION");
+	int64_t ms = 30LL * 86400000;
+
+	if (v && *v && ik_parse_duration(v, &ms) < 0) {
+		ik_log(IK_LOG_WARN, "IDEMKIT_RETENTION is not a duration; using 30d",
+		    "value", v, NULL);
+		ms = 30LL * 86400000;
+	}
+	if (ms < 14LL * 86400000)
+		ik_log(IK_LOG_WARN, "retention under 14 days: a redelivery or DLQ redrive "
+		    "after the record expires would debit again", "retention", v, NULL);
+	return ms;
+}
+
+struct adapter {
+	const char *scheme;   /* "sqlite:" */
+	int (*open)(const char *rest, struct ik_store *s, ik_err *err);
+};
+
+static const struct adapter adapters[] = {
+	{ "sqlite:", ik_store_sqlite_open },
+};
+
+int
+ik_store_open(const char *url, struct ik_store **out, ik_err *err)
+{
+	struct ik_store *s;
+	char *def = NULL, *dir;
+	int rc;
+
+	*out = NULL;
+	if (!url || !*url)
+		url = getenv("IDEMKIT_STORE");
+	if (!url || !*url) {
+		struct ik_buf b = { 0 };
+		if (!(dir = ik_state_dir(1, err)))
+			return err->code;
+		ik_buf_addstr(&b, "sqlite:");
+		ik_buf_addstr(&b, dir);
+		ik_buf_addstr(&b, "/idempotency.db");
+		free(dir);
+		if (!b.p)
+			return ik_errf(err, IK_SOFTWARE, "out of memory");
+		url = def = b.p;
+	}
+	for (size_t i = 0; i < sizeof adapters / sizeof adapters[0]; i++) {
+		size_t n = strlen(adapters[i].scheme);
+		if (strncmp(url, adapters[i].scheme, n) != 0)
+			continue;
+		if (!url[n]) {
+			free(def);
+			return ik_errf(err, IK_CONFIG, "store %s: empty after the scheme", url);
+		}
+		if (!(s = calloc(1, sizeof *s)) || !(s->url = strdup(url))) {
+			free(s);
+			free(def);
+			return ik_errf(err, IK_SOFTWARE, "out of memory");
+		}
+		rc = adapters[i].open(url + n, s, err);
+		free(def);
+		if (rc != IK_OK) {
+			free(s->url);
+			free(s);
+			return rc;
+		}
+		*out = s;
+		return IK_OK;
+	}
+	rc = ik_errf(err, IK_CONFIG,
+	    "store \"%.200s\": unknown scheme (want sqlite:PATH or dynamodb:TABLE)", url);
+	free(def);
+	return rc;
+}
+
+void
+ik_store_close(struct ik_store *s)
+{
+	if (!s)
+		return;
+	if (s->ops && s->ops->close)
+		s->ops->close(s);
+	free(s->url);
+	free(s);
+}

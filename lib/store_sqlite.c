@@ -1,0 +1,502 @@
+/* store_sqlite.c: the embedded idempotency store (sqlite:PATH).
+ *
+ * Rules: claim and finish are each one conditional statement (an upsert
+ * with a WHERE, an UPDATE with a WHERE); WAL with synchronous=FULL so a
+ * commit is on disk before we report it; a busy timeout so many processes
+ * can share one file; the file is created 0600; statements are prepared
+ * once per process and reused; SQL only through bound parameters.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "log.h"
+#include "outcome.h"
+#include "store.h"
+#include "util.h"
+
+#define SCHEMA_VERSION 1
+
+enum { Q_CLAIM, Q_GET, Q_FINISH, Q_RENOTIFIED, Q_RELEASE, Q_LIST, Q_BEGIN,
+       Q_COMMIT, Q_ROLLBACK, Q_N };
+
+static const char *const sql[Q_N] = {
+	[Q_CLAIM] =
+	"INSERT INTO records(key, state, owner, lease_until, attempts, fingerprint,"
+	"  event, created_at, updated_at, expires_at)"
+	" VALUES (?1, 'IN_PROGRESS', ?2, ?3, 1, ?4, ?5, ?6, ?6, ?7)"
+	" ON CONFLICT(key) DO UPDATE SET owner = excluded.owner,"
+	"  lease_until = excluded.lease_until, attempts = records.attempts + 1,"
+	"  updated_at = excluded.updated_at, expires_at = excluded.expires_at,"
+	"  last_error = NULL"
+	" WHERE records.state = 'IN_PROGRESS' AND records.lease_until < ?6"
+	"  AND records.fingerprint = excluded.fingerprint"
+	" RETURNING attempts",
+	[Q_GET] =
+	"SELECT key, state, owner, lease_until, attempts, fingerprint, event,"
+	" debit_ref, last_error, created_at, updated_at, expires_at"
+	" FROM records WHERE key = ?1",
+	[Q_FINISH] =
+	"UPDATE records SET state = ?3, debit_ref = COALESCE(?4, debit_ref),"
+	" last_error = ?5, updated_at = ?6"
+	" WHERE key = ?1 AND state = 'IN_PROGRESS' AND owner = ?2",
+	[Q_RENOTIFIED] =
+	"UPDATE records SET state = 'DONE', last_error = NULL, updated_at = ?2"
+	" WHERE key = ?1 AND state = 'DEBITED_NOTIFICATION_FAILED'",
+	[Q_RELEASE] =
+	"UPDATE records SET lease_until = 0, updated_at = ?3"
+	" WHERE key = ?1 AND state = 'IN_PROGRESS' AND owner = ?2",
+	[Q_LIST] =
+	"SELECT key, state, owner, lease_until, attempts, fingerprint, event,"
+	" debit_ref, last_error, created_at, updated_at, expires_at"
+	" FROM records WHERE (?1 IS NULL OR state = ?1)"
+	" AND (?2 = 0 OR (state = 'IN_PROGRESS' AND lease_until < ?3))"
+	" AND (?4 = 0 OR updated_at < ?3 - ?4)"
+	" ORDER BY updated_at, key",
+	[Q_BEGIN] = "BEGIN IMMEDIATE",
+	[Q_COMMIT] = "COMMIT",
+	[Q_ROLLBACK] = "ROLLBACK",
+};
+
+static const char schema_v1[] =
+	"CREATE TABLE IF NOT EXISTS records ("
+	" key TEXT PRIMARY KEY NOT NULL,"
+	" state TEXT NOT NULL CHECK (state IN ('IN_PROGRESS', 'DONE', 'FAILED',"
+	"  'DEBITED_NOTIFICATION_FAILED')),"
+	" owner TEXT,"
+	" lease_until INTEGER NOT NULL DEFAULT 0,"
+	" attempts INTEGER NOT NULL DEFAULT 0,"
+	" fingerprint TEXT NOT NULL,"
+	" event TEXT,"
+	" debit_ref TEXT,"
+	" last_error TEXT,"
+	" created_at INTEGER NOT NULL,"
+	" updated_at INTEGER NOT NULL,"
+	" expires_at INTEGER NOT NULL"
+	") WITHOUT ROWID;"
+	"CREATE INDEX IF NOT EXISTS records_state ON records (state, updated_at);"
+	"PRAGMA user_version = 1;";
+
+struct sq {
+	sqlite3 *db;
+	char *path;
+	sqlite3_stmt *st[Q_N];
+};
+
+/* Maps an SQLite failure to our outcome: locked/busy, I/O and a full disk
+ * are transient; a file we cannot open is configuration. */
+static int
+sqerr(struct sq *q, int rc, const char *what, ik_err *err)
+{
+	int code;
+
+	switch (rc & 0xff) {
+	case SQLITE_BUSY: case SQLITE_LOCKED: case SQLITE_IOERR: case SQLITE_FULL:
+	case SQLITE_PROTOCOL:
+		code = IK_TEMPFAIL;
+		break;
+	case SQLITE_CANTOPEN: case SQLITE_PERM: case SQLITE_READONLY:
+	case SQLITE_AUTH: case SQLITE_NOTADB:
+		code = IK_CONFIG;
+		break;
+	default:
+		code = IK_SOFTWARE;
+	}
+	return ik_errf(err, code, "sqlite %s: %s: %s", q->path, what,
+	    q->db ? sqlite3_errmsg(q->db) : sqlite3_errstr(rc));
+}
+
+static sqlite3_stmt *
+stmt(struct sq *q, int which, ik_err *err)
+{
+	int rc;
+
+	if (q->st[which]) {
+		sqlite3_reset(q->st[which]);
+		sqlite3_clear_bindings(q->st[which]);
+		return q->st[which];
+	}
+	rc = sqlite3_prepare_v3(q->db, sql[which], -1, SQLITE_PREPARE_PERSISTENT,
+	    &q->st[which], NULL);
+	if (rc != SQLITE_OK) {
+		sqerr(q, rc, "prepare", err);
+		return NULL;
+	}
+	return q->st[which];
+}
+
+/* Runs a statement that returns no rows. */
+static int
+exec1(struct sq *q, sqlite3_stmt *s, const char *what, ik_err *err)
+{
+	int rc = sqlite3_step(s);
+	sqlite3_reset(s);
+	if (rc != SQLITE_DONE)
+		return sqerr(q, rc, what, err);
+	return IK_OK;
+}
+
+static int
+simple(struct sq *q, int which, ik_err *err)
+{
+	sqlite3_stmt *s = stmt(q, which, err);
+	return s ? exec1(q, s, sql[which], err) : err->code;
+}
+
+static char *
+col_str(sqlite3_stmt *s, int i)
+{
+	const unsigned char *t = sqlite3_column_text(s, i);
+	return t ? strdup((const char *)t) : NULL;
+}
+
+static void
+read_record(sqlite3_stmt *s, struct ik_record *r)
+{
+	r->key = col_str(s, 0);
+	r->state = ik_state_parse((const char *)sqlite3_column_text(s, 1));
+	r->owner = col_str(s, 2);
+	r->lease_until = sqlite3_column_int64(s, 3);
+	r->attempts = sqlite3_column_int64(s, 4);
+	r->fingerprint = col_str(s, 5);
+	r->event = col_str(s, 6);
+	r->debit_ref = col_str(s, 7);
+	r->last_error = col_str(s, 8);
+	r->created_at = sqlite3_column_int64(s, 9);
+	r->updated_at = sqlite3_column_int64(s, 10);
+	r->expires_at = sqlite3_column_int64(s, 11);
+}
+
+static int
+get_locked(struct sq *q, const char *key, struct ik_record *r, ik_err *err)
+{
+	sqlite3_stmt *s = stmt(q, Q_GET, err);
+	int rc;
+
+	if (!s)
+		return err->code;
+	sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		read_record(s, r);
+		sqlite3_reset(s);
+		return IK_OK;
+	}
+	sqlite3_reset(s);
+	if (rc == SQLITE_DONE)
+		return IK_EMPTY;
+	return sqerr(q, rc, "read record", err);
+}
+
+static int
+migrate(struct sq *q, ik_err *err)
+{
+	sqlite3_stmt *s;
+	int rc, version;
+
+	if ((rc = simple(q, Q_BEGIN, err)))
+		return rc;
+	rc = sqlite3_prepare_v2(q->db, "PRAGMA user_version", -1, &s, NULL);
+	if (rc != SQLITE_OK) {
+		simple(q, Q_ROLLBACK, NULL);
+		return sqerr(q, rc, "schema version", err);
+	}
+	version = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int(s, 0) : -1;
+	sqlite3_finalize(s);
+	if (version > SCHEMA_VERSION) {
+		simple(q, Q_ROLLBACK, NULL);
+		return ik_errf(err, IK_CONFIG, "sqlite %s: schema version %d is newer "
+		    "than this idemkit (%d)", q->path, version, SCHEMA_VERSION);
+	}
+	if (version < 1 && (rc = sqlite3_exec(q->db, schema_v1, NULL, NULL, NULL))) {
+		simple(q, Q_ROLLBACK, NULL);
+		return sqerr(q, rc, "create schema", err);
+	}
+	/* Later versions: `if (version < 2) ...` here, each in this transaction. */
+	return simple(q, Q_COMMIT, err);
+}
+
+static int
+sq_init(struct ik_store *st, ik_err *err)
+{
+	struct sq *q = st->impl;
+	sqlite3_stmt *s;
+	int rc;
+
+	if ((rc = migrate(q, err)))
+		return rc;
+	/* Records past their retention (DynamoDB's TTL does this there). */
+	rc = sqlite3_prepare_v2(q->db, "DELETE FROM records WHERE expires_at < ?1",
+	    -1, &s, NULL);
+	if (rc != SQLITE_OK)
+		return sqerr(q, rc, "purge", err);
+	sqlite3_bind_int64(s, 1, ik_now_ms() / 1000);
+	rc = sqlite3_step(s);
+	sqlite3_finalize(s);
+	if (rc != SQLITE_DONE)
+		return sqerr(q, rc, "purge", err);
+	return IK_OK;
+}
+
+static int
+decide(const struct ik_claim_req *req, struct ik_claim_res *res)
+{
+	const struct ik_record *r = &res->cur;
+
+	if (!r->fingerprint || strcmp(r->fingerprint, req->fingerprint) != 0)
+		return IK_PAYLOAD_MISMATCH;
+	switch (r->state) {
+	case IK_ST_DONE: case IK_ST_DNF:
+		return IK_DUP_DONE;
+	case IK_ST_FAILED:
+		return IK_DUP_FAILED;
+	default:
+		res->lease_until = r->lease_until;
+		return IK_DUP_IN_PROGRESS;
+	}
+}
+
+static int
+sq_claim(struct ik_store *st, const struct ik_claim_req *req,
+    struct ik_claim_res *res, ik_err *err)
+{
+	struct sq *q = st->impl;
+	sqlite3_stmt *s;
+	int rc;
+
+	memset(res, 0, sizeof *res);
+	if ((rc = simple(q, Q_BEGIN, err)))
+		return rc;
+	if (!(s = stmt(q, Q_CLAIM, err)))
+		goto fail;
+	sqlite3_bind_text(s, 1, req->key, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 2, req->token, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 3, req->now_ms + req->lease_ms);
+	sqlite3_bind_text(s, 4, req->fingerprint, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 5, req->event, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 6, req->now_ms);
+	sqlite3_bind_int64(s, 7, req->expires_at);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		res->code = IK_OK;
+		res->attempt = sqlite3_column_int64(s, 0);
+		res->lease_until = req->now_ms + req->lease_ms;
+		rc = sqlite3_step(s);
+	}
+	sqlite3_reset(s);
+	if (rc != SQLITE_DONE) {
+		sqerr(q, rc, "claim", err);
+		goto fail;
+	}
+	if (res->attempt == 0) {
+		/* The condition failed: the current record says why. */
+		rc = get_locked(q, req->key, &res->cur, err);
+		if (rc == IK_EMPTY)
+			ik_errf(err, IK_SOFTWARE, "sqlite %s: claim refused but no record", q->path);
+		if (rc != IK_OK)
+			goto fail;
+		res->code = decide(req, res);
+	}
+	if ((rc = simple(q, Q_COMMIT, err)))
+		goto fail;
+	return IK_OK;
+fail:
+	simple(q, Q_ROLLBACK, NULL);
+	ik_record_free(&res->cur);
+	return err->code ? err->code : IK_SOFTWARE;
+}
+
+static int
+changed(struct sq *q, sqlite3_stmt *s, const char *what, ik_err *err)
+{
+	int rc = exec1(q, s, what, err);
+	if (rc)
+		return rc;
+	return sqlite3_changes(q->db) == 1 ? IK_OK : IK_LEASE_LOST;
+}
+
+static int
+sq_finish(struct ik_store *st, const struct ik_finish_req *req, ik_err *err)
+{
+	struct sq *q = st->impl;
+	sqlite3_stmt *s = stmt(q, Q_FINISH, err);
+
+	if (!s)
+		return err->code;
+	sqlite3_bind_text(s, 1, req->key, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 2, req->token, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 3, ik_state_name(req->state), -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 4, req->debit_ref, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 5, req->last_error, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 6, req->now_ms);
+	return changed(q, s, "finish", err);
+}
+
+static int
+sq_renotified(struct ik_store *st, const char *key, int64_t now_ms, ik_err *err)
+{
+	struct sq *q = st->impl;
+	sqlite3_stmt *s = stmt(q, Q_RENOTIFIED, err);
+
+	if (!s)
+		return err->code;
+	sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 2, now_ms);
+	return changed(q, s, "mark notified", err);
+}
+
+static int
+sq_release(struct ik_store *st, const char *key, const char *token, int64_t now_ms,
+    ik_err *err)
+{
+	struct sq *q = st->impl;
+	sqlite3_stmt *s = stmt(q, Q_RELEASE, err);
+
+	if (!s)
+		return err->code;
+	sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 2, token, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 3, now_ms);
+	return changed(q, s, "release", err);
+}
+
+static int
+sq_get(struct ik_store *st, const char *key, struct ik_record *r, ik_err *err)
+{
+	memset(r, 0, sizeof *r);
+	return get_locked(st->impl, key, r, err);
+}
+
+static int
+sq_list(struct ik_store *st, const struct ik_list_filter *f, ik_record_cb cb,
+    void *arg, ik_err *err)
+{
+	struct sq *q = st->impl;
+	sqlite3_stmt *s = stmt(q, Q_LIST, err);
+	int rc, n = 0;
+
+	if (!s)
+		return err->code;
+	if (f->state != IK_ST_NONE)
+		sqlite3_bind_text(s, 1, ik_state_name(f->state), -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 2, f->expired);
+	sqlite3_bind_int64(s, 3, f->now_ms);
+	sqlite3_bind_int64(s, 4, f->older_than_ms);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		struct ik_record r = { 0 };
+		int stop;
+		read_record(s, &r);
+		stop = cb(&r, arg);
+		ik_record_free(&r);
+		n++;
+		if (stop) {
+			rc = SQLITE_DONE;
+			break;
+		}
+	}
+	sqlite3_reset(s);
+	if (rc != SQLITE_DONE)
+		return sqerr(q, rc, "list", err);
+	return n ? IK_OK : IK_EMPTY;
+}
+
+static void
+sq_close(struct ik_store *st)
+{
+	struct sq *q = st->impl;
+
+	if (!q)
+		return;
+	for (int i = 0; i < Q_N; i++)
+		sqlite3_finalize(q->st[i]);
+	sqlite3_close(q->db);
+	free(q->path);
+	free(q);
+	st->impl = NULL;
+}
+
+static const struct ik_store_ops sqlite_ops = {
+	.name = "sqlite",
+	.init = sq_init,
+	.claim = sq_claim,
+	.finish = sq_finish,
+	.renotified = sq_renotified,
+	.release = sq_release,
+	.get = sq_get,
+	.list = sq_list,
+	.close = sq_close,
+};
+
+/* Sets WAL; switching needs a moment alone with the file, so a crowd of
+ * first openers may each be told "busy" and must simply try again. */
+static int
+set_wal(struct sq *q, ik_err *err)
+{
+	for (int tries = 0; tries < 200; tries++) {
+		sqlite3_stmt *s;
+		int rc = sqlite3_prepare_v2(q->db, "PRAGMA journal_mode = WAL", -1, &s, NULL);
+		int ok = 0;
+		if (rc != SQLITE_OK)
+			return sqerr(q, rc, "journal mode", err);
+		rc = sqlite3_step(s);
+		if (rc == SQLITE_ROW)
+			ok = strcmp((const char *)sqlite3_column_text(s, 0), "wal") == 0;
+		sqlite3_finalize(s);
+		if (ok)
+			return IK_OK;
+		if (rc != SQLITE_ROW && (rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED)
+			return sqerr(q, rc, "journal mode", err);
+		usleep(5000 + tries * 1000);
+	}
+	return ik_errf(err, IK_TEMPFAIL, "sqlite %s: could not switch to WAL (busy)", q->path);
+}
+
+int
+ik_store_sqlite_open(const char *path, struct ik_store *st, ik_err *err)
+{
+	struct sq *q;
+	const char *bt = getenv("IDEMKIT_BUSY_TIMEOUT");
+	int64_t busy_ms = 10000;
+	int fd, rc;
+	char *pragmas;
+
+	if (bt && *bt && ik_parse_duration(bt, &busy_ms) < 0)
+		return ik_errf(err, IK_CONFIG, "IDEMKIT_BUSY_TIMEOUT: not a duration");
+	/* Create the file ourselves so it is 0600 from its first byte; SQLite
+	 * gives the -wal and -shm files the same mode. */
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return ik_errf(err, errno == EACCES || errno == ENOENT || errno == EROFS ||
+		    errno == EISDIR ? IK_CONFIG : IK_TEMPFAIL, "sqlite %s: %s", path,
+		    strerror(errno));
+	close(fd);
+	if (!(q = calloc(1, sizeof *q)) || !(q->path = strdup(path))) {
+		free(q);
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	}
+	st->impl = q;
+	st->ops = &sqlite_ops;
+	rc = sqlite3_open_v2(path, &q->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+	if (rc != SQLITE_OK)
+		goto fail;
+	sqlite3_busy_timeout(q->db, (int)(busy_ms > 600000 ? 600000 : busy_ms));
+	if ((rc = set_wal(q, err)))
+		goto out;
+	pragmas = "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;";
+	if ((rc = sqlite3_exec(q->db, pragmas, NULL, NULL, NULL)) != SQLITE_OK)
+		goto fail;
+	if ((rc = migrate(q, err)))
+		goto out;
+	return IK_OK;
+fail:
+	rc = sqerr(q, rc, "open", err);
+out:
+	sq_close(st);
+	st->ops = NULL;
+	return rc;
+}
