@@ -166,6 +166,19 @@ ik_env_step_code(const cJSON *env, const char *step)
 }
 
 int
+ik_env_outcome(const cJSON *env)
+{
+	static const char *const steps[] = { "claim", "debit", "notify", "done" };
+
+	for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+		int c = ik_env_step_code(env, steps[i]);
+		if (c > 0)
+			return c;
+	}
+	return IK_OK;
+}
+
+int
 ik_env_verdict(const cJSON *env, const char **why)
 {
 	int claim = ik_env_step_code(env, "claim");

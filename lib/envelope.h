@@ -47,6 +47,11 @@ cJSON *ik_env_set_result(cJSON *env, const char *step, int code);
  * when the outcome name is unknown. */
 int ik_env_step_code(const cJSON *env, const char *step);
 
+/* The envelope's outcome so far: the code of the first step (claim, debit,
+ * notify, done, in flow order) whose outcome is not OK, else IK_OK.  A step
+ * that passes an envelope through untouched exits with this. */
+int ik_env_outcome(const cJSON *env);
+
 /* The verdict: the one outcome that decides what happens to the message,
  * from all the steps' results.  why gets a short static explanation.
  *   claim not OK               -> the claim's code

@@ -12,7 +12,7 @@
  * an envelope but is malformed is recorded as DATAERR under the step's own
  * name by the loop, never passed to fn).  It adds its own result and
  * returns its outcome; when it has nothing to do for this envelope it
- * leaves the envelope untouched and returns ik_env_verdict(env).
+ * leaves the envelope untouched and returns ik_env_outcome(env).
  */
 #ifndef IK_STEP_H
 #define IK_STEP_H

@@ -1,0 +1,165 @@
+/* idemp-done: record the outcome of a claimed charge, fenced by its token.
+ *
+ * One conditional write on state = IN_PROGRESS AND owner = token: a worker
+ * whose lease was taken over gets LEASE_LOST and changes nothing.  Without
+ * --state the final state comes from the envelope; an envelope with nothing
+ * to record (not acquired, debit transient) passes through untouched.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "envelope.h"
+#include "log.h"
+#include "outcome.h"
+#include "step.h"
+#include "store.h"
+#include "util.h"
+
+static const char usage[] =
+	"usage: idemp-done [--stream] [--state DONE|FAILED|DEBITED_NOTIFICATION_FAILED]\n"
+	"                  [--store URL] < envelope\n";
+static const char options[] =
+	"  -s, --stream       many envelopes in, one out per line; outcome in the envelope\n"
+	"  -t, --state STATE  record this state instead of deriving it from the envelope\n"
+	"  -S, --store URL    sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE)\n"
+	"  -h, --help         this help\n"
+	"  -V, --version      print the version\n";
+static const int codes[] = { 0, 13, 64, 65, 70, 75, 78, -1 };
+
+struct ctx {
+	const char *url;
+	struct ik_store *store;
+	ik_err open_err;
+	enum ik_state state;
+};
+
+static const char *
+field(const cJSON *env, const char *step, const char *name)
+{
+	return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+	    ik_env_result(env, step), name));
+}
+
+/* The state the envelope's results call for, or IK_ST_NONE when there is
+ * nothing to record yet. */
+static enum ik_state
+derive(const cJSON *env)
+{
+	int debit = ik_env_step_code(env, "debit");
+	int notify = ik_env_step_code(env, "notify");
+
+	if (debit == IK_DECLINED)
+		return IK_ST_FAILED;
+	if (debit != IK_OK)
+		return IK_ST_NONE;
+	if (notify == IK_OK)
+		return IK_ST_DONE;
+	if (notify == IK_NOTIFY_FAILED)
+		return IK_ST_DNF;
+	return IK_ST_NONE;
+}
+
+static int
+done(cJSON *env, void *arg)
+{
+	struct ctx *c = arg;
+	const cJSON *claim = ik_env_result(env, "claim");
+	const char *key = field(env, "claim", "chargeId");
+	const char *token = field(env, "claim", "token");
+	struct ik_finish_req req;
+	ik_err err = { 0 };
+	enum ik_state state;
+	cJSON *r;
+	int rc;
+
+	if (!claim) {
+		r = ik_env_set_result(env, "done", IK_DATAERR);
+		cJSON_AddStringToObject(r, "error", "envelope has no claim; run idemp-claim first");
+		ik_warnx("envelope has no claim; run idemp-claim first");
+		return IK_DATAERR;
+	}
+	if (ik_env_step_code(env, "claim") != IK_OK)
+		return ik_env_outcome(env);
+	if (!key || !token) {
+		r = ik_env_set_result(env, "done", IK_DATAERR);
+		cJSON_AddStringToObject(r, "error", "claim: chargeId or token missing");
+		ik_warnx("claim: chargeId or token missing");
+		return IK_DATAERR;
+	}
+	state = c->state != IK_ST_NONE ? c->state : derive(env);
+	if (state == IK_ST_NONE)
+		return ik_env_outcome(env);
+
+	if (!c->store && !c->open_err.code &&
+	    ik_store_open(c->url, &c->store, &c->open_err) != IK_OK)
+		c->store = NULL;
+	if (!c->store) {
+		err = c->open_err;
+		rc = err.code;
+	} else {
+		req = (struct ik_finish_req){
+			.key = key, .token = token, .state = state,
+			.debit_ref = field(env, "debit", "ref"),
+			.last_error = field(env, "debit", "error") ? field(env, "debit", "error")
+			    : field(env, "notify", "error"),
+			.now_ms = ik_now_ms(),
+		};
+		rc = c->store->ops->finish(c->store, &req, &err);
+	}
+	r = ik_env_set_result(env, "done", rc);
+	cJSON_AddStringToObject(r, "state", ik_state_name(state));
+	if (rc == IK_LEASE_LOST)
+		cJSON_AddStringToObject(r, "error", "lease lost: another claim holds this "
+		    "chargeId now; nothing was recorded");
+	else if (rc != IK_OK) {
+		cJSON_AddStringToObject(r, "error", err.msg);
+		ik_warnx("%s", err.msg);
+	}
+	ik_log(rc == IK_OK ? IK_LOG_DEBUG : IK_LOG_WARN, "done", "step", "done",
+	    "chargeId", key, "messageId", ik_env_str(env, "messageId"),
+	    "state", ik_state_name(state), "outcome", ik_code_name(rc), NULL);
+	return rc;
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "stream", no_argument, NULL, 's' },
+		{ "state", required_argument, NULL, 't' },
+		{ "store", required_argument, NULL, 'S' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct ctx c = { 0 };
+	struct ik_step st = { .name = "done", .fn = done, .ctx = &c };
+	int ch, rc;
+
+	ik_cli_init(argv[0]);
+	while ((ch = getopt_long(argc, argv, "st:S:hV", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 's': st.stream = 1; break;
+		case 't':
+			c.state = ik_state_parse(optarg);
+			if (c.state == IK_ST_NONE || c.state == IK_ST_IN_PROGRESS) {
+				ik_warnx("--state: \"%s\" is not DONE, FAILED or "
+				    "DEBITED_NOTIFICATION_FAILED", optarg);
+				return IK_USAGE;
+			}
+			break;
+		case 'S': c.url = optarg; break;
+		case 'h': return ik_help(usage, options, codes);
+		case 'V': return ik_version();
+		default: return ik_usage(usage);
+		}
+	}
+	if (optind != argc)
+		return ik_usage(usage);
+	rc = ik_step_run(&st);
+	ik_store_close(c.store);
+	return rc;
+}

@@ -1,0 +1,92 @@
+/* idemp-list: records matching a filter, one JSON object per line, for cron
+ * recovery jobs (re-notify DEBITED_NOTIFICATION_FAILED, re-drive IN_PROGRESS
+ * records whose lease ran out long ago). */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli.h"
+#include "outcome.h"
+#include "store.h"
+#include "util.h"
+
+static const char usage[] =
+	"usage: idemp-list [--state STATE] [--expired] [--older-than DUR] [--store URL]\n";
+static const char options[] =
+	"  -t, --state STATE      only IN_PROGRESS, DONE, FAILED or\n"
+	"                         DEBITED_NOTIFICATION_FAILED records\n"
+	"  -e, --expired          only IN_PROGRESS records whose lease has ended\n"
+	"  -o, --older-than DUR   only records last updated more than DUR ago (e.g. 15m)\n"
+	"  -S, --store URL        sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE)\n"
+	"  -h, --help             this help\n"
+	"  -V, --version          print the version\n";
+static const int codes[] = { 0, 1, 64, 70, 75, 78, -1 };
+
+static int
+print(const struct ik_record *r, void *arg)
+{
+	cJSON *o = ik_record_json(r, *(int64_t *)arg);
+	char *line = o ? cJSON_PrintUnformatted(o) : NULL;
+	int stop = !line;
+
+	if (line && printf("%s\n", line) < 0)
+		stop = 1;   /* stdout is gone; ik_finish reports it */
+	free(line);
+	cJSON_Delete(o);
+	return stop;
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "state", required_argument, NULL, 't' },
+		{ "expired", no_argument, NULL, 'e' },
+		{ "older-than", required_argument, NULL, 'o' },
+		{ "store", required_argument, NULL, 'S' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct ik_list_filter f = { 0 };
+	struct ik_store *s;
+	const char *url = NULL;
+	ik_err err = { 0 };
+	int ch, rc;
+
+	ik_cli_init(argv[0]);
+	while ((ch = getopt_long(argc, argv, "t:eo:S:hV", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 't':
+			if ((f.state = ik_state_parse(optarg)) == IK_ST_NONE) {
+				ik_warnx("--state: \"%s\" is not IN_PROGRESS, DONE, FAILED or "
+				    "DEBITED_NOTIFICATION_FAILED", optarg);
+				return IK_USAGE;
+			}
+			break;
+		case 'e': f.expired = 1; break;
+		case 'o':
+			if (ik_parse_duration(optarg, &f.older_than_ms) < 0 || !f.older_than_ms) {
+				ik_warnx("--older-than: \"%s\" is not a duration (e.g. 15m, 2h)", optarg);
+				return IK_USAGE;
+			}
+			break;
+		case 'S': url = optarg; break;
+		case 'h': return ik_help(usage, options, codes);
+		case 'V': return ik_version();
+		default: return ik_usage(usage);
+		}
+	}
+	if (optind != argc)
+		return ik_usage(usage);
+	if (ik_store_open(url, &s, &err) != IK_OK)
+		return ik_fail(&err);
+	f.now_ms = ik_now_ms();
+	rc = s->ops->list(s, &f, print, &f.now_ms, &err);
+	if (rc != IK_OK && rc != IK_EMPTY)
+		ik_fail(&err);
+	ik_store_close(s);
+	return ik_finish(rc);
+}

@@ -1,0 +1,159 @@
+/* idemp-show: what the store knows of one or more chargeIds, for a person
+ * (default) or a machine (--json, one object per line).  Answers the 3 a.m.
+ * questions: debited or not, when, how many attempts, who holds it now. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cjson/cJSON.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "log.h"
+#include "outcome.h"
+#include "store.h"
+#include "util.h"
+
+static const char usage[] =
+	"usage: idemp-show [--json] [--store URL] [CHARGEID ...]\n";
+static const char options[] =
+	"  -j, --json         one JSON object per record instead of the human view\n"
+	"  -S, --store URL    sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE)\n"
+	"  -h, --help         this help\n"
+	"  -V, --version      print the version\n"
+	"With no CHARGEID, chargeIds are read from stdin, one per line.\n";
+static const int codes[] = { 0, 1, 64, 70, 75, 78, -1 };
+
+static void
+when(const char *label, int64_t ms, int64_t now)
+{
+	char buf[32];
+	time_t t = (time_t)(ms / 1000);
+	struct tm tm;
+	int64_t ago = (now - ms) / 1000;
+
+	if (ms <= 0) {
+		printf("  %-12s -\n", label);
+		return;
+	}
+	gmtime_r(&t, &tm);
+	strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (ago >= 0)
+		printf("  %-12s %s.%03dZ (%lldh%02lldm%02llds ago)\n", label, buf,
+		    (int)(ms % 1000), (long long)(ago / 3600), (long long)(ago / 60 % 60),
+		    (long long)(ago % 60));
+	else
+		printf("  %-12s %s.%03dZ (in %llds)\n", label, buf, (int)(ms % 1000),
+		    (long long)-ago);
+}
+
+static const char *
+debited(const struct ik_record *r)
+{
+	switch (r->state) {
+	case IK_ST_DONE: return "yes";
+	case IK_ST_DNF: return "yes (customer not notified)";
+	case IK_ST_FAILED: return "no (declined)";
+	default: return "unknown: a claim is in progress or died mid-way; "
+	    "the bank's ledger for this chargeId decides";
+	}
+}
+
+static void
+human(const struct ik_record *r, int64_t now)
+{
+	printf("%s\n", r->key);
+	printf("  %-12s %s\n", "state", ik_state_name(r->state));
+	printf("  %-12s %s\n", "debited", debited(r));
+	if (r->state == IK_ST_IN_PROGRESS) {
+		if (r->lease_until > now)
+			printf("  %-12s held by %s, %llds left\n", "lease", r->owner ? r->owner : "?",
+			    (long long)((r->lease_until - now + 999) / 1000));
+		else
+			printf("  %-12s expired (last holder %s): the next delivery may reclaim\n",
+			    "lease", r->owner ? r->owner : "?");
+	}
+	printf("  %-12s %lld\n", "attempts", (long long)r->attempts);
+	printf("  %-12s %s\n", "bank ref", r->debit_ref ? r->debit_ref : "-");
+	printf("  %-12s %s\n", "last error", r->last_error ? r->last_error : "-");
+	when("created", r->created_at, now);
+	when("updated", r->updated_at, now);
+	when("expires", r->expires_at * 1000, now);
+	printf("  %-12s %s\n", "fingerprint", r->fingerprint ? r->fingerprint : "-");
+}
+
+static int
+show(struct ik_store *s, const char *key, int json, ik_err *err)
+{
+	struct ik_record r;
+	int64_t now = ik_now_ms();
+	int rc = s->ops->get(s, key, &r, err);
+
+	if (rc == IK_EMPTY) {
+		ik_warnx("%s: no record", key);
+		return rc;
+	}
+	if (rc != IK_OK)
+		return ik_fail(err);
+	if (json) {
+		cJSON *o = ik_record_json(&r, now);
+		char *line = o ? cJSON_PrintUnformatted(o) : NULL;
+		if (line)
+			printf("%s\n", line);
+		free(line);
+		cJSON_Delete(o);
+	} else {
+		human(&r, now);
+	}
+	ik_record_free(&r);
+	return IK_OK;
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "store", required_argument, NULL, 'S' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct ik_store *s;
+	const char *url = NULL;
+	ik_err err = { 0 };
+	int ch, json = 0, rc = IK_OK, r;
+
+	ik_cli_init(argv[0]);
+	while ((ch = getopt_long(argc, argv, "jS:hV", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'j': json = 1; break;
+		case 'S': url = optarg; break;
+		case 'h': return ik_help(usage, options, codes);
+		case 'V': return ik_version();
+		default: return ik_usage(usage);
+		}
+	}
+	if (ik_store_open(url, &s, &err) != IK_OK)
+		return ik_fail(&err);
+	if (optind < argc) {
+		for (int i = optind; i < argc; i++) {
+			r = show(s, strcmp(argv[i], "-") ? argv[i] : "", json, &err);
+			if (r > rc)
+				rc = r;
+		}
+	} else {
+		struct ik_buf line = { 0 };
+		while (ik_read_line(stdin, &line) == 1) {
+			if (!line.len)
+				continue;
+			r = show(s, line.p, json, &err);
+			if (r > rc)
+				rc = r;
+		}
+		ik_buf_free(&line);
+	}
+	ik_store_close(s);
+	return ik_finish(rc);
+}

@@ -1,0 +1,108 @@
+#!/usr/bin/env bats
+# The ChargeDueEvent v1 validation table (DESIGN.md), rule by rule, through
+# idemp-claim: each bad body is DATAERR (65) with a reason naming the field,
+# and the body travels on intact in the envelope.
+
+bats_require_minimum_version 1.5.0
+load helper
+
+# bad BODY FIELD-AND-REASON-PATTERN
+bad() {
+	run --separate-stderr idemp-claim <<<"$1"
+	echo "status=$status stdout=${output:0:300} stderr=${stderr:0:300}"
+	[ "$status" -eq 65 ]
+	[ "$(jget "$output" claim.outcome)" = DATAERR ]
+	[[ "$(jget "$output" claim.error)" == $2 ]]
+	[ "$(jget "$output" body)" = "$1" ]
+}
+
+base='"chargeId":"CHG-1","accountId":"ACC-1","currency":"INR","chargeType":"SMS_ALERT_FEE"'
+
+@test "fractional amount" { bad "{$base,\"amount\":2500.5}" "amount: fraction not allowed*"; }
+@test "integral-looking fraction 2500.0" { bad "{$base,\"amount\":2500.0}" "amount: fraction*"; }
+@test "exponent 1e3" { bad "{$base,\"amount\":1e3}" "amount: exponent not allowed*"; }
+@test "negative amount" { bad "{$base,\"amount\":-5}" "amount: negative*"; }
+@test "zero amount" { bad "{$base,\"amount\":0}" "amount: must be at least 1*"; }
+@test "string amount" { bad "{$base,\"amount\":\"2500\"}" "amount: *not a string*"; }
+@test "amount over 10^12" { bad "{$base,\"amount\":1000000000001}" "amount: *exceeds*"; }
+@test "amount missing" { bad "{$base}" "amount: missing"; }
+@test "amount duplicated" { bad "{$base,\"amount\":1,\"amount\":2}" "amount: appears more than once"; }
+
+@test "129-character chargeId" {
+	long=$(printf 'C%.0s' $(seq 1 129))
+	bad "{\"chargeId\":\"$long\",\"accountId\":\"ACC-1\",\"amount\":1,\"currency\":\"INR\",\"chargeType\":\"X\"}" \
+		"chargeId: 129 characters, at most 128 allowed"
+}
+@test "128-character chargeId is fine" {
+	long=$(printf 'C%.0s' $(seq 1 128))
+	run --separate-stderr idemp-claim <<<"{\"chargeId\":\"$long\",\"accountId\":\"ACC-1\",\"amount\":1,\"currency\":\"INR\",\"chargeType\":\"X\"}"
+	[ "$status" -eq 0 ]
+}
+@test "chargeId with a character outside the alphabet" {
+	bad '{"chargeId":"CHG/1","accountId":"ACC-1","amount":1,"currency":"INR","chargeType":"X"}' \
+		'chargeId: character 4 of "CHG/1" is not in*'
+}
+@test "chargeId not a string" {
+	bad '{"chargeId":123,"accountId":"ACC-1","amount":1,"currency":"INR","chargeType":"X"}' "chargeId: must be a string"
+}
+@test "accountId missing" {
+	bad '{"chargeId":"C1","amount":1,"currency":"INR","chargeType":"X"}' "accountId: missing"
+}
+@test "accountId too long" {
+	long=$(printf 'A%.0s' $(seq 1 65))
+	bad "{\"chargeId\":\"C1\",\"accountId\":\"$long\",\"amount\":1,\"currency\":\"INR\",\"chargeType\":\"X\"}" \
+		"accountId: 65 characters*"
+}
+@test "lower-case currency" {
+	bad '{"chargeId":"C1","accountId":"A1","amount":1,"currency":"inr","chargeType":"X"}' \
+		'currency: "inr" is not an ISO 4217 code*'
+}
+@test "unknown currency" {
+	bad '{"chargeId":"C1","accountId":"A1","amount":1,"currency":"ABC","chargeType":"X"}' \
+		'currency: unknown ISO 4217 code "ABC"'
+}
+@test "currency missing" {
+	bad '{"chargeId":"C1","accountId":"A1","amount":1,"chargeType":"X"}' "currency: missing"
+}
+@test "chargeType lower case" {
+	bad '{"chargeId":"C1","accountId":"A1","amount":1,"currency":"INR","chargeType":"sms"}' 'chargeType: "sms" must match*'
+}
+@test "chargeType missing" {
+	bad '{"chargeId":"C1","accountId":"A1","amount":1,"currency":"INR"}' "chargeType: missing"
+}
+@test "bad dueDate" {
+	bad '{"chargeId":"C1","accountId":"A1","amount":1,"currency":"INR","chargeType":"X","dueDate":"2026-02-30"}' \
+		'dueDate: "2026-02-30" is not a date*'
+}
+@test "non-JSON body" { bad 'this is not json' "body: not valid JSON"; }
+@test "JSON but not an object" { bad '[1,2,3]' "body: not a JSON object"; }
+@test "trailing garbage" { bad "{$base,\"amount\":1} x" "body: trailing data*"; }
+@test "control characters in a chargeId" {
+	bad '{"chargeId":"C\u0001X","accountId":"A1","amount":1,"currency":"INR","chargeType":"X"}' 'chargeId: character 2 of "C?X"*'
+}
+@test "escaped field names are refused" {
+	bad "{$base,\"\\u0061mount\":1}" "body: escaped characters in a field name*"
+}
+@test "body over 256 KiB" {
+	pad=$(head -c 270000 /dev/zero | tr '\0' x)
+	bad "{$base,\"amount\":1,\"pad\":\"$pad\"}" "body: * bytes, larger than 256 KiB"
+}
+@test "unknown fields are kept and ignored; dueDate optional" {
+	run --separate-stderr idemp-claim <<<"{$base,\"amount\":1,\"note\":{\"x\":[1,2]}}"
+	[ "$status" -eq 0 ]
+	[[ "$(jget "$output" body)" == *'"note":{"x":[1,2]}'* ]]
+}
+@test "a malformed envelope is DATAERR and its line travels as the body" {
+	run --separate-stderr idemp-claim <<<'{"v":1,"body":42}'
+	[ "$status" -eq 65 ]
+	[[ "$(jget "$output" claim.error)" == "envelope: \"body\" missing or not a string" ]]
+	[ "$(jget "$output" body)" = '{"v":1,"body":42}' ]
+}
+@test "fingerprint: same business fields, same fingerprint, whatever the field order" {
+	a=$(idemp-claim 2>/dev/null <<<'{"chargeId":"F1","accountId":"A1","amount":7,"currency":"INR","chargeType":"X"}')
+	b='{"chargeType":"X","currency":"INR","amount":7,"accountId":"A1","chargeId":"F1","extra":1}'
+	run --separate-stderr idemp-claim <<<"$b"
+	[ "$status" -eq 11 ]
+	want=$(printf 'A1|7|INR|X' | sha256sum | cut -d' ' -f1)
+	[ "$(jget "$(idemp-show --json F1)" fingerprint)" = "$want" ]
+}

@@ -1,0 +1,92 @@
+#!/usr/bin/env bats
+# idemp-done: options, pass-through and the exit codes (OK, LEASE_LOST and
+# the derived states are also in store.bats).
+
+bats_require_minimum_version 1.5.0
+load helper
+load lock
+
+setup() { export IDEMKIT_STORE=sqlite:$BATS_TEST_TMPDIR/s.db; }
+
+# with STEPJSON: the claimed envelope for ID with more results appended.
+claimed() { env=$(ev "$1" | idemp-claim 2>/dev/null); printf '%s\n' "${env%\}}${2:+,$2}}"; }
+
+@test "--help lists its exit codes; --version; bad --state is 64" {
+	run idemp-done --help
+	[ "$status" -eq 0 ]
+	for c in "0  OK" "13  LEASE_LOST" "65  DATAERR" "75  TEMPFAIL"; do [[ "$output" == *"$c"* ]]; done
+	run idemp-done --version
+	[ "$status" -eq 0 ]
+	run idemp-done --state IN_PROGRESS
+	[ "$status" -eq 64 ]
+	run idemp-done --state maybe
+	[ "$status" -eq 64 ]
+}
+
+@test "records DONE and exits 0" {
+	run --separate-stderr idemp-done --state DONE < <(claimed CHG-D1)
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" done.outcome)" = OK ]
+	[ "$(jget "$output" done.state)" = DONE ]
+}
+
+@test "an envelope with no claim is 65" {
+	run --separate-stderr idemp-done < <(ev CHG-D2)
+	[ "$status" -eq 65 ]
+	[ "$(jget "$output" done.outcome)" = DATAERR ]
+	[[ "$stderr" == *"no claim"* ]]
+}
+
+@test "a claim without a token is 65" {
+	run --separate-stderr idemp-done --state DONE <<<'{"v":1,"body":"x","claim":{"outcome":"ACQUIRED","chargeId":"C"}}'
+	[ "$status" -eq 65 ]
+}
+
+@test "nothing to record passes through untouched with the envelope's outcome" {
+	env=$(ev CHG-D3 | idemp-claim 2>/dev/null)
+	dup=$(ev CHG-D3 | idemp-claim 2>/dev/null || true)
+	run --separate-stderr idemp-done <<<"$dup"
+	[ "$status" -eq 11 ]
+	[ "$output" = "$dup" ]
+	tf=$(claimed CHG-D4 '"debit":{"outcome":"TEMPFAIL","error":"HTTP 503"}')
+	run --separate-stderr idemp-done <<<"$tf"
+	[ "$status" -eq 75 ]
+	[ "$output" = "$tf" ]
+	run idemp-show --json CHG-D4
+	[ "$(jget "$output" state)" = IN_PROGRESS ]
+}
+
+@test "a lost lease is 13 and says so" {
+	old=$(ev CHG-D5 | idemp-claim --lease 1s 2>/dev/null)
+	sleep 1.2
+	ev CHG-D5 | idemp-claim >/dev/null 2>&1
+	run --separate-stderr idemp-done --state DONE <<<"$old"
+	[ "$status" -eq 13 ]
+	[[ "$(jget "$output" done.error)" == "lease lost"* ]]
+}
+
+@test "store busy -> 75, and the record stays IN_PROGRESS" {
+	env=$(claimed CHG-D6)
+	hold_write_lock "$BATS_TEST_TMPDIR/s.db" 3
+	IDEMKIT_BUSY_TIMEOUT=200ms run --separate-stderr idemp-done --state DONE <<<"$env"
+	kill "$LOCK_PID" 2>/dev/null || true
+	[ "$status" -eq 75 ]
+	[ "$(jget "$output" done.outcome)" = TEMPFAIL ]
+	run idemp-show --json CHG-D6
+	[ "$(jget "$output" state)" = IN_PROGRESS ]
+}
+
+@test "bad store -> 78" {
+	env=$(claimed CHG-D7)
+	run --separate-stderr idemp-done --state DONE --store nope: <<<"$env"
+	[ "$status" -eq 78 ]
+}
+
+@test "--stream finishes many and reports each" {
+	a=$(claimed CHG-D8 '"debit":{"outcome":"OK","ref":"T8"},"notify":{"outcome":"OK"}')
+	b=$(claimed CHG-D9 '"debit":{"outcome":"DECLINED","error":"HTTP 402"}')
+	run --separate-stderr idemp-done --stream < <(printf '%s\n%s\n' "$a" "$b")
+	[ "$status" -eq 0 ]
+	[ "$(jget "${lines[0]}" done.state)" = DONE ]
+	[ "$(jget "${lines[1]}" done.state)" = FAILED ]
+}

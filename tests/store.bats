@@ -1,0 +1,163 @@
+#!/usr/bin/env bats
+# The store suite: the claim/finish contract of DESIGN.md, driven through
+# idemp-claim and idemp-done, backend-agnostic (IDEMKIT_TEST_BACKEND picks
+# the store; see helper.bash).  Every case here must pass on every backend.
+
+bats_require_minimum_version 1.5.0
+load helper
+
+setup_file() { store_backend_setup_file; }
+teardown_file() { store_backend_teardown_file; }
+setup() { store_backend_setup; }
+
+@test "first claim acquires with attempt 1; a second is DUP_IN_PROGRESS with the holder's lease" {
+	id=$(uid a)
+	run --separate-stderr idemp-claim < <(ev "$id")
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" claim.outcome)" = ACQUIRED ]
+	[ "$(jget "$output" claim.attempt)" = 1 ]
+	[ "$(jget "$output" claim.chargeId)" = "$id" ]
+	token=$(jget "$output" claim.token)
+	[ "${#token}" -eq 32 ]
+	lease=$(jget "$output" claim.leaseUntil)
+
+	run --separate-stderr idemp-claim < <(ev "$id")
+	[ "$status" -eq 11 ]
+	[ "$(jget "$output" claim.outcome)" = DUP_IN_PROGRESS ]
+	[ "$(jget "$output" claim.leaseUntil)" = "$lease" ]
+	[ -z "$(jget "$output" claim.token)" ]
+}
+
+@test "DONE -> 10, FAILED -> 12, DEBITED_NOTIFICATION_FAILED -> 10" {
+	for pair in DONE:10 FAILED:12 DEBITED_NOTIFICATION_FAILED:10; do
+		state=${pair%:*} want=${pair#*:}
+		id=$(uid "$state")
+		ev "$id" | idemp-claim 2>/dev/null | idemp-done --state "$state" >/dev/null
+		run --separate-stderr idemp-claim < <(ev "$id")
+		[ "$status" -eq "$want" ]
+		[ "$(jget "$output" claim.state)" = "$state" ]
+	done
+}
+
+@test "derived state: declined -> FAILED, notify failed -> DNF, both OK -> DONE, with ref and error" {
+	id=$(uid d1)
+	env=$(ev "$id" | idemp-claim 2>/dev/null)
+	run --separate-stderr idemp-done <<<"${env%\}},\"debit\":{\"outcome\":\"OK\",\"ref\":\"TXN-1\"},\"notify\":{\"outcome\":\"OK\"}}"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" done.state)" = DONE ]
+	run idemp-show --json "$id"
+	[ "$(jget "$output" state)" = DONE ]
+	[ "$(jget "$output" debitRef)" = TXN-1 ]
+
+	id=$(uid d2)
+	env=$(ev "$id" | idemp-claim 2>/dev/null)
+	run --separate-stderr idemp-done <<<"${env%\}},\"debit\":{\"outcome\":\"DECLINED\",\"error\":\"HTTP 402: insufficient funds\"}}"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" done.state)" = FAILED ]
+	run idemp-show --json "$id"
+	[ "$(jget "$output" state)" = FAILED ]
+	[ "$(jget "$output" lastError)" = "HTTP 402: insufficient funds" ]
+
+	id=$(uid d3)
+	env=$(ev "$id" | idemp-claim 2>/dev/null)
+	run --separate-stderr idemp-done <<<"${env%\}},\"debit\":{\"outcome\":\"OK\",\"ref\":\"TXN-3\"},\"notify\":{\"outcome\":\"NOTIFY_FAILED\",\"error\":\"HTTP 503\"}}"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" done.state)" = DEBITED_NOTIFICATION_FAILED ]
+	run idemp-show --json "$id"
+	[ "$(jget "$output" state)" = DEBITED_NOTIFICATION_FAILED ]
+	[ "$(jget "$output" debitRef)" = TXN-3 ]
+	[ "$(jget "$output" lastError)" = "HTTP 503" ]
+}
+
+@test "lease expiry: a reclaim gets attempt 2; the old token's idemp-done is 13 and changes nothing" {
+	id=$(uid lease)
+	old=$(ev "$id" | idemp-claim --lease 1s 2>/dev/null)
+	[ "$(jget "$old" claim.attempt)" = 1 ]
+	sleep 1.2
+	run --separate-stderr idemp-claim --lease 60s < <(ev "$id")
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" claim.attempt)" = 2 ]
+	new_token=$(jget "$output" claim.token)
+	[ "$new_token" != "$(jget "$old" claim.token)" ]
+	before=$(idemp-show --json "$id")
+
+	run --separate-stderr idemp-done --state DONE <<<"$old"
+	[ "$status" -eq 13 ]
+	[ "$(jget "$output" done.outcome)" = LEASE_LOST ]
+	after=$(idemp-show --json "$id")
+	[ "$(jget "$after" state)" = IN_PROGRESS ]
+	[ "$(jget "$after" owner)" = "$new_token" ]
+	[ "$(jget "$after" attempts)" = 2 ]
+	[ "$(jget "$after" updatedAt)" = "$(jget "$before" updatedAt)" ]
+}
+
+@test "same chargeId, different amount -> 14 on a live record and on an expired one" {
+	id=$(uid mm)
+	ev "$id" 2500 | idemp-claim --lease 1s >/dev/null 2>&1
+	run --separate-stderr idemp-claim < <(ev "$id" 2600)
+	[ "$status" -eq 14 ]
+	[ "$(jget "$output" claim.outcome)" = PAYLOAD_MISMATCH ]
+	sleep 1.2
+	run --separate-stderr idemp-claim < <(ev "$id" 2600)
+	[ "$status" -eq 14 ]
+	# the original payload can still reclaim the expired lease
+	run --separate-stderr idemp-claim < <(ev "$id" 2500)
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" claim.attempt)" = 2 ]
+}
+
+@test "mismatch beats duplicate on a finished record (different account)" {
+	id=$(uid mmd)
+	ev "$id" | idemp-claim 2>/dev/null | idemp-done --state DONE >/dev/null
+	run --separate-stderr idemp-claim < <(ev "$id" 2500 ACC-OTHER)
+	[ "$status" -eq 14 ]
+}
+
+@test "50 concurrent idemp-claim on one chargeId: exactly one 0, the rest 11 (5 rounds)" {
+	for round in 1 2 3 4 5; do
+		id=$(uid "race$round")
+		dir=$BATS_TEST_TMPDIR/r$round
+		mkdir -p "$dir"
+		ev "$id" > "$dir/ev"
+		for i in $(seq 1 50); do
+			( rc=0; idemp-claim < "$dir/ev" > "$dir/out$i" 2>/dev/null || rc=$?; echo $rc > "$dir/rc$i" ) &
+		done
+		wait
+		zeros=$(cat "$dir"/rc* | grep -cx 0 || true)
+		elevens=$(cat "$dir"/rc* | grep -cx 11 || true)
+		echo "round $round: zeros=$zeros elevens=$elevens $(cat "$dir"/rc* | sort | uniq -c | tr '\n' ' ')"
+		[ "$zeros" -eq 1 ]
+		[ "$elevens" -eq 49 ]
+		run idemp-show --json "$id"
+		[ "$(jget "$output" attempts)" = 1 ]
+	done
+}
+
+@test "finish twice: the second is LEASE_LOST (state no longer IN_PROGRESS)" {
+	id=$(uid twice)
+	env=$(ev "$id" | idemp-claim 2>/dev/null)
+	idemp-done --state DONE <<<"$env" >/dev/null
+	run --separate-stderr idemp-done --state FAILED <<<"$env"
+	[ "$status" -eq 13 ]
+	run idemp-show --json "$id"
+	[ "$(jget "$output" state)" = DONE ]
+}
+
+@test "idemp-list filters by state, expiry and age" {
+	a=$(uid la) b=$(uid lb) c=$(uid lc)
+	ev "$a" | idemp-claim --lease 1s >/dev/null 2>&1
+	ev "$b" | idemp-claim 2>/dev/null | idemp-done --state DEBITED_NOTIFICATION_FAILED >/dev/null
+	ev "$c" | idemp-claim >/dev/null 2>&1
+	sleep 1.2
+	run --separate-stderr idemp-list --state DEBITED_NOTIFICATION_FAILED
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"\"chargeId\":\"$b\""* ]]
+	[[ "$output" != *"\"chargeId\":\"$a\""* ]]
+	run --separate-stderr idemp-list --expired
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"\"chargeId\":\"$a\""* ]]
+	[[ "$output" != *"\"chargeId\":\"$c\""* ]]
+	run --separate-stderr idemp-list --state FAILED --older-than 1h
+	[ "$status" -eq 1 ]
+	[ -z "$output" ]
+}
