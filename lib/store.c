@@ -116,6 +116,7 @@ struct adapter {
 
 static const struct adapter adapters[] = {
 	{ "sqlite:", ik_store_sqlite_open },
+	{ "dynamodb:", ik_store_dynamodb_open },
 };
 
 int

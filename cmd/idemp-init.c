@@ -1,0 +1,58 @@
+/* idemp-init: create or migrate the idempotency store, idempotently.
+ * SQLite: the schema and its migrations.  DynamoDB: the table (on-demand
+ * billing, HASH key on the key attribute, TTL on expiresAt), or, when it
+ * exists, a check of its key schema.  Run it once per deployment; running
+ * it again changes nothing. */
+#include <getopt.h>
+#include <stdio.h>
+
+#include "cli.h"
+#include "log.h"
+#include "outcome.h"
+#include "store.h"
+
+static const char usage[] =
+	"usage: idemp-init [--store URL]\n";
+static const char options[] =
+	"  -S, --store URL    sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE)\n"
+	"  -h, --help         this help\n"
+	"  -V, --version      print the version\n";
+static const int codes[] = { 0, 64, 70, 75, 78, -1 };
+
+int
+main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "store", required_argument, NULL, 'S' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct ik_store *s;
+	const char *url = NULL;
+	ik_err err = { 0 };
+	int ch, rc;
+
+	ik_cli_init(argv[0]);
+	while ((ch = getopt_long(argc, argv, "S:hV", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'S': url = optarg; break;
+		case 'h': return ik_help(usage, options, codes);
+		case 'V': return ik_version();
+		default: return ik_usage(usage);
+		}
+	}
+	if (optind < argc)
+		return ik_usage(usage);
+	if ((rc = ik_store_open(url, &s, &err)) != IK_OK)
+		return ik_fail(&err);
+	rc = s->ops->init(s, &err);
+	if (rc == IK_OK) {
+		ik_log(IK_LOG_INFO, "store ready", "store", s->url, NULL);
+		printf("%s\n", s->url);
+	}
+	ik_store_close(s);
+	if (rc != IK_OK)
+		return ik_fail(&err);
+	return ik_finish(IK_OK);
+}

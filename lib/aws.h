@@ -1,0 +1,95 @@
+/* aws.h: a small AWS client for the JSON protocol (DynamoDB, SQS).
+ *
+ * Follows the AWS CLI's conventions as far as they apply to a daemon:
+ *  credentials  env (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+ *               AWS_SESSION_TOKEN); the shared files (AWS_PROFILE,
+ *               AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE); container
+ *               credentials (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI /
+ *               _FULL_URI, AWS_CONTAINER_AUTHORIZATION_TOKEN[_FILE]); EC2
+ *               IMDSv2 unless AWS_EC2_METADATA_DISABLED=true.  Temporary
+ *               credentials are refreshed before they expire.
+ *  region       AWS_REGION, AWS_DEFAULT_REGION, the profile's region.
+ *  endpoint     AWS_ENDPOINT_URL_<SERVICE>, AWS_ENDPOINT_URL, else
+ *               https://SERVICE.REGION.amazonaws.com; AWS_CA_BUNDLE.
+ *  retries      standard mode: AWS_MAX_ATTEMPTS (default 3) attempts in
+ *               all, full-jitter exponential backoff (base 50 ms, cap 20 s;
+ *               IDEMKIT_AWS_MAX_BACKOFF lowers the cap, for tests).
+ * Requests are signed by libcurl (CURLOPT_AWS_SIGV4).  Messages never hold
+ * a key, a token or a signature.
+ */
+#ifndef IK_AWS_H
+#define IK_AWS_H
+
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+#include "err.h"
+
+/* Returned by ik_aws_call for an AWS error the caller must judge (a client
+ * error that is neither retryable nor about credentials): not an exit
+ * code.  aerr holds the error and err a ready message (code IK_SOFTWARE). */
+#define IK_AWS_ERROR (-1)
+
+enum ik_aws_kind {
+	IK_AWS_OK = 0,
+	IK_AWS_THROTTLE,    /* retryable: throttling */
+	IK_AWS_TRANSIENT,   /* retryable: 5xx, 408, timeouts, transport */
+	IK_AWS_AUTH,        /* credentials or permissions: IK_CONFIG */
+	IK_AWS_CLIENT,      /* anything else: the caller decides */
+};
+
+struct ik_aws_error {
+	char type[128];     /* short name: "ConditionalCheckFailedException";
+	                       "" for a transport error */
+	char query[128];    /* x-amzn-query-error code, e.g.
+	                       "AWS.SimpleQueueService.NonExistentQueue"; or "" */
+	char message[512];  /* the service's message, one line, bounded */
+	long status;        /* HTTP status, 0 when none arrived */
+	int retryable;
+	enum ik_aws_kind kind;
+};
+
+struct ik_aws;
+
+/* service: "dynamodb" or "sqs".  Resolves region, endpoint and
+ * credentials now.  IK_OK, IK_CONFIG (no region, no credentials, a bad
+ * setting), IK_TEMPFAIL (a credential endpoint unreachable). */
+int ik_aws_open(const char *service, struct ik_aws **out, ik_err *err);
+void ik_aws_close(struct ik_aws *a);           /* wipes the credentials */
+
+const char *ik_aws_region(const struct ik_aws *a);
+const char *ik_aws_endpoint(const struct ik_aws *a);
+/* Where the credentials came from: "env", "shared-credentials-file",
+ * "config-file", "container", "imds". */
+const char *ik_aws_cred_source(const struct ik_aws *a);
+/* The access key id (not a secret), for diagnostics. */
+const char *ik_aws_access_key_id(const struct ik_aws *a);
+
+/* POST req (not consumed) to the endpoint with X-Amz-Target: target
+ * ("DynamoDB_20120810.PutItem"), retrying as above.  Returns:
+ *   IK_OK         *resp = the parsed response object (caller frees);
+ *   IK_AWS_ERROR  a client error for the caller: aerr filled, and *resp =
+ *                 the parsed error body when it is a JSON object (caller
+ *                 frees; e.g. the Item that ReturnValuesOnConditionCheck-
+ *                 Failure=ALL_OLD adds to a ConditionalCheckFailedException);
+ *   IK_TEMPFAIL   retryable trouble that outlasted the attempts;
+ *   IK_CONFIG     bad credentials/permissions, endpoint or TLS set-up;
+ *   IK_SOFTWARE   out of memory, a response we cannot read.
+ * err reads "dynamodb PutItem: ThrottlingException: message".  aerr may
+ * be NULL when the caller does not need it.  On other codes *resp = NULL. */
+int ik_aws_call(struct ik_aws *a, const char *target, const cJSON *req,
+                cJSON **resp, struct ik_aws_error *aerr, ik_err *err);
+
+/* The classifier, pure: from the status, the body and the
+ * x-amzn-query-error and x-amzn-ErrorType header values (either may be
+ * NULL) fill e.  A 2xx status is IK_AWS_OK. */
+void ik_aws_classify(long status, const char *body, size_t len,
+                     const char *query_error_hdr, const char *error_type_hdr,
+                     struct ik_aws_error *e);
+
+/* The outcome code for an error kind: THROTTLE/TRANSIENT -> IK_TEMPFAIL,
+ * AUTH -> IK_CONFIG, CLIENT -> IK_AWS_ERROR. */
+int ik_aws_kind_code(enum ik_aws_kind k);
+
+#endif

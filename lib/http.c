@@ -1,0 +1,348 @@
+/* http.c: the libcurl wrapper; see http.h.
+ *
+ * The easy handle is reset (curl_easy_reset keeps the connection cache)
+ * and fully configured on every request, so one request's options never
+ * leak into the next.  Secrets pass through curl's own option copies and
+ * our header list; the list entries are wiped before they are freed.
+ */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <sodium.h>
+
+#include "http.h"
+#include "outcome.h"
+
+struct ik_http {
+	CURL *curl;
+};
+
+struct sink {
+	struct ik_http_res *res;
+	size_t max;
+	int too_big;
+	int nomem;
+};
+
+static int global_done;
+
+static int
+global_init(ik_err *err)
+{
+	CURLcode rc;
+
+	if (global_done)
+		return IK_OK;
+	rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+	if (rc != CURLE_OK)
+		return ik_errf(err, IK_SOFTWARE, "curl init: %s", curl_easy_strerror(rc));
+	global_done = 1;
+	return IK_OK;
+}
+
+int
+ik_http_open(struct ik_http **out, ik_err *err)
+{
+	struct ik_http *h;
+	int rc;
+
+	*out = NULL;
+	if ((rc = global_init(err)) != IK_OK)
+		return rc;
+	if (!(h = calloc(1, sizeof *h)))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	if (!(h->curl = curl_easy_init())) {
+		free(h);
+		return ik_errf(err, IK_SOFTWARE, "curl: cannot create a handle");
+	}
+	*out = h;
+	return IK_OK;
+}
+
+void
+ik_http_close(struct ik_http *h)
+{
+	if (!h)
+		return;
+	curl_easy_cleanup(h->curl);
+	free(h);
+}
+
+static size_t
+on_body(char *p, size_t size, size_t n, void *arg)
+{
+	struct sink *s = arg;
+	size_t len = size * n;
+
+	if (s->res->body.len + len > s->max) {
+		s->too_big = 1;
+		return 0;
+	}
+	if (ik_buf_add(&s->res->body, p, len) < 0) {
+		s->nomem = 1;
+		return 0;
+	}
+	return len;
+}
+
+/* One header line per call, with its CRLF.  A status line starts a new
+ * response (after a 100 Continue or an interim reply): forget the old one. */
+static size_t
+on_header(char *p, size_t size, size_t n, void *arg)
+{
+	struct sink *s = arg;
+	size_t len = size * n, nl, vs, ve;
+	const char *colon;
+
+	if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) {
+		ik_buf_reset(&s->res->hdrs);
+		return len;
+	}
+	colon = memchr(p, ':', len);
+	if (!colon)
+		return len;               /* the blank line that ends the block */
+	nl = (size_t)(colon - p);
+	while (nl > 0 && (p[nl - 1] == ' ' || p[nl - 1] == '\t'))
+		nl--;
+	vs = (size_t)(colon - p) + 1;
+	ve = len;
+	while (vs < ve && (p[vs] == ' ' || p[vs] == '\t'))
+		vs++;
+	while (ve > vs && isspace((unsigned char)p[ve - 1]))
+		ve--;
+	if (nl == 0)
+		return len;
+	if (ik_buf_add(&s->res->hdrs, p, nl) < 0 ||
+	    ik_buf_add(&s->res->hdrs, "", 1) < 0 ||
+	    ik_buf_add(&s->res->hdrs, p + vs, ve - vs) < 0 ||
+	    ik_buf_add(&s->res->hdrs, "", 1) < 0) {
+		s->nomem = 1;
+		return 0;
+	}
+	return len;
+}
+
+const char *
+ik_http_header(const struct ik_http_res *res, const char *name)
+{
+	const char *p, *end, *v;
+
+	if (!res->hdrs.p)
+		return NULL;
+	p = res->hdrs.p;
+	end = p + res->hdrs.len;
+	while (p < end) {
+		v = p + strlen(p) + 1;
+		if (v >= end)
+			break;
+		if (strcasecmp(p, name) == 0)
+			return v;
+		p = v + strlen(v) + 1;
+	}
+	return NULL;
+}
+
+void
+ik_http_res_free(struct ik_http_res *res)
+{
+	if (!res)
+		return;
+	if (res->body.p)
+		sodium_memzero(res->body.p, res->body.cap ? res->body.cap : res->body.len);
+	ik_buf_free(&res->body);
+	ik_buf_free(&res->hdrs);
+	res->status = 0;
+}
+
+static void
+slist_wipe_free(struct curl_slist *l)
+{
+	struct curl_slist *i;
+
+	for (i = l; i; i = i->next)
+		if (i->data)
+			sodium_memzero(i->data, strlen(i->data));
+	curl_slist_free_all(l);
+}
+
+/* The host (and port) of url, for error messages: never the path, query or
+ * user info.  IK_CONFIG when the URL does not parse or is not http(s). */
+static int
+url_host(const char *url, char *host, size_t hostsz, ik_err *err)
+{
+	CURLU *u;
+	CURLUcode uc;
+	char *h = NULL, *scheme = NULL, *port = NULL;
+	int rc = IK_OK;
+
+	snprintf(host, hostsz, "?");
+	if (!url || !*url)
+		return ik_errf(err, IK_CONFIG, "empty URL");
+	if (!(u = curl_url()))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	uc = curl_url_set(u, CURLUPART_URL, url, 0);
+	if (uc != CURLUE_OK) {
+		rc = ik_errf(err, IK_CONFIG, "malformed URL: %s", curl_url_strerror(uc));
+		goto out;
+	}
+	if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+	    (strcasecmp(scheme, "http") != 0 && strcasecmp(scheme, "https") != 0)) {
+		rc = ik_errf(err, IK_CONFIG, "unsupported URL scheme %.16s (want http or https)",
+		             scheme ? scheme : "?");
+		goto out;
+	}
+	if (curl_url_get(u, CURLUPART_HOST, &h, 0) != CURLUE_OK) {
+		rc = ik_errf(err, IK_CONFIG, "malformed URL: no host");
+		goto out;
+	}
+	if (curl_url_get(u, CURLUPART_PORT, &port, 0) == CURLUE_OK && port)
+		snprintf(host, hostsz, "%.200s:%.8s", h, port);
+	else
+		snprintf(host, hostsz, "%.200s", h);
+out:
+	curl_free(h);
+	curl_free(scheme);
+	curl_free(port);
+	curl_url_cleanup(u);
+	return rc;
+}
+
+static int
+classify(CURLcode rc)
+{
+	switch (rc) {
+	case CURLE_UNSUPPORTED_PROTOCOL:
+	case CURLE_URL_MALFORMAT:
+	case CURLE_PEER_FAILED_VERIFICATION:
+	case CURLE_SSL_CACERT_BADFILE:
+	case CURLE_SSL_CERTPROBLEM:
+	case CURLE_SSL_CRL_BADFILE:
+	case CURLE_SSL_ISSUER_ERROR:
+	case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+		return IK_CONFIG;
+	case CURLE_OUT_OF_MEMORY:
+	case CURLE_NOT_BUILT_IN:
+	case CURLE_UNKNOWN_OPTION:
+	case CURLE_BAD_FUNCTION_ARGUMENT:
+		return IK_SOFTWARE;
+	default:
+		return IK_TEMPFAIL;
+	}
+}
+
+#define SET(opt, val) do { \
+	if ((cc = curl_easy_setopt(c, opt, val)) != CURLE_OK) goto curl_fail; \
+} while (0)
+
+int
+ik_http_do(struct ik_http *h, const struct ik_http_req *req,
+           struct ik_http_res *res, ik_err *err)
+{
+	CURL *c = h->curl;
+	CURLcode cc = CURLE_OK;
+	struct curl_slist *hl = NULL, *t;
+	struct sink sink;
+	char host[256], errbuf[CURL_ERROR_SIZE];
+	const char *method;
+	const char *const *hp;
+	int rc;
+
+	ik_http_res_free(res);
+	memset(&sink, 0, sizeof sink);
+	sink.res = res;
+	sink.max = req->max_body ? req->max_body : IK_HTTP_MAX_BODY;
+	errbuf[0] = '\0';
+
+	if ((rc = url_host(req->url, host, sizeof host, err)) != IK_OK)
+		return rc;
+	if (req->cacert && access(req->cacert, R_OK) != 0)
+		return ik_errf(err, IK_CONFIG, "%s: CA file %.200s is not readable",
+		               host, req->cacert);
+	method = req->method ? req->method : (req->body ? "POST" : "GET");
+
+	/* Our own Expect: keeps curl from waiting for a 100 Continue on
+	 * larger bodies; a server that answers early is still read. */
+	if (!(t = curl_slist_append(hl, "Expect:")))
+		goto nomem;
+	hl = t;
+	for (hp = req->headers; hp && *hp; hp++) {
+		if (!(t = curl_slist_append(hl, *hp)))
+			goto nomem;
+		hl = t;
+	}
+
+	curl_easy_reset(c);
+	SET(CURLOPT_URL, req->url);
+	SET(CURLOPT_PROTOCOLS_STR, "http,https");
+	SET(CURLOPT_NOSIGNAL, 1L);
+	SET(CURLOPT_FOLLOWLOCATION, 0L);
+	SET(CURLOPT_SSL_VERIFYPEER, 1L);
+	SET(CURLOPT_SSL_VERIFYHOST, 2L);
+	if (req->cacert)
+		SET(CURLOPT_CAINFO, req->cacert);
+	if (req->no_proxy)
+		SET(CURLOPT_PROXY, "");
+	SET(CURLOPT_CONNECTTIMEOUT_MS, req->connect_timeout_ms > 0 ? req->connect_timeout_ms : 3000L);
+	SET(CURLOPT_TIMEOUT_MS, req->timeout_ms > 0 ? req->timeout_ms : 10000L);
+	SET(CURLOPT_USERAGENT, "idemkit/" IK_VERSION);
+	SET(CURLOPT_ERRORBUFFER, errbuf);
+	SET(CURLOPT_WRITEFUNCTION, on_body);
+	SET(CURLOPT_WRITEDATA, &sink);
+	SET(CURLOPT_HEADERFUNCTION, on_header);
+	SET(CURLOPT_HEADERDATA, &sink);
+	SET(CURLOPT_HTTPHEADER, hl);
+
+	if (strcmp(method, "GET") == 0) {
+		SET(CURLOPT_HTTPGET, 1L);
+	} else if (strcmp(method, "HEAD") == 0) {
+		SET(CURLOPT_NOBODY, 1L);
+	} else {
+		SET(CURLOPT_POST, 1L);
+		SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(req->body ? req->body_len : 0));
+		SET(CURLOPT_POSTFIELDS, req->body ? req->body : "");
+		if (strcmp(method, "POST") != 0)
+			SET(CURLOPT_CUSTOMREQUEST, method);
+	}
+	if (req->sigv4) {
+		SET(CURLOPT_AWS_SIGV4, req->sigv4);
+		SET(CURLOPT_USERNAME, req->access_key ? req->access_key : "");
+		SET(CURLOPT_PASSWORD, req->secret_key ? req->secret_key : "");
+	}
+
+	cc = curl_easy_perform(c);
+	if (cc == CURLE_OK)
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &res->status);
+	/* Drop curl's copies of the credentials and our header list now. */
+	curl_easy_reset(c);
+	slist_wipe_free(hl);
+	hl = NULL;
+	if (sink.nomem || sink.too_big || cc != CURLE_OK)
+		ik_http_res_free(res);  /* no half response for the caller */
+	if (sink.nomem)
+		return ik_errf(err, IK_SOFTWARE, "%s: out of memory reading the response", host);
+	if (sink.too_big)
+		return ik_errf(err, IK_TEMPFAIL, "%s: response larger than %zu bytes", host, sink.max);
+	if (cc != CURLE_OK)
+		goto curl_fail;
+	if (res->status == 0)
+		return ik_errf(err, IK_TEMPFAIL, "%s: no HTTP response", host);
+	if (!res->body.p) {             /* callers may always read body.p */
+		if (!(res->body.p = calloc(1, 1)))
+			return ik_errf(err, IK_SOFTWARE, "out of memory");
+		res->body.cap = 1;
+	}
+	return IK_OK;
+
+curl_fail:
+	curl_easy_reset(c);
+	slist_wipe_free(hl);
+	return ik_errf(err, classify(cc), "%s: %s", host,
+	               errbuf[0] ? errbuf : curl_easy_strerror(cc));
+nomem:
+	slist_wipe_free(hl);
+	return ik_errf(err, IK_SOFTWARE, "out of memory");
+}

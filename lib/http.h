@@ -1,0 +1,70 @@
+/* http.h: the one libcurl wrapper (bank API, notifications, AWS).
+ *
+ * A handle wraps ONE reused curl easy handle, so the requests of a process
+ * share connections.  curl_global_init (TLS set-up, ~5 ms) runs lazily the
+ * first time a handle is opened: commands that make no HTTP call never pay
+ * for it.  TLS peer and host verification are always on.
+ *
+ * ik_http_do returns IK_OK whenever an HTTP response arrived, whatever its
+ * status: the caller classifies status codes.  Otherwise:
+ *   IK_TEMPFAIL  could not connect, timed out, transport error, response
+ *                larger than the cap;
+ *   IK_CONFIG    malformed URL, unsupported scheme, TLS certificate
+ *                verification failure, unreadable CA file;
+ *   IK_SOFTWARE  out of memory, libcurl lacking a needed feature.
+ * The message names the host and curl's reason; never a header value, the
+ * URL's path or query, or a secret.
+ */
+#ifndef IK_HTTP_H
+#define IK_HTTP_H
+
+#include <stddef.h>
+
+#include "err.h"
+#include "util.h"
+
+#define IK_HTTP_MAX_BODY (16u << 20)   /* default response body cap */
+
+struct ik_http;
+
+struct ik_http_req {
+	const char *method;          /* "GET", "POST", "PUT", ...; NULL: POST when
+	                                body is set, else GET */
+	const char *url;             /* http:// or https:// */
+	const char *const *headers;  /* NULL-terminated "Name: value", or NULL */
+	const char *body;            /* may be NULL */
+	size_t body_len;
+	long connect_timeout_ms;     /* 0: 3000 */
+	long timeout_ms;             /* total; 0: 10000 */
+	size_t max_body;             /* 0: IK_HTTP_MAX_BODY */
+	const char *cacert;          /* CA bundle file; NULL: the system's */
+	int no_proxy;                /* bypass any proxy (metadata endpoints) */
+	/* SigV4 signing by libcurl: "aws:amz:REGION:SERVICE", or NULL. */
+	const char *sigv4;
+	const char *access_key;      /* with sigv4 */
+	const char *secret_key;      /* with sigv4 */
+};
+
+struct ik_http_res {
+	long status;                 /* HTTP status of the final response */
+	struct ik_buf body;          /* wiped and freed by ik_http_res_free */
+	struct ik_buf hdrs;          /* packed "name\0value\0" pairs; use ik_http_header */
+};
+
+/* IK_OK, or IK_SOFTWARE/IK_CONFIG when curl cannot be initialised. */
+int ik_http_open(struct ik_http **out, ik_err *err);
+void ik_http_close(struct ik_http *h);      /* NULL is fine */
+
+/* res must be zeroed (or freed) before the first call; it is reset on each
+ * call.  Header values in req are wiped from the copies made here. */
+int ik_http_do(struct ik_http *h, const struct ik_http_req *req,
+               struct ik_http_res *res, ik_err *err);
+
+/* The value of response header name (case-insensitive), trimmed; NULL when
+ * absent.  Valid until the next ik_http_do or ik_http_res_free. */
+const char *ik_http_header(const struct ik_http_res *res, const char *name);
+
+/* Wipes the body (it may hold credentials) and frees. */
+void ik_http_res_free(struct ik_http_res *res);
+
+#endif

@@ -1,0 +1,754 @@
+/* store_dynamodb.c: the idempotency store on DynamoDB (dynamodb:TABLE).
+ *
+ * Rules: claim, finish, renotified and release are each ONE conditional
+ * UpdateItem, evaluated by DynamoDB; a ConditionalCheckFailedException is
+ * an outcome, never an error.  A refused claim is decided from the item
+ * DynamoDB returns with ReturnValuesOnConditionCheckFailure=ALL_OLD, or,
+ * when the server sends none (dynalite), from a ConsistentRead GetItem;
+ * the fingerprint is checked first on both paths.  Values go only through
+ * ExpressionAttributeValues and names only through ExpressionAttribute-
+ * Names (state, owner... are reserved words, and the key attribute name is
+ * configurable: IDEMKIT_DYNAMODB_KEY, default pk).  expiresAt is epoch
+ * seconds for DynamoDB TTL.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "aws.h"
+#include "log.h"
+#include "outcome.h"
+#include "store.h"
+#include "store_dynamodb.h"
+#include "util.h"
+
+#define TARGET_PREFIX "DynamoDB_20120810."
+#define ACTIVE_WAIT_MS 120000
+
+struct ddb {
+	struct ik_aws *aws;
+	char *table;
+	char *key;      /* the partition key attribute name */
+};
+
+/* ---- items and records ------------------------------------------------- */
+
+static const char *
+attr_s(const cJSON *item, const char *name)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(item, name);
+
+	v = cJSON_GetObjectItemCaseSensitive(v, "S");
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static int64_t
+attr_n(const cJSON *item, const char *name)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(item, name);
+
+	v = cJSON_GetObjectItemCaseSensitive(v, "N");
+	return cJSON_IsString(v) ? strtoll(v->valuestring, NULL, 10) : 0;
+}
+
+static int
+dup_attr(const cJSON *item, const char *name, char **out)
+{
+	const char *s = attr_s(item, name);
+
+	*out = NULL;
+	if (s && !(*out = strdup(s)))
+		return -1;
+	return 0;
+}
+
+int
+ik_ddb_record_from_item(const cJSON *item, const char *keyattr, struct ik_record *r)
+{
+	memset(r, 0, sizeof *r);
+	if (dup_attr(item, keyattr, &r->key) < 0 ||
+	    dup_attr(item, "owner", &r->owner) < 0 ||
+	    dup_attr(item, "fingerprint", &r->fingerprint) < 0 ||
+	    dup_attr(item, "event", &r->event) < 0 ||
+	    dup_attr(item, "debitRef", &r->debit_ref) < 0 ||
+	    dup_attr(item, "lastError", &r->last_error) < 0) {
+		ik_record_free(r);
+		return -1;
+	}
+	r->state = ik_state_parse(attr_s(item, "state"));
+	r->lease_until = attr_n(item, "leaseUntil");
+	r->attempts = attr_n(item, "attempts");
+	r->created_at = attr_n(item, "createdAt");
+	r->updated_at = attr_n(item, "updatedAt");
+	r->expires_at = attr_n(item, "expiresAt");
+	return 0;
+}
+
+enum ik_ddb_refusal
+ik_ddb_claim_refused(const cJSON *resp, const char *keyattr,
+                     const struct ik_claim_req *req, struct ik_claim_res *res)
+{
+	const cJSON *item = cJSON_GetObjectItemCaseSensitive(resp, "Item");
+	struct ik_record *r = &res->cur;
+
+	ik_record_free(r);
+	if (!cJSON_IsObject(item) || !item->child)
+		return IK_DDB_NO_ITEM;
+	if (ik_ddb_record_from_item(item, keyattr, r) < 0)
+		return IK_DDB_NOMEM;
+	if (!r->fingerprint || strcmp(r->fingerprint, req->fingerprint) != 0) {
+		res->code = IK_PAYLOAD_MISMATCH;
+		return IK_DDB_DECIDED;
+	}
+	switch (r->state) {
+	case IK_ST_DONE:
+	case IK_ST_DNF:
+		res->code = IK_DUP_DONE;
+		return IK_DDB_DECIDED;
+	case IK_ST_FAILED:
+		res->code = IK_DUP_FAILED;
+		return IK_DDB_DECIDED;
+	case IK_ST_IN_PROGRESS:
+		if (r->lease_until < req->now_ms)
+			break;             /* expired since: the claim may pass now */
+		res->code = IK_DUP_IN_PROGRESS;
+		res->lease_until = r->lease_until;
+		return IK_DDB_DECIDED;
+	default:
+		break;
+	}
+	ik_record_free(r);
+	return IK_DDB_CLAIMABLE;
+}
+
+/* ---- requests ---------------------------------------------------------- */
+
+static cJSON *
+av_s(const char *s)
+{
+	cJSON *o = cJSON_CreateObject();
+
+	cJSON_AddStringToObject(o, "S", s);
+	return o;
+}
+
+static cJSON *
+av_n(int64_t n)
+{
+	char buf[32];
+	cJSON *o = cJSON_CreateObject();
+
+	snprintf(buf, sizeof buf, "%lld", (long long)n);
+	cJSON_AddStringToObject(o, "N", buf);
+	return o;
+}
+
+/* The attribute names, by placeholder; "#k" is the key attribute. */
+static const char *const names[][2] = {
+	{ "#st", "state" }, { "#ow", "owner" }, { "#lu", "leaseUntil" },
+	{ "#at", "attempts" }, { "#fp", "fingerprint" }, { "#ev", "event" },
+	{ "#dr", "debitRef" }, { "#le", "lastError" }, { "#ca", "createdAt" },
+	{ "#ua", "updatedAt" }, { "#xa", "expiresAt" },
+};
+
+/* ExpressionAttributeNames for exactly the placeholders the expressions
+ * use (DynamoDB refuses unused ones). */
+static void
+add_names(struct ddb *d, cJSON *req, const char *exprs)
+{
+	cJSON *o = cJSON_CreateObject();
+	size_t i;
+
+	if (strstr(exprs, "#k"))
+		cJSON_AddStringToObject(o, "#k", d->key);
+	for (i = 0; i < sizeof names / sizeof names[0]; i++)
+		if (strstr(exprs, names[i][0]))
+			cJSON_AddStringToObject(o, names[i][0], names[i][1]);
+	if (o->child)
+		cJSON_AddItemToObject(req, "ExpressionAttributeNames", o);
+	else
+		cJSON_Delete(o);
+}
+
+static cJSON *
+new_req(struct ddb *d, const char *key)
+{
+	cJSON *req = cJSON_CreateObject(), *k;
+
+	cJSON_AddStringToObject(req, "TableName", d->table);
+	if (key) {
+		k = cJSON_AddObjectToObject(req, "Key");
+		cJSON_AddItemToObject(k, d->key, av_s(key));
+	}
+	return req;
+}
+
+/* Append to the message in err and set its code. */
+static int __attribute__((format(printf, 3, 4)))
+errsuffix(ik_err *err, int code, const char *fmt, ...)
+{
+	char tail[512], msg[sizeof err->msg];
+	va_list ap;
+
+	if (!err)
+		return code;
+	va_start(ap, fmt);
+	vsnprintf(tail, sizeof tail, fmt, ap);
+	va_end(ap);
+	memcpy(msg, err->msg, sizeof msg);
+	return ik_errf(err, code, "%s%s", msg, tail);
+}
+
+/* One DynamoDB call.  IK_AWS_ERROR only for the error type the caller
+ * handles (pass, may be NULL); any other AWS error becomes a code here. */
+static int
+ddb_call(struct ddb *d, const char *op, cJSON *req, const char *pass,
+         cJSON **resp, ik_err *err)
+{
+	struct ik_aws_error ae;
+	char target[64];
+	int rc;
+
+	*resp = NULL;
+	if (!req)
+		return ik_errf(err, IK_SOFTWARE, "dynamodb %s: out of memory", op);
+	snprintf(target, sizeof target, TARGET_PREFIX "%s", op);
+	rc = ik_aws_call(d->aws, target, req, resp, &ae, err);
+	if (rc != IK_AWS_ERROR)
+		return rc;
+	if (pass && strcmp(ae.type, pass) == 0)
+		return IK_AWS_ERROR;
+	cJSON_Delete(*resp);
+	*resp = NULL;
+	if (strcmp(ae.type, "ResourceNotFoundException") == 0) {
+		return errsuffix(err, IK_CONFIG, " (table %s: create it with idemp-init)", d->table);
+	}
+	if (strcmp(ae.type, "ValidationException") == 0 &&
+	    (strstr(ae.message, "key") || strstr(ae.message, "Key")) &&
+	    (strstr(ae.message, "schema") || strstr(ae.message, "Missing the key"))) {
+		return errsuffix(err, IK_CONFIG, " (table %s: key attribute %s, "
+		                 "IDEMKIT_DYNAMODB_KEY)", d->table, d->key);
+	}
+	return err ? err->code : IK_SOFTWARE;   /* IK_SOFTWARE: a request we got wrong */
+}
+
+/* ---- the port ---------------------------------------------------------- */
+
+static int
+get_item(struct ddb *d, const char *key, cJSON **resp, ik_err *err)
+{
+	cJSON *req = new_req(d, key);
+	int rc;
+
+	cJSON_AddTrueToObject(req, "ConsistentRead");
+	rc = ddb_call(d, "GetItem", req, NULL, resp, err);
+	cJSON_Delete(req);
+	return rc;
+}
+
+static int
+claim_once(struct ddb *d, const struct ik_claim_req *req, struct ik_claim_res *res,
+           int *again, ik_err *err)
+{
+	static const char cond[] =
+		"attribute_not_exists(#k) OR (#st = :ip AND #lu < :now AND #fp = :fp)";
+	static const char upd[] =
+		"SET #st = :ip, #ow = :tok, #lu = :lease,"
+		" #at = if_not_exists(#at, :zero) + :one,"
+		" #ca = if_not_exists(#ca, :now), #ua = :now, #xa = :exp, #fp = :fp,"
+		" #ev = if_not_exists(#ev, :ev) REMOVE #le";
+	cJSON *r = new_req(d, req->key), *v, *resp = NULL, *attrs;
+	enum ik_ddb_refusal why;
+	int rc;
+
+	*again = 0;
+	cJSON_AddStringToObject(r, "ConditionExpression", cond);
+	cJSON_AddStringToObject(r, "UpdateExpression", upd);
+	add_names(d, r, "#k #st #ow #lu #at #ca #ua #xa #fp #ev #le");
+	v = cJSON_AddObjectToObject(r, "ExpressionAttributeValues");
+	cJSON_AddItemToObject(v, ":ip", av_s("IN_PROGRESS"));
+	cJSON_AddItemToObject(v, ":tok", av_s(req->token));
+	cJSON_AddItemToObject(v, ":lease", av_n(req->now_ms + req->lease_ms));
+	cJSON_AddItemToObject(v, ":zero", av_n(0));
+	cJSON_AddItemToObject(v, ":one", av_n(1));
+	cJSON_AddItemToObject(v, ":now", av_n(req->now_ms));
+	cJSON_AddItemToObject(v, ":exp", av_n(req->expires_at));
+	cJSON_AddItemToObject(v, ":fp", av_s(req->fingerprint));
+	cJSON_AddItemToObject(v, ":ev", av_s(req->event ? req->event : ""));
+	cJSON_AddStringToObject(r, "ReturnValues", "UPDATED_NEW");
+	cJSON_AddStringToObject(r, "ReturnValuesOnConditionCheckFailure", "ALL_OLD");
+
+	rc = ddb_call(d, "UpdateItem", r, "ConditionalCheckFailedException", &resp, err);
+	cJSON_Delete(r);
+	if (rc == IK_OK) {
+		attrs = cJSON_GetObjectItemCaseSensitive(resp, "Attributes");
+		res->code = IK_OK;
+		res->attempt = attr_n(attrs, "attempts");
+		res->lease_until = req->now_ms + req->lease_ms;
+		if (res->attempt < 1)
+			rc = ik_errf(err, IK_SOFTWARE, "dynamodb UpdateItem: no attempts "
+			             "in the response");
+		goto out;
+	}
+	if (rc != IK_AWS_ERROR)
+		goto out;
+	/* Refused: the item that refused it decides, from ALL_OLD or a read. */
+	why = ik_ddb_claim_refused(resp, d->key, req, res);
+	if (why == IK_DDB_NO_ITEM) {
+		cJSON_Delete(resp);
+		if ((rc = get_item(d, req->key, &resp, err)) != IK_OK)
+			goto out;
+		why = ik_ddb_claim_refused(resp, d->key, req, res);
+	}
+	switch (why) {
+	case IK_DDB_DECIDED:
+		rc = IK_OK;
+		break;
+	case IK_DDB_NOMEM:
+		rc = ik_errf(err, IK_SOFTWARE, "out of memory");
+		break;
+	default:                 /* gone or expired since: claim again */
+		*again = 1;
+		rc = IK_OK;
+		break;
+	}
+out:
+	cJSON_Delete(resp);
+	return rc;
+}
+
+static int
+dd_claim(struct ik_store *st, const struct ik_claim_req *req,
+         struct ik_claim_res *res, ik_err *err)
+{
+	struct ddb *d = st->impl;
+	int rc, again, tries;
+
+	memset(res, 0, sizeof *res);
+	for (tries = 0; tries < 3; tries++) {
+		rc = claim_once(d, req, res, &again, err);
+		if (rc != IK_OK || !again)
+			break;
+	}
+	if (rc == IK_OK && again)
+		rc = ik_errf(err, IK_TEMPFAIL, "dynamodb UpdateItem: the record for %s "
+		             "keeps changing under the claim", req->key);
+	if (rc != IK_OK)
+		ik_record_free(&res->cur);
+	return rc;
+}
+
+/* A conditional update: IK_OK, IK_LEASE_LOST when the condition failed. */
+static int
+cond_update(struct ddb *d, cJSON *r, const char *cond, const char *upd, ik_err *err)
+{
+	cJSON *resp = NULL;
+	char exprs[512];
+	int rc;
+
+	cJSON_AddStringToObject(r, "ConditionExpression", cond);
+	cJSON_AddStringToObject(r, "UpdateExpression", upd);
+	snprintf(exprs, sizeof exprs, "%s %s", cond, upd);
+	add_names(d, r, exprs);
+	rc = ddb_call(d, "UpdateItem", r, "ConditionalCheckFailedException", &resp, err);
+	cJSON_Delete(resp);
+	cJSON_Delete(r);
+	if (rc == IK_AWS_ERROR) {
+		ik_errclear(err);
+		return IK_LEASE_LOST;
+	}
+	return rc;
+}
+
+static int
+dd_finish(struct ik_store *st, const struct ik_finish_req *req, ik_err *err)
+{
+	struct ddb *d = st->impl;
+	cJSON *r = new_req(d, req->key), *v;
+	char upd[160];
+
+	snprintf(upd, sizeof upd, "SET #st = :st, #ua = :now%s%s",
+	         req->debit_ref ? ", #dr = :ref" : "",
+	         req->last_error ? ", #le = :le" : " REMOVE #le");
+	v = cJSON_AddObjectToObject(r, "ExpressionAttributeValues");
+	cJSON_AddItemToObject(v, ":ip", av_s("IN_PROGRESS"));
+	cJSON_AddItemToObject(v, ":tok", av_s(req->token));
+	cJSON_AddItemToObject(v, ":st", av_s(ik_state_name(req->state)));
+	cJSON_AddItemToObject(v, ":now", av_n(req->now_ms));
+	if (req->debit_ref)
+		cJSON_AddItemToObject(v, ":ref", av_s(req->debit_ref));
+	if (req->last_error)
+		cJSON_AddItemToObject(v, ":le", av_s(req->last_error));
+	return cond_update(d, r, "#st = :ip AND #ow = :tok", upd, err);
+}
+
+static int
+dd_renotified(struct ik_store *st, const char *key, int64_t now_ms, ik_err *err)
+{
+	struct ddb *d = st->impl;
+	cJSON *r = new_req(d, key), *v;
+
+	v = cJSON_AddObjectToObject(r, "ExpressionAttributeValues");
+	cJSON_AddItemToObject(v, ":dnf", av_s("DEBITED_NOTIFICATION_FAILED"));
+	cJSON_AddItemToObject(v, ":done", av_s("DONE"));
+	cJSON_AddItemToObject(v, ":now", av_n(now_ms));
+	return cond_update(d, r, "#st = :dnf", "SET #st = :done, #ua = :now REMOVE #le", err);
+}
+
+static int
+dd_release(struct ik_store *st, const char *key, const char *token, int64_t now_ms,
+           ik_err *err)
+{
+	struct ddb *d = st->impl;
+	cJSON *r = new_req(d, key), *v;
+
+	v = cJSON_AddObjectToObject(r, "ExpressionAttributeValues");
+	cJSON_AddItemToObject(v, ":ip", av_s("IN_PROGRESS"));
+	cJSON_AddItemToObject(v, ":tok", av_s(token));
+	cJSON_AddItemToObject(v, ":zero", av_n(0));
+	cJSON_AddItemToObject(v, ":now", av_n(now_ms));
+	return cond_update(d, r, "#st = :ip AND #ow = :tok", "SET #lu = :zero, #ua = :now", err);
+}
+
+static int
+dd_get(struct ik_store *st, const char *key, struct ik_record *r, ik_err *err)
+{
+	struct ddb *d = st->impl;
+	cJSON *resp = NULL, *item;
+	int rc;
+
+	memset(r, 0, sizeof *r);
+	if ((rc = get_item(d, key, &resp, err)) != IK_OK)
+		return rc;
+	item = cJSON_GetObjectItemCaseSensitive(resp, "Item");
+	if (!cJSON_IsObject(item) || !item->child)
+		rc = IK_EMPTY;
+	else if (ik_ddb_record_from_item(item, d->key, r) < 0)
+		rc = ik_errf(err, IK_SOFTWARE, "out of memory");
+	cJSON_Delete(resp);
+	return rc;
+}
+
+static int
+rec_cmp(const void *a, const void *b)
+{
+	const struct ik_record *x = a, *y = b;
+
+	if (x->updated_at != y->updated_at)
+		return x->updated_at < y->updated_at ? -1 : 1;
+	return strcmp(x->key ? x->key : "", y->key ? y->key : "");
+}
+
+/* A paginated, consistent Scan with a FilterExpression.  It reads the whole
+ * table (the filter saves bandwidth, not read capacity), and the matches
+ * are held and sorted like the SQLite listing (updatedAt, key). */
+static int
+dd_list(struct ik_store *st, const struct ik_list_filter *f, ik_record_cb cb,
+        void *arg, ik_err *err)
+{
+	struct ddb *d = st->impl;
+	struct ik_record *recs = NULL, *t;
+	size_t n = 0, cap = 0, i;
+	cJSON *req = NULL, *resp = NULL, *v, *items, *it, *lek;
+	char filter[160] = "";
+	int rc = IK_OK;
+
+	if (f->state != IK_ST_NONE)
+		strcat(filter, "#st = :st");
+	if (f->expired)
+		strcat(filter, *filter ? " AND #st = :ip AND #lu < :now" : "#st = :ip AND #lu < :now");
+	if (f->older_than_ms > 0)
+		strcat(filter, *filter ? " AND #ua < :cut" : "#ua < :cut");
+	for (;;) {
+		req = new_req(d, NULL);
+		cJSON_AddTrueToObject(req, "ConsistentRead");
+		if (*filter) {
+			cJSON_AddStringToObject(req, "FilterExpression", filter);
+			add_names(d, req, filter);
+			v = cJSON_AddObjectToObject(req, "ExpressionAttributeValues");
+			if (f->state != IK_ST_NONE)
+				cJSON_AddItemToObject(v, ":st", av_s(ik_state_name(f->state)));
+			if (f->expired) {
+				cJSON_AddItemToObject(v, ":ip", av_s("IN_PROGRESS"));
+				cJSON_AddItemToObject(v, ":now", av_n(f->now_ms));
+			}
+			if (f->older_than_ms > 0)
+				cJSON_AddItemToObject(v, ":cut", av_n(f->now_ms - f->older_than_ms));
+		}
+		if (resp && (lek = cJSON_DetachItemFromObjectCaseSensitive(resp, "LastEvaluatedKey")))
+			cJSON_AddItemToObject(req, "ExclusiveStartKey", lek);
+		cJSON_Delete(resp);
+		resp = NULL;
+		rc = ddb_call(d, "Scan", req, NULL, &resp, err);
+		cJSON_Delete(req);
+		req = NULL;
+		if (rc != IK_OK)
+			goto out;
+		items = cJSON_GetObjectItemCaseSensitive(resp, "Items");
+		cJSON_ArrayForEach(it, items) {
+			if (n == cap) {
+				cap = cap ? cap * 2 : 64;
+				if (!(t = realloc(recs, cap * sizeof *recs))) {
+					rc = ik_errf(err, IK_SOFTWARE, "out of memory");
+					goto out;
+				}
+				recs = t;
+			}
+			if (ik_ddb_record_from_item(it, d->key, &recs[n]) < 0) {
+				rc = ik_errf(err, IK_SOFTWARE, "out of memory");
+				goto out;
+			}
+			n++;
+		}
+		lek = cJSON_GetObjectItemCaseSensitive(resp, "LastEvaluatedKey");
+		if (!cJSON_IsObject(lek) || !lek->child)
+			break;
+	}
+	if (n)
+		qsort(recs, n, sizeof *recs, rec_cmp);
+	for (i = 0; i < n; i++)
+		if (cb(&recs[i], arg))
+			break;
+	rc = n ? IK_OK : IK_EMPTY;
+out:
+	cJSON_Delete(resp);
+	for (i = 0; i < n; i++)
+		ik_record_free(&recs[i]);
+	free(recs);
+	return rc;
+}
+
+/* ---- init: the table, its key schema, TTL ------------------------------ */
+
+static void
+sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+static int
+check_schema(struct ddb *d, const cJSON *table, ik_err *err)
+{
+	const cJSON *ks = cJSON_GetObjectItemCaseSensitive(table, "KeySchema");
+	const cJSON *defs = cJSON_GetObjectItemCaseSensitive(table, "AttributeDefinitions");
+	const cJSON *k0 = cJSON_GetArrayItem(ks, 0), *def;
+	const char *name = NULL, *type = NULL, *kt = NULL;
+
+	if (k0) {
+		const cJSON *a = cJSON_GetObjectItemCaseSensitive(k0, "AttributeName");
+		const cJSON *b = cJSON_GetObjectItemCaseSensitive(k0, "KeyType");
+		name = cJSON_IsString(a) ? a->valuestring : NULL;
+		kt = cJSON_IsString(b) ? b->valuestring : NULL;
+	}
+	cJSON_ArrayForEach(def, defs) {
+		const cJSON *a = cJSON_GetObjectItemCaseSensitive(def, "AttributeName");
+		const cJSON *b = cJSON_GetObjectItemCaseSensitive(def, "AttributeType");
+		if (name && cJSON_IsString(a) && strcmp(a->valuestring, name) == 0 &&
+		    cJSON_IsString(b))
+			type = b->valuestring;
+	}
+	if (cJSON_GetArraySize(ks) != 1 || !name || !kt || strcmp(kt, "HASH") != 0 ||
+	    strcmp(name, d->key) != 0 || !type || strcmp(type, "S") != 0)
+		return ik_errf(err, IK_CONFIG, "dynamodb table %s: key schema is %s%.100s "
+		               "%s %s, want a single HASH key %s of type S "
+		               "(IDEMKIT_DYNAMODB_KEY)", d->table,
+		               cJSON_GetArraySize(ks) > 1 ? "composite, first " : "",
+		               name ? name : "?", kt ? kt : "?", type ? type : "?", d->key);
+	return IK_OK;
+}
+
+static int
+describe(struct ddb *d, cJSON **resp, ik_err *err)
+{
+	cJSON *req = new_req(d, NULL);
+	int rc = ddb_call(d, "DescribeTable", req, "ResourceNotFoundException", resp, err);
+
+	cJSON_Delete(req);
+	return rc;
+}
+
+static int
+ensure_ttl(struct ddb *d, ik_err *err)
+{
+	cJSON *req, *resp = NULL, *desc, *s, *a, *spec;
+	int rc;
+
+	req = new_req(d, NULL);
+	rc = ddb_call(d, "DescribeTimeToLive", req, "UnknownOperationException", &resp, err);
+	cJSON_Delete(req);
+	if (rc == IK_AWS_ERROR)
+		goto unsupported;
+	if (rc != IK_OK)
+		return rc;
+	desc = cJSON_GetObjectItemCaseSensitive(resp, "TimeToLiveDescription");
+	s = cJSON_GetObjectItemCaseSensitive(desc, "TimeToLiveStatus");
+	a = cJSON_GetObjectItemCaseSensitive(desc, "AttributeName");
+	if (cJSON_IsString(s) && (strcmp(s->valuestring, "ENABLED") == 0 ||
+	                          strcmp(s->valuestring, "ENABLING") == 0)) {
+		if (!cJSON_IsString(a) || strcmp(a->valuestring, "expiresAt") != 0)
+			ik_log(IK_LOG_WARN, "TTL is enabled on another attribute; records "
+			       "will not expire", "table", d->table,
+			       "attribute", cJSON_IsString(a) ? a->valuestring : NULL, NULL);
+		cJSON_Delete(resp);
+		return IK_OK;
+	}
+	cJSON_Delete(resp);
+	resp = NULL;
+	req = new_req(d, NULL);
+	spec = cJSON_AddObjectToObject(req, "TimeToLiveSpecification");
+	cJSON_AddTrueToObject(spec, "Enabled");
+	cJSON_AddStringToObject(spec, "AttributeName", "expiresAt");
+	rc = ddb_call(d, "UpdateTimeToLive", req, "UnknownOperationException", &resp, err);
+	cJSON_Delete(req);
+	cJSON_Delete(resp);
+	resp = NULL;
+	if (rc == IK_AWS_ERROR)
+		goto unsupported;
+	return rc;
+unsupported:
+	cJSON_Delete(resp);
+	ik_errclear(err);
+	ik_log(IK_LOG_WARN, "the DynamoDB endpoint does not support TTL; records "
+	       "will not expire", "table", d->table, NULL);
+	return IK_OK;
+}
+
+static int
+dd_init(struct ik_store *st, ik_err *err)
+{
+	struct ddb *d = st->impl;
+	cJSON *resp = NULL, *req, *a, *t, *s;
+	int64_t deadline = ik_mono_ms() + ACTIVE_WAIT_MS;
+	long nap = 50;
+	int rc, created = 0;
+
+	for (;;) {
+		rc = describe(d, &resp, err);
+		if (rc == IK_AWS_ERROR && !created) {
+			cJSON_Delete(resp);
+			resp = NULL;
+			ik_errclear(err);
+			req = new_req(d, NULL);
+			a = cJSON_AddArrayToObject(req, "AttributeDefinitions");
+			t = cJSON_CreateObject();
+			cJSON_AddStringToObject(t, "AttributeName", d->key);
+			cJSON_AddStringToObject(t, "AttributeType", "S");
+			cJSON_AddItemToArray(a, t);
+			a = cJSON_AddArrayToObject(req, "KeySchema");
+			t = cJSON_CreateObject();
+			cJSON_AddStringToObject(t, "AttributeName", d->key);
+			cJSON_AddStringToObject(t, "KeyType", "HASH");
+			cJSON_AddItemToArray(a, t);
+			cJSON_AddStringToObject(req, "BillingMode", "PAY_PER_REQUEST");
+			rc = ddb_call(d, "CreateTable", req, "ResourceInUseException", &resp, err);
+			cJSON_Delete(req);
+			cJSON_Delete(resp);
+			resp = NULL;
+			if (rc == IK_AWS_ERROR)      /* someone else is creating it */
+				ik_errclear(err);
+			else if (rc != IK_OK)
+				return rc;
+			else
+				ik_log(IK_LOG_INFO, "created table", "table", d->table,
+				       "key", d->key, NULL);
+			created = 1;
+			continue;
+		}
+		if (rc == IK_AWS_ERROR) {
+			/* created, yet not found: eventual consistency; wait */
+			ik_errclear(err);
+		} else if (rc != IK_OK) {
+			return rc;
+		} else {
+			t = cJSON_GetObjectItemCaseSensitive(resp, "Table");
+			s = cJSON_GetObjectItemCaseSensitive(t, "TableStatus");
+			if ((rc = check_schema(d, t, err)) != IK_OK) {
+				cJSON_Delete(resp);
+				return rc;
+			}
+			if (cJSON_IsString(s) && strcmp(s->valuestring, "ACTIVE") == 0)
+				break;
+			if (cJSON_IsString(s) && strcmp(s->valuestring, "DELETING") == 0) {
+				cJSON_Delete(resp);
+				return ik_errf(err, IK_TEMPFAIL, "dynamodb table %s is being "
+				               "deleted", d->table);
+			}
+		}
+		cJSON_Delete(resp);
+		resp = NULL;
+		if (ik_mono_ms() > deadline)
+			return ik_errf(err, IK_TEMPFAIL, "dynamodb table %s: not ACTIVE "
+			               "after %d s", d->table, ACTIVE_WAIT_MS / 1000);
+		sleep_ms(nap);
+		if (nap < 1000)
+			nap *= 2;
+	}
+	cJSON_Delete(resp);
+	return ensure_ttl(d, err);
+}
+
+static void
+dd_close(struct ik_store *st)
+{
+	struct ddb *d = st->impl;
+
+	if (!d)
+		return;
+	ik_aws_close(d->aws);
+	free(d->table);
+	free(d->key);
+	free(d);
+	st->impl = NULL;
+}
+
+static const struct ik_store_ops dynamodb_ops = {
+	.name = "dynamodb",
+	.init = dd_init,
+	.claim = dd_claim,
+	.finish = dd_finish,
+	.renotified = dd_renotified,
+	.release = dd_release,
+	.get = dd_get,
+	.list = dd_list,
+	.close = dd_close,
+};
+
+int
+ik_store_dynamodb_open(const char *table, struct ik_store *s, ik_err *err)
+{
+	const char *key = getenv("IDEMKIT_DYNAMODB_KEY");
+	size_t n = strlen(table);
+	struct ddb *d;
+	int rc;
+
+	if (n < 3 || n > 255 ||
+	    strspn(table, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") != n)
+		return ik_errf(err, IK_CONFIG, "dynamodb table name \"%.64s\": want 3-255 "
+		               "characters of [A-Za-z0-9_.-]", table);
+	if (!key || !*key)
+		key = "pk";
+	if (strlen(key) > 255 || strpbrk(key, "\r\n"))
+		return ik_errf(err, IK_CONFIG, "IDEMKIT_DYNAMODB_KEY: not an attribute name");
+	if (!(d = calloc(1, sizeof *d)) || !(d->table = strdup(table)) ||
+	    !(d->key = strdup(key))) {
+		if (d)
+			free(d->table);
+		free(d);
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	}
+	if ((rc = ik_aws_open("dynamodb", &d->aws, err)) != IK_OK) {
+		free(d->table);
+		free(d->key);
+		free(d);
+		return rc;
+	}
+	s->ops = &dynamodb_ops;
+	s->impl = d;
+	return IK_OK;
+}
