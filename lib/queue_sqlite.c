@@ -34,7 +34,7 @@
 #include "queue.h"
 #include "util.h"
 
-#define BUSY_TIMEOUT_MS 5000
+#define BUSY_TIMEOUT_MS 10000      /* $IDEMKIT_BUSY_TIMEOUT, as the store */
 #define DEFAULT_VISIBILITY 30
 #define DEFAULT_RETENTION_MS (4LL * 86400 * 1000)
 #define CLEANUP_EVERY_MS 60000
@@ -707,19 +707,50 @@ static const struct ik_queue_ops sqlite_ops = {
 	.close = sq_close,
 };
 
+/* WAL is a property of the file; switching needs a moment alone with it,
+ * so a crowd of first openers may be told "busy": try again. */
+static int
+set_wal(struct sq *s, ik_err *err)
+{
+	for (int tries = 0; tries < 200; tries++) {
+		sqlite3_stmt *st;
+		int rc = sqlite3_prepare_v2(s->db, "PRAGMA journal_mode=WAL", -1, &st, NULL);
+		int ok = 0;
+
+		if (rc != SQLITE_OK)
+			return dberr(s, rc, "journal mode", err);
+		rc = sqlite3_step(st);
+		if (rc == SQLITE_ROW)
+			ok = strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0;
+		sqlite3_finalize(st);
+		if (ok)
+			return IK_OK;
+		if (rc != SQLITE_ROW && (rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED)
+			return dberr(s, rc, "journal mode", err);
+		nap(5 + tries);
+	}
+	return ik_errf(err, IK_TEMPFAIL, "sqlite queue %s: could not switch to WAL (busy)",
+	               s->path);
+}
+
 int
 ik_queue_sqlite_open(const char *path, const char *name, const char *params,
                      struct ik_queue *q, ik_err *err)
 {
+	const char *bt = getenv("IDEMKIT_BUSY_TIMEOUT");
+	int64_t busy_ms = BUSY_TIMEOUT_MS;
 	struct sq *s;
 	int fd, rc;
 
+	if (bt && *bt && ik_parse_duration(bt, &busy_ms) < 0)
+		return ik_errf(err, IK_CONFIG, "IDEMKIT_BUSY_TIMEOUT: not a duration");
 	if (sodium_init() < 0)
 		return ik_errf(err, IK_SOFTWARE, "libsodium failed to initialise");
 	/* create it 0600 ourselves: SQLite would use the umask */
 	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (fd < 0)
-		return ik_errf(err, errno == EINTR || errno == ENOSPC ? IK_TEMPFAIL : IK_CONFIG,
+		return ik_errf(err, errno == EACCES || errno == ENOENT || errno == EROFS ||
+		               errno == EISDIR || errno == ENOTDIR ? IK_CONFIG : IK_TEMPFAIL,
 		               "sqlite queue %s: %s", path, strerror(errno));
 	close(fd);
 	if (!(s = calloc(1, sizeof *s)) || !(s->path = strdup(path)) ||
@@ -733,9 +764,10 @@ ik_queue_sqlite_open(const char *path, const char *name, const char *params,
 		rc = dberr(s, rc, "open", err);
 		goto fail;
 	}
-	sqlite3_busy_timeout(s->db, BUSY_TIMEOUT_MS);
-	rc = sqlite3_exec(s->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;",
-	                  NULL, NULL, NULL);
+	sqlite3_busy_timeout(s->db, (int)(busy_ms > 600000 ? 600000 : busy_ms));
+	if ((rc = set_wal(s, err)) != IK_OK)
+		goto fail;
+	rc = sqlite3_exec(s->db, "PRAGMA synchronous=FULL;", NULL, NULL, NULL);
 	if (rc == SQLITE_OK)
 		rc = sqlite3_exec(s->db, schema, NULL, NULL, NULL);
 	if (rc != SQLITE_OK) {
