@@ -88,6 +88,7 @@ $(O)/test/%: tests/unit/%.c $(LIBA)
 TEST_ENV = IDEMKIT_BIN=$(CURDIR)/$(O)/bin IDEMKIT_TEST_BIN=$(CURDIR)/$(O)/test IDEMKIT_SRC=$(CURDIR)
 test: all $(UNITS)
 	$(TEST_ENV) bats tests/
+	$(TEST_ENV) IDEMKIT_TEST_QUEUE_BACKEND=sqs bats tests/queue.bats
 
 # ASan + UBSan build of everything, then the whole suite against it.
 sanitize:

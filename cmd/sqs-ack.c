@@ -32,7 +32,8 @@
 
 static const char usage[] =
 	"usage: sqs-ack [--queue URL] [--dlq URL] [--stream] [--backoff-base SECS]\n"
-	"               [--backoff-cap SECS] < envelope\n";
+	"               [--backoff-cap SECS] < envelope\n"
+	"       sqs-ack --actions\n";
 static const char options[] =
 	"  -q, --queue URL         the queue the message came from (default: the\n"
 	"                          envelope's \"queue\", else $IDEMKIT_QUEUE, else the\n"
@@ -43,6 +44,7 @@ static const char options[] =
 	"  -b, --backoff-base SECS TEMPFAIL backoff: visibility = min(2^receiveCount *\n"
 	"                          base, cap) (default 2; $IDEMKIT_BACKOFF_BASE)\n"
 	"  -c, --backoff-cap SECS  (default 900; $IDEMKIT_BACKOFF_CAP)\n"
+	"  -A, --actions           print the action table (code, outcome, action, meaning)\n"
 	"  -h, --help              this help\n"
 	"  -V, --version           print the version\n";
 static const int codes[] = { 0, 13, 64, 65, 70, 75, 78, -1 };
@@ -474,6 +476,21 @@ stream(struct acker *a, struct ik_lines *in)
 	return ik_finish(rc);
 }
 
+/* The rows of the one table that are message outcomes, for the man page
+ * and the tests: CODE TAB NAME TAB ACTION TAB TEXT. */
+static int
+actions(void)
+{
+	int n;
+	const struct ik_outcome *t = ik_outcomes(&n);
+
+	for (int i = 0; i < n; i++)
+		if (t[i].action != IK_ACT_NONE)
+			printf("%d\t%s\t%s\t%s\n", t[i].code, t[i].name,
+			       ik_action_name(t[i].action), t[i].action_text);
+	return ik_finish(IK_OK);
+}
+
 static int
 opt_secs(const char *name, const char *v, int64_t *out)
 {
@@ -498,6 +515,7 @@ main(int argc, char **argv)
 		{ "stream", no_argument, NULL, 's' },
 		{ "backoff-base", required_argument, NULL, 'b' },
 		{ "backoff-cap", required_argument, NULL, 'c' },
+		{ "actions", no_argument, NULL, 'A' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -508,13 +526,14 @@ main(int argc, char **argv)
 	int ch, rc;
 
 	ik_cli_init(argv[0]);
-	while ((ch = getopt_long(argc, argv, "q:D:sb:c:hV", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "q:D:sb:c:AhV", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'q': a.queue_opt = optarg; break;
 		case 'D': a.dlq_opt = optarg; break;
 		case 's': a.stream = 1; break;
 		case 'b': base = optarg; break;
 		case 'c': cap = optarg; break;
+		case 'A': return actions();
 		case 'h': return ik_help(usage, options, codes);
 		case 'V': return ik_version();
 		default: return ik_usage(usage);

@@ -83,8 +83,11 @@ check_sqs(const char *url, ik_err *err)
 	const char *slash = strchr(p, '/');
 	const char *last;
 
-	if (!slash || slash == p)
+	if (slash == p)
 		return ik_errf(err, IK_CONFIG, "queue URL '%s': no host; %s", url, expected);
+	if (!slash)
+		return ik_errf(err, IK_CONFIG, "queue URL '%s': no /ACCOUNT/NAME path; %s",
+		               url, expected);
 	for (const char *c = p; c < slash; c++)
 		if (*c == ' ' || *c == '@' || *c == '?' || *c == '#')
 			return ik_errf(err, IK_CONFIG, "queue URL '%s': bad host; %s",
