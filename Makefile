@@ -4,6 +4,7 @@
 # (O=build/san) lives beside the normal one.
 
 .DELETE_ON_ERROR:
+.SECONDARY:
 .SUFFIXES:
 
 PREFIX  ?= /usr/local
@@ -19,7 +20,7 @@ VERSION := 0.1.0
 DEPS := libcurl:libcurl4-openssl-dev libcjson:libcjson-dev \
         libsodium:libsodium-dev sqlite3:libsqlite3-dev \
         libmicrohttpd:libmicrohttpd-dev
-DEBS_RUN := bats pkg-config make gcc clang nodejs npm sqlite3 \
+DEBS_RUN := bats pkg-config make gcc clang sqlite3 mandoc \
             python3-botocore shellcheck valgrind openssl curl
 PKGS := $(foreach d,$(DEPS),$(word 1,$(subst :, ,$(d))))
 
@@ -90,9 +91,17 @@ test: all $(UNITS)
 	$(TEST_ENV) bats tests/
 	$(TEST_ENV) IDEMKIT_TEST_QUEUE_BACKEND=sqs bats tests/queue.bats
 
-# ASan + UBSan build of everything, then the whole suite against it.
+# ASan + UBSan build of everything, then the whole suite against it.  Reports
+# go to files too, so one from a process whose exit status a test ignores
+# still fails the run.
+SAN_LOG := $(CURDIR)/build/san/report
 sanitize:
+	rm -f $(SAN_LOG).*
+	ASAN_OPTIONS=log_path=$(SAN_LOG):detect_leaks=1 \
+	UBSAN_OPTIONS=log_path=$(SAN_LOG):print_stacktrace=1 \
 	$(MAKE) O=build/san CC=clang CFLAGS='$(SAN_FLAGS)' LDFLAGS='-fsanitize=address,undefined' test
+	@if ls $(SAN_LOG).* >/dev/null 2>&1; then cat $(SAN_LOG).*; echo 'sanitizer reports above'; exit 1; fi
+	@echo 'sanitize: no reports'
 
 demo: all
 	IDEMKIT_BIN=$(CURDIR)/$(O)/bin sh examples/demo.sh

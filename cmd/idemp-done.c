@@ -20,10 +20,13 @@
 
 static const char usage[] =
 	"usage: idemp-done [--stream] [--state DONE|FAILED|DEBITED_NOTIFICATION_FAILED]\n"
-	"                  [--store URL] < envelope\n";
+	"                  [--store URL] < envelope\n"
+	"       idemp-done --renotified [--stream] [--store URL] < envelope\n";
 static const char options[] =
 	"  -s, --stream       many envelopes in, one out per line; outcome in the envelope\n"
 	"  -t, --state STATE  record this state instead of deriving it from the envelope\n"
+	"  -r, --renotified   re-notify mode: a DEBITED_NOTIFICATION_FAILED record whose\n"
+	"                     notification now succeeded becomes DONE\n"
 	"  -S, --store URL    sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE)\n"
 	"  -h, --help         this help\n"
 	"  -V, --version      print the version\n";
@@ -34,7 +37,55 @@ struct ctx {
 	struct ik_store *store;
 	ik_err open_err;
 	enum ik_state state;
+	int renotified;
 };
+
+static int
+open_store(struct ctx *c, ik_err *err)
+{
+	if (!c->store && !c->open_err.code &&
+	    ik_store_open(c->url, &c->store, &c->open_err) != IK_OK)
+		c->store = NULL;
+	if (!c->store) {
+		*err = c->open_err;
+		return err->code;
+	}
+	return IK_OK;
+}
+
+/* Re-notify: the envelope came from idemp-list --format envelope through
+ * charge-notify.  Only DNF -> DONE, conditioned on the state. */
+static int
+renotified(cJSON *env, struct ctx *c)
+{
+	const char *key = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+	    ik_env_result(env, "recovery"), "chargeId"));
+	ik_err err = { 0 };
+	cJSON *r;
+	int rc;
+
+	if (!key) {
+		r = ik_env_set_result(env, "done", IK_DATAERR);
+		cJSON_AddStringToObject(r, "error", "no recovery.chargeId: not from idemp-list --format envelope");
+		ik_warnx("no recovery.chargeId: not from idemp-list --format envelope");
+		return IK_DATAERR;
+	}
+	if (ik_env_step_code(env, "notify") != IK_OK)
+		return ik_env_outcome(env);
+	if ((rc = open_store(c, &err)) == IK_OK)
+		rc = c->store->ops->renotified(c->store, key, ik_now_ms(), &err);
+	r = ik_env_set_result(env, "done", rc);
+	cJSON_AddStringToObject(r, "state", rc == IK_OK ? "DONE" : "DEBITED_NOTIFICATION_FAILED");
+	if (rc == IK_LEASE_LOST)
+		cJSON_AddStringToObject(r, "error", "record is no longer DEBITED_NOTIFICATION_FAILED");
+	else if (rc != IK_OK) {
+		cJSON_AddStringToObject(r, "error", err.msg);
+		ik_warnx("%s", err.msg);
+	}
+	ik_log(rc == IK_OK ? IK_LOG_INFO : IK_LOG_WARN, "renotified", "step", "done",
+	    "chargeId", key, "outcome", ik_code_name(rc), NULL);
+	return rc;
+}
 
 static const char *
 field(const cJSON *env, const char *step, const char *name)
@@ -75,6 +126,8 @@ done(cJSON *env, void *arg)
 	cJSON *r;
 	int rc;
 
+	if (c->renotified)
+		return renotified(env, c);
 	if (!claim) {
 		r = ik_env_set_result(env, "done", IK_DATAERR);
 		cJSON_AddStringToObject(r, "error", "envelope has no claim; run idemp-claim first");
@@ -93,13 +146,7 @@ done(cJSON *env, void *arg)
 	if (state == IK_ST_NONE)
 		return ik_env_outcome(env);
 
-	if (!c->store && !c->open_err.code &&
-	    ik_store_open(c->url, &c->store, &c->open_err) != IK_OK)
-		c->store = NULL;
-	if (!c->store) {
-		err = c->open_err;
-		rc = err.code;
-	} else {
+	if ((rc = open_store(c, &err)) == IK_OK) {
 		req = (struct ik_finish_req){
 			.key = key, .token = token, .state = state,
 			.debit_ref = field(env, "debit", "ref"),
@@ -130,6 +177,7 @@ main(int argc, char **argv)
 	static const struct option longopts[] = {
 		{ "stream", no_argument, NULL, 's' },
 		{ "state", required_argument, NULL, 't' },
+		{ "renotified", no_argument, NULL, 'r' },
 		{ "store", required_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -140,7 +188,7 @@ main(int argc, char **argv)
 	int ch, rc;
 
 	ik_cli_init(argv[0]);
-	while ((ch = getopt_long(argc, argv, "st:S:hV", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "st:rS:hV", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 's': st.stream = 1; break;
 		case 't':
@@ -151,13 +199,14 @@ main(int argc, char **argv)
 				return IK_USAGE;
 			}
 			break;
+		case 'r': c.renotified = 1; break;
 		case 'S': c.url = optarg; break;
 		case 'h': return ik_help(usage, options, codes);
 		case 'V': return ik_version();
 		default: return ik_usage(usage);
 		}
 	}
-	if (optind != argc)
+	if (optind != argc || (c.renotified && c.state != IK_ST_NONE))
 		return ik_usage(usage);
 	rc = ik_step_run(&st);
 	ik_store_close(c.store);

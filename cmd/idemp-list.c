@@ -4,32 +4,75 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+#include "envelope.h"
 #include "outcome.h"
 #include "store.h"
 #include "util.h"
 
 static const char usage[] =
-	"usage: idemp-list [--state STATE] [--expired] [--older-than DUR] [--store URL]\n";
+	"usage: idemp-list [--state STATE] [--expired] [--older-than DUR]\n"
+	"                  [--format record|event|envelope] [--store URL]\n";
 static const char options[] =
 	"  -t, --state STATE      only IN_PROGRESS, DONE, FAILED or\n"
 	"                         DEBITED_NOTIFICATION_FAILED records\n"
 	"  -e, --expired          only IN_PROGRESS records whose lease has ended\n"
 	"  -o, --older-than DUR   only records last updated more than DUR ago (e.g. 15m)\n"
+	"  -f, --format F         record (default): the record as JSON;\n"
+	"                         event: the stored event body, for sqs-send (re-drive);\n"
+	"                         envelope: an envelope of the stored event with the\n"
+	"                         recorded debit, for charge-notify (re-notify)\n"
 	"  -S, --store URL        sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE)\n"
 	"  -h, --help             this help\n"
 	"  -V, --version          print the version\n";
 static const int codes[] = { 0, 1, 64, 70, 75, 78, -1 };
 
+enum format { F_RECORD, F_EVENT, F_ENVELOPE };
+
+struct out {
+	enum format format;
+	int64_t now_ms;
+};
+
+/* An envelope to re-notify a debited charge: the stored event as its body
+ * and the debit the record proves happened. */
+static cJSON *
+as_envelope(const struct ik_record *r)
+{
+	cJSON *env = ik_env_new(r->event), *d;
+
+	if (!env)
+		return NULL;
+	if ((d = ik_env_set_result(env, "debit", IK_OK)) && r->debit_ref)
+		cJSON_AddStringToObject(d, "ref", r->debit_ref);
+	if ((d = cJSON_AddObjectToObject(env, "recovery"))) {
+		cJSON_AddStringToObject(d, "chargeId", r->key);
+		cJSON_AddStringToObject(d, "state", ik_state_name(r->state));
+		cJSON_AddNumberToObject(d, "attempts", (double)r->attempts);
+	}
+	return env;
+}
+
 static int
 print(const struct ik_record *r, void *arg)
 {
-	cJSON *o = ik_record_json(r, *(int64_t *)arg);
-	char *line = o ? cJSON_PrintUnformatted(o) : NULL;
-	int stop = !line;
+	struct out *o_ = arg;
+	cJSON *o;
+	char *line;
+	int stop;
+
+	if (o_->format == F_EVENT) {
+		if (!r->event)
+			return 0;
+		return printf("%s\n", r->event) < 0;
+	}
+	o = o_->format == F_ENVELOPE ? as_envelope(r) : ik_record_json(r, o_->now_ms);
+	line = o ? cJSON_PrintUnformatted(o) : NULL;
+	stop = !line;
 
 	if (line && printf("%s\n", line) < 0)
 		stop = 1;   /* stdout is gone; ik_finish reports it */
@@ -45,19 +88,21 @@ main(int argc, char **argv)
 		{ "state", required_argument, NULL, 't' },
 		{ "expired", no_argument, NULL, 'e' },
 		{ "older-than", required_argument, NULL, 'o' },
+		{ "format", required_argument, NULL, 'f' },
 		{ "store", required_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct ik_list_filter f = { 0 };
+	struct out out = { F_RECORD, 0 };
 	struct ik_store *s;
 	const char *url = NULL;
 	ik_err err = { 0 };
 	int ch, rc;
 
 	ik_cli_init(argv[0]);
-	while ((ch = getopt_long(argc, argv, "t:eo:S:hV", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "t:eo:f:S:hV", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 't':
 			if ((f.state = ik_state_parse(optarg)) == IK_ST_NONE) {
@@ -73,6 +118,18 @@ main(int argc, char **argv)
 				return IK_USAGE;
 			}
 			break;
+		case 'f':
+			if (strcmp(optarg, "record") == 0)
+				out.format = F_RECORD;
+			else if (strcmp(optarg, "event") == 0)
+				out.format = F_EVENT;
+			else if (strcmp(optarg, "envelope") == 0)
+				out.format = F_ENVELOPE;
+			else {
+				ik_warnx("--format: \"%s\" is not record, event or envelope", optarg);
+				return IK_USAGE;
+			}
+			break;
 		case 'S': url = optarg; break;
 		case 'h': return ik_help(usage, options, codes);
 		case 'V': return ik_version();
@@ -83,8 +140,8 @@ main(int argc, char **argv)
 		return ik_usage(usage);
 	if (ik_store_open(url, &s, &err) != IK_OK)
 		return ik_fail(&err);
-	f.now_ms = ik_now_ms();
-	rc = s->ops->list(s, &f, print, &f.now_ms, &err);
+	f.now_ms = out.now_ms = ik_now_ms();
+	rc = s->ops->list(s, &f, print, &out, &err);
 	if (rc != IK_OK && rc != IK_EMPTY)
 		ik_fail(&err);
 	ik_store_close(s);

@@ -90,3 +90,26 @@ claimed() { env=$(ev "$1" | idemp-claim 2>/dev/null); printf '%s\n' "${env%\}}${
 	[ "$(jget "${lines[0]}" done.state)" = DONE ]
 	[ "$(jget "${lines[1]}" done.state)" = FAILED ]
 }
+
+@test "--renotified: DNF becomes DONE when the notification now succeeded; only from DNF" {
+	env=$(claimed CHG-RN1 '"debit":{"outcome":"OK","ref":"T-RN"},"notify":{"outcome":"NOTIFY_FAILED","error":"HTTP 503"}')
+	idemp-done <<<"$env" >/dev/null
+	rec=$(idemp-list --state DEBITED_NOTIFICATION_FAILED --format envelope)
+	[ "$(jget "$rec" debit.ref)" = T-RN ]
+	[ "$(jget "$rec" recovery.chargeId)" = CHG-RN1 ]
+	# notification failed again: passes through, record unchanged
+	run --separate-stderr idemp-done --renotified <<<"${rec%\}},\"notify\":{\"outcome\":\"NOTIFY_FAILED\"}}"
+	[ "$status" -eq 21 ]
+	[ "$(jget "$(idemp-show --json CHG-RN1)" state)" = DEBITED_NOTIFICATION_FAILED ]
+	ok="${rec%\}},\"notify\":{\"outcome\":\"OK\"}}"
+	run --separate-stderr idemp-done --renotified <<<"$ok"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" done.state)" = DONE ]
+	[ "$(jget "$(idemp-show --json CHG-RN1)" state)" = DONE ]
+	run --separate-stderr idemp-done --renotified <<<"$ok"
+	[ "$status" -eq 13 ]
+	run --separate-stderr idemp-done --renotified < <(claimed CHG-RN2)
+	[ "$status" -eq 65 ]
+	run idemp-done --renotified --state DONE </dev/null
+	[ "$status" -eq 64 ]
+}

@@ -64,3 +64,12 @@ setup() { export IDEMKIT_STORE=sqlite:$BATS_TEST_TMPDIR/s.db; }
 	[ "${#lines[@]}" -eq 2 ]
 	[ "$(jget "$(jget "${lines[0]}" event)" amount)" = 2500 ]
 }
+
+@test "idemp-list --format event gives the stored bodies; bad format is 64" {
+	ev CHG-F1 | idemp-claim >/dev/null 2>&1
+	run --separate-stderr idemp-list --format event
+	[ "$status" -eq 0 ]
+	[ "$output" = "$(ev CHG-F1)" ]
+	run idemp-list --format xml
+	[ "$status" -eq 64 ]
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bats
+# The contract around the commands: the exit-code table in lib/ and
+# idemkit(7) agree; every command has a man page whose EXIT STATUS lists
+# exactly the codes its --help lists, and a USAGE that matches.
+
+load helper
+
+@test "idemkit(7) prints the table of lib/outcome.c, row for row" {
+	run "$IDEMKIT_TEST_BIN/outcome_table"
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 14 ]
+	for row in "${lines[@]}"; do
+		grep -qxF -- "$row" "$IDEMKIT_SRC/man/idemkit.7" || { echo "missing in idemkit.7: $row"; return 1; }
+	done
+	[ "$(grep -c '^\.It [0-9]* Ta ' "$IDEMKIT_SRC/man/idemkit.7")" -eq 14 ]
+}
+
+@test "the codes never move (codes are API)" {
+	run "$IDEMKIT_TEST_BIN/outcome_table"
+	got=$(printf '%s\n' "${lines[@]}" | awk '{print $2 "=" $4}' | tr '\n' ' ')
+	[ "$got" = "0=OK 1=EMPTY 10=DUP_DONE 11=DUP_IN_PROGRESS 12=DUP_FAILED 13=LEASE_LOST 14=PAYLOAD_MISMATCH 20=DECLINED 21=NOTIFY_FAILED 64=USAGE 65=DATAERR 70=SOFTWARE 75=TEMPFAIL 78=CONFIG " ]
+}
+
+@test "every command: a man page, --help and EXIT STATUS list the same codes, --version works" {
+	for bin in "$IDEMKIT_BIN"/*; do
+		name=$(basename "$bin")
+		page=$IDEMKIT_SRC/man/$name.1
+		[ -f "$page" ] || { echo "$name: no man page"; return 1; }
+		help=$("$bin" --help) || { echo "$name --help failed"; return 1; }
+		"$bin" --version | grep -q "idemkit" || { echo "$name --version"; return 1; }
+		hcodes=$(printf '%s\n' "$help" | sed -n '/^Exit status:/,/^$/p' | awk '/^ +[0-9]+ /{print $1}' | sort -n | tr '\n' ' ')
+		mcodes=$(sed -n '/^\.Sh EXIT STATUS/,/^\.Sh /p' "$page" | awk '/^\.It [0-9]+$/{print $2}' | sort -n | tr '\n' ' ')
+		[ -n "$hcodes" ] || { echo "$name: no codes in --help"; return 1; }
+		[ "$hcodes" = "$mcodes" ] || { echo "$name: --help [$hcodes] vs man [$mcodes]"; return 1; }
+		first=$(printf '%s\n' "$help" | head -1)
+		[[ "$first" == "usage: $name"* ]] || { echo "$name: usage line: $first"; return 1; }
+	done
+}
+
+@test "man pages are clean mdoc" {
+	command -v mandoc >/dev/null || skip "mandoc not installed"
+	for page in "$IDEMKIT_SRC"/man/*.[1-8]; do
+		out=$(mandoc -Tlint -W warning "$page" 2>&1) || true
+		[ -z "$out" ] || { echo "$out"; return 1; }
+	done
+}
