@@ -31,7 +31,7 @@ verify() {
 @test "sqs-send: SendMessageBatch is signed as botocore signs it" {
 	run sqs-send --queue "$QUEUE" <<<'{"chargeId":"CHG-1","amount":2500}'
 	[ "$status" -eq 0 ]
-	[ "$(jget "$output" messageId)" = captured-1 ]
+	[ "$(jget "$output" messageId)" = captured-0 ]
 	run verify 0 "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY"
 	echo "$output"
 	[ "$status" -eq 0 ]

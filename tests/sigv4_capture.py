@@ -1,6 +1,6 @@
 # sigv4_capture.py PORTFILE LOG: records every request it gets (method,
 # path, headers in order, body) as one JSON line in LOG and answers like
-# SQS SendMessage, so a command's signed request can be checked afterwards
+# SQS (SendMessage, and every entry of a batch Successful), so a command's signed request can be checked afterwards
 # by an independent signer (tests/sigv4_verify.py).  Loopback only.
 import http.server, json, os, sys
 
@@ -17,9 +17,13 @@ class H(http.server.BaseHTTPRequestHandler):
                "headers": list(self.headers.items()), "body": body}
         with open(sys.argv[2], "a") as f:
             f.write(json.dumps(rec) + "\n")
+        try:
+            ids = [e["Id"] for e in json.loads(body).get("Entries", [])]
+        except ValueError:
+            ids = []
         out = json.dumps({"MD5OfMessageBody": "0" * 32, "MessageId": "captured-1",
-                          "Successful": [{"Id": "0", "MessageId": "captured-1",
-                                          "MD5OfMessageBody": "0" * 32}],
+                          "Successful": [{"Id": i, "MessageId": "captured-" + i,
+                                          "MD5OfMessageBody": "0" * 32} for i in ids],
                           "Failed": []}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/x-amz-json-1.0")
