@@ -21,7 +21,8 @@
 #include "util.h"
 
 static const char usage[] =
-	"usage: sqs-recv [--queue URL] [--max N] [--wait SECS] [--visibility SECS] [--follow]\n";
+	"usage: sqs-recv [--queue URL] [--max N] [--wait SECS] [--visibility SECS]\n"
+	"                [--follow | --drain]\n";
 static const char options[] =
 	"  -q, --queue URL        sqlite:PATH#NAME or an SQS queue URL (default $IDEMKIT_QUEUE,\n"
 	"                         else sqlite:$IDEMKIT_STATE_DIR/queue.db#charges)\n"
@@ -30,6 +31,7 @@ static const char options[] =
 	"  -v, --visibility SECS  keep received messages invisible for SECS, 0..43200\n"
 	"                         (default: the queue's own visibility timeout)\n"
 	"  -f, --follow           keep receiving until a signal\n"
+	"  -d, --drain            keep receiving until a receive brings nothing\n"
 	"  -h, --help             this help\n"
 	"  -V, --version          print the version\n";
 static const int codes[] = { 0, 1, 64, 70, 75, 78, -1 };
@@ -117,6 +119,7 @@ main(int argc, char **argv)
 		{ "wait", required_argument, NULL, 'w' },
 		{ "visibility", required_argument, NULL, 'v' },
 		{ "follow", no_argument, NULL, 'f' },
+		{ "drain", no_argument, NULL, 'd' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -124,24 +127,25 @@ main(int argc, char **argv)
 	struct ik_qmsg msgs[IK_QUEUE_BATCH];
 	struct ik_queue *q = NULL;
 	const char *url = NULL;
-	int max = 1, wait = -1, vis = -1, follow = 0, got = 0, ch, rc;
+	int max = 1, wait = -1, vis = -1, follow = 0, drain = 0, got = 0, ch, rc;
 	int64_t backoff = 0;
 	ik_err err = { 0 };
 
 	ik_cli_init(argv[0]);
-	while ((ch = getopt_long(argc, argv, "q:n:w:v:fhV", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "q:n:w:v:fdhV", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'q': url = optarg; break;
 		case 'n': if (opt_int("max", optarg, 1, IK_QUEUE_BATCH, &max) < 0) return IK_USAGE; break;
 		case 'w': if (opt_int("wait", optarg, 0, IK_QUEUE_MAX_WAIT, &wait) < 0) return IK_USAGE; break;
 		case 'v': if (opt_int("visibility", optarg, 0, IK_QUEUE_MAX_VISIBILITY, &vis) < 0) return IK_USAGE; break;
 		case 'f': follow = 1; break;
+		case 'd': drain = 1; break;
 		case 'h': return ik_help(usage, options, codes);
 		case 'V': return ik_version();
 		default: return ik_usage(usage);
 		}
 	}
-	if (optind != argc)
+	if (optind != argc || (follow && drain))
 		return ik_usage(usage);
 	if (wait < 0)
 		wait = follow ? IK_QUEUE_MAX_WAIT : 0;
@@ -174,7 +178,7 @@ main(int argc, char **argv)
 			ik_fail(&err);
 			break;
 		}
-		if (ik_stop_signal || !follow)
+		if (ik_stop_signal || !(follow || (drain && n > 0)))
 			break;
 	}
 	ik_queue_close(q);

@@ -102,13 +102,10 @@ bodies() {
 print("\n".join(sorted(json.loads(l)["body"] for l in open(sys.argv[1]) if l.strip())))' "$1"
 }
 
-# drain [ARGS...]: receive until the queue answers EMPTY; all envelopes out.
+# drain [ARGS...]: every message there is (sqs-recv --drain), EMPTY is fine.
 drain() {
-	local rc
-	while :; do
-		sqs-recv --max 10 "$@" && continue
-		rc=$?
-		[ "$rc" -eq 1 ] && return 0
-		return "$rc"
-	done
+	local rc=0
+	sqs-recv --max 10 --drain "$@" || rc=$?
+	[ "$rc" -eq 1 ] && return 0
+	return "$rc"
 }

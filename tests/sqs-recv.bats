@@ -24,6 +24,17 @@ load lock
 	[ "${#lines[@]}" -eq 2 ]
 }
 
+@test "sqs-recv: --drain takes everything there is, then ends" {
+	seq 1 23 | sqs-send >/dev/null
+	run sqs-recv --max 10 --drain
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 23 ]
+	run sqs-recv --drain
+	[ "$status" -eq 1 ]
+	run sqs-recv --drain --follow
+	[ "$status" -eq 64 ]
+}
+
 @test "sqs-recv: 1 when nothing arrived, also after a short --wait" {
 	run sqs-recv --wait 1
 	[ "$status" -eq 1 ]
