@@ -40,6 +40,23 @@ setup() { queue_backend_setup; }
 	[ -z "$output" ]
 }
 
+@test "queue[$QB]: approximate counts (sqs-stat)" {
+	run sqs-stat
+	[ "$status" -eq 0 ]
+	[ "$output" = '{"visible":0,"inflight":0,"delayed":0}' ]
+	seq 1 3 | sqs-send >/dev/null
+	echo later | sqs-send --delay 60 >/dev/null
+	sqs-recv >/dev/null
+	run sqs-stat
+	if [ "$QB" = sqlite ]; then
+		[ "$output" = '{"visible":2,"inflight":1,"delayed":1}' ]
+	else
+		# local-aws-sqs counts in-flight messages as visible too (SQS
+		# does not); the other two counts are SQS's
+		[ "$output" = '{"visible":3,"inflight":1,"delayed":1}' ]
+	fi
+}
+
 @test "queue[$QB]: empty queue -> 1" {
 	run sqs-recv --max 10
 	[ "$status" -eq 1 ]
