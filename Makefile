@@ -20,7 +20,7 @@ VERSION := 0.1.0
 DEPS := libcurl:libcurl4-openssl-dev libcjson:libcjson-dev \
         libsodium:libsodium-dev sqlite3:libsqlite3-dev \
         libmicrohttpd:libmicrohttpd-dev
-DEBS_RUN := bats pkg-config make gcc clang sqlite3 mandoc \
+DEBS_RUN := bats pkg-config make gcc clang libclang-rt-14-dev sqlite3 mandoc \
             python3-botocore shellcheck valgrind openssl curl
 PKGS := $(foreach d,$(DEPS),$(word 1,$(subst :, ,$(d))))
 
@@ -89,6 +89,7 @@ $(O)/test/%: tests/unit/%.c $(LIBA)
 TEST_ENV = IDEMKIT_BIN=$(CURDIR)/$(O)/bin IDEMKIT_TEST_BIN=$(CURDIR)/$(O)/test IDEMKIT_SRC=$(CURDIR)
 test: all $(UNITS)
 	$(TEST_ENV) bats tests/
+	$(TEST_ENV) IDEMKIT_TEST_BACKEND=dynamodb bats tests/store.bats
 	$(TEST_ENV) IDEMKIT_TEST_QUEUE_BACKEND=sqs bats tests/queue.bats
 
 # ASan + UBSan build of everything, then the whole suite against it.  Reports
@@ -102,6 +103,26 @@ sanitize:
 	$(MAKE) O=build/san CC=clang CFLAGS='$(SAN_FLAGS)' LDFLAGS='-fsanitize=address,undefined' test
 	@if ls $(SAN_LOG).* >/dev/null 2>&1; then cat $(SAN_LOG).*; echo 'sanitizer reports above'; exit 1; fi
 	@echo 'sanitize: no reports'
+
+# libFuzzer targets (tests/fuzz/fuzz_NAME.c) over the parsers, built with
+# clang against an instrumented copy of the library; each runs FUZZ_TIME
+# seconds from its corpus.  Crashes land in build/fuzz/ and become tests.
+FUZZ_TIME ?= 60
+FUZZ_SRC  := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_FLAGS := -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer
+fuzz:
+	$(MAKE) O=build/fuzz CC=clang CFLAGS='$(FUZZ_FLAGS)' build/fuzz/lib/libidemkit.a
+	@set -e; for src in $(FUZZ_SRC); do \
+	  name=$$(basename $$src .c); t=$${name#fuzz_}; \
+	  clang $(IK_CFLAGS) -O1 -g -fsanitize=fuzzer,address,undefined -o build/fuzz/$$name $$src \
+	    build/fuzz/lib/libidemkit.a $(LDLIBS); \
+	  mkdir -p build/fuzz/corpus-$$t; \
+	  echo "== $$name for $(FUZZ_TIME)s"; \
+	  build/fuzz/$$name -max_total_time=$(FUZZ_TIME) -max_len=4096 -timeout=10 \
+	    -artifact_prefix=build/fuzz/$$name- build/fuzz/corpus-$$t tests/fuzz/corpus/$$t \
+	    2>build/fuzz/$$name.log || { tail -40 build/fuzz/$$name.log; exit 1; }; \
+	  tail -1 build/fuzz/$$name.log; \
+	done
 
 demo: all
 	IDEMKIT_BIN=$(CURDIR)/$(O)/bin sh examples/demo.sh
@@ -127,6 +148,6 @@ clean:
 help:
 	@echo 'targets: all test sanitize demo install uninstall deps clean'
 
-.PHONY: all test sanitize demo install uninstall deps clean help
+.PHONY: all test sanitize fuzz demo install uninstall deps clean help
 
 -include $(LIB_OBJ:.o=.d) $(patsubst cmd/%.c,$(O)/obj/cmd/%.d,$(CMD_SRC)) $(UNITS:=.d)

@@ -15,3 +15,117 @@ load helper
 	! grep -q '^not ok' <<<"$output"
 	! grep -q SECRETTOKEN <<<"$output"
 }
+
+setup_file() {
+	python3 "$BATS_TEST_DIRNAME/awsfake.py" "$BATS_FILE_TMPDIR/port" "$BATS_FILE_TMPDIR/log" 3>&- &
+	echo $! > "$BATS_FILE_TMPDIR/pid"
+	for _ in $(seq 1 100); do [ -s "$BATS_FILE_TMPDIR/port" ] && break; sleep 0.05; done
+	[ -s "$BATS_FILE_TMPDIR/port" ]
+}
+teardown_file() {
+	kill "$(cat "$BATS_FILE_TMPDIR/pid")" 2>/dev/null || true
+}
+setup() {
+	aws_test_env
+	FAKE=http://127.0.0.1:$(cat "$BATS_FILE_TMPDIR/port")
+	LOG=$BATS_FILE_TMPDIR/log
+	: > "$LOG"
+	rm -f "$LOG.auth"
+	probe() { "$IDEMKIT_TEST_BIN/aws_probe" "$@"; }
+}
+
+@test "credentials from the environment; endpoint defaults and overrides" {
+	run --separate-stderr probe dynamodb
+	[ "$status" -eq 0 ]
+	[ "$output" = "source=env region=us-east-1 endpoint=https://dynamodb.us-east-1.amazonaws.com key=test" ]
+	AWS_ENDPOINT_URL=http://127.0.0.1:1 run --separate-stderr probe sqs
+	[[ $output == *"endpoint=http://127.0.0.1:1 "* ]]
+	AWS_ENDPOINT_URL=http://127.0.0.1:1 AWS_ENDPOINT_URL_SQS=http://127.0.0.1:2 run --separate-stderr probe sqs
+	[[ $output == *"endpoint=http://127.0.0.1:2 "* ]]
+	unset AWS_REGION
+	AWS_DEFAULT_REGION=ap-south-1 run --separate-stderr probe sqs
+	[[ $output == *"region=ap-south-1 endpoint=https://sqs.ap-south-1.amazonaws.com "* ]]
+}
+
+@test "shared credentials file and config file, AWS_PROFILE, region from the profile" {
+	unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_REGION
+	export AWS_SHARED_CREDENTIALS_FILE=$BATS_TEST_TMPDIR/credentials AWS_CONFIG_FILE=$BATS_TEST_TMPDIR/config
+	printf '[default]\naws_access_key_id = AKIDDEFAULT\naws_secret_access_key = s1\n\n[ops]\n# comment\naws_access_key_id=AKIDOPS\naws_secret_access_key=secretOps123456\n' > "$AWS_SHARED_CREDENTIALS_FILE"
+	printf '[default]\nregion = eu-west-1\n[profile ops]\nregion = ap-south-1\ns3 =\n  region = nope\n[profile cfgonly]\naws_access_key_id = AKIDCFG\naws_secret_access_key = secretCfg123456\nregion = us-west-2\n' > "$AWS_CONFIG_FILE"
+	run --separate-stderr probe dynamodb
+	[ "$output" = "source=shared-credentials-file region=eu-west-1 endpoint=https://dynamodb.eu-west-1.amazonaws.com key=AKIDDEFAULT" ]
+	AWS_PROFILE=ops run --separate-stderr probe dynamodb
+	[ "$output" = "source=shared-credentials-file region=ap-south-1 endpoint=https://dynamodb.ap-south-1.amazonaws.com key=AKIDOPS" ]
+	AWS_PROFILE=cfgonly run --separate-stderr probe dynamodb
+	[ "$output" = "source=config-file region=us-west-2 endpoint=https://dynamodb.us-west-2.amazonaws.com key=AKIDCFG" ]
+	AWS_PROFILE=missing run --separate-stderr probe dynamodb
+	[ "$status" -eq 78 ]
+	[[ $stderr == *"AWS profile missing not found"* ]]
+	! grep -q secretOps <<<"$output$stderr"
+}
+
+@test "container credentials over loopback, with the authorization token file; token and key signed into the call" {
+	unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
+	export AWS_CONTAINER_CREDENTIALS_FULL_URI=$FAKE/creds
+	echo "Bearer tokenfromfile" > "$LOG.auth"
+	echo "Bearer tokenfromfile" > "$BATS_TEST_TMPDIR/tok"
+	export AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE=$BATS_TEST_TMPDIR/tok
+	export AWS_ENDPOINT_URL_DYNAMODB=$FAKE/ok
+	run --separate-stderr probe dynamodb DynamoDB_20120810.GetItem '{"TableName":"t"}'
+	echo "$output $stderr"
+	[ "$status" -eq 0 ]
+	[[ ${lines[0]} == "source=container region=us-east-1 endpoint=$FAKE/ok key=ASIAFAKECONTAINER1" ]]
+	resp=${lines[2]#response=}
+	[ "$(jget "$resp" target)" = DynamoDB_20120810.GetItem ]
+	[ "$(jget "$resp" contentType)" = application/x-amz-json-1.0 ]
+	[ "$(jget "$resp" securityToken)" = containerSessionToken456 ]
+	[[ $(jget "$resp" authorization) == "AWS4-HMAC-SHA256 Credential=ASIAFAKECONTAINER1/"*"/us-east-1/dynamodb/aws4_request, SignedHeaders="*"x-amz-security-token"*"Signature="* ]]
+	[ "$(jget "$resp" body)" = '{"TableName":"t"}' ]
+	grep -q '"Authorization": "Bearer tokenfromfile"' "$LOG"
+	! grep -q containerSecretValue <<<"$output$stderr"
+}
+
+@test "container credentials: a refused token -> 78; an http URL off loopback -> 78 without contact" {
+	unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
+	echo "Bearer right" > "$LOG.auth"
+	AWS_CONTAINER_CREDENTIALS_FULL_URI=$FAKE/creds AWS_CONTAINER_AUTHORIZATION_TOKEN="Bearer wrong" \
+		run --separate-stderr probe dynamodb
+	[ "$status" -eq 78 ]
+	[[ $stderr == *"container credentials: HTTP 401"* ]]
+	: > "$LOG"
+	AWS_CONTAINER_CREDENTIALS_FULL_URI=http://192.0.2.1/creds run --separate-stderr probe dynamodb
+	[ "$status" -eq 78 ]
+	[[ $stderr == *"AWS_CONTAINER_CREDENTIALS_FULL_URI must be https"* ]]
+}
+
+@test "retries: throttling retried AWS_MAX_ATTEMPTS times -> 75; 5xx retried; access denied once -> 78; client error returned" {
+	AWS_MAX_ATTEMPTS=3 AWS_ENDPOINT_URL_DYNAMODB=$FAKE/throttle run --separate-stderr probe dynamodb DynamoDB_20120810.PutItem
+	[ "$status" -eq 75 ]
+	[[ $output == *"error=dynamodb PutItem: ThrottlingException: Rate of requests exceeds the allowed throughput. (3 tries)"* ]]
+	[ "$(wc -l < "$LOG")" -eq 3 ]
+	: > "$LOG"
+	AWS_MAX_ATTEMPTS=2 AWS_ENDPOINT_URL_DYNAMODB=$FAKE/status500 run --separate-stderr probe dynamodb DynamoDB_20120810.GetItem
+	[ "$status" -eq 75 ]
+	[ "$(wc -l < "$LOG")" -eq 2 ]
+	: > "$LOG"
+	AWS_ENDPOINT_URL_DYNAMODB=$FAKE/denied run --separate-stderr probe dynamodb DynamoDB_20120810.GetItem
+	[ "$status" -eq 78 ]
+	[[ $output == *"error=dynamodb GetItem: AccessDeniedException: not authorized"* ]]
+	[ "$(wc -l < "$LOG")" -eq 1 ]
+	: > "$LOG"
+	AWS_ENDPOINT_URL_SQS=$FAKE/nonexistent run --separate-stderr probe sqs AmazonSQS.GetQueueUrl
+	[ "$status" -eq 2 ]
+	[[ $output == *"type=QueueDoesNotExist status=400"* ]]
+	[[ $output == *"error=sqs GetQueueUrl: QueueDoesNotExist: The specified queue does not exist."* ]]
+	[ "$(wc -l < "$LOG")" -eq 1 ]
+}
+
+@test "bad settings -> 78: AWS_MAX_ATTEMPTS, region name, CA bundle" {
+	AWS_MAX_ATTEMPTS=zero run --separate-stderr probe dynamodb
+	[ "$status" -eq 78 ]
+	AWS_REGION='us east' run --separate-stderr probe dynamodb
+	[ "$status" -eq 78 ]
+	AWS_CA_BUNDLE=/nonexistent/ca.pem AWS_ENDPOINT_URL_DYNAMODB=$FAKE/ok run --separate-stderr probe dynamodb DynamoDB_20120810.GetItem
+	[ "$status" -eq 78 ]
+	[[ $output == *"CA file"* ]]
+}

@@ -41,17 +41,85 @@ require_node() {
 	fi
 }
 
+# free_port: a loopback port nobody listens on right now (the caller still
+# retries if it is taken before it binds).
+free_port() {
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# aws_test_env: fake credentials and no path to any real AWS account or
+# metadata service; only loopback endpoints are used.
+aws_test_env() {
+	unset AWS_PROFILE AWS_DEFAULT_PROFILE AWS_SESSION_TOKEN AWS_DEFAULT_REGION \
+		AWS_ENDPOINT_URL AWS_CONTAINER_CREDENTIALS_RELATIVE_URI \
+		AWS_CONTAINER_CREDENTIALS_FULL_URI AWS_CONTAINER_AUTHORIZATION_TOKEN \
+		AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE AWS_CA_BUNDLE AWS_MAX_ATTEMPTS
+	export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1
+	export AWS_EC2_METADATA_DISABLED=true IDEMKIT_AWS_MAX_BACKOFF=100ms
+	export AWS_SHARED_CREDENTIALS_FILE=/nonexistent/credentials
+	export AWS_CONFIG_FILE=/nonexistent/config
+}
+
+# dynalite_start: dynalite on a free loopback port (retried when the port
+# was taken meanwhile); sets DYNALITE_PID, DYNALITE_URL and
+# AWS_ENDPOINT_URL_DYNAMODB.  dynalite_stop ends it.
+dynalite_start() {
+	local try i port log
+	for try in 1 2 3 4 5; do
+		port=$(free_port)
+		log=$BATS_FILE_TMPDIR/dynalite.$port.log
+		node "$IDEMKIT_SRC/node_modules/dynalite/cli.js" --host 127.0.0.1 \
+			--port "$port" --createTableMs 20 --deleteTableMs 20 \
+			>"$log" 2>&1 3>&- &
+		DYNALITE_PID=$!
+		for i in $(seq 100); do
+			if grep -q listening "$log" 2>/dev/null; then
+				export DYNALITE_PID DYNALITE_URL=http://127.0.0.1:$port
+				export AWS_ENDPOINT_URL_DYNAMODB=$DYNALITE_URL
+				return 0
+			fi
+			kill -0 "$DYNALITE_PID" 2>/dev/null || break
+			sleep 0.05
+		done
+		kill "$DYNALITE_PID" 2>/dev/null
+		wait "$DYNALITE_PID" 2>/dev/null
+	done
+	echo "dynalite did not start: $(cat "$log")" >&2
+	return 1
+}
+dynalite_stop() {
+	if [ -n "${DYNALITE_PID:-}" ]; then
+		kill "$DYNALITE_PID" 2>/dev/null
+		wait "$DYNALITE_PID" 2>/dev/null
+	fi
+	return 0
+}
+
 # store_backend_setup_file / store_backend_setup: the store the suite runs
-# against.  IDEMKIT_TEST_BACKEND=sqlite (default) uses a file per test.
+# against.  IDEMKIT_TEST_BACKEND=sqlite (default) uses a file per test;
+# dynamodb starts one dynalite and one table for the whole file (tests
+# use unique chargeIds: uid).
 store_backend_setup_file() {
 	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
 	sqlite) ;;
+	dynamodb)
+		require_node
+		aws_test_env
+		dynalite_start || return 1
+		export IDEMKIT_TEST_TABLE=idem-$$-$RANDOM
+		idemp-init --store "dynamodb:$IDEMKIT_TEST_TABLE" >/dev/null || return 1
+		;;
 	*) echo "unknown IDEMKIT_TEST_BACKEND=$IDEMKIT_TEST_BACKEND" >&2; return 1 ;;
 	esac
 }
-store_backend_teardown_file() { :; }
+store_backend_teardown_file() {
+	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
+	dynamodb) dynalite_stop ;;
+	esac
+}
 store_backend_setup() {
 	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
 	sqlite) export IDEMKIT_STORE=sqlite:$BATS_TEST_TMPDIR/store.db ;;
+	dynamodb) export IDEMKIT_STORE=dynamodb:$IDEMKIT_TEST_TABLE ;;
 	esac
 }
