@@ -44,7 +44,7 @@ if [ "${DEMO_BACKEND:-sqlite}" = aws ]; then
 	i=0
 	until [ -s "$DEMO/sqs.port" ] && grep -q listening "$DEMO/dynalite.log"; do
 		i=$((i + 1))
-		[ $i -lt 200 ] || { echo "demo-aws: emulators did not start" >&2; exit 1; }
+		[ $i -lt 600 ] || { echo "demo-aws: emulators did not start" >&2; cat "$DEMO/sqs.err" "$DEMO/dynalite.log" >&2; exit 1; }
 		sleep 0.05
 	done
 	AWS_ENDPOINT_URL_SQS="http://127.0.0.1:$(cat "$DEMO/sqs.port")"
