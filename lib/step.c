@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -179,9 +180,10 @@ rd_line(struct rd *r, size_t *len)
 	return b;
 }
 
-/* Writes the envelopes (freeing them); -1 when stdout failed. */
+/* Writes the envelopes (freeing them), flushed when flush is set; -1 when
+ * stdout failed. */
 static int
-emit_all(cJSON **envs, size_t n)
+put(cJSON **envs, size_t n, int flush)
 {
 	int rc = 0;
 
@@ -191,11 +193,26 @@ emit_all(cJSON **envs, size_t n)
 		cJSON_Delete(envs[i]);
 		envs[i] = NULL;
 	}
-	if (rc < 0 || fflush(stdout) == EOF) {
+	if (rc < 0 || (flush && fflush(stdout) == EOF)) {
 		ik_warnx("stdout: %s", strerror(errno));
 		return -1;
 	}
 	return 0;
+}
+
+static int
+emit_all(cJSON **envs, size_t n)
+{
+	return put(envs, n, 1);
+}
+
+static int64_t
+mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 /* Runs the lines of one group; the group is open when grouped is set.  On
@@ -238,21 +255,34 @@ stream(const struct ik_step *st)
 		char *line;
 		size_t len;
 
-		if (rd_gather(&r, group ? IK_STEP_GROUP_MAX : 1) < 0) {
+		if (rd_gather(&r, IK_STEP_GROUP_MAX) < 0) {
 			ik_warnx("stdin: %s", strerror(errno));
 			rc = IK_SOFTWARE;
 			break;
 		}
 		if (!group) {
-			/* One at a time: each envelope is out before the next. */
+			/* One at a time (step.h): quick lines share a write,
+			 * held at most IK_STEP_HOLD_US plus one line. */
+			int64_t held = 0, t0, t1;
+			int flush;
 			while (!ik_stop_signal && (line = rd_line(&r, &len))) {
 				if (!len)
 					continue;
-				if (run_group(st, &line, &len, 1, envs, 0) < 0 ||
-				    emit_all(envs, 1) < 0) {
+				t0 = mono_us();
+				if (run_group(st, &line, &len, 1, envs, 0) < 0) {
 					rc = IK_SOFTWARE;
 					break;
 				}
+				t1 = mono_us();
+				if (!held)
+					held = t0;
+				flush = !r.lines || t1 - held >= IK_STEP_HOLD_US;
+				if (put(envs, 1, flush) < 0) {
+					rc = IK_SOFTWARE;
+					break;
+				}
+				if (flush)
+					held = 0;
 			}
 		} else {
 			while (n < IK_STEP_GROUP_MAX && (line = rd_line(&r, &len)))

@@ -8,8 +8,10 @@
  *   only in the envelope; the exit code is 0 unless the loop itself failed
  *   (stdout closed, a signal: 128+sig).  Input is read from fd 0 directly
  *   (not stdio), so "what is available now" is known without blocking.
- *   Without group hooks each envelope is written and flushed as soon as it
- *   is done.  With them (begin/commit, e.g. idemp-claim, idemp-done), the
+ *   Without group hooks each envelope is written as soon as it is done and
+ *   flushed when no further line is already read, or IK_STEP_HOLD_US
+ *   (2 ms) after the oldest unflushed one was started: a slow line (a
+ *   network wait) goes out at once, quick ones share a write.  With them (begin/commit, e.g. idemp-claim, idemp-done), the
  *   lines already available on stdin -- never waiting for more, so a lone
  *   line goes through at once, and at most IK_STEP_GROUP_MAX -- form a
  *   group: begin, fn on each, commit (one durable commit for all), and only
@@ -34,6 +36,7 @@
 typedef int (*ik_step_fn)(cJSON *env, void *ctx);
 
 #define IK_STEP_GROUP_MAX 512
+#define IK_STEP_HOLD_US 2000
 
 struct ik_step {
 	const char *name;     /* "claim", "debit", "notify", "done": the result key */
