@@ -1,0 +1,13 @@
+#!/usr/bin/env bats
+# make demo, as a user runs it: twice in a row, each from a clean state.
+load helper
+
+@test "the demo passes, twice in a row" {
+	for round in 1 2; do
+		run env IDEMKIT_DEMO_DIR="$BATS_TEST_TMPDIR/demo" sh "$IDEMKIT_SRC/examples/demo.sh"
+		echo "$output" | tail -5
+		[ "$status" -eq 0 ]
+		[[ "$output" == *"demo: OK: every one of the 20 chargeIds was debited exactly once"* ]]
+		[ "$(grep -c '  DONE  ' <<<"$output")" -eq 20 ]
+	done
+}
