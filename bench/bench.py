@@ -17,10 +17,11 @@ figures do not need 10 000 forks of six processes.
 Client CPU is user+sys of the toolkit's own processes only: getrusage
 (RUSAGE_CHILDREN) around charge-worker, which waits for all of its
 descendants; bank-sim is started before and reaped after the window, and
-the producer (sqs-send) runs outside it.  Claim-to-ack latency comes from
-the "at" stamps that each step puts in the envelope (claim.at -> ack.at),
-collected by a tee after sqs-ack (stream) -- one-shot latency comes from a
-separate, smaller run with a tap wrapper, so that its CPU does not count.
+the producer (sqs-send) runs outside it.  Claim-to-ack latency is taken
+for the charges a worker acquired: from the claim (claim.leaseUntil minus
+the lease) to ack.at, in the envelopes sqs-ack writes, kept by a tee after
+sqs-ack (stream); one-shot latency comes from a separate, smaller run with
+a tap wrapper, so that the wrapper's CPU does not count.
 Duplicates debited come from bank-sim's ledger: a charge debited twice, or
 a debit request the bank had to answer as a replay of one it already had.
 
@@ -48,6 +49,7 @@ LAT_MS = int(os.environ.get("BENCH_LATENCY_MS", "50"))
 LAT_J = int(os.environ.get("BENCH_LATENCY_J", "32"))
 BIG = int(os.environ.get("BENCH_BIG", "1000000"))
 SMALL = 1000
+LEASE_MS = 120000          # charge-worker's default --lease
 CLAIMS = int(os.environ.get("BENCH_CLAIMS", "5000"))
 ONLY = set(filter(None, os.environ.get("BENCH_ONLY", "").split(",")))
 
@@ -157,8 +159,8 @@ def latencies(path_glob_dir):
                 except ValueError:
                     continue
                 c, a = e.get("claim") or {}, e.get("ack") or {}
-                if "at" in c and "at" in a:
-                    lat.append(a["at"] - c["at"])
+                if c.get("outcome") == "ACQUIRED" and "leaseUntil" in c and "at" in a:
+                    lat.append(a["at"] - (c["leaseUntil"] - LEASE_MS))
     return lat
 
 

@@ -5,7 +5,6 @@
 
 #include "envelope.h"
 #include "outcome.h"
-#include "util.h"
 
 cJSON *
 ik_env_new(const char *body)
@@ -141,8 +140,7 @@ ik_env_set_result(cJSON *env, const char *step, int code)
 
 	if (!r)
 		return NULL;
-	if (!cJSON_AddStringToObject(r, "outcome", name) ||
-	    !cJSON_AddNumberToObject(r, "at", (double)ik_now_ms())) {
+	if (!cJSON_AddStringToObject(r, "outcome", name)) {
 		cJSON_Delete(r);
 		return NULL;
 	}

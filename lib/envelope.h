@@ -40,10 +40,9 @@ int64_t ik_env_int(const cJSON *env, const char *field, int64_t dflt);
 
 /* The result object a step added, or NULL. */
 cJSON *ik_env_result(const cJSON *env, const char *step);
-/* Replace (or add) env[step] = a new object {"outcome": name-of-code,
- * "at": epoch ms} and return it so the caller adds more fields.  The claim
- * step writes "ACQUIRED" for IK_OK.  "at" (when the step decided) is what
- * per-step and claim-to-ack latencies are measured from.  NULL on ENOMEM. */
+/* Replace (or add) env[step] = a new object {"outcome": name-of-code}
+ * and return it so the caller adds more fields.  The claim step writes
+ * "ACQUIRED" for IK_OK.  NULL on ENOMEM. */
 cJSON *ik_env_set_result(cJSON *env, const char *step, int code);
 /* The code of env[step].outcome; -1 when the step has not run, IK_SOFTWARE
  * when the outcome name is unknown. */
