@@ -573,7 +573,12 @@ ik_store_sqlite_open(const char *path, struct ik_store *st, ik_err *err)
 	sqlite3_busy_timeout(q->db, (int)(busy_ms > 600000 ? 600000 : busy_ms));
 	if ((rc = set_wal(q, err)))
 		goto out;
-	pragmas = "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;";
+	/* A 16 MiB page cache (default 2 MiB) keeps the B-tree's interior
+	 * pages of a store with millions of records in memory, so a claim
+	 * costs the same with 10^3 or 10^6 records (make bench); it is only
+	 * allocated as pages are used. */
+	pragmas = "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;"
+	    " PRAGMA cache_size = -16384;";
 	if ((rc = sqlite3_exec(q->db, pragmas, NULL, NULL, NULL)) != SQLITE_OK)
 		goto fail;
 	if ((rc = migrate(q, err)))
