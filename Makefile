@@ -132,6 +132,9 @@ fuzz:
 demo: all
 	IDEMKIT_BIN=$(CURDIR)/$(O)/bin sh examples/demo.sh
 
+demo-aws: all
+	IDEMKIT_BIN=$(CURDIR)/$(O)/bin DEMO_BACKEND=aws sh examples/demo.sh
+
 install: all
 	mkdir -p $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7
 	for b in $(CMDS) $(SCRIPTS); do install -m 755 $(O)/bin/$$b $(DESTDIR)$(BINDIR)/$$b; done
@@ -153,6 +156,6 @@ clean:
 help:
 	@echo 'targets: all test sanitize demo install uninstall deps clean'
 
-.PHONY: all test sanitize fuzz bench demo install uninstall deps clean help
+.PHONY: all test sanitize fuzz bench demo demo-aws install uninstall deps clean help
 
 -include $(LIB_OBJ:.o=.d) $(patsubst cmd/%.c,$(O)/obj/cmd/%.d,$(CMD_SRC)) $(UNITS:=.d)

@@ -25,7 +25,7 @@
 
 #define SCHEMA_VERSION 1
 
-enum { Q_CLAIM, Q_GET, Q_FINISH, Q_RENOTIFIED, Q_RELEASE, Q_LIST, Q_BEGIN,
+enum { Q_CLAIM, Q_GET, Q_FINISH, Q_RENOTIFIED, Q_RELEASE, Q_FORGET, Q_LIST, Q_BEGIN,
        Q_COMMIT, Q_ROLLBACK, Q_N };
 
 static const char *const sql[Q_N] = {
@@ -54,6 +54,8 @@ static const char *const sql[Q_N] = {
 	[Q_RELEASE] =
 	"UPDATE records SET lease_until = 0, updated_at = ?3"
 	" WHERE key = ?1 AND state = 'IN_PROGRESS' AND owner = ?2",
+	[Q_FORGET] =
+	"DELETE FROM records WHERE key = ?1 AND state = 'FAILED'",
 	[Q_LIST] =
 	"SELECT key, state, owner, lease_until, attempts, fingerprint, event,"
 	" debit_ref, last_error, created_at, updated_at, expires_at"
@@ -450,6 +452,20 @@ sq_release(struct ik_store *st, const char *key, const char *token, int64_t now_
 }
 
 static int
+sq_forget_failed(struct ik_store *st, const char *key, ik_err *err)
+{
+	struct sq *q = st->impl;
+	sqlite3_stmt *s = stmt(q, Q_FORGET, err);
+	int rc;
+
+	if (!s)
+		return err->code;
+	sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+	rc = changed(q, s, "forget", err);
+	return rc == IK_LEASE_LOST ? IK_EMPTY : rc;
+}
+
+static int
 sq_get(struct ik_store *st, const char *key, struct ik_record *r, ik_err *err)
 {
 	memset(r, 0, sizeof *r);
@@ -511,6 +527,7 @@ static const struct ik_store_ops sqlite_ops = {
 	.finish = sq_finish,
 	.renotified = sq_renotified,
 	.release = sq_release,
+	.forget_failed = sq_forget_failed,
 	.get = sq_get,
 	.list = sq_list,
 	.close = sq_close,
