@@ -14,7 +14,14 @@
  *    DUP_IN_PROGRESS).  Never get-then-act.
  *  - finish is ONE conditional write on state = IN_PROGRESS AND owner =
  *    token; no match is IK_LEASE_LOST and changes nothing.
- *  - the write is durable before the call returns IK_OK.
+ *  - the write is durable before the call returns IK_OK -- except inside
+ *    a group (begin ... commit, optional ops): there the claims and
+ *    finishes are still each their own conditional statement, but they
+ *    share one durable commit, and nothing of the group may be acted on
+ *    until commit returned IK_OK.  A failed op in a group fails the group:
+ *    the ops after it do nothing and return IK_TEMPFAIL, and commit rolls
+ *    everything back and returns the error (the caller redoes each item
+ *    alone).  An adapter without begin/commit (NULL) is one item at a time.
  *  - transient trouble (busy, unreachable, throttled) is IK_TEMPFAIL;
  *    bad configuration IK_CONFIG.
  */
@@ -122,6 +129,11 @@ struct ik_store_ops {
 	int (*list)(struct ik_store *s, const struct ik_list_filter *f,
 	            ik_record_cb cb, void *arg, ik_err *err);
 	void (*close)(struct ik_store *s);
+	/* Optional group commit (see the rules above); NULL when the adapter
+	 * has none.  begin: IK_OK or an error (then no group is open).
+	 * commit: IK_OK when the group is durable, else rolled back + error. */
+	int (*begin)(struct ik_store *s, ik_err *err);
+	int (*commit)(struct ik_store *s, ik_err *err);
 };
 
 struct ik_store {
