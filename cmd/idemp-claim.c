@@ -31,9 +31,7 @@ static const char options[] =
 static const int codes[] = { 0, 10, 11, 12, 14, 64, 65, 70, 75, 78, -1 };
 
 struct ctx {
-	const char *url;
-	struct ik_store *store;
-	ik_err open_err;
+	struct ik_store_lazy db;
 	int64_t lease_ms, retention_ms;
 };
 
@@ -51,6 +49,7 @@ claim(cJSON *env, void *arg)
 	struct ik_event ev;
 	struct ik_claim_req req;
 	struct ik_claim_res res;
+	struct ik_store *store;
 	char token[IK_TOKEN_HEX];
 	const char *body = ik_env_body(env);
 	ik_err err = { 0 };
@@ -69,11 +68,7 @@ claim(cJSON *env, void *arg)
 		    "error", err.msg, NULL);
 		return rc;
 	}
-	if (!c->store && !c->open_err.code &&
-	    ik_store_open(c->url, &c->store, &c->open_err) != IK_OK)
-		c->store = NULL;
-	if (!c->store) {
-		err = c->open_err;
+	if (!(store = ik_store_lazy_get(&c->db, &err))) {
 		rc = err.code;
 		goto failed;
 	}
@@ -83,7 +78,7 @@ claim(cJSON *env, void *arg)
 		.token = token, .now_ms = ik_now_ms(), .lease_ms = c->lease_ms,
 	};
 	req.expires_at = (req.now_ms + c->retention_ms) / 1000;
-	if ((rc = c->store->ops->claim(c->store, &req, &res, &err)) != IK_OK)
+	if ((rc = store->ops->claim(store, &req, &res, &err)) != IK_OK)
 		goto failed;
 
 	rc = res.code;
@@ -119,34 +114,6 @@ failed:
 	return rc;
 }
 
-/* Group commit in --stream (step.h): the claims of the envelopes already
- * waiting share one durable commit; an adapter without it goes one by one. */
-static int
-group_begin(void *arg)
-{
-	struct ctx *c = arg;
-	ik_err err = { 0 };
-
-	if (!c->store && !c->open_err.code &&
-	    ik_store_open(c->url, &c->store, &c->open_err) != IK_OK)
-		c->store = NULL;
-	if (!c->store || !c->store->ops->begin)
-		return -1;
-	return c->store->ops->begin(c->store, &err) == IK_OK ? 0 : -1;
-}
-
-static int
-group_commit(void *arg)
-{
-	struct ctx *c = arg;
-	ik_err err = { 0 };
-
-	if (c->store->ops->commit(c->store, &err) == IK_OK)
-		return 0;
-	ik_warnx("%s", err.msg);
-	return -1;
-}
-
 int
 main(int argc, char **argv)
 {
@@ -160,7 +127,8 @@ main(int argc, char **argv)
 	};
 	struct ctx c = { .lease_ms = 120000 };
 	struct ik_step st = { .name = "claim", .fn = claim, .ctx = &c,
-	    .begin = group_begin, .commit = group_commit };
+	    .begin = ik_store_group_begin, .commit = ik_store_group_commit,
+	    .group_ctx = &c.db };
 	const char *lease = getenv("IDEMKIT_LEASE");
 	int ch, rc;
 
@@ -169,7 +137,7 @@ main(int argc, char **argv)
 		switch (ch) {
 		case 's': st.stream = 1; break;
 		case 'l': lease = optarg; break;
-		case 'S': c.url = optarg; break;
+		case 'S': c.db.url = optarg; break;
 		case 'h': return ik_help(usage, options, codes);
 		case 'V': return ik_version();
 		default: return ik_usage(usage);
@@ -183,6 +151,6 @@ main(int argc, char **argv)
 	}
 	c.retention_ms = ik_store_retention_ms();
 	rc = ik_step_run(&st);
-	ik_store_close(c.store);
+	ik_store_close(c.db.store);
 	return rc;
 }

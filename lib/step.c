@@ -222,7 +222,7 @@ run_group(const struct ik_step *st, char **lines, size_t *lens, size_t n,
 {
 	for (size_t i = 0; i < n; i++)
 		one(st, lines[i], lens[i], &envs[i]);
-	if (grouped && st->commit(st->ctx) != 0) {
+	if (grouped && st->commit(st->group_ctx) != 0) {
 		ik_log(IK_LOG_WARN, "group commit failed; redoing each alone", "step",
 		    st->name, NULL);
 		for (size_t i = 0; i < n; i++) {
@@ -289,7 +289,7 @@ stream(const struct ik_step *st)
 					lens[n++] = len;
 				}
 			if (n && (run_group(st, lines, lens, n, envs,
-			    n > 1 && st->begin(st->ctx) == 0) < 0 || emit_all(envs, n) < 0))
+			    n > 1 && st->begin(st->group_ctx) == 0) < 0 || emit_all(envs, n) < 0))
 				rc = IK_SOFTWARE;
 		}
 		if (rc != IK_OK || (r.eof && r.off == r.len))

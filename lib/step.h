@@ -48,8 +48,9 @@ struct ik_step {
 	 * the lines are run one at a time.  commit returns 0 when the group is
 	 * durable; non-zero when it was rolled back (the loop then redoes each
 	 * line alone). */
-	int (*begin)(void *ctx);
-	int (*commit)(void *ctx);
+	int (*begin)(void *group_ctx);
+	int (*commit)(void *group_ctx);
+	void *group_ctx;
 };
 
 /* Runs the loop over stdin/stdout; returns the exit code for main. */

@@ -147,6 +147,20 @@ struct ik_store {
 int ik_store_open(const char *url, struct ik_store **out, ik_err *err);
 void ik_store_close(struct ik_store *s);
 
+/* A store the envelope steps open on first use.  A failure to open is kept
+ * and recorded in every envelope (a stream goes on, sqs-ack leaves the
+ * messages) rather than ending the process. */
+struct ik_store_lazy {
+	const char *url;          /* NULL: $IDEMKIT_STORE or the default */
+	struct ik_store *store;
+	ik_err open_err;
+};
+/* The open store, or NULL with *err set to why it could not be opened. */
+struct ik_store *ik_store_lazy_get(struct ik_store_lazy *l, ik_err *err);
+/* step.h's group hooks over a struct ik_store_lazy (its group_ctx). */
+int ik_store_group_begin(void *lazy);
+int ik_store_group_commit(void *lazy);
+
 /* A fresh random 128-bit owner token, hex. */
 void ik_store_token(char out[IK_TOKEN_HEX]);
 
