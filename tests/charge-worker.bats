@@ -186,3 +186,12 @@ summary() { grep '"summary":true' <<<"$stderr"; }
 	[ "$(bank_stat debits)" -eq 40 ]
 	[ "$(qcount)" = "0 0 0" ]
 }
+
+@test "--once: one message per loop, then stop" {
+	bank_start
+	for i in 1 2 3; do event "CHG-ONCE$i"; echo; done | sqs-send >/dev/null
+	run --separate-stderr charge-worker --once "${fast[@]}"
+	[ "$status" -eq 0 ]
+	[[ "$(summary)" == *'"received":1,"debited":1'* ]]
+	[ "$(qcount)" = "2 0 0" ]
+}

@@ -44,3 +44,23 @@ load helper
 		[ -z "$out" ] || { echo "$out"; return 1; }
 	done
 }
+
+@test "the shell commands and examples are shellcheck-clean POSIX sh" {
+	if ! command -v shellcheck >/dev/null; then
+		[ "${CI:-}" != true ] || { echo "shellcheck is required under CI"; return 1; }
+		skip "shellcheck not installed"
+	fi
+	shellcheck -s sh "$IDEMKIT_SRC"/cmd/*.sh "$IDEMKIT_SRC"/examples/*.sh
+}
+
+@test "make install puts every command and man page under DESTDIR/PREFIX" {
+	dest=$BATS_TEST_TMPDIR/root
+	run make -s -C "$IDEMKIT_SRC" install DESTDIR="$dest" PREFIX=/opt/idemkit
+	[ "$status" -eq 0 ]
+	for bin in "$IDEMKIT_BIN"/*; do
+		[ -x "$dest/opt/idemkit/bin/$(basename "$bin")" ] || { echo "missing $(basename "$bin")"; return 1; }
+	done
+	[ -f "$dest/opt/idemkit/share/man/man7/idemkit.7" ]
+	[ -f "$dest/opt/idemkit/share/man/man1/charge-worker.1" ]
+	grep -q '^VERSION=[0-9]' "$dest/opt/idemkit/bin/charge-worker"
+}
