@@ -1,0 +1,225 @@
+/* charge-debit: debit a claimed charge through the core-banking API, with
+ * the chargeId as the bank's own idempotency key.
+ *
+ * Only an envelope whose claim is ACQUIRED is debited; any other passes
+ * through untouched.  The bank's answer is written into the envelope as
+ * "debit" and, in one-shot mode, is the exit code:
+ *   2xx with a ref         OK (replayed: true when the bank says so)
+ *   2xx without a ref      SOFTWARE: never record money moved without the
+ *                          bank's reference; the message is left, and the
+ *                          retry with the same key gets the ref replayed
+ *   400 402 403 404 422, other 4xx   DECLINED, with the bank's reason
+ *   401 407 405            CONFIG (credentials, or not a debit endpoint)
+ *   408 409 425 429 5xx, timeouts, connection errors   TEMPFAIL
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "bankapi.h"
+#include "cli.h"
+#include "envelope.h"
+#include "event.h"
+#include "log.h"
+#include "outcome.h"
+#include "step.h"
+#include "util.h"
+
+static const char usage[] =
+	"usage: charge-debit [--stream] [--url URL] [--key-header NAME] [--cacert FILE]\n"
+	"                    [--connect-timeout DUR] [--timeout DUR] < envelope\n";
+static const char options[] =
+	"  -s, --stream             many envelopes in, one out per line\n"
+	"  -u, --url URL            the debit endpoint (default $IDEMKIT_BANK_URL)\n"
+	"  -k, --key-header NAME    idempotency-key header (default Idempotency-Key,\n"
+	"                           $IDEMKIT_BANK_KEY_HEADER)\n"
+	"  -c, --cacert FILE        CA bundle to verify the bank (default the system's,\n"
+	"                           $IDEMKIT_BANK_CACERT)\n"
+	"  --connect-timeout DUR    default 3s\n"
+	"  --timeout DUR            whole request, default 10s\n"
+	"  -h, --help, -V, --version\n"
+	"Credentials: $IDEMKIT_BANK_TOKEN or $IDEMKIT_BANK_TOKEN_FILE (bearer),\n"
+	"$IDEMKIT_BANK_HMAC_KEY_FILE (X-Idemkit-Signature); never on the command line.\n";
+static const int codes[] = { 0, 10, 11, 12, 14, 20, 64, 65, 70, 75, 78, -1 };
+
+struct ctx {
+	struct ik_bankapi api;
+	struct ik_bankapi_opts opts;
+	int opened;
+	ik_err open_err;
+};
+
+static int
+classify(long status)
+{
+	if (status >= 200 && status < 300)
+		return IK_OK;
+	if (status == 401 || status == 407 || status == 405)
+		return IK_CONFIG;
+	if (status == 408 || status == 409 || status == 425 || status == 429 ||
+	    (status >= 500 && status < 600))
+		return IK_TEMPFAIL;
+	if (status >= 400 && status < 500)
+		return IK_DECLINED;
+	return IK_CONFIG;   /* 1xx/3xx: not a debit endpoint (we never follow) */
+}
+
+static int
+record(cJSON *env, const struct ik_event *ev, int rc, const char *error,
+       const char *ref, int replayed, long status)
+{
+	cJSON *r = ik_env_set_result(env, "debit", rc);
+	char st[16];
+
+	if (!r)
+		return IK_SOFTWARE;
+	if (ref)
+		cJSON_AddStringToObject(r, "ref", ref);
+	if (replayed)
+		cJSON_AddBoolToObject(r, "replayed", 1);
+	if (status)
+		cJSON_AddNumberToObject(r, "status", (double)status);
+	if (error)
+		cJSON_AddStringToObject(r, "error", error);
+	snprintf(st, sizeof st, "%ld", status);
+	ik_log(rc == IK_OK ? IK_LOG_INFO : IK_LOG_WARN, "debit", "step", "debit",
+	       "chargeId", ev ? ev->charge_id : NULL,
+	       "messageId", ik_env_str(env, "messageId"), "outcome", ik_code_name(rc),
+	       "ref", ref, "replayed", replayed ? "true" : NULL,
+	       "status#", status ? st : NULL, "error", error, NULL);
+	return rc;
+}
+
+static int
+debit(cJSON *env, void *arg)
+{
+	struct ctx *c = arg;
+	struct ik_http_res res = {0};
+	struct ik_event ev;
+	char reason[IK_BANKAPI_REASON_MAX + 1], msg[IK_BANKAPI_REASON_MAX + 64];
+	const char *body = ik_env_body(env), *ref, *h;
+	char *req = NULL;
+	cJSON *o, *ans = NULL;
+	ik_err err = {0};
+	int rc, replayed;
+
+	if (ik_env_step_code(env, "claim") != IK_OK) {
+		if (!ik_env_result(env, "claim"))
+			ik_log(IK_LOG_WARN, "not claimed: passed through", "step", "debit",
+			       "messageId", ik_env_str(env, "messageId"), NULL);
+		return ik_env_outcome(env);
+	}
+	if ((rc = ik_event_parse(body, strlen(body), &ev, &err)) != IK_OK)
+		return record(env, NULL, rc, err.msg, NULL, 0, 0);
+	if (!c->opened) {
+		c->opened = 1;
+		if (ik_bankapi_open(&c->api, &c->opts, &c->open_err) != IK_OK)
+			ik_warnx("%s", c->open_err.msg);
+	}
+	if (c->open_err.code)
+		return record(env, &ev, c->open_err.code, c->open_err.msg, NULL, 0, 0);
+
+	if (!(o = ik_bankapi_event_json(&ev)) || !(req = cJSON_PrintUnformatted(o))) {
+		cJSON_Delete(o);
+		return record(env, &ev, IK_SOFTWARE, "out of memory", NULL, 0, 0);
+	}
+	cJSON_Delete(o);
+	rc = ik_bankapi_post(&c->api, ev.charge_id, req, &res, &err);
+	free(req);
+	if (rc != IK_OK) {
+		ik_http_res_free(&res);
+		return record(env, &ev, rc, err.msg, NULL, 0, 0);
+	}
+
+	rc = classify(res.status);
+	if (rc == IK_OK) {
+		ans = cJSON_ParseWithLength(res.body.p, res.body.len);
+		ref = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ans, "ref"));
+		h = ik_http_header(&res, "Idempotent-Replayed");
+		replayed = (h && strcasecmp(h, "true") == 0) ||
+		           cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ans, "replayed"));
+		if (ref && *ref && strlen(ref) <= 128) {
+			rc = record(env, &ev, IK_OK, NULL, ref, replayed, 0);
+		} else {
+			snprintf(msg, sizeof msg, "HTTP %ld without a reference", res.status);
+			rc = record(env, &ev, IK_SOFTWARE, msg, NULL, 0, res.status);
+		}
+		cJSON_Delete(ans);
+	} else {
+		ik_bankapi_reason(&res, reason);
+		if (res.status == 401 && !reason[0])
+			snprintf(reason, sizeof reason, "bad credentials");
+		if (reason[0])
+			snprintf(msg, sizeof msg, "HTTP %ld: %s", res.status, reason);
+		else
+			snprintf(msg, sizeof msg, "HTTP %ld", res.status);
+		rc = record(env, &ev, rc, msg, NULL, 0, res.status);
+	}
+	ik_http_res_free(&res);
+	return rc;
+}
+
+static int
+duration(const char *opt, const char *s, long *ms)
+{
+	int64_t v;
+	if (ik_parse_duration(s, &v) < 0 || v < 1 || v > 3600000) {
+		ik_warnx("%s: \"%s\" is not a duration between 1ms and 1h", opt, s);
+		return -1;
+	}
+	*ms = (long)v;
+	return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	enum { O_CONNECT = 256, O_TIMEOUT };
+	static const struct option longopts[] = {
+		{ "stream", no_argument, NULL, 's' },
+		{ "url", required_argument, NULL, 'u' },
+		{ "key-header", required_argument, NULL, 'k' },
+		{ "cacert", required_argument, NULL, 'c' },
+		{ "connect-timeout", required_argument, NULL, O_CONNECT },
+		{ "timeout", required_argument, NULL, O_TIMEOUT },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct ctx c = { .opts = { .connect_timeout_ms = 3000, .timeout_ms = 10000 } };
+	struct ik_step st = { .name = "debit", .fn = debit, .ctx = &c };
+	int ch, rc = IK_USAGE;
+
+	ik_cli_init(argv[0]);
+	/* First thing: the token leaves the environment before anything else. */
+	ik_bankapi_take_env(&c.api, "BANK");
+	while ((ch = getopt_long(argc, argv, "su:k:c:hV", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 's': st.stream = 1; break;
+		case 'u': c.opts.url = optarg; break;
+		case 'k': c.opts.key_header = optarg; break;
+		case 'c': c.opts.cacert = optarg; break;
+		case O_CONNECT:
+			if (duration("--connect-timeout", optarg, &c.opts.connect_timeout_ms) < 0)
+				goto out;
+			break;
+		case O_TIMEOUT:
+			if (duration("--timeout", optarg, &c.opts.timeout_ms) < 0)
+				goto out;
+			break;
+		case 'h': rc = ik_help(usage, options, codes); goto out;
+		case 'V': rc = ik_version(); goto out;
+		default: rc = ik_usage(usage); goto out;
+		}
+	}
+	if (optind != argc) {
+		rc = ik_usage(usage);
+		goto out;
+	}
+	rc = ik_step_run(&st);
+out:
+	ik_bankapi_close(&c.api);
+	return rc;
+}

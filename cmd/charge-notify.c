@@ -1,0 +1,257 @@
+/* charge-notify: tell the customer about a debit through the notification
+ * gateway, with "<chargeId>:notify" as the idempotency key.
+ *
+ * Only an envelope whose debit is OK is notified; any other passes through
+ * untouched.  A failed notification never touches the debit: it is
+ * recorded as NOTIFY_FAILED (the charge becomes DEBITED_NOTIFICATION_FAILED
+ * and is re-driven separately).  Transient failures (408, 429, 5xx,
+ * timeouts, connection errors) are retried in process, a bounded number of
+ * times with exponential backoff and full jitter; other 4xx are not.
+ * Configuration errors (no URL, unreadable token, TLS verification) are
+ * CONFIG, so the message is left rather than recorded as a false failure.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <sodium.h>
+
+#include "bankapi.h"
+#include "cli.h"
+#include "envelope.h"
+#include "event.h"
+#include "log.h"
+#include "outcome.h"
+#include "step.h"
+#include "util.h"
+
+static const char usage[] =
+	"usage: charge-notify [--stream] [--url URL] [--key-header NAME] [--cacert FILE]\n"
+	"                     [--connect-timeout DUR] [--timeout DUR] [--retries N]\n"
+	"                     [--backoff DUR] < envelope\n";
+static const char options[] =
+	"  -s, --stream             many envelopes in, one out per line\n"
+	"  -u, --url URL            the notification endpoint (default $IDEMKIT_NOTIFY_URL)\n"
+	"  -k, --key-header NAME    idempotency-key header (default Idempotency-Key,\n"
+	"                           $IDEMKIT_NOTIFY_KEY_HEADER)\n"
+	"  -c, --cacert FILE        CA bundle (default the system's, $IDEMKIT_NOTIFY_CACERT)\n"
+	"  --connect-timeout DUR    default 3s\n"
+	"  --timeout DUR            each attempt, default 10s\n"
+	"  -r, --retries N          retries after the first attempt, default 3\n"
+	"  -b, --backoff DUR        first backoff, doubled each retry (jittered, at\n"
+	"                           most 10s), default 200ms\n"
+	"  -h, --help, -V, --version\n"
+	"Credentials: $IDEMKIT_NOTIFY_TOKEN or $IDEMKIT_NOTIFY_TOKEN_FILE (bearer),\n"
+	"$IDEMKIT_NOTIFY_HMAC_KEY_FILE (X-Idemkit-Signature); never on the command line.\n";
+static const int codes[] = { 0, 10, 11, 12, 14, 20, 21, 64, 65, 70, 75, 78, -1 };
+
+#define BACKOFF_CAP_MS 10000
+
+struct ctx {
+	struct ik_bankapi api;
+	struct ik_bankapi_opts opts;
+	int opened;
+	ik_err open_err;
+	long retries;
+	int64_t backoff_ms;
+};
+
+static int
+transient(long status)
+{
+	return status == 408 || status == 425 || status == 429 ||
+	       (status >= 500 && status < 600);
+}
+
+/* Full jitter: a random sleep in [0, min(cap, base * 2^n)]. */
+static void
+backoff(const struct ctx *c, int n)
+{
+	int64_t ceil = c->backoff_ms;
+	int64_t ms;
+	struct timespec ts;
+
+	while (n-- > 0 && ceil < BACKOFF_CAP_MS)
+		ceil *= 2;
+	if (ceil > BACKOFF_CAP_MS)
+		ceil = BACKOFF_CAP_MS;
+	ms = ceil > 0 ? (int64_t)randombytes_uniform((uint32_t)ceil + 1) : 0;
+	ts.tv_sec = ms / 1000;
+	ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+	nanosleep(&ts, NULL);   /* a stop signal cuts it short: fine */
+}
+
+static int
+record(cJSON *env, const char *id, int rc, const char *error, int attempts)
+{
+	cJSON *r = ik_env_set_result(env, "notify", rc);
+	char n[16];
+
+	if (!r)
+		return IK_SOFTWARE;
+	cJSON_AddNumberToObject(r, "attempts", attempts);
+	if (error)
+		cJSON_AddStringToObject(r, "error", error);
+	snprintf(n, sizeof n, "%d", attempts);
+	ik_log(rc == IK_OK ? IK_LOG_INFO : IK_LOG_WARN, "notify", "step", "notify",
+	       "chargeId", id, "messageId", ik_env_str(env, "messageId"),
+	       "outcome", ik_code_name(rc), "attempts#", n, "error", error, NULL);
+	return rc;
+}
+
+static int
+notify(cJSON *env, void *arg)
+{
+	struct ctx *c = arg;
+	struct ik_http_res res = {0};
+	struct ik_event ev;
+	char reason[IK_BANKAPI_REASON_MAX + 1], msg[sizeof(ik_err){0}.msg + 64];
+	char key[IK_CHARGE_ID_MAX + sizeof ":notify"];
+	const char *body = ik_env_body(env), *ref;
+	char *req = NULL;
+	cJSON *o;
+	ik_err err = {0};
+	int rc = IK_OK, attempt;
+
+	if (ik_env_step_code(env, "debit") != IK_OK)
+		return ik_env_outcome(env);
+	ref = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+		ik_env_result(env, "debit"), "ref"));
+	if ((rc = ik_event_parse(body, strlen(body), &ev, &err)) != IK_OK)
+		return record(env, NULL, rc, err.msg, 0);
+	if (!c->opened) {
+		c->opened = 1;
+		if (ik_bankapi_open(&c->api, &c->opts, &c->open_err) != IK_OK)
+			ik_warnx("%s", c->open_err.msg);
+	}
+	if (c->open_err.code)
+		return record(env, ev.charge_id, c->open_err.code, c->open_err.msg, 0);
+
+	if (!(o = ik_bankapi_event_json(&ev)) ||
+	    (ref && !cJSON_AddStringToObject(o, "debitRef", ref)) ||
+	    !(req = cJSON_PrintUnformatted(o))) {
+		cJSON_Delete(o);
+		return record(env, ev.charge_id, IK_SOFTWARE, "out of memory", 0);
+	}
+	cJSON_Delete(o);
+	snprintf(key, sizeof key, "%s:notify", ev.charge_id);
+
+	for (attempt = 1;; attempt++) {
+		int again;
+
+		rc = ik_bankapi_post(&c->api, key, req, &res, &err);
+		if (rc == IK_OK && res.status >= 200 && res.status < 300) {
+			rc = record(env, ev.charge_id, IK_OK, NULL, attempt);
+			break;
+		}
+		if (rc == IK_OK) {
+			ik_bankapi_reason(&res, reason);
+			if (reason[0])
+				snprintf(msg, sizeof msg, "HTTP %ld: %s", res.status, reason);
+			else
+				snprintf(msg, sizeof msg, "HTTP %ld", res.status);
+			again = transient(res.status);
+		} else {
+			snprintf(msg, sizeof msg, "%s", err.msg);
+			again = rc == IK_TEMPFAIL;
+			if (rc != IK_TEMPFAIL) {   /* CONFIG, SOFTWARE: not a notification failure */
+				rc = record(env, ev.charge_id, rc, msg, attempt);
+				break;
+			}
+		}
+		if (!again || attempt > c->retries || ik_stop_signal) {
+			size_t n = strlen(msg);
+			if (again && attempt > 1)
+				snprintf(msg + n, sizeof msg - n, " after %d attempts", attempt);
+			rc = record(env, ev.charge_id, IK_NOTIFY_FAILED, msg, attempt);
+			break;
+		}
+		ik_log(IK_LOG_DEBUG, "notify retry", "chargeId", ev.charge_id,
+		       "error", msg, NULL);
+		backoff(c, attempt - 1);
+	}
+	ik_http_res_free(&res);
+	free(req);
+	return rc;
+}
+
+static int
+duration(const char *opt, const char *s, int64_t min, int64_t *ms)
+{
+	if (ik_parse_duration(s, ms) < 0 || *ms < min || *ms > 3600000) {
+		ik_warnx("%s: \"%s\" is not a duration between %lldms and 1h", opt, s,
+		         (long long)min);
+		return -1;
+	}
+	return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	enum { O_CONNECT = 256, O_TIMEOUT };
+	static const struct option longopts[] = {
+		{ "stream", no_argument, NULL, 's' },
+		{ "url", required_argument, NULL, 'u' },
+		{ "key-header", required_argument, NULL, 'k' },
+		{ "cacert", required_argument, NULL, 'c' },
+		{ "connect-timeout", required_argument, NULL, O_CONNECT },
+		{ "timeout", required_argument, NULL, O_TIMEOUT },
+		{ "retries", required_argument, NULL, 'r' },
+		{ "backoff", required_argument, NULL, 'b' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct ctx c = { .opts = { .connect_timeout_ms = 3000, .timeout_ms = 10000 },
+	                 .retries = 3, .backoff_ms = 200 };
+	struct ik_step st = { .name = "notify", .fn = notify, .ctx = &c };
+	long long n;
+	int64_t ms;
+	int ch, rc = IK_USAGE;
+
+	ik_cli_init(argv[0]);
+	ik_bankapi_take_env(&c.api, "NOTIFY");
+	while ((ch = getopt_long(argc, argv, "su:k:c:r:b:hV", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 's': st.stream = 1; break;
+		case 'u': c.opts.url = optarg; break;
+		case 'k': c.opts.key_header = optarg; break;
+		case 'c': c.opts.cacert = optarg; break;
+		case O_CONNECT:
+			if (duration("--connect-timeout", optarg, 1, &ms) < 0)
+				goto out;
+			c.opts.connect_timeout_ms = (long)ms;
+			break;
+		case O_TIMEOUT:
+			if (duration("--timeout", optarg, 1, &ms) < 0)
+				goto out;
+			c.opts.timeout_ms = (long)ms;
+			break;
+		case 'r':
+			if (ik_parse_int(optarg, 0, 20, &n) < 0) {
+				ik_warnx("--retries: \"%s\" is not a number from 0 to 20", optarg);
+				goto out;
+			}
+			c.retries = (long)n;
+			break;
+		case 'b':
+			if (duration("--backoff", optarg, 0, &c.backoff_ms) < 0)
+				goto out;
+			break;
+		case 'h': rc = ik_help(usage, options, codes); goto out;
+		case 'V': rc = ik_version(); goto out;
+		default: rc = ik_usage(usage); goto out;
+		}
+	}
+	if (optind != argc) {
+		rc = ik_usage(usage);
+		goto out;
+	}
+	rc = ik_step_run(&st);
+out:
+	ik_bankapi_close(&c.api);
+	return rc;
+}

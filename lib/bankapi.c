@@ -1,0 +1,248 @@
+/* bankapi.c: the HTTP side shared by charge-debit and charge-notify; see
+ * bankapi.h.
+ *
+ * Rules: secrets only from the environment or files, copied once into
+ * buffers that are wiped on close; the header lines carrying them are
+ * built per request and wiped right after; errors name the setting, never
+ * its value.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sodium.h>
+
+#include "bankapi.h"
+#include "outcome.h"
+
+#define SECRET_MAX 8192
+
+static void
+wipe(struct ik_buf *b)
+{
+	if (b->p)
+		sodium_memzero(b->p, b->cap ? b->cap : b->len);
+	ik_buf_free(b);
+}
+
+static const char *
+env(const char *prefix, const char *name, char *buf, size_t n)
+{
+	const char *v;
+	snprintf(buf, n, "IDEMKIT_%s_%s", prefix, name);
+	v = getenv(buf);
+	return v && *v ? v : NULL;
+}
+
+void
+ik_bankapi_take_env(struct ik_bankapi *a, const char *prefix)
+{
+	char name[64];
+	char *v;
+
+	a->prefix = prefix;
+	snprintf(name, sizeof name, "IDEMKIT_%s_TOKEN", prefix);
+	if (!(v = getenv(name)))
+		return;
+	ik_buf_reset(&a->auth);
+	if (*v && (ik_buf_addstr(&a->auth, "Authorization: Bearer ") < 0 ||
+	           ik_buf_addstr(&a->auth, v) < 0))
+		wipe(&a->auth);  /* ENOMEM: open reports the missing token */
+	sodium_memzero(v, strlen(v));
+	unsetenv(name);
+}
+
+static int
+header_name_ok(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > 64)
+		return 0;
+	for (; *s; s++)
+		if (!isalnum((unsigned char)*s) && *s != '-' && *s != '_')
+			return 0;
+	return 1;
+}
+
+static int
+token_ok(const char *s, size_t n)
+{
+	size_t i;
+	for (i = 0; i < n; i++)
+		if ((unsigned char)s[i] < 0x21 || (unsigned char)s[i] > 0x7e)
+			return 0;
+	return n > 0;
+}
+
+int
+ik_bankapi_open(struct ik_bankapi *a, const struct ik_bankapi_opts *o,
+                ik_err *err)
+{
+	char name[64];
+	const char *v;
+	struct ik_buf tok = {0};
+	int rc;
+
+	if (!(v = o->url ? o->url : env(a->prefix, "URL", name, sizeof name)))
+		return ik_errf(err, IK_CONFIG, "no URL: set IDEMKIT_%s_URL or --url", a->prefix);
+	if (!(a->url = strdup(v)))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	v = o->key_header ? o->key_header : env(a->prefix, "KEY_HEADER", name, sizeof name);
+	if (!(a->key_header = strdup(v ? v : "Idempotency-Key")))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	if (!header_name_ok(a->key_header))
+		return ik_errf(err, IK_CONFIG, "key header name: letters, digits, '-' or '_' (1-64)");
+	v = o->cacert ? o->cacert : env(a->prefix, "CACERT", name, sizeof name);
+	if (v && !(a->cacert = strdup(v)))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	a->connect_timeout_ms = o->connect_timeout_ms;
+	a->timeout_ms = o->timeout_ms;
+
+	if (!a->auth.len && (v = env(a->prefix, "TOKEN_FILE", name, sizeof name))) {
+		if ((rc = ik_read_file(v, SECRET_MAX, &tok, err)) != IK_OK) {
+			wipe(&tok);
+			return ik_errwrap(err, "IDEMKIT_%s_TOKEN_FILE", a->prefix);
+		}
+		if (!token_ok(tok.p, tok.len)) {
+			wipe(&tok);
+			return ik_errf(err, IK_CONFIG, "IDEMKIT_%s_TOKEN_FILE %s: empty, or not one "
+			               "line of printable characters", a->prefix, v);
+		}
+		if (ik_buf_addstr(&a->auth, "Authorization: Bearer ") < 0 ||
+		    ik_buf_add(&a->auth, tok.p, tok.len) < 0) {
+			wipe(&tok);
+			return ik_errf(err, IK_SOFTWARE, "out of memory");
+		}
+		wipe(&tok);
+	} else if (a->auth.len && !token_ok(a->auth.p + 22, a->auth.len - 22)) {
+		return ik_errf(err, IK_CONFIG, "IDEMKIT_%s_TOKEN: not printable characters",
+		               a->prefix);
+	}
+	if ((v = env(a->prefix, "HMAC_KEY_FILE", name, sizeof name))) {
+		if (ik_read_file(v, SECRET_MAX, &a->hmac_key, err) != IK_OK)
+			return ik_errwrap(err, "IDEMKIT_%s_HMAC_KEY_FILE", a->prefix);
+		if (a->hmac_key.len == 0)
+			return ik_errf(err, IK_CONFIG, "IDEMKIT_%s_HMAC_KEY_FILE %s: empty",
+			               a->prefix, v);
+	}
+	return ik_http_open(&a->http, err);
+}
+
+void
+ik_bankapi_close(struct ik_bankapi *a)
+{
+	ik_http_close(a->http);
+	a->http = NULL;
+	free(a->url);
+	free(a->key_header);
+	free(a->cacert);
+	a->url = a->key_header = a->cacert = NULL;
+	wipe(&a->auth);
+	wipe(&a->hmac_key);
+}
+
+void
+ik_bankapi_sign(const unsigned char *key, size_t keylen, long long t,
+                const char *body, size_t len, char out[120])
+{
+	unsigned char mac[crypto_auth_hmacsha256_BYTES];
+	crypto_auth_hmacsha256_state st;
+	char ts[24], hex[2 * sizeof mac + 1];
+	int n = snprintf(ts, sizeof ts, "%lld", t);
+
+	crypto_auth_hmacsha256_init(&st, key, keylen);
+	crypto_auth_hmacsha256_update(&st, (const unsigned char *)ts, (size_t)n);
+	crypto_auth_hmacsha256_update(&st, (const unsigned char *)".", 1);
+	crypto_auth_hmacsha256_update(&st, (const unsigned char *)body, len);
+	crypto_auth_hmacsha256_final(&st, mac);
+	sodium_memzero(&st, sizeof st);
+	ik_hex(mac, sizeof mac, hex);
+	snprintf(out, 120, "t=%s,v1=%s", ts, hex);
+}
+
+int
+ik_bankapi_post(struct ik_bankapi *a, const char *key, const char *body,
+                struct ik_http_res *res, ik_err *err)
+{
+	struct ik_buf keyh = {0}, sigh = {0};
+	const char *hdrs[6];
+	char sig[120];
+	size_t len = strlen(body);
+	int n = 0, rc;
+	struct ik_http_req req = {
+		.method = "POST", .url = a->url, .headers = hdrs,
+		.body = body, .body_len = len,
+		.connect_timeout_ms = a->connect_timeout_ms, .timeout_ms = a->timeout_ms,
+		.max_body = 1u << 20, .cacert = a->cacert,
+	};
+
+	if (ik_buf_addstr(&keyh, a->key_header) < 0 || ik_buf_addstr(&keyh, ": ") < 0 ||
+	    ik_buf_addstr(&keyh, key) < 0) {
+		ik_buf_free(&keyh);
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	}
+	hdrs[n++] = "Content-Type: application/json";
+	hdrs[n++] = "Accept: application/json";
+	hdrs[n++] = keyh.p;
+	if (a->auth.len)
+		hdrs[n++] = a->auth.p;
+	if (a->hmac_key.len) {
+		ik_bankapi_sign((const unsigned char *)a->hmac_key.p, a->hmac_key.len,
+		                (long long)(ik_now_ms() / 1000), body, len, sig);
+		if (ik_buf_addstr(&sigh, "X-Idemkit-Signature: ") < 0 ||
+		    ik_buf_addstr(&sigh, sig) < 0) {
+			ik_buf_free(&keyh);
+			ik_buf_free(&sigh);
+			return ik_errf(err, IK_SOFTWARE, "out of memory");
+		}
+		hdrs[n++] = sigh.p;
+	}
+	hdrs[n] = NULL;
+	rc = ik_http_do(a->http, &req, res, err);
+	ik_buf_free(&keyh);
+	wipe(&sigh);
+	sodium_memzero(sig, sizeof sig);
+	return rc;
+}
+
+cJSON *
+ik_bankapi_event_json(const struct ik_event *ev)
+{
+	cJSON *o = cJSON_CreateObject();
+
+	if (!o)
+		return NULL;
+	if (!cJSON_AddStringToObject(o, "chargeId", ev->charge_id) ||
+	    !cJSON_AddStringToObject(o, "accountId", ev->account_id) ||
+	    /* amount <= 10^12 < 2^53: exact as a double, printed as an integer */
+	    !cJSON_AddNumberToObject(o, "amount", (double)ev->amount) ||
+	    !cJSON_AddStringToObject(o, "currency", ev->currency) ||
+	    !cJSON_AddStringToObject(o, "chargeType", ev->charge_type)) {
+		cJSON_Delete(o);
+		return NULL;
+	}
+	return o;
+}
+
+void
+ik_bankapi_reason(const struct ik_http_res *res, char out[IK_BANKAPI_REASON_MAX + 1])
+{
+	static const char *const fields[] = { "reason", "message", "error", NULL };
+	const char *s = NULL;
+	cJSON *o = NULL;
+	size_t i, n = 0;
+
+	out[0] = '\0';
+	if (!res->body.p || !res->body.len)
+		return;
+	o = cJSON_ParseWithLength(res->body.p, res->body.len);
+	for (i = 0; o && fields[i] && !s; i++)
+		s = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, fields[i]));
+	if (!s && !o)
+		s = res->body.p;
+	for (; s && s[n] && s[n] != '\n' && s[n] != '\r' && n < IK_BANKAPI_REASON_MAX; n++)
+		out[n] = (unsigned char)s[n] < 0x20 || s[n] == 0x7f ? '?' : s[n];
+	out[n] = '\0';
+	cJSON_Delete(o);
+}

@@ -1,0 +1,72 @@
+/* bankapi.h: what charge-debit and charge-notify share: one HTTP endpoint
+ * with its credentials, the idempotency-key header, the request signature,
+ * and reading the bank's answer.
+ *
+ * Configuration comes from options and from IDEMKIT_<P>_* variables
+ * (P = BANK or NOTIFY): _URL, _TOKEN, _TOKEN_FILE, _HMAC_KEY_FILE,
+ * _KEY_HEADER, _CACERT.  Secrets never come from argv; IDEMKIT_<P>_TOKEN
+ * is copied, then wiped from the environment (so /proc/PID/environ no
+ * longer shows it); every copy is wiped on close.
+ */
+#ifndef IK_BANKAPI_H
+#define IK_BANKAPI_H
+
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+#include "err.h"
+#include "event.h"
+#include "http.h"
+#include "util.h"
+
+#define IK_BANKAPI_REASON_MAX 200
+
+struct ik_bankapi_opts {
+	const char *url;           /* NULL: $IDEMKIT_<P>_URL */
+	const char *key_header;    /* NULL: $IDEMKIT_<P>_KEY_HEADER, else Idempotency-Key */
+	const char *cacert;        /* NULL: $IDEMKIT_<P>_CACERT, else the system's */
+	long connect_timeout_ms;   /* 0: 3000 */
+	long timeout_ms;           /* 0: 10000 */
+};
+
+struct ik_bankapi {
+	const char *prefix;        /* "BANK", "NOTIFY" */
+	char *url, *key_header, *cacert;
+	long connect_timeout_ms, timeout_ms;
+	struct ik_buf auth;        /* "Authorization: Bearer …" or empty; secret */
+	struct ik_buf hmac_key;    /* empty: no signature; secret */
+	struct ik_http *http;
+};
+
+/* Takes the secrets out of the environment at once (call early in main,
+ * before anything can fail): IDEMKIT_<P>_TOKEN is copied and wiped. */
+void ik_bankapi_take_env(struct ik_bankapi *a, const char *prefix);
+
+/* Completes the configuration and opens the HTTP handle.  IK_OK, or
+ * IK_CONFIG (no URL, unreadable token or key file, bad header name) or
+ * IK_SOFTWARE, with err; never a secret in err. */
+int ik_bankapi_open(struct ik_bankapi *a, const struct ik_bankapi_opts *o,
+                    ik_err *err);
+void ik_bankapi_close(struct ik_bankapi *a);
+
+/* POST body (JSON) to the URL with the key header = key, the bearer
+ * token and the signature when configured.  As ik_http_do. */
+int ik_bankapi_post(struct ik_bankapi *a, const char *key, const char *body,
+                    struct ik_http_res *res, ik_err *err);
+
+/* The business fields the bank is sent: chargeId, accountId, amount,
+ * currency, chargeType.  NULL on ENOMEM. */
+cJSON *ik_bankapi_event_json(const struct ik_event *ev);
+
+/* The reason in an error answer ("reason", "message" or "error" of a JSON
+ * body, else the body's first line), bounded to IK_BANKAPI_REASON_MAX and
+ * with control characters replaced; "" when there is none. */
+void ik_bankapi_reason(const struct ik_http_res *res,
+                       char out[IK_BANKAPI_REASON_MAX + 1]);
+
+/* "t=<unix>,v1=<hex HMAC-SHA256 of '<unix>.<body>'>" into out (120 bytes). */
+void ik_bankapi_sign(const unsigned char *key, size_t keylen, long long t,
+                     const char *body, size_t len, char out[120]);
+
+#endif

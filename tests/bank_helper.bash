@@ -1,0 +1,105 @@
+# bank_helper.bash: start and stop a bank-sim for one test (load after
+# helper).  bank_start [bank-sim options...] sets BANK_PID, BANK_PORT,
+# BANK_URL (base), IDEMKIT_BANK_URL and IDEMKIT_NOTIFY_URL; bank_stop
+# ends it (call it from teardown).  bank_get/bank_post talk to it with
+# curl.  Loopback only, port chosen by bank-sim itself (--port 0), so
+# parallel suites never collide.
+
+bank_start() {
+	BANK_DIR=$BATS_TEST_TMPDIR/bank
+	mkdir -p "$BANK_DIR"
+	rm -f "$BANK_DIR/port"
+	# 3>&- : bats waits on fd 3; a server holding it would hang the suite.
+	bank-sim --port 0 --db "$BANK_DIR/ledger.db" --port-file "$BANK_DIR/port" \
+		"$@" >"$BANK_DIR/out" 2>"$BANK_DIR/err" 3>&- &
+	BANK_PID=$!
+	local i
+	for i in $(seq 200); do
+		[ -s "$BANK_DIR/port" ] && grep -q '^listening ' "$BANK_DIR/out" && break
+		if ! kill -0 "$BANK_PID" 2>/dev/null; then
+			cat "$BANK_DIR/err" >&2
+			BANK_PID=
+			return 1
+		fi
+		sleep 0.05
+	done
+	BANK_PORT=$(cat "$BANK_DIR/port")
+	BANK_URL=$(sed -n 's/^listening //p' "$BANK_DIR/out")
+	export IDEMKIT_BANK_URL=$BANK_URL/debits
+	export IDEMKIT_NOTIFY_URL=$BANK_URL/notifications
+}
+
+bank_stop() {
+	[ -n "${BANK_PID:-}" ] || return 0
+	kill -TERM "$BANK_PID" 2>/dev/null || true
+	BANK_RC=0
+	wait "$BANK_PID" || BANK_RC=$?
+	BANK_PID=
+	# A crash or a sanitizer report in the server fails the test too.
+	if [ "$BANK_RC" -ne 0 ] || { [ -f "${BANK_DIR:-}/err" ] && grep -q Sanitizer "$BANK_DIR/err"; }; then
+		echo "bank-sim exited $BANK_RC:" >&2
+		tail -20 "$BANK_DIR/err" >&2
+		return 1
+	fi
+}
+
+# bank_get PATH [curl options...]: body on stdout.
+bank_get() {
+	local p=$1; shift
+	curl -sS --max-time 5 "$@" "$BANK_URL$p"
+}
+
+# bank_post PATH JSON [curl options...]
+bank_post() {
+	local p=$1 body=$2; shift 2
+	curl -sS --max-time 5 -H 'Content-Type: application/json' \
+		--data-binary "$body" "$@" "$BANK_URL$p"
+}
+
+# bank_stat NAME: one counter from GET /stats.
+bank_stat() {
+	bank_get /stats "${BANK_AUTH[@]}" | sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p"
+}
+
+BANK_AUTH=()
+
+EVENT='{"chargeId":"CHG-1","accountId":"ACC-1","amount":2500,"currency":"INR","chargeType":"SMS_ALERT_FEE"}'
+
+# event ID [ACCOUNT] [AMOUNT]: a ChargeDueEvent body.
+event() {
+	printf '{"chargeId":"%s","accountId":"%s","amount":%s,"currency":"INR","chargeType":"SMS_ALERT_FEE","dueDate":"2026-11-30"}' \
+		"$1" "${2:-ACC-1}" "${3:-2500}"
+}
+
+# self_signed DIR: cert.pem and key.pem for 127.0.0.1/localhost in DIR.
+self_signed() {
+	openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost \
+		-addext 'subjectAltName=IP:127.0.0.1,DNS:localhost' \
+		-keyout "$1/key.pem" -out "$1/cert.pem" 2>/dev/null
+}
+
+# envelope ID [ACCOUNT] [AMOUNT] [CLAIM_OUTCOME]: one envelope line whose
+# claim is ACQUIRED (or the outcome given), as idemp-claim would write it.
+envelope() {
+	local b
+	b=$(event "$1" "${2:-ACC-1}" "${3:-2500}" | sed 's/"/\\"/g')
+	printf '{"v":1,"messageId":"m-%s","body":"%s","claim":{"outcome":"%s","chargeId":"%s"}}\n' \
+		"$1" "$b" "${4:-ACQUIRED}" "$1"
+}
+
+# debited ENVELOPE_JSON: the envelope after a successful debit.
+debited() {
+	printf '%s' "$1" | sed 's/}$/,"debit":{"outcome":"OK","ref":"TXN-00000042"}}/'
+}
+
+# absent STRING FILE...: fails when STRING is in any FILE (a bare
+# `! grep` never fails a bats test).
+absent() {
+	local s=$1 f; shift
+	for f in "$@"; do
+		if grep -qaF -- "$s" "$f"; then
+			echo "found in $f" >&2
+			return 1
+		fi
+	done
+}

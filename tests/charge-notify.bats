@@ -1,0 +1,166 @@
+#!/usr/bin/env bats
+# charge-notify against a real bank-sim gateway: OK, bounded retries then
+# NOTIFY_FAILED, no retry on 4xx, config errors, pass-through, --stream.
+
+bats_require_minimum_version 1.5.0
+load helper
+load bank_helper
+
+teardown() {
+	bank_stop
+}
+
+notify_run() {
+	local e=$1; shift
+	run --separate-stderr charge-notify "$@" <<<"$e"
+}
+
+@test "--help lists the exit codes; --version" {
+	run charge-notify --help
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"usage: charge-notify"* ]]
+	for c in "0  OK" "21  NOTIFY_FAILED" "65  DATAERR" "78  CONFIG"; do
+		[[ "$output" == *"$c"* ]]
+	done
+	run charge-notify --version
+	[ "$status" -eq 0 ]
+	[[ "$output" == "charge-notify (idemkit) "* ]]
+}
+
+@test "bad options are 64" {
+	run charge-notify --retries many
+	[ "$status" -eq 64 ]
+	[[ "$output" == *"--retries"* ]]
+	run charge-notify --backoff soon
+	[ "$status" -eq 64 ]
+	run charge-notify --bogus
+	[ "$status" -eq 64 ]
+	[[ "$output" == *"usage: charge-notify"* ]]
+}
+
+@test "a debited envelope is notified once, with <chargeId>:notify as the key and the debit ref" {
+	bank_start
+	notify_run "$(debited "$(envelope CHG-1)")"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" notify.outcome)" = OK ]
+	[ "$(jget "$output" notify.attempts)" = 1 ]
+	[ "$(jget "$output" debit.ref)" = TXN-00000042 ]
+	run bank_get /notifications
+	[[ "$output" == *'"key":"CHG-1:notify","count":1'* ]]
+	[ "$(jget "$output" body.debitRef)" = TXN-00000042 ]
+	[ "$(jget "$output" body.chargeId)" = CHG-1 ]
+	[ "$(jget "$output" body.amount)" = 2500 ]
+	[ "$(bank_stat notificationAttempts)" -eq 1 ]
+}
+
+@test "503 is retried, then 21 NOTIFY_FAILED after the bounded attempts; the debit is untouched" {
+	bank_start --notify-fail
+	in=$(debited "$(envelope CHG-F)")
+	notify_run "$in" --retries 2 --backoff 10ms
+	[ "$status" -eq 21 ]
+	[ "$(jget "$output" notify.outcome)" = NOTIFY_FAILED ]
+	[ "$(jget "$output" notify.error)" = "HTTP 503: injected notification failure after 3 attempts" ]
+	[ "$(jget "$output" debit)" = "$(jget "$in" debit)" ]
+	[ "$(bank_stat notificationAttempts)" -eq 3 ]
+	[ "$(bank_stat debits)" -eq 0 ]
+	notify_run "$in" --retries 0
+	[ "$status" -eq 21 ]
+	[ "$(jget "$output" notify.error)" = "HTTP 503: injected notification failure" ]
+	[ "$(bank_stat notificationAttempts)" -eq 4 ]
+}
+
+@test "a failure rate: the retries get it through" {
+	bank_start --notify-fail-rate 0.5 --seed 3
+	for i in 1 2 3 4 5 6; do
+		notify_run "$(debited "$(envelope "CHG-R$i")")" --retries 10 --backoff 1ms
+		[ "$status" -eq 0 ]
+	done
+	[ "$(bank_stat notifications)" -eq 6 ]
+	[ "$(bank_stat notificationFailures)" -gt 0 ]
+}
+
+@test "4xx is NOTIFY_FAILED at once, without a retry" {
+	bank_start
+	notify_run "$(debited "$(envelope CHG-4)")" --url "$BANK_URL/nope" --backoff 10ms
+	[ "$status" -eq 21 ]
+	[ "$(jget "$output" notify.error)" = "HTTP 404: no such endpoint" ]
+	[ "$(jget "$output" notify.attempts)" = 1 ]
+	notify_run "$(debited "$(envelope CHG-4)")" --key-header X-Other
+	[ "$status" -eq 21 ]
+	[[ "$(jget "$output" notify.error)" == "HTTP 400: "* ]]
+}
+
+@test "a hanging gateway times out and is retried, then NOTIFY_FAILED" {
+	bank_start --notify-hang
+	notify_run "$(debited "$(envelope CHG-H)")" --timeout 200ms --retries 1 --backoff 1ms
+	[ "$status" -eq 21 ]
+	[[ "$(jget "$output" notify.error)" == *"imed out"*"after 2 attempts" ]]
+	[ "$(bank_stat hangs)" -eq 2 ]
+}
+
+@test "configuration errors are 78, never a false NOTIFY_FAILED" {
+	unset IDEMKIT_NOTIFY_URL
+	notify_run "$(debited "$(envelope CHG-C)")"
+	[ "$status" -eq 78 ]
+	[ "$(jget "$output" notify.outcome)" = CONFIG ]
+	[[ "$(jget "$output" notify.error)" == *IDEMKIT_NOTIFY_URL* ]]
+	self_signed "$BATS_TEST_TMPDIR"
+	bank_start --tls-cert "$BATS_TEST_TMPDIR/cert.pem" --tls-key "$BATS_TEST_TMPDIR/key.pem"
+	notify_run "$(debited "$(envelope CHG-C)")"
+	[ "$status" -eq 78 ]
+	notify_run "$(debited "$(envelope CHG-C)")" --cacert "$BATS_TEST_TMPDIR/cert.pem"
+	[ "$status" -eq 0 ]
+}
+
+@test "bearer token and signature for the gateway come from IDEMKIT_NOTIFY_*" {
+	tok=ntok-$RANDOM$RANDOM
+	printf '%s' "$tok" >"$BATS_TEST_TMPDIR/token"
+	printf 'hk' >"$BATS_TEST_TMPDIR/hk"
+	bank_start --token-file "$BATS_TEST_TMPDIR/token" --hmac-key-file "$BATS_TEST_TMPDIR/hk"
+	notify_run "$(debited "$(envelope CHG-T)")" --retries 0
+	[ "$status" -eq 21 ]
+	[[ "$(jget "$output" notify.error)" == "HTTP 401: "* ]]
+	IDEMKIT_NOTIFY_TOKEN=$tok IDEMKIT_NOTIFY_HMAC_KEY_FILE=$BATS_TEST_TMPDIR/hk \
+		notify_run "$(debited "$(envelope CHG-T)")"
+	[ "$status" -eq 0 ]
+	printf '%s\n' "$output" "$stderr" >"$BATS_TEST_TMPDIR/seen"
+	absent "$tok" "$BATS_TEST_TMPDIR/seen" "$BANK_DIR/err"
+}
+
+@test "pass-through: an envelope whose debit is not OK is untouched, nothing sent" {
+	bank_start
+	in=$(envelope CHG-P | sed 's/}$/,"debit":{"outcome":"DECLINED","error":"HTTP 402: insufficient funds"}}/')
+	notify_run "$in"
+	[ "$status" -eq 20 ]
+	[ "$output" = "$in" ]
+	in=$(envelope CHG-P ACC-1 2500 DUP_DONE)
+	notify_run "$in"
+	[ "$status" -eq 10 ]
+	[ "$output" = "$in" ]
+	[ "$(bank_stat notificationAttempts)" -eq 0 ]
+}
+
+@test "--stream: several envelopes, outcomes in the envelopes, exit 0" {
+	bank_start
+	run --separate-stderr charge-notify --stream < <(
+		debited "$(envelope S1)"; echo
+		envelope S2 ACC-1 2500 DUP_DONE
+		debited "$(envelope S3)"; echo)
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 3 ]
+	[ "$(jget "${lines[0]}" notify.outcome)" = OK ]
+	[ -z "$(jget "${lines[1]}" notify)" ]
+	[ "$(jget "${lines[2]}" notify.outcome)" = OK ]
+	[ "$(bank_stat notifications)" -eq 2 ]
+}
+
+@test "the whole chain: claim, debit, notify against one bank-sim" {
+	bank_start
+	export IDEMKIT_STORE=sqlite:$BATS_TEST_TMPDIR/store.db
+	run --separate-stderr sh -c 'idemp-claim | charge-debit | charge-notify' < <(event CHG-W)
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" debit.ref)" = TXN-00000001 ]
+	[ "$(jget "$output" notify.outcome)" = OK ]
+	run bank_get /notifications
+	[[ "$output" == *'"key":"CHG-W:notify"'* ]]
+}
