@@ -97,6 +97,7 @@ TEST_ENV = IDEMKIT_BIN=$(CURDIR)/$(O)/bin IDEMKIT_TEST_BIN=$(CURDIR)/$(O)/test I
 test: all $(UNITS) $(REPLAYS)
 	$(TEST_ENV) bats tests/
 	$(TEST_ENV) IDEMKIT_TEST_BACKEND=dynamodb bats tests/store.bats
+	$(TEST_ENV) IDEMKIT_TEST_QUEUE_BACKEND=sqs bats tests/queue.bats
 
 # ASan + UBSan build of everything, then the whole suite against it.  Reports
 # go to files too, so one from a process whose exit status a test ignores

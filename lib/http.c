@@ -265,10 +265,15 @@ ik_http_do(struct ik_http *h, const struct ik_http_req *req,
 	method = req->method ? req->method : (req->body ? "POST" : "GET");
 
 	/* Our own Expect: keeps curl from waiting for a 100 Continue on
-	 * larger bodies; a server that answers early is still read. */
-	if (!(t = curl_slist_append(hl, "Expect:")))
-		goto nomem;
-	hl = t;
+	 * larger bodies; a server that answers early is still read.  Not when
+	 * signing: libcurl 7.88 would name the removed header in SignedHeaders
+	 * (curl issue 11664, fixed in 8.3), which AWS may refuse; there a short
+	 * CURLOPT_EXPECT_100_TIMEOUT_MS bounds the wait instead. */
+	if (!req->sigv4) {
+		if (!(t = curl_slist_append(hl, "Expect:")))
+			goto nomem;
+		hl = t;
+	}
 	for (hp = req->headers; hp && *hp; hp++) {
 		if (!(t = curl_slist_append(hl, *hp)))
 			goto nomem;
@@ -295,6 +300,8 @@ ik_http_do(struct ik_http *h, const struct ik_http_req *req,
 	SET(CURLOPT_HEADERFUNCTION, on_header);
 	SET(CURLOPT_HEADERDATA, &sink);
 	SET(CURLOPT_HTTPHEADER, hl);
+	if (req->sigv4)
+		SET(CURLOPT_EXPECT_100_TIMEOUT_MS, 200L);
 
 	if (strcmp(method, "GET") == 0) {
 		SET(CURLOPT_HTTPGET, 1L);

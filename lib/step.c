@@ -35,10 +35,8 @@ emit(cJSON *env)
 {
 	int rc = ik_env_write(stdout, env);
 	cJSON_Delete(env);
-	if (rc < 0 || fflush(stdout) == EOF) {
-		ik_warnx("stdout: %s", strerror(errno));
-		return -1;
-	}
+	if (rc < 0 || fflush(stdout) == EOF)
+		return -1;   /* ik_finish reports it, once */
 	return 0;
 }
 

@@ -12,8 +12,8 @@ load helper
 	echo "$output"
 	[ "$status" -eq 0 ]
 	[ "${lines[-1]}" = PASSED ]
-	! grep -q '^not ok' <<<"$output"
-	! grep -q SECRETTOKEN <<<"$output"
+	if grep -q '^not ok' <<<"$output"; then false; fi
+	if grep -q SECRETTOKEN <<<"$output"; then false; fi
 }
 
 setup_file() {
@@ -61,7 +61,7 @@ setup() {
 	AWS_PROFILE=missing run --separate-stderr probe dynamodb
 	[ "$status" -eq 78 ]
 	[[ $stderr == *"AWS profile missing not found"* ]]
-	! grep -q secretOps <<<"$output$stderr"
+	if grep -q secretOps <<<"$output$stderr"; then false; fi
 }
 
 @test "container credentials over loopback, with the authorization token file; token and key signed into the call" {
@@ -82,7 +82,7 @@ setup() {
 	[[ $(jget "$resp" authorization) == "AWS4-HMAC-SHA256 Credential=ASIAFAKECONTAINER1/"*"/us-east-1/dynamodb/aws4_request, SignedHeaders="*"x-amz-security-token"*"Signature="* ]]
 	[ "$(jget "$resp" body)" = '{"TableName":"t"}' ]
 	grep -q '"Authorization": "Bearer tokenfromfile"' "$LOG"
-	! grep -q containerSecretValue <<<"$output$stderr"
+	if grep -q containerSecretValue <<<"$output$stderr"; then false; fi
 }
 
 @test "container credentials: a refused token -> 78; an http URL off loopback -> 78 without contact" {

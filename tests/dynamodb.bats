@@ -22,7 +22,7 @@ setup() { export IDEMKIT_STORE=dynamodb:$DDB_TABLE; }
 	echo "$output"
 	[ "$status" -eq 0 ]
 	[ "${lines[-1]}" = PASSED ]
-	! grep -q '^not ok' <<<"$output"
+	if grep -q '^not ok' <<<"$output"; then false; fi
 }
 
 @test "idemp-init creates a table and is idempotent" {
@@ -34,7 +34,7 @@ setup() { export IDEMKIT_STORE=dynamodb:$DDB_TABLE; }
 	run --separate-stderr idemp-init --store "dynamodb:$t"
 	[ "$status" -eq 0 ]
 	[ "$output" = "dynamodb:$t" ]
-	! grep -q '"created table"' <<<"$stderr"
+	if grep -q '"created table"' <<<"$stderr"; then false; fi
 	IDEMKIT_STORE=dynamodb:$t run --separate-stderr idemp-claim < <(ev "$(uid init)")
 	[ "$status" -eq 0 ]
 	[ "$(jget "$output" claim.outcome)" = ACQUIRED ]

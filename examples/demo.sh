@@ -1,0 +1,99 @@
+#!/bin/sh
+# make demo: the whole job on the embedded default, on loopback only.
+# Resets its state, starts the bank simulator, enqueues 20 charges with
+# about 30% of them sent again under the same chargeId (plus one poison
+# message), drains the queue with charge-worker -j 4, and checks against the
+# bank's own ledger that every chargeId was debited exactly once.
+set -eu
+
+BIN=${IDEMKIT_BIN:-$(pwd)/build/bin}
+PATH=$BIN:$PATH
+DEMO=${IDEMKIT_DEMO_DIR:-$(pwd)/build/demo}
+N=20
+
+rm -rf "$DEMO"
+mkdir -p "$DEMO"
+export IDEMKIT_STATE_DIR="$DEMO/state"
+export IDEMKIT_LOG=quiet
+unset IDEMKIT_STORE IDEMKIT_QUEUE IDEMKIT_DLQ
+
+bank-sim --port 0 --db "$DEMO/bank-ledger.db" --port-file "$DEMO/bank.port" \
+	>"$DEMO/bank.out" 2>"$DEMO/bank.err" &
+BANK=$!
+trap 'kill $BANK 2>/dev/null; wait $BANK 2>/dev/null' EXIT INT TERM
+i=0
+while [ ! -s "$DEMO/bank.port" ]; do
+	i=$((i + 1))
+	[ $i -lt 100 ] || { echo "demo: bank-sim did not start" >&2; cat "$DEMO/bank.err" >&2; exit 1; }
+	sleep 0.05
+done
+BANK_URL=http://127.0.0.1:$(cat "$DEMO/bank.port")
+export IDEMKIT_BANK_URL="$BANK_URL/debits" IDEMKIT_NOTIFY_URL="$BANK_URL/notifications"
+echo "bank simulator on $BANK_URL"
+
+# 20 charges; every third one is sent twice (30%), then a poison message.
+: > "$DEMO/messages"
+i=1
+while [ $i -le $N ]; do
+	id=$(printf 'CHG-2026-11-%06d' $i)
+	printf '{"chargeId":"%s","accountId":"ACC-%04d","amount":%d,"currency":"INR","chargeType":"SMS_ALERT_FEE","dueDate":"2026-11-30"}\n' \
+		"$id" $((i % 7 + 1)) $((500 + i * 25)) >> "$DEMO/messages"
+	i=$((i + 1))
+done
+cp "$DEMO/messages" "$DEMO/charges"
+awk 'NR % 3 == 0' "$DEMO/charges" > "$DEMO/resent"
+cat "$DEMO/resent" >> "$DEMO/messages"
+echo '{"chargeId":"CHG-BROKEN","accountId":"ACC-1","amount":12.5,"currency":"INR","chargeType":"SMS_ALERT_FEE"}' >> "$DEMO/messages"
+sqs-send < "$DEMO/messages" > /dev/null
+echo "enqueued $(wc -l < "$DEMO/messages") messages: $N charges, $(wc -l < "$DEMO/resent") of them resent, 1 poison"
+
+# Drain.  A duplicate that met a live claim (DUP_IN_PROGRESS) comes back
+# when that claim's lease ends, so drain again until nothing is in flight.
+lease=15s
+rounds=0
+while :; do
+	rounds=$((rounds + 1))
+	rc=0
+	charge-worker -j 4 --drain --lease $lease --debit-timeout 2 --notify-timeout 1 \
+		--notify-retries 1 2>>"$DEMO/worker.log" || rc=$?
+	case $rc in 0|1) ;; *) echo "demo: charge-worker exited $rc" >&2; tail -5 "$DEMO/worker.log" >&2; exit 1 ;; esac
+	stat=$(sqs-stat)
+	case $stat in *'"visible":0,"inflight":0,"delayed":0'*) break ;; esac
+	[ $rounds -lt 20 ] || { echo "demo: queue not drained: $stat" >&2; exit 1; }
+	sleep 1
+done
+
+# Check against the bank's ledger, one line per chargeId.
+curl -fsS "$BANK_URL/ledger" > "$DEMO/ledger.ndjson"
+printf '\n%-20s %5s  %-12s %-14s %s\n' chargeId sent state "bank ref" "debits at bank"
+bad=0
+while read -r line; do
+	id=$(printf '%s' "$line" | sed 's/.*"chargeId":"\([^"]*\)".*/\1/')
+	sent=$(grep -c "\"chargeId\":\"$id\"" "$DEMO/messages")
+	debits=$(grep -c "\"chargeId\":\"$id\"" "$DEMO/ledger.ndjson" || true)
+	rec=$(idemp-show --json "$id" 2>/dev/null || true)
+	state=$(printf '%s' "$rec" | sed -n 's/.*"state":"\([A-Z_]*\)".*/\1/p')
+	ref=$(printf '%s' "$rec" | sed -n 's/.*"debitRef":"\([^"]*\)".*/\1/p')
+	mark=
+	if [ "$debits" -ne 1 ] || [ "$state" != DONE ] || \
+	   ! grep -q "\"ref\":\"$ref\",\"chargeId\":\"$id\"" "$DEMO/ledger.ndjson"; then
+		mark='  <-- NOT EXACTLY ONCE'
+		bad=$((bad + 1))
+	fi
+	printf '%-20s %5s  %-12s %-14s %s%s\n' "$id" "$sent" "$state" "${ref:--}" "$debits" "$mark"
+done < "$DEMO/charges"
+
+stats=$(curl -fsS "$BANK_URL/stats")
+num() { printf '%s' "$1" | sed -n "s/.*\"$2\":\([0-9]*\).*/\1/p"; }
+dlq=$(sqs-stat --queue "sqlite:$IDEMKIT_STATE_DIR/queue.db#charges-dlq")
+echo
+echo "worker runs:        $rounds (charge-worker -j 4 --drain)"
+echo "bank:               $(num "$stats" debits) debits, $(num "$stats" replays) replays absorbed, $(num "$stats" attempts) debit calls"
+echo "dead-letter queue:  $(num "$dlq" visible) message(s) (the poison one, body intact, reason in its attributes)"
+grep '"summary":true' "$DEMO/worker.log" | sed 's/^/worker summary:     /'
+echo
+if [ $bad -ne 0 ] || [ "$(num "$stats" debits)" -ne $N ] || [ "$(num "$dlq" visible)" -ne 1 ]; then
+	echo "demo: FAILED: $bad chargeId(s) not debited exactly once" >&2
+	exit 1
+fi
+echo "demo: OK: every one of the $N chargeIds was debited exactly once, though $(wc -l < "$DEMO/resent") were delivered twice."

@@ -1,0 +1,476 @@
+/* queue_sqs.c: a standard SQS queue through the JSON protocol (aws.h does
+ * credentials, region, endpoint, signing and retries).
+ *
+ * Rules:
+ *  - one ik_aws handle per queue, opened with the queue: no credentials is
+ *    IK_CONFIG before any message is touched;
+ *  - service errors are judged here, from the SQS error name: a queue that
+ *    does not exist is IK_CONFIG, a receipt handle SQS refuses IK_DATAERR,
+ *    one that expired or whose message is no longer in flight
+ *    IK_LEASE_LOST, any other refused request IK_DATAERR;
+ *  - batch calls report each entry (Successful / Failed lists);
+ *  - a long poll is made of polls of at most 8 s (aws.h's request timeout
+ *    is 10 s unless $IDEMKIT_AWS_TIMEOUT says otherwise), so it also
+ *    notices a stop request between polls.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "aws.h"
+#include "outcome.h"
+#include "queue.h"
+#include "util.h"
+
+#define POLL_MAX_S 8
+
+struct sqsq {
+	struct ik_aws *aws;
+	char *url;
+	int poll_s;            /* the longest WaitTimeSeconds per request */
+};
+
+/* The outcome for an SQS error name (the short __type or the
+ * x-amzn-query-error code). */
+static int
+sqs_code(const char *type, const char *message)
+{
+	if (strstr(type, "QueueDoesNotExist") || strstr(type, "NonExistentQueue"))
+		return IK_CONFIG;
+	if (strstr(type, "MessageNotInflight") ||
+	    (message && strstr(message, "has expired")))
+		return IK_LEASE_LOST;
+	if (strstr(type, "ReceiptHandleIsInvalid"))
+		return IK_DATAERR;
+	return IK_DATAERR;
+}
+
+static int
+call(struct sqsq *s, const char *action, const cJSON *req, cJSON **resp, ik_err *err)
+{
+	struct ik_aws_error ae;
+	char target[64];
+	int rc;
+
+	snprintf(target, sizeof target, "AmazonSQS.%s", action);
+	memset(&ae, 0, sizeof ae);
+	*resp = NULL;
+	rc = ik_aws_call(s->aws, target, req, resp, &ae, err);
+	if (rc == IK_AWS_ERROR) {
+		cJSON_Delete(*resp);   /* the error body: ae has what we need */
+		*resp = NULL;
+		const char *type = ae.query[0] ? ae.query : ae.type;
+		int code = sqs_code(type, ae.message);
+		if (code == IK_CONFIG)
+			return ik_errf(err, IK_CONFIG, "sqs %s: queue %s does not exist (%s)",
+			               action, s->url, type);
+		if (err)
+			err->code = code;   /* keep aws's message, our code */
+		return code;
+	}
+	return rc;
+}
+
+static cJSON *
+request(struct sqsq *s)
+{
+	cJSON *r = cJSON_CreateObject();
+
+	if (r && !cJSON_AddStringToObject(r, "QueueUrl", s->url)) {
+		cJSON_Delete(r);
+		r = NULL;
+	}
+	return r;
+}
+
+static int
+oom(ik_err *err)
+{
+	return ik_errf(err, IK_SOFTWARE, "out of memory");
+}
+
+static const char *
+str(const cJSON *o, const char *k)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static int64_t
+num_str(const cJSON *o, const char *k)
+{
+	const char *v = str(o, k);
+	return v ? strtoll(v, NULL, 10) : 0;
+}
+
+static int
+msg_from_json(const cJSON *j, struct ik_qmsg *m)
+{
+	const cJSON *attrs = cJSON_GetObjectItemCaseSensitive(j, "Attributes");
+	const cJSON *mattrs = cJSON_GetObjectItemCaseSensitive(j, "MessageAttributes");
+	const cJSON *it;
+	size_t n = 0;
+
+	memset(m, 0, sizeof *m);
+	m->body = strdup(str(j, "Body") ? str(j, "Body") : "");
+	m->message_id = strdup(str(j, "MessageId") ? str(j, "MessageId") : "");
+	m->receipt = strdup(str(j, "ReceiptHandle") ? str(j, "ReceiptHandle") : "");
+	m->receive_count = num_str(attrs, "ApproximateReceiveCount");
+	m->sent_at = num_str(attrs, "SentTimestamp");
+	if (!m->body || !m->message_id || !m->receipt)
+		return -1;
+	if (cJSON_IsObject(mattrs) && cJSON_GetArraySize(mattrs) > 0) {
+		m->attrs = calloc((size_t)cJSON_GetArraySize(mattrs), sizeof *m->attrs);
+		if (!m->attrs)
+			return -1;
+		cJSON_ArrayForEach(it, mattrs) {
+			const char *v = str(it, "StringValue");
+			if (!v)
+				continue;   /* Binary attributes are not carried */
+			m->attrs[n].name = strdup(it->string);
+			m->attrs[n].value = strdup(v);
+			m->nattrs = ++n;
+			if (!m->attrs[n - 1].name || !m->attrs[n - 1].value)
+				return -1;
+		}
+	}
+	return 0;
+}
+
+static int
+poll_once(struct ik_queue *q, int max, int wait_s, int visibility_s,
+          struct ik_qmsg *msgs, size_t *n, ik_err *err)
+{
+	static const char *const names[] = { "ApproximateReceiveCount", "SentTimestamp" };
+	static const char *const all[] = { "All" };
+	struct sqsq *s = q->impl;
+	cJSON *req = request(s), *resp = NULL, *list, *it;
+	int rc;
+
+	*n = 0;
+	if (max < 1 || max > IK_QUEUE_BATCH)
+		return ik_errf(err, IK_USAGE, "receive: at most %d messages", IK_QUEUE_BATCH);
+	if (!req ||
+	    !cJSON_AddNumberToObject(req, "MaxNumberOfMessages", max) ||
+	    !cJSON_AddNumberToObject(req, "WaitTimeSeconds", wait_s) ||
+	    (visibility_s >= 0 &&
+	     !cJSON_AddNumberToObject(req, "VisibilityTimeout", visibility_s)) ||
+	    /* both spellings: older endpoints know only AttributeNames */
+	    !cJSON_AddItemToObject(req, "AttributeNames", cJSON_CreateStringArray(names, 2)) ||
+	    !cJSON_AddItemToObject(req, "MessageSystemAttributeNames",
+	                           cJSON_CreateStringArray(names, 2)) ||
+	    !cJSON_AddItemToObject(req, "MessageAttributeNames", cJSON_CreateStringArray(all, 1))) {
+		cJSON_Delete(req);
+		return oom(err);
+	}
+	rc = call(s, "ReceiveMessage", req, &resp, err);
+	cJSON_Delete(req);
+	if (rc != IK_OK)
+		return rc;
+	list = cJSON_GetObjectItemCaseSensitive(resp, "Messages");
+	cJSON_ArrayForEach(it, list) {
+		if (*n >= (size_t)max)
+			break;
+		if (msg_from_json(it, &msgs[*n]) < 0) {
+			for (size_t i = 0; i <= *n; i++)
+				ik_qmsg_free(&msgs[i]);
+			*n = 0;
+			cJSON_Delete(resp);
+			/* the messages come back after their visibility timeout */
+			return oom(err);
+		}
+		(*n)++;
+	}
+	cJSON_Delete(resp);
+	return IK_OK;
+}
+
+static int
+s_receive(struct ik_queue *q, int max, int wait_s, int visibility_s,
+          struct ik_qmsg *msgs, size_t *n, ik_err *err)
+{
+	struct sqsq *s = q->impl;
+	int64_t deadline = ik_mono_ms() + (int64_t)wait_s * 1000;
+	int rc;
+
+	for (;;) {
+		int64_t left = deadline - ik_mono_ms();
+		int w = left <= 0 ? 0 : (int)((left + 999) / 1000);
+
+		if (w > s->poll_s)
+			w = s->poll_s;
+		rc = poll_once(q, max, w, visibility_s, msgs, n, err);
+		if (rc != IK_OK || *n > 0 || w == 0 || (q->stop && *q->stop) ||
+		    ik_mono_ms() >= deadline)
+			return rc;
+	}
+}
+
+static int
+s_del(struct ik_queue *q, const char *receipt, ik_err *err)
+{
+	struct sqsq *s = q->impl;
+	cJSON *req = request(s), *resp = NULL;
+	int rc;
+
+	if (!req || !cJSON_AddStringToObject(req, "ReceiptHandle", receipt)) {
+		cJSON_Delete(req);
+		return oom(err);
+	}
+	rc = call(s, "DeleteMessage", req, &resp, err);
+	cJSON_Delete(req);
+	cJSON_Delete(resp);
+	return rc;
+}
+
+/* Fill res[] from a batch response's Successful / Failed lists. */
+static void
+batch_results(const cJSON *resp, size_t n, struct ik_qresult *res,
+              void (*ok)(const cJSON *entry, size_t i, void *arg), void *arg)
+{
+	const cJSON *it;
+
+	for (size_t i = 0; i < n; i++) {
+		res[i].code = IK_SOFTWARE;
+		snprintf(res[i].msg, sizeof res[i].msg, "no result for this entry");
+	}
+	cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(resp, "Successful")) {
+		const char *id = str(it, "Id");
+		size_t i = id ? strtoul(id, NULL, 10) : n;
+		if (i < n) {
+			res[i].code = IK_OK;
+			res[i].msg[0] = '\0';
+			if (ok)
+				ok(it, i, arg);
+		}
+	}
+	cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(resp, "Failed")) {
+		const char *id = str(it, "Id"), *code = str(it, "Code"), *m = str(it, "Message");
+		const cJSON *sf = cJSON_GetObjectItemCaseSensitive(it, "SenderFault");
+		size_t i = id ? strtoul(id, NULL, 10) : n;
+		if (i >= n)
+			continue;
+		/* a failure that is not the sender's is the service's: retry later */
+		res[i].code = cJSON_IsFalse(sf) ? IK_TEMPFAIL : sqs_code(code ? code : "", m);
+		snprintf(res[i].msg, sizeof res[i].msg, "%s: %.400s",
+		         code ? code : "Failed", m ? m : "");
+	}
+}
+
+static int
+s_del_batch(struct ik_queue *q, const char *const *receipts, size_t n,
+            struct ik_qresult *res, ik_err *err)
+{
+	struct sqsq *s = q->impl;
+	cJSON *req = request(s), *resp = NULL, *entries;
+	int rc;
+
+	if (!req || !(entries = cJSON_AddArrayToObject(req, "Entries")))
+		goto nomem;
+	for (size_t i = 0; i < n; i++) {
+		cJSON *e = cJSON_CreateObject();
+		char id[24];
+		snprintf(id, sizeof id, "%zu", i);
+		if (!e || !cJSON_AddItemToArray(entries, e) ||
+		    !cJSON_AddStringToObject(e, "Id", id) ||
+		    !cJSON_AddStringToObject(e, "ReceiptHandle", receipts[i]))
+			goto nomem;
+	}
+	rc = call(s, "DeleteMessageBatch", req, &resp, err);
+	cJSON_Delete(req);
+	if (rc == IK_OK)
+		batch_results(resp, n, res, NULL, NULL);
+	cJSON_Delete(resp);
+	return rc;
+nomem:
+	cJSON_Delete(req);
+	return oom(err);
+}
+
+static int
+s_chvis(struct ik_queue *q, const char *receipt, int visibility_s, ik_err *err)
+{
+	struct sqsq *s = q->impl;
+	cJSON *req = request(s), *resp = NULL;
+	int rc;
+
+	if (!req || !cJSON_AddStringToObject(req, "ReceiptHandle", receipt) ||
+	    !cJSON_AddNumberToObject(req, "VisibilityTimeout", visibility_s)) {
+		cJSON_Delete(req);
+		return oom(err);
+	}
+	rc = call(s, "ChangeMessageVisibility", req, &resp, err);
+	cJSON_Delete(req);
+	cJSON_Delete(resp);
+	return rc;
+}
+
+/* Body, delay and attributes of one message into o. */
+static int
+add_message(cJSON *o, const struct ik_qsend *m, const char *body_key)
+{
+	cJSON *attrs;
+
+	if (!cJSON_AddStringToObject(o, body_key, m->body) ||
+	    (m->delay_s > 0 && !cJSON_AddNumberToObject(o, "DelaySeconds", m->delay_s)))
+		return -1;
+	if (m->nattrs == 0)
+		return 0;
+	if (!(attrs = cJSON_AddObjectToObject(o, "MessageAttributes")))
+		return -1;
+	for (size_t i = 0; i < m->nattrs; i++) {
+		cJSON *a = cJSON_AddObjectToObject(attrs, m->attrs[i].name);
+		if (!a || !cJSON_AddStringToObject(a, "DataType", "String") ||
+		    !cJSON_AddStringToObject(a, "StringValue", m->attrs[i].value))
+			return -1;
+	}
+	return 0;
+}
+
+static int
+s_send(struct ik_queue *q, struct ik_qsend *m, ik_err *err)
+{
+	struct sqsq *s = q->impl;
+	cJSON *req = request(s), *resp = NULL;
+	const char *id;
+	int rc;
+
+	if (!req || add_message(req, m, "MessageBody") < 0) {
+		cJSON_Delete(req);
+		return oom(err);
+	}
+	rc = call(s, "SendMessage", req, &resp, err);
+	cJSON_Delete(req);
+	if (rc == IK_OK) {
+		id = str(resp, "MessageId");
+		if (!(m->message_id = strdup(id ? id : "")))
+			rc = oom(err);
+	}
+	cJSON_Delete(resp);
+	return rc;
+}
+
+static void
+sent_ok(const cJSON *entry, size_t i, void *arg)
+{
+	struct ik_qsend *m = arg;
+	const char *id = str(entry, "MessageId");
+
+	m[i].message_id = strdup(id ? id : "");
+}
+
+static int
+s_send_batch(struct ik_queue *q, struct ik_qsend *m, size_t n,
+             struct ik_qresult *res, ik_err *err)
+{
+	struct sqsq *s = q->impl;
+	cJSON *req = request(s), *resp = NULL, *entries;
+	int rc;
+
+	if (!req || !(entries = cJSON_AddArrayToObject(req, "Entries")))
+		goto nomem;
+	for (size_t i = 0; i < n; i++) {
+		cJSON *e = cJSON_CreateObject();
+		char id[24];
+		snprintf(id, sizeof id, "%zu", i);
+		if (!e || !cJSON_AddItemToArray(entries, e) ||
+		    !cJSON_AddStringToObject(e, "Id", id) || add_message(e, &m[i], "MessageBody") < 0)
+			goto nomem;
+	}
+	rc = call(s, "SendMessageBatch", req, &resp, err);
+	cJSON_Delete(req);
+	if (rc == IK_OK) {
+		batch_results(resp, n, res, sent_ok, m);
+		for (size_t i = 0; i < n; i++)
+			if (res[i].code == IK_OK && !m[i].message_id) {
+				res[i].code = IK_SOFTWARE;
+				snprintf(res[i].msg, sizeof res[i].msg, "out of memory");
+			}
+	}
+	cJSON_Delete(resp);
+	return rc;
+nomem:
+	cJSON_Delete(req);
+	return oom(err);
+}
+
+static int
+s_stats(struct ik_queue *q, struct ik_qstats *st, ik_err *err)
+{
+	static const char *const names[] = {
+		"ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
+		"ApproximateNumberOfMessagesDelayed",
+	};
+	struct sqsq *s = q->impl;
+	cJSON *req = request(s), *resp = NULL, *a;
+	int rc;
+
+	if (!req || !cJSON_AddItemToObject(req, "AttributeNames",
+	                                   cJSON_CreateStringArray(names, 3))) {
+		cJSON_Delete(req);
+		return oom(err);
+	}
+	rc = call(s, "GetQueueAttributes", req, &resp, err);
+	cJSON_Delete(req);
+	if (rc == IK_OK) {
+		a = cJSON_GetObjectItemCaseSensitive(resp, "Attributes");
+		st->visible = num_str(a, names[0]);
+		st->inflight = num_str(a, names[1]);
+		st->delayed = num_str(a, names[2]);
+	}
+	cJSON_Delete(resp);
+	return rc;
+}
+
+static void
+s_close(struct ik_queue *q)
+{
+	struct sqsq *s = q->impl;
+
+	if (s) {
+		ik_aws_close(s->aws);
+		free(s->url);
+		free(s);
+	}
+	q->impl = NULL;
+}
+
+static const struct ik_queue_ops sqs_ops = {
+	.name = "sqs",
+	.receive = s_receive,
+	.del = s_del,
+	.del_batch = s_del_batch,
+	.change_visibility = s_chvis,
+	.send = s_send,
+	.send_batch = s_send_batch,
+	.stats = s_stats,
+	.close = s_close,
+};
+
+int
+ik_queue_sqs_open(const char *url, struct ik_queue *q, ik_err *err)
+{
+	struct sqsq *s = calloc(1, sizeof *s);
+	const char *t = getenv("IDEMKIT_AWS_TIMEOUT");
+	int64_t ms;
+	int rc;
+
+	if (!s || !(s->url = strdup(url))) {
+		free(s);
+		return oom(err);
+	}
+	/* leave the response 2 s of the request timeout */
+	s->poll_s = POLL_MAX_S;
+	if (t && *t && ik_parse_duration(t, &ms) == 0 && ms / 1000 - 2 < s->poll_s)
+		s->poll_s = ms / 1000 - 2 > 0 ? (int)(ms / 1000 - 2) : 0;
+	if ((rc = ik_aws_open("sqs", &s->aws, err)) != IK_OK) {
+		free(s->url);
+		free(s);
+		return rc;
+	}
+	q->ops = &sqs_ops;
+	q->impl = s;
+	return IK_OK;
+}

@@ -1,0 +1,346 @@
+#!/usr/bin/env bats
+# The queue suite: the same cases against every queue backend.
+#   IDEMKIT_TEST_QUEUE_BACKEND=sqlite bats tests/queue.bats   (default)
+#   IDEMKIT_TEST_QUEUE_BACKEND=sqs    bats tests/queue.bats   (local-aws-sqs; needs node)
+
+bats_require_minimum_version 1.5.0
+load helper
+load lock
+load queue_backend
+
+setup_file() { queue_backend_setup_file; }
+teardown_file() { queue_backend_teardown_file; }
+setup() { queue_backend_setup; }
+
+@test "queue[$QB]: send, receive an envelope with every field, delete" {
+	body='{"chargeId":"CHG-1","note":"quotes \" and é"}'
+	run sqs-send <<<"$body"
+	[ "$status" -eq 0 ]
+	id=$(jget "$output" messageId)
+	[ -n "$id" ]
+	before=$(date +%s%3N)
+	run sqs-recv --visibility 1
+	[ "$status" -eq 0 ]
+	env=$output
+	[ "$(jget "$env" v)" = 1 ]
+	[ "$(jget "$env" body)" = "$body" ]
+	[ "$(jget "$env" queue)" = "$QUEUE" ]
+	[ "$(jget "$env" messageId)" = "$id" ]
+	[ -n "$(jget "$env" receipt)" ]
+	[ "$(jget "$env" receiveCount)" = 1 ]
+	sent=$(jget "$env" sentAt)
+	[ "$sent" -le "$before" ] && [ "$sent" -gt $((before - 60000)) ]
+	run --separate-stderr sqs-ack <<<"$(envset "$FINISHED" <<<"$env")"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" ack.outcome)" = OK ]
+	[ "$(jget "$output" ack.action)" = delete ]
+	[ "$(sqs-stat)" = '{"visible":0,"inflight":0,"delayed":0}' ]   # deleted, not just hidden
+}
+
+@test "queue[$QB]: approximate counts (sqs-stat)" {
+	run sqs-stat
+	[ "$status" -eq 0 ]
+	[ "$output" = '{"visible":0,"inflight":0,"delayed":0}' ]
+	seq 1 3 | sqs-send >/dev/null
+	echo later | sqs-send --delay 60 >/dev/null
+	sqs-recv >/dev/null
+	run sqs-stat
+	if [ "$QB" = sqlite ]; then
+		[ "$output" = '{"visible":2,"inflight":1,"delayed":1}' ]
+	else
+		# local-aws-sqs counts in-flight messages as visible too (SQS
+		# does not); the other two counts are SQS's
+		[ "$output" = '{"visible":3,"inflight":1,"delayed":1}' ]
+	fi
+}
+
+@test "queue[$QB]: empty queue -> 1" {
+	run sqs-recv --max 10
+	[ "$status" -eq 1 ]
+	[ -z "$output" ]
+}
+
+@test "queue[$QB]: visibility expiry -> redelivery with receiveCount 2 and a new receipt" {
+	echo hello | sqs-send >/dev/null
+	first=$(sqs-recv --visibility 1)
+	run sqs-recv
+	[ "$status" -eq 1 ]        # hidden while the visibility lasts
+	sleep 1.2
+	second=$(sqs-recv --visibility 5)
+	[ "$(jget "$second" body)" = hello ]
+	[ "$(jget "$second" receiveCount)" = 2 ]
+	[ "$(jget "$second" messageId)" = "$(jget "$first" messageId)" ]
+	[ "$(jget "$second" receipt)" != "$(jget "$first" receipt)" ]
+}
+
+@test "queue[$QB]: a stale (or refused) receipt does not delete" {
+	echo keep-me | sqs-send >/dev/null
+	old=$(sqs-recv --visibility 0)
+	new=$(sqs-recv --visibility 30)
+	[ "$(jget "$new" receiveCount)" = 2 ]
+	if [ "$QB" = sqlite ]; then
+		run --separate-stderr sqs-ack <<<"$(envset "$FINISHED" <<<"$old")"
+		[ "$status" -eq 13 ]
+		[ "$(jget "${lines[0]}" ack.outcome)" = LEASE_LOST ]
+		[[ "$stderr" == *"stale receipt handle"* ]]
+	else
+		# local-aws-sqs deletes by the messageId inside any of its
+		# handles, stale or not; what it must refuse is a handle it did
+		# not issue.
+		run --separate-stderr sqs-ack <<<"$(envset "$FINISHED" <<<"$new" | envset '{"receipt":"bm90LWEtaGFuZGxl"}')"
+		[ "$status" -eq 65 ]
+		[ "$(jget "${lines[0]}" ack.outcome)" = DATAERR ]
+		[[ "$stderr" == *ReceiptHandleIsInvalid* ]]
+	fi
+	# the message is still there: the latest receipt deletes it
+	run --separate-stderr sqs-ack <<<"$(envset "$FINISHED" <<<"$new")"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" ack.outcome)" = OK ]
+}
+
+@test "queue[$QB]: DLQ path keeps the body intact and says why in attributes" {
+	body='not json at all: {"chargeId": CHG-77 «poison»'
+	printf '%s\n' "$body" | sqs-send >/dev/null
+	env=$(sqs-recv --visibility 1 | envset '{"claim":{"outcome":"DATAERR","error":"body: not valid JSON"}}')
+	run --separate-stderr sqs-ack <<<"$env"
+	[ "$status" -eq 0 ]
+	[ "$(jget "${lines[0]}" ack.action)" = dlq ]
+	[ "$(jget "${lines[0]}" ack.outcome)" = OK ]
+	[ "$(jget "${lines[0]}" ack.dlq)" = "$DLQ" ]
+	run sqs-recv --queue "$DLQ"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" body)" = "$body" ]
+	python3 - "$output" "$QUEUE" "$(jget "$env" messageId)" <<'EOF'
+import json, sys
+e = json.loads(sys.argv[1]); a = e["attributes"]
+assert a["idemkit.reason"] == "DATAERR", a
+assert a["idemkit.error"] == "body: not valid JSON", a
+assert a["idemkit.step"] == "claim", a
+assert a["idemkit.sourceQueue"] == sys.argv[2], a
+assert a["idemkit.messageId"] == sys.argv[3], a
+assert a["idemkit.receiveCount"] == "1", a
+EOF
+	[ "$(sqs-stat)" = '{"visible":0,"inflight":0,"delayed":0}' ]   # deleted from the main queue, not just hidden
+}
+
+@test "queue[$QB]: DLQ send fails -> the message is left, not deleted" {
+	echo poison | sqs-send >/dev/null
+	env=$(sqs-recv --visibility 30 | envset '{"claim":{"outcome":"PAYLOAD_MISMATCH"}}')
+	if [ "$QB" = sqlite ]; then
+		# a DLQ that exists but is busy: transient
+		bad="sqlite:$BATS_TEST_TMPDIR/dlq.db#dlq"
+		run sqs-recv --queue "$bad"
+		[ "$status" -eq 1 ]
+		hold_write_lock "$BATS_TEST_TMPDIR/dlq.db" 3
+		want=75
+	else
+		# a DLQ that does not exist: configuration
+		bad=$AWS_ENDPOINT_URL_SQS/123456789012/no-such-dlq
+		want=78
+	fi
+	IDEMKIT_BUSY_TIMEOUT=200ms run --separate-stderr sqs-ack --dlq "$bad" <<<"$env"
+	[ "$status" -eq "$want" ]
+	[ "$(jget "${lines[0]}" ack.action)" = dlq ]
+	[ "$(jget "${lines[0]}" ack.outcome)" != OK ]
+	[ -z "$(jget "${lines[0]}" ack.dlqMessageId)" ]
+	[ -n "${LOCK_PID:-}" ] && kill "$LOCK_PID" 2>/dev/null || true
+	[ "$(jget "$(sqs-stat)" inflight)" = 1 ]   # not deleted: it comes back
+}
+
+@test "queue[$QB]: 25 messages: sent in batches, all received, all deleted in batches" {
+	seq 1 25 | sed 's/^/msg-/' >"$BATS_TEST_TMPDIR/in"
+	run sqs-send <"$BATS_TEST_TMPDIR/in"
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 25 ]
+	drain --visibility 2 >"$BATS_TEST_TMPDIR/envs"
+	[ "$(wc -l <"$BATS_TEST_TMPDIR/envs")" -eq 25 ]
+	[ "$(bodies "$BATS_TEST_TMPDIR/envs")" = "$(sort "$BATS_TEST_TMPDIR/in")" ]
+	envset "$FINISHED" <"$BATS_TEST_TMPDIR/envs" >"$BATS_TEST_TMPDIR/acks-in"
+	run --separate-stderr sqs-ack --stream <"$BATS_TEST_TMPDIR/acks-in"
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 25 ]
+	[ "$(printf '%s\n' "${lines[@]}" | grep -c '"ack":{"outcome":"OK","action":"delete"')" -eq 25 ]
+	# the envelopes come out in input order
+	[ "$(printf '%s\n' "${lines[@]}" | python3 -c 'import json,sys; print("\n".join(json.loads(l)["messageId"] for l in sys.stdin))')" = \
+	  "$(python3 -c 'import json,sys; print("\n".join(json.loads(l)["messageId"] for l in open(sys.argv[1])))' "$BATS_TEST_TMPDIR/envs")" ]
+	[ "$(sqs-stat)" = '{"visible":0,"inflight":0,"delayed":0}' ]
+}
+
+@test "queue[$QB]: delay holds a message back" {
+	echo later | sqs-send --delay 1 >/dev/null
+	run sqs-recv
+	[ "$status" -eq 1 ]
+	sleep 1.2
+	run sqs-recv
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" body)" = later ]
+}
+
+@test "queue[$QB]: message attributes travel" {
+	echo a | sqs-send --attr source=billing --attr batch=7 >/dev/null
+	run sqs-recv
+	[ "$status" -eq 0 ]
+	python3 -c 'import json,sys; a=json.loads(sys.argv[1])["attributes"]; assert a=={"source":"billing","batch":"7"}, a' "$output"
+}
+
+@test "queue[$QB]: redrive policy moves a message to the DLQ after maxReceiveCount" {
+	queue_backend_setup 2
+	echo bounce | sqs-send >/dev/null
+	[ "$(jget "$(sqs-recv --visibility 1)" receiveCount)" = 1 ]
+	sleep 1.1
+	[ "$(jget "$(sqs-recv --visibility 1)" receiveCount)" = 2 ]
+	sleep 1.2
+	run sqs-recv
+	[ "$status" -eq 1 ]
+	run sqs-recv --queue "$DLQ"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" body)" = bounce ]
+}
+
+@test "queue[$QB]: re-drive the DLQ into the main queue" {
+	printf '%s\n' one two three | sqs-send --queue "$DLQ" >/dev/null
+	run bash -c 'sqs-recv --queue "$DLQ" --max 10 --visibility 1 | sqs-send --queue "$QUEUE" --from-envelope'
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 3 ]
+	[ -n "$(jget "${lines[0]}" source)" ]
+	drain >"$BATS_TEST_TMPDIR/main"
+	[ "$(bodies "$BATS_TEST_TMPDIR/main")" = "$(printf '%s\n' one three two)" ]
+	[ "$(sqs-stat --queue "$DLQ")" = '{"visible":0,"inflight":0,"delayed":0}' ]   # deleted there, not just hidden
+}
+
+# One envelope per row of the table, with the results that make that row the
+# verdict; all acked by one sqs-ack --stream, then the queues are checked.
+@test "queue[$QB]: sqs-ack carries out every action of the table" {
+	sqs-ack --actions >"$BATS_TEST_TMPDIR/table"
+	[ "$(wc -l <"$BATS_TEST_TMPDIR/table")" -ge 10 ]
+	cut -f2 "$BATS_TEST_TMPDIR/table" | sqs-send >/dev/null
+	drain --visibility 1 >"$BATS_TEST_TMPDIR/envs"
+	python3 - "$BATS_TEST_TMPDIR/envs" "$FINISHED" >"$BATS_TEST_TMPDIR/in" <<'EOF'
+import json, sys, time
+finished = json.loads(sys.argv[2])
+for line in open(sys.argv[1]):
+    e = json.loads(line); name = e["body"]
+    if name == "OK":
+        e.update(finished)
+    elif name == "NOTIFY_FAILED":
+        e.update({"claim": {"outcome": "ACQUIRED"}, "debit": {"outcome": "OK"},
+                  "notify": {"outcome": "NOTIFY_FAILED", "error": "HTTP 503"},
+                  "done": {"outcome": "OK"}})
+    elif name == "DECLINED":
+        e.update({"claim": {"outcome": "ACQUIRED"},
+                  "debit": {"outcome": "DECLINED", "error": "insufficient funds"},
+                  "done": {"outcome": "OK"}})
+    elif name == "DUP_IN_PROGRESS":
+        e["claim"] = {"outcome": name, "leaseUntil": int(time.time() * 1000) + 1500}
+    else:
+        e["claim"] = {"outcome": name, "error": "why " + name}
+    print(json.dumps(e))
+EOF
+	run --separate-stderr sqs-ack --stream --backoff-base 1 --backoff-cap 2 <"$BATS_TEST_TMPDIR/in"
+	[ "$status" -eq 0 ]
+	printf '%s\n' "${lines[@]}" >"$BATS_TEST_TMPDIR/out"
+	python3 - "$BATS_TEST_TMPDIR/table" "$BATS_TEST_TMPDIR/out" <<'EOF'
+import json, sys
+want = {l.split("\t")[1]: l.split("\t")[2] for l in open(sys.argv[1])}
+got = [json.loads(l) for l in open(sys.argv[2])]
+assert len(got) == len(want), (len(got), len(want))
+for e in got:
+    a, name = e["ack"], e["body"]
+    assert a["outcome"] == "OK", e
+    assert a["verdict"] == name, e
+    assert a["action"] == want[name], e
+    if a["action"] in ("leave-lease", "leave-backoff"):
+        assert a["visibility"] == 2, e
+EOF
+	# the audit line for the duplicate, on stderr
+	[[ "$stderr" == *'"level":"audit"'*'"outcome":"DUP_DONE"'* ]]
+	awk -F'\t' '{ print $2, $3 }' "$BATS_TEST_TMPDIR/table" >"$BATS_TEST_TMPDIR/acks"
+	sleep 1.1
+	# left as is (visibility 1 s) is back; the lease and the backoff hold it
+	drain --visibility 30 >"$BATS_TEST_TMPDIR/back1"
+	[ "$(bodies "$BATS_TEST_TMPDIR/back1")" = \
+	  "$(awk '$2 == "leave" { print $1 }' "$BATS_TEST_TMPDIR/acks" | sort)" ]
+	sleep 1.0
+	drain --visibility 30 >"$BATS_TEST_TMPDIR/back2"
+	[ "$(bodies "$BATS_TEST_TMPDIR/back2")" = \
+	  "$(awk '$2 == "leave-lease" || $2 == "leave-backoff" { print $1 }' "$BATS_TEST_TMPDIR/acks" | sort)" ]
+	drain --queue "$DLQ" >"$BATS_TEST_TMPDIR/dlq"
+	[ "$(bodies "$BATS_TEST_TMPDIR/dlq")" = \
+	  "$(awk '$2 == "dlq" { print $1 }' "$BATS_TEST_TMPDIR/acks" | sort)" ]
+}
+
+@test "queue[$QB]: concurrent receivers never share a delivery" {
+	seq 1 40 | sqs-send >/dev/null
+	for i in 1 2 3 4; do
+		( drain --visibility 30 >"$BATS_TEST_TMPDIR/r$i" ) 3>&- &
+	done
+	wait
+	cat "$BATS_TEST_TMPDIR"/r? >"$BATS_TEST_TMPDIR/all"
+	[ "$(wc -l <"$BATS_TEST_TMPDIR/all")" -eq 40 ]
+	[ "$(bodies "$BATS_TEST_TMPDIR/all" | sort -u | wc -l)" -eq 40 ]
+}
+
+@test "queue[$QB]: SIGTERM during a long poll ends cleanly, what arrived is written" {
+	echo early | sqs-send >/dev/null
+	export IDEMKIT_AWS_TIMEOUT=4s    # SQS polls of 2 s, so the stop is seen soon
+	sqs-recv --follow --wait 20 >"$BATS_TEST_TMPDIR/out" 3>&- &
+	pid=$!
+	sleep 0.7
+	start=$(date +%s%3N)
+	kill -TERM "$pid"
+	rc=0
+	wait "$pid" || rc=$?
+	[ "$rc" -eq 143 ]
+	[ $(( $(date +%s%3N) - start )) -lt 4000 ]
+	[ "$(jget "$(cat "$BATS_TEST_TMPDIR/out")" body)" = early ]
+}
+
+@test "queue[$QB]: the queue unreachable -> 75" {
+	echo x | sqs-send >/dev/null
+	env=$(sqs-recv --visibility 30 | envset "$FINISHED")
+	if [ "$QB" = sqlite ]; then
+		db=${QUEUE#sqlite:}; db=${db%%#*}
+		hold_write_lock "$db" 3
+		export IDEMKIT_BUSY_TIMEOUT=200ms
+	else
+		export AWS_ENDPOINT_URL_SQS=http://127.0.0.1:1 AWS_MAX_ATTEMPTS=2
+	fi
+	run sqs-recv
+	[ "$status" -eq 75 ]
+	[[ "$output" == "sqs-recv: "* ]]
+	run sqs-send <<<"y"
+	[ "$status" -eq 75 ]
+	run --separate-stderr sqs-ack <<<"$env"
+	[ "$status" -eq 75 ]
+	[ "$(jget "${lines[0]}" ack.outcome)" = TEMPFAIL ]
+	[ -n "${LOCK_PID:-}" ] && kill "$LOCK_PID" 2>/dev/null || true
+}
+
+@test "queue[$QB]: no credentials (no usable queue configuration) -> 78" {
+	if [ "$QB" = sqlite ]; then
+		export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/no/such/dir/q.db#main"
+		want='No such file or directory'
+	else
+		unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
+		want=credentials
+	fi
+	run sqs-recv
+	[ "$status" -eq 78 ]
+	[[ "$output" == *"$want"* ]]
+	run sqs-send <<<"x"
+	[ "$status" -eq 78 ]
+	run --separate-stderr sqs-ack <<<'{"v":1,"body":"x","receipt":"r","claim":{"outcome":"DUP_DONE"}}'
+	[ "$status" -eq 78 ]
+}
+
+@test "queue[$QB]: a malformed queue URL -> 78 with a clear message" {
+	for url in 'sqlite:/tmp/x.db' 'sqlite:#main' 'sqlite:/tmp/x.db#bad name' \
+	           'ftp://example.invalid/q' 'https://sqs.us-east-1.amazonaws.com' \
+	           'https://sqs.us-east-1.amazonaws.com/123456789012/' 'main'; do
+		run sqs-recv --queue "$url"
+		[ "$status" -eq 78 ]
+		[[ "$output" == "sqs-recv: queue URL '$url': "* ]]
+		[[ "$output" == *"expected sqlite:PATH#NAME or an SQS queue URL"* ]] ||
+			[[ "$output" == *"queue name must be"* ]]
+	done
+}

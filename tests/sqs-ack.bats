@@ -1,0 +1,197 @@
+#!/usr/bin/env bats
+# sqs-ack on the embedded default queue: every exit code it documents, the
+# stream mode (order, per-entry results, batching, no added latency) and
+# the action table in its man page.  The actions themselves, on both
+# backends: tests/queue.bats.
+
+bats_require_minimum_version 1.5.0
+load helper
+load lock
+load queue_backend
+
+# one received envelope with the given results merged in
+recv_with() {
+	sqs-recv "${@:2}" | envset "$1"
+}
+
+@test "sqs-ack: 0 for a finished charge: deleted" {
+	echo '{"chargeId":"CHG-1"}' | sqs-send >/dev/null
+	run --separate-stderr sqs-ack <<<"$(recv_with "$FINISHED" --visibility 1)"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" ack.outcome)" = OK ]
+	[ "$(jget "$output" ack.action)" = delete ]
+	[ "$(jget "$output" claim.chargeId)" = CHG-1 ]   # the envelope goes on whole
+	sleep 1.1
+	run sqs-recv
+	[ "$status" -eq 1 ]
+}
+
+@test "sqs-ack: DLQ by default next to an embedded queue; the chargeId in the audit line" {
+	echo '{"chargeId":"CHG-7","amount":1}' | sqs-send >/dev/null
+	run --separate-stderr sqs-ack <<<"$(recv_with '{"claim":{"outcome":"DUP_FAILED","chargeId":"CHG-7","error":"declined before"}}')"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" ack.dlq)" = "sqlite:$IDEMKIT_STATE_DIR/queue.db#charges-dlq" ]
+	[[ "$stderr" == *'"level":"audit"'*'"chargeId":"CHG-7"'*'"outcome":"DUP_FAILED"'* ]]
+	run sqs-recv --queue "sqlite:$IDEMKIT_STATE_DIR/queue.db#charges-dlq"
+	[ "$(jget "$output" body)" = '{"chargeId":"CHG-7","amount":1}' ]
+}
+
+@test "sqs-ack: the TEMPFAIL backoff is capped" {
+	echo x | sqs-send >/dev/null
+	env=$(recv_with '{"claim":{"outcome":"TEMPFAIL"},"receiveCount":10}')
+	run --separate-stderr sqs-ack --backoff-base 2 --backoff-cap 5 <<<"$env"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" ack.visibility)" = 5 ]
+	IDEMKIT_BACKOFF_BASE=1 run --separate-stderr sqs-ack <<<"$(envset '{"receiveCount":3}' <<<"$env")"
+	[ "$(jget "$output" ack.visibility)" = 8 ]
+}
+
+@test "sqs-ack: 13 for a stale receipt; nothing deleted" {
+	echo x | sqs-send >/dev/null
+	old=$(recv_with "$FINISHED" --visibility 0)
+	new=$(recv_with "$FINISHED")
+	run --separate-stderr sqs-ack <<<"$old"
+	[ "$status" -eq 13 ]
+	[ "$(jget "$output" ack.outcome)" = LEASE_LOST ]
+	[ "$stderr" = "sqs-ack: stale receipt handle: message $(jget "$old" messageId) was received again since" ]
+	run sqs-ack <<<"$new"
+	[ "$status" -eq 0 ]
+}
+
+@test "sqs-ack: 64 on a bad command line or two envelopes without --stream" {
+	run sqs-ack --backoff-base 0
+	[ "$status" -eq 64 ]
+	run sqs-ack extra
+	[ "$status" -eq 64 ]
+	run sqs-ack <<<$'{"v":1,"receipt":"a"}\n{"v":1,"receipt":"b"}'
+	[ "$status" -eq 64 ]
+	[[ "$output" == *"more than one envelope; use --stream"* ]]
+}
+
+@test "sqs-ack: 65 for a line without a receipt, or no input" {
+	run --separate-stderr sqs-ack <<<'{"chargeId":"CHG-1"}'
+	[ "$status" -eq 65 ]
+	[ "$(jget "$output" ack.outcome)" = DATAERR ]
+	[ "$(jget "$output" body)" = '{"chargeId":"CHG-1"}' ]
+	[[ "$stderr" == *"no receipt"* ]]
+	run sqs-ack </dev/null
+	[ "$status" -eq 65 ]
+	run sqs-ack --queue "sqlite:$BATS_TEST_TMPDIR/q.db#main" <<<'{"v":1,"body":"x","receipt":"not-ours","claim":{"outcome":"DUP_DONE"}}'
+	[ "$status" -eq 65 ]
+	[[ "$output" == *"not a receipt handle of this queue"* ]]
+}
+
+@test "sqs-ack: 70 when stdout is closed (the delete itself was done)" {
+	echo x | sqs-send >/dev/null
+	recv_with "$FINISHED" --visibility 1 >"$BATS_TEST_TMPDIR/env"
+	run bash -c 'sqs-ack <"$1" >&-' _ "$BATS_TEST_TMPDIR/env"
+	[ "$status" -eq 70 ]
+	sleep 1.1
+	run sqs-recv
+	[ "$status" -eq 1 ]
+}
+
+@test "sqs-ack: 75 when the queue is busy; the message is left" {
+	echo x | sqs-send >/dev/null
+	env=$(recv_with "$FINISHED" --visibility 1)
+	hold_write_lock "$IDEMKIT_STATE_DIR/queue.db" 3
+	IDEMKIT_BUSY_TIMEOUT=100ms run --separate-stderr sqs-ack <<<"$env"
+	kill "$LOCK_PID" 2>/dev/null || true
+	[ "$status" -eq 75 ]
+	[ "$(jget "$output" ack.outcome)" = TEMPFAIL ]
+	sleep 1.1
+	run sqs-recv
+	[ "$status" -eq 0 ]
+}
+
+@test "sqs-ack: 78 on a malformed queue URL, or an SQS queue with no DLQ" {
+	run --separate-stderr sqs-ack --queue 'sqs://nope' <<<'{"v":1,"body":"x","receipt":"r","claim":{"outcome":"DUP_DONE"}}'
+	[ "$status" -eq 78 ]
+	[[ "$stderr" == *"queue URL 'sqs://nope': unknown scheme"* ]]
+	# an SQS queue opens without the network; the missing DLQ is found first
+	export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1
+	export AWS_EC2_METADATA_DISABLED=true AWS_ENDPOINT_URL_SQS=http://127.0.0.1:1
+	export AWS_CONFIG_FILE=/nonexistent AWS_SHARED_CREDENTIALS_FILE=/nonexistent
+	run --separate-stderr sqs-ack <<<'{"v":1,"body":"x","receipt":"r","queue":"https://sqs.us-east-1.amazonaws.com/123456789012/charges","claim":{"outcome":"DUP_FAILED"}}'
+	[ "$status" -eq 78 ]
+	[[ "$stderr" == *"no dead-letter queue for https://sqs.us-east-1.amazonaws.com/123456789012/charges"* ]]
+}
+
+@test "sqs-ack --stream: in order, each with its own result, exit 0" {
+	printf '%s\n' a b c | sqs-send >/dev/null
+	sqs-recv --max 10 --visibility 0 >"$BATS_TEST_TMPDIR/old"
+	sqs-recv --max 10 >"$BATS_TEST_TMPDIR/new"
+	{
+		sed -n 1p "$BATS_TEST_TMPDIR/new" | envset "$FINISHED"
+		echo 'not an envelope'
+		sed -n 2p "$BATS_TEST_TMPDIR/old" | envset "$FINISHED"   # stale
+		sed -n 3p "$BATS_TEST_TMPDIR/new" | envset '{"claim":{"outcome":"LEASE_LOST"}}'
+		sed -n 2p "$BATS_TEST_TMPDIR/new" | envset "$FINISHED"
+	} >"$BATS_TEST_TMPDIR/in"
+	run --separate-stderr sqs-ack --stream <"$BATS_TEST_TMPDIR/in"
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 5 ]
+	got=$(for l in "${lines[@]}"; do printf '%s/%s ' "$(jget "$l" ack.action)" "$(jget "$l" ack.outcome)"; done)
+	[ "$got" = "delete/OK none/DATAERR delete/LEASE_LOST leave/OK delete/OK " ]
+	[ "$(jget "${lines[1]}" body)" = 'not an envelope' ]
+}
+
+@test "sqs-ack --stream: a partial batch goes out as soon as the input is quiet" {
+	echo x | sqs-send >/dev/null
+	recv_with "$FINISHED" >"$BATS_TEST_TMPDIR/env"
+	mkfifo "$BATS_TEST_TMPDIR/fifo"
+	sqs-ack --stream <"$BATS_TEST_TMPDIR/fifo" >"$BATS_TEST_TMPDIR/out" 2>/dev/null 3>&- &
+	pid=$!
+	exec 5>"$BATS_TEST_TMPDIR/fifo"
+	cat "$BATS_TEST_TMPDIR/env" >&5
+	for _ in $(seq 1 40); do [ -s "$BATS_TEST_TMPDIR/out" ] && break; sleep 0.05; done
+	[ "$(jget "$(cat "$BATS_TEST_TMPDIR/out")" ack.outcome)" = OK ]   # while stdin is still open
+	exec 5>&-
+	wait "$pid"
+}
+
+@test "sqs-ack --stream: deletes go out in batches of 10 (DeleteMessageBatch)" {
+	LOG=$BATS_TEST_TMPDIR/requests
+	python3 "$IDEMKIT_SRC/tests/sigv4_capture.py" "$BATS_TEST_TMPDIR/port" "$LOG" 3>&- &
+	cap=$!
+	for _ in $(seq 1 100); do [ -s "$BATS_TEST_TMPDIR/port" ] && break; sleep 0.05; done
+	port=$(cat "$BATS_TEST_TMPDIR/port")
+	export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1
+	export AWS_EC2_METADATA_DISABLED=true AWS_ENDPOINT_URL_SQS=http://127.0.0.1:$port
+	export AWS_CONFIG_FILE=/nonexistent AWS_SHARED_CREDENTIALS_FILE=/nonexistent
+	q=http://127.0.0.1:$port/123456789012/charges
+	for i in $(seq 1 25); do
+		echo "{\"v\":1,\"queue\":\"$q\",\"messageId\":\"m$i\",\"receipt\":\"r$i\",\"receiveCount\":1,\"body\":\"b$i\"}"
+	done | envset "$FINISHED" >"$BATS_TEST_TMPDIR/in"
+	run --separate-stderr sqs-ack --stream <"$BATS_TEST_TMPDIR/in"
+	kill "$cap"
+	[ "$status" -eq 0 ]
+	[ "$(printf '%s\n' "${lines[@]}" | grep -c '"outcome":"OK","action":"delete"')" -eq 25 ]
+	python3 - "$LOG" <<'PY'
+import json, sys
+reqs = [json.loads(l) for l in open(sys.argv[1])]
+targets = [dict((k.lower(), v) for k, v in r["headers"])["x-amz-target"] for r in reqs]
+sizes = [len(json.loads(r["body"])["Entries"]) for r in reqs]
+assert targets == ["AmazonSQS.DeleteMessageBatch"] * 3, targets
+assert sizes == [10, 10, 5], sizes
+PY
+}
+
+@test "sqs-ack: --actions is the library's table, and sqs-ack(1) prints every row" {
+	run sqs-ack --actions
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 12 ]
+	for row in "${lines[@]}"; do
+		grep -qxF ".It ${row//$'\t'/ Ta }" "$IDEMKIT_SRC/man/sqs-ack.1" ||
+			{ echo "missing in sqs-ack.1: $row"; return 1; }
+	done
+	[ "$(grep -c '^\.It [0-9]* Ta ' "$IDEMKIT_SRC/man/sqs-ack.1")" -eq 12 ]
+}
+
+@test "sqs-ack: --help and --version" {
+	run sqs-ack --help
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"  13  LEASE_LOST"* ]]
+	run sqs-ack --version
+	[[ "$output" == "sqs-ack (idemkit) "* ]]
+}

@@ -1,0 +1,136 @@
+#!/usr/bin/env bats
+# sqs-recv on the embedded default queue (no configuration at all): every
+# exit code it documents.  Backend semantics are in tests/queue.bats.
+
+bats_require_minimum_version 1.5.0
+load helper
+load lock
+
+@test "sqs-recv: 0 with the embedded default queue, file created 0600" {
+	echo '{"chargeId":"CHG-1"}' | sqs-send >/dev/null
+	run --separate-stderr sqs-recv
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" queue)" = "sqlite:$IDEMKIT_STATE_DIR/queue.db#charges" ]
+	[ "$(jget "$output" body)" = '{"chargeId":"CHG-1"}' ]
+	[ "$(stat -c %a "$IDEMKIT_STATE_DIR/queue.db")" = 600 ]
+}
+
+@test "sqs-recv: --max takes up to N, one envelope per line" {
+	seq 1 5 | sqs-send >/dev/null
+	run sqs-recv --max 3
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 3 ]
+	run sqs-recv --max 10
+	[ "${#lines[@]}" -eq 2 ]
+}
+
+@test "sqs-recv: --drain takes everything there is, then ends" {
+	seq 1 23 | sqs-send >/dev/null
+	run sqs-recv --max 10 --drain
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 23 ]
+	run sqs-recv --drain
+	[ "$status" -eq 1 ]
+	run sqs-recv --drain --follow
+	[ "$status" -eq 64 ]
+}
+
+@test "sqs-recv: 1 when nothing arrived, also after a short --wait" {
+	run sqs-recv --wait 1
+	[ "$status" -eq 1 ]
+	[ -z "$output" ]
+}
+
+@test "sqs-recv: --wait returns as soon as a message arrives" {
+	echo late | sqs-send --delay 1 >/dev/null
+	start=$(date +%s%3N)
+	run sqs-recv --wait 5
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" body)" = late ]
+	[ $(( $(date +%s%3N) - start )) -lt 3000 ]
+}
+
+@test "sqs-recv: 64 on a bad command line" {
+	run sqs-recv --max 11
+	[ "$status" -eq 64 ]
+	[[ "$output" == *"--max"* ]]
+	run sqs-recv --wait 21
+	[ "$status" -eq 64 ]
+	run sqs-recv --visibility -1
+	[ "$status" -eq 64 ]
+	run sqs-recv extra
+	[ "$status" -eq 64 ]
+	[[ "$output" == "usage: sqs-recv"* ]]
+}
+
+@test "sqs-recv: 70 when stdout is closed, and the message is visible again at once" {
+	echo precious | sqs-send >/dev/null
+	run bash -c 'sqs-recv --visibility 300 >&-'
+	[ "$status" -eq 70 ]
+	[[ "$output" == *"returning 1 message(s) to the queue"* ]]
+	run sqs-recv
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" body)" = precious ]
+	[ "$(jget "$output" receiveCount)" = 2 ]
+}
+
+@test "sqs-recv: 75 when the queue is busy" {
+	echo x | sqs-send >/dev/null
+	hold_write_lock "$IDEMKIT_STATE_DIR/queue.db" 3
+	IDEMKIT_BUSY_TIMEOUT=100ms run sqs-recv
+	kill "$LOCK_PID" 2>/dev/null || true
+	[ "$status" -eq 75 ]
+	[[ "$output" == "sqs-recv: sqlite queue "*"locked"* ]]
+}
+
+@test "sqs-recv: 78 on a malformed queue URL or an unusable file" {
+	run sqs-recv --queue 'sqlite:/tmp/q.db'
+	[ "$status" -eq 78 ]
+	[ "$output" = "sqs-recv: queue URL 'sqlite:/tmp/q.db': no #NAME after the path; expected sqlite:PATH#NAME or an SQS queue URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME)" ]
+	IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/nodir/q.db#main" run sqs-recv
+	[ "$status" -eq 78 ]
+	run sqs-recv --queue "sqlite:$BATS_TEST_TMPDIR/q.db#main?maxReceiveCount=3"
+	[ "$status" -eq 78 ]
+	[[ "$output" == *"maxReceiveCount needs dlq=NAME"* ]]
+}
+
+@test "sqs-recv: queue parameters are stored for later users of the queue" {
+	q="sqlite:$BATS_TEST_TMPDIR/q.db#main"
+	echo a | sqs-send --queue "$q?visibility=1" >/dev/null
+	sqs-recv --queue "$q" >/dev/null       # the stored default: 1 s
+	sleep 1.1
+	run sqs-recv --queue "$q"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" receiveCount)" = 2 ]
+}
+
+@test "sqs-recv: retention drops messages older than it" {
+	q="sqlite:$BATS_TEST_TMPDIR/q.db#main?retention=1s"
+	echo old | sqs-send --queue "$q" >/dev/null
+	sleep 1.1
+	run sqs-recv --queue "$q"
+	[ "$status" -eq 1 ]
+}
+
+@test "sqs-recv: SIGTERM during --follow: 143, no output lost" {
+	sqs-recv --follow >"$BATS_TEST_TMPDIR/out" 3>&- &
+	pid=$!
+	sleep 0.3
+	printf '%s\n' one two | sqs-send >/dev/null
+	sleep 0.5
+	kill -TERM "$pid"
+	rc=0
+	wait "$pid" || rc=$?
+	[ "$rc" -eq 143 ]
+	[ "$(wc -l <"$BATS_TEST_TMPDIR/out")" -eq 2 ]
+}
+
+@test "sqs-recv: --help lists the exit codes; --version" {
+	run sqs-recv --help
+	[ "$status" -eq 0 ]
+	[[ "$output" == "usage: sqs-recv "* ]]
+	[[ "$output" == *"  75  TEMPFAIL"* ]]
+	run sqs-recv --version
+	[ "$status" -eq 0 ]
+	[[ "$output" == "sqs-recv (idemkit) "* ]]
+}

@@ -1,0 +1,39 @@
+#!/usr/bin/env bats
+# sqs-stat on the embedded default queue: counts and exit codes.
+
+load helper
+
+@test "sqs-stat: 0 and exact counts on the SQLite queue" {
+	run sqs-stat
+	[ "$status" -eq 0 ]
+	[ "$output" = '{"visible":0,"inflight":0,"delayed":0}' ]
+	seq 1 3 | sqs-send >/dev/null
+	echo later | sqs-send --delay 60 >/dev/null
+	sqs-recv >/dev/null
+	run sqs-stat
+	[ "$output" = '{"visible":2,"inflight":1,"delayed":1}' ]
+}
+
+@test "sqs-stat: 64, 70, 75, 78" {
+	run sqs-stat extra
+	[ "$status" -eq 64 ]
+	run bash -c 'sqs-stat >&-'
+	[ "$status" -eq 70 ]
+	run sqs-stat --queue 'sqlite:nohash'
+	[ "$status" -eq 78 ]
+	[[ "$output" == "sqs-stat: queue URL 'sqlite:nohash': no #NAME"* ]]
+	echo x | sqs-send >/dev/null
+	# a read does not wait for a writer (WAL): to see 75 the file must be
+	# locked exclusively
+	python3 -c '
+import sqlite3, sys, time
+c = sqlite3.connect(sys.argv[1], isolation_level=None)
+c.execute("PRAGMA locking_mode=EXCLUSIVE"); c.execute("PRAGMA journal_mode=DELETE")
+c.execute("BEGIN EXCLUSIVE"); open(sys.argv[2], "w").close(); time.sleep(3)' \
+		"$IDEMKIT_STATE_DIR/queue.db" "$BATS_TEST_TMPDIR/x.ready" 3>&- &
+	pid=$!
+	for _ in $(seq 1 100); do [ -e "$BATS_TEST_TMPDIR/x.ready" ] && break; sleep 0.05; done
+	IDEMKIT_BUSY_TIMEOUT=100ms run sqs-stat
+	kill "$pid" 2>/dev/null || true
+	[ "$status" -eq 75 ]
+}
