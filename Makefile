@@ -136,6 +136,15 @@ fuzz:
 fuzz-short:
 	$(MAKE) fuzz FUZZ_TIME=10
 
+# The fault suites (tests/faults/): duplicate storm on both backends,
+# kill -9 at every step boundary, outages, poison.  Minutes, not seconds;
+# the measured numbers land in $(O)/faults-report.txt.
+FAULTS_REPORT := $(CURDIR)/$(O)/faults-report.txt
+faults: all
+	@mkdir -p $(O); rm -f $(FAULTS_REPORT)
+	$(TEST_ENV) IDEMKIT_FAULTS_REPORT=$(FAULTS_REPORT) bats tests/faults/
+	@cat $(FAULTS_REPORT)
+
 # memcheck on a sample run of every C command (tests/valgrind.sh).
 valgrind: all
 	IDEMKIT_BIN=$(CURDIR)/$(O)/bin IDEMKIT_SRC=$(CURDIR) sh tests/valgrind.sh
@@ -162,8 +171,8 @@ clean:
 	rm -rf build
 
 help:
-	@echo 'targets: all test sanitize demo install uninstall deps clean'
+	@echo 'targets: all test sanitize faults fuzz fuzz-short valgrind demo install uninstall deps clean'
 
-.PHONY: all test sanitize fuzz fuzz-short valgrind demo install uninstall deps clean help
+.PHONY: all test sanitize faults fuzz fuzz-short valgrind demo install uninstall deps clean help
 
 -include $(LIB_OBJ:.o=.d) $(patsubst cmd/%.c,$(O)/obj/cmd/%.d,$(CMD_SRC)) $(UNITS:=.d)

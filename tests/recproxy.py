@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""recproxy.py UPSTREAM PORTFILE LOG: a loopback HTTP proxy for the JSON
+"""recproxy.py UPSTREAM PORTFILE LOG [PORT]: a loopback HTTP proxy for the JSON
 protocol that forwards every POST to UPSTREAM unchanged (headers included,
 so the signature still holds) and appends {"target": X-Amz-Target,
 "body": the request JSON} to LOG, one line per request.  Lets a test see
-exactly what idemkit sends to DynamoDB or SQS.  Writes its port to
-PORTFILE once it listens."""
+exactly what idemkit sends to DynamoDB or SQS; killing it is an outage of
+the service behind it (restart it with PORT to end the outage).  Writes
+its port to PORTFILE once it listens."""
 import http.client
 import http.server
 import json
@@ -44,7 +45,8 @@ class H(http.server.BaseHTTPRequestHandler):
         c.close()
 
 
-s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+http.server.ThreadingHTTPServer.allow_reuse_address = True
+s = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[4]) if len(sys.argv) > 4 else 0), H)
 with open(sys.argv[2] + ".tmp", "w") as f:
     f.write("%d\n" % s.server_address[1])
 import os

@@ -5,6 +5,7 @@
 
 IDEMKIT_SRC=${IDEMKIT_SRC:-$(cd "$BATS_TEST_DIRNAME/../.." && pwd)}
 export IDEMKIT_SRC
+bats_require_minimum_version 1.5.0
 load ../helper
 load ../bank_helper
 
@@ -59,8 +60,15 @@ qdepth() {
 # a restart loses nothing, and the test says it happened.
 bank_ensure() {
 	[ -n "${BANK_PID:-}" ] && kill -0 "$BANK_PID" 2>/dev/null && return 0
-	echo "bank-sim (pid ${BANK_PID:-?}) vanished; restarting it on port $BANK_PORT" >&2
-	report "note: bank-sim restarted during ${BATS_TEST_DESCRIPTION:0:40} (stray signal)"
+	if [ -n "${BANK_PID:-}" ]; then   # not stopped by the test: it vanished
+		local how=0
+		wait "$BANK_PID" 2>/dev/null || how=$?
+		echo "bank-sim (pid $BANK_PID) vanished (exit $how); restarting it on port $BANK_PORT" >&2
+		tail -3 "$BANK_DIR/err" >&2
+		# a crash of the server itself (not a signal from outside) fails the test
+		case $how in 137|143|129) ;; *) return 1 ;; esac
+		report "note: bank-sim vanished (exit $how: a signal from outside) during: ${BATS_TEST_DESCRIPTION:0:50}; restarted"
+	fi
 	bank-sim --port "$BANK_PORT" --db "$BANK_DIR/ledger.db" ${BANK_OPTS:-} \
 		>>"$BANK_DIR/out" 2>>"$BANK_DIR/err" 3>&- &
 	BANK_PID=$!
