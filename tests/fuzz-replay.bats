@@ -24,3 +24,4 @@ replay() {
 	replay ddb_item
 }
 
+@test "fuzz corpus replay: SQS receive and batch responses" { replay sqs_response; }
