@@ -152,6 +152,9 @@ valgrind: all
 demo: all
 	IDEMKIT_BIN=$(CURDIR)/$(O)/bin sh examples/demo.sh
 
+demo-aws: all
+	IDEMKIT_BIN=$(CURDIR)/$(O)/bin DEMO_BACKEND=aws sh examples/demo.sh
+
 install: all
 	mkdir -p $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7
 	for b in $(CMDS) $(SCRIPTS); do install -m 755 $(O)/bin/$$b $(DESTDIR)$(BINDIR)/$$b; done
@@ -171,8 +174,8 @@ clean:
 	rm -rf build
 
 help:
-	@echo 'targets: all test sanitize faults fuzz fuzz-short valgrind demo install uninstall deps clean'
+	@echo 'targets: all test sanitize faults fuzz fuzz-short valgrind demo demo-aws install uninstall deps clean'
 
-.PHONY: all test sanitize faults fuzz fuzz-short valgrind demo install uninstall deps clean help
+.PHONY: all test sanitize faults fuzz fuzz-short valgrind demo demo-aws install uninstall deps clean help
 
 -include $(LIB_OBJ:.o=.d) $(patsubst cmd/%.c,$(O)/obj/cmd/%.d,$(CMD_SRC)) $(UNITS:=.d)

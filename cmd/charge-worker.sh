@@ -148,6 +148,7 @@ run_step() {
 	shift 3
 	rc=0
 	"$@" < "$_in" > "$_out" || rc=$?
+	[ "$first_rc" -ne 0 ] || first_rc=$rc
 	if [ "$trace" -eq 1 ]; then
 		printf '%-14s -> %3d %s\n' "$_name" "$rc" "$(explain "$rc")" >&2
 	fi
@@ -157,6 +158,7 @@ run_step() {
 # $outcome (one word) and the final envelope in $work/final.
 process() {
 	in=$1
+	first_rc=0
 	run_step idemp-claim "$in" "$work/claimed" $CLAIM $claim_args
 	c_rc=$rc
 	cur=$work/claimed
@@ -205,12 +207,8 @@ if [ "$trace" -eq 1 ]; then
 	process "$work/in"
 	cat "$final"
 	echo "outcome: $outcome" >&2
-	case $outcome in
-	debited|debited_notify_failed|dup_done) exit 0 ;;
-	config) exit 78 ;;
-	left|lease_lost) exit 75 ;;
-	*) exit "$c_rc" ;;
-	esac
+	# The status of the step that decided the charge: the first that was not OK.
+	exit "$first_rc"
 fi
 
 # --- the lock ----------------------------------------------------------------
@@ -240,6 +238,11 @@ COUNTERS="received debited debited_notify_failed declined dup_done dup_in_progre
 # loop ID: one worker; writes its counters to $tmp/ID.stats.
 loop() {
 	id=$1
+	# A background subshell starts with default traps: set ours again, so a
+	# stop lets the message in flight finish instead of killing the loop.
+	trap 'stop=15' TERM
+	trap 'stop=2' INT
+	trap 'stop=1' HUP
 	work=$tmp/w$id
 	mkdir -p "$work"
 	for k in $COUNTERS; do eval "n_$k=0"; done
@@ -281,9 +284,15 @@ loop_stream() {
 	id=$1
 	recv_args="--max 10 --wait $wait"
 	[ "$drain" -eq 1 ] && recv_args="$recv_args --drain" || recv_args="$recv_args --follow"
-	# shellcheck disable=SC2086
-	$RECV $recv_args | $CLAIM --stream $claim_args | $DEBIT --stream $debit_args \
-		| $NOTIFY --stream $notify_args | $DONE --stream | $ACK --stream > "$tmp/$id.out"
+	# A stop goes to the receiver only: it stops receiving, and the rest of
+	# the pipeline finishes what is in flight and ends at end of input.
+	trap 'stop=15; kill -TERM "$(cat "$tmp/$id.recv" 2>/dev/null)" 2>/dev/null' TERM
+	trap 'stop=2; kill -TERM "$(cat "$tmp/$id.recv" 2>/dev/null)" 2>/dev/null' INT
+	sh -c 'echo $$ > "$1"; shift; exec "$@"' sh "$tmp/$id.recv" $RECV $recv_args \
+		| $CLAIM --stream $claim_args | $DEBIT --stream $debit_args \
+		| $NOTIFY --stream $notify_args | $DONE --stream | $ACK --stream > "$tmp/$id.out" &
+	pipe=$!
+	while ! wait "$pipe"; do kill -0 "$pipe" 2>/dev/null || break; done
 	# Count outcomes from the envelopes sqs-ack wrote (keys come out of
 	# cJSON in the order the steps added them).
 	awk -v keys="$COUNTERS" '

@@ -1,5 +1,7 @@
 #!/bin/sh
 # make demo: the whole job on the embedded default, on loopback only.
+# make demo-aws (DEMO_BACKEND=aws): the same on DynamoDB and SQS, played by
+# the emulators pinned in package-lock.json (dynalite, local-aws-sqs).
 # Resets its state, starts the bank simulator, enqueues 20 charges with
 # about 30% of them sent again under the same chargeId (plus one poison
 # message), drains the queue with charge-worker -j 4, and checks against the
@@ -17,10 +19,53 @@ export IDEMKIT_STATE_DIR="$DEMO/state"
 export IDEMKIT_LOG=quiet
 unset IDEMKIT_STORE IDEMKIT_QUEUE IDEMKIT_DLQ
 
+PIDS=
+cleanup() {
+	for p in $PIDS; do kill "$p" 2>/dev/null; done
+	for p in $PIDS; do wait "$p" 2>/dev/null || true; done
+	return 0
+}
+trap 'rc=$?; cleanup; exit $rc' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+if [ "${DEMO_BACKEND:-sqlite}" = aws ]; then
+	command -v node >/dev/null || { echo "demo-aws: needs Node.js (make deps; npm ci)" >&2; exit 1; }
+	[ -d node_modules/dynalite ] || npm ci --no-audit --no-fund --loglevel=error
+	export AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo AWS_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true
+	# Their own sessions: a Node.js server that forwards its SIGTERM to its
+	# process group would otherwise stop this script too.
+	setsid node tests/sqs-server.js > "$DEMO/sqs.port" 2>"$DEMO/sqs.err" &
+	PIDS="$PIDS $!"
+	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+	setsid node node_modules/dynalite/cli.js --host 127.0.0.1 --port "$port" --createTableMs 20 \
+		>"$DEMO/dynalite.log" 2>&1 &
+	PIDS="$PIDS $!"
+	i=0
+	until [ -s "$DEMO/sqs.port" ] && grep -q listening "$DEMO/dynalite.log"; do
+		i=$((i + 1))
+		[ $i -lt 600 ] || { echo "demo-aws: emulators did not start" >&2; cat "$DEMO/sqs.err" "$DEMO/dynalite.log" >&2; exit 1; }
+		sleep 0.05
+	done
+	AWS_ENDPOINT_URL_SQS="http://127.0.0.1:$(cat "$DEMO/sqs.port")"
+	export AWS_ENDPOINT_URL_SQS
+	export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$port"
+	for q in charges charges-dlq; do
+		curl -fsS -H 'X-Amz-Target: AmazonSQS.CreateQueue' -H 'Content-Type: application/x-amz-json-1.0' \
+			-d "{\"QueueName\":\"$q\"}" "$AWS_ENDPOINT_URL_SQS/" >/dev/null
+	done
+	export IDEMKIT_QUEUE="$AWS_ENDPOINT_URL_SQS/123456789012/charges"
+	export IDEMKIT_DLQ="$AWS_ENDPOINT_URL_SQS/123456789012/charges-dlq"
+	export IDEMKIT_STORE=dynamodb:idemkit-demo
+	idemp-init > /dev/null
+	echo "DynamoDB (dynalite) on $AWS_ENDPOINT_URL_DYNAMODB, SQS (local-aws-sqs) on $AWS_ENDPOINT_URL_SQS"
+else
+	export IDEMKIT_DLQ="sqlite:$IDEMKIT_STATE_DIR/queue.db#charges-dlq"
+fi
+
 bank-sim --port 0 --db "$DEMO/bank-ledger.db" --port-file "$DEMO/bank.port" \
 	>"$DEMO/bank.out" 2>"$DEMO/bank.err" &
-BANK=$!
-trap 'kill $BANK 2>/dev/null; wait $BANK 2>/dev/null' EXIT INT TERM
+PIDS="$PIDS $!"
 i=0
 while [ ! -s "$DEMO/bank.port" ]; do
 	i=$((i + 1))
@@ -85,7 +130,7 @@ done < "$DEMO/charges"
 
 stats=$(curl -fsS "$BANK_URL/stats")
 num() { printf '%s' "$1" | sed -n "s/.*\"$2\":\([0-9]*\).*/\1/p"; }
-dlq=$(sqs-stat --queue "sqlite:$IDEMKIT_STATE_DIR/queue.db#charges-dlq")
+dlq=$(sqs-stat --queue "$IDEMKIT_DLQ")
 echo
 echo "worker runs:        $rounds (charge-worker -j 4 --drain)"
 echo "bank:               $(num "$stats" debits) debits, $(num "$stats" replays) replays absorbed, $(num "$stats" attempts) debit calls"

@@ -19,8 +19,6 @@
  *  - WAL, synchronous=FULL, busy timeout, file mode 0600; one connection
  *    and prepared statements reused for the life of the process.
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -32,9 +30,9 @@
 
 #include "outcome.h"
 #include "queue.h"
+#include "sqlite.h"
 #include "util.h"
 
-#define BUSY_TIMEOUT_MS 10000      /* $IDEMKIT_BUSY_TIMEOUT, as the store */
 #define DEFAULT_VISIBILITY 30
 #define DEFAULT_RETENTION_MS (4LL * 86400 * 1000)
 #define CLEANUP_EVERY_MS 60000
@@ -111,27 +109,10 @@ struct sq {
 	int64_t last_cleanup;
 };
 
-/* SQLite trouble as an outcome: contention and I/O are transient, a file
- * that cannot be opened is configuration, the rest is ours. */
 static int
 dberr(struct sq *s, int rc, const char *what, ik_err *err)
 {
-	int code;
-
-	switch (rc & 0xff) {
-	case SQLITE_BUSY: case SQLITE_LOCKED: case SQLITE_IOERR: case SQLITE_FULL:
-	case SQLITE_PROTOCOL:
-		code = IK_TEMPFAIL;
-		break;
-	case SQLITE_CANTOPEN: case SQLITE_PERM: case SQLITE_READONLY: case SQLITE_AUTH:
-	case SQLITE_NOTADB:
-		code = IK_CONFIG;
-		break;
-	default:
-		code = IK_SOFTWARE;
-	}
-	return ik_errf(err, code, "sqlite queue %s: %s: %s", s->path, what,
-	               s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+	return ik_sqlite_err(s->db, rc, "sqlite queue", s->path, what, err);
 }
 
 static void
@@ -707,69 +688,24 @@ static const struct ik_queue_ops sqlite_ops = {
 	.close = sq_close,
 };
 
-/* WAL is a property of the file; switching needs a moment alone with it,
- * so a crowd of first openers may be told "busy": try again. */
-static int
-set_wal(struct sq *s, ik_err *err)
-{
-	for (int tries = 0; tries < 200; tries++) {
-		sqlite3_stmt *st;
-		int rc = sqlite3_prepare_v2(s->db, "PRAGMA journal_mode=WAL", -1, &st, NULL);
-		int ok = 0;
-
-		if (rc != SQLITE_OK)
-			return dberr(s, rc, "journal mode", err);
-		rc = sqlite3_step(st);
-		if (rc == SQLITE_ROW)
-			ok = strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0;
-		sqlite3_finalize(st);
-		if (ok)
-			return IK_OK;
-		if (rc != SQLITE_ROW && (rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED)
-			return dberr(s, rc, "journal mode", err);
-		nap(5 + tries);
-	}
-	return ik_errf(err, IK_TEMPFAIL, "sqlite queue %s: could not switch to WAL (busy)",
-	               s->path);
-}
-
 int
 ik_queue_sqlite_open(const char *path, const char *name, const char *params,
                      struct ik_queue *q, ik_err *err)
 {
-	const char *bt = getenv("IDEMKIT_BUSY_TIMEOUT");
-	int64_t busy_ms = BUSY_TIMEOUT_MS;
 	struct sq *s;
-	int fd, rc;
+	int rc;
 
-	if (bt && *bt && ik_parse_duration(bt, &busy_ms) < 0)
-		return ik_errf(err, IK_CONFIG, "IDEMKIT_BUSY_TIMEOUT: not a duration");
 	if (sodium_init() < 0)
 		return ik_errf(err, IK_SOFTWARE, "libsodium failed to initialise");
-	/* create it 0600 ourselves: SQLite would use the umask */
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return ik_errf(err, errno == EACCES || errno == ENOENT || errno == EROFS ||
-		               errno == EISDIR || errno == ENOTDIR ? IK_CONFIG : IK_TEMPFAIL,
-		               "sqlite queue %s: %s", path, strerror(errno));
-	close(fd);
 	if (!(s = calloc(1, sizeof *s)) || !(s->path = strdup(path)) ||
 	    !(s->name = strdup(name))) {
 		if (s)
 			free(s->path), free(s);
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	}
-	rc = sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
-	if (rc != SQLITE_OK) {
-		rc = dberr(s, rc, "open", err);
+	if ((rc = ik_sqlite_open(path, "sqlite queue", &s->db, err)) != IK_OK)
 		goto fail;
-	}
-	sqlite3_busy_timeout(s->db, (int)(busy_ms > 600000 ? 600000 : busy_ms));
-	if ((rc = set_wal(s, err)) != IK_OK)
-		goto fail;
-	rc = sqlite3_exec(s->db, "PRAGMA synchronous=FULL;", NULL, NULL, NULL);
-	if (rc == SQLITE_OK)
-		rc = sqlite3_exec(s->db, schema, NULL, NULL, NULL);
+	rc = sqlite3_exec(s->db, schema, NULL, NULL, NULL);
 	if (rc != SQLITE_OK) {
 		rc = dberr(s, rc, "schema", err);
 		goto fail;

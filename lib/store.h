@@ -112,6 +112,10 @@ struct ik_store_ops {
 	 * IK_LEASE_LOST, or an error. */
 	int (*release)(struct ik_store *s, const char *key, const char *token,
 	               int64_t now_ms, ik_err *err);
+	/* Delete a FAILED record (conditioned on state = FAILED) so a declined
+	 * charge can be claimed again after a fix.  Only FAILED: no money moved
+	 * for it.  IK_OK, IK_EMPTY when there is no FAILED record, or an error. */
+	int (*forget_failed)(struct ik_store *s, const char *key, ik_err *err);
 	/* IK_OK with *r filled, IK_EMPTY when absent, or an error. */
 	int (*get)(struct ik_store *s, const char *key, struct ik_record *r, ik_err *err);
 	/* IK_OK when at least one matched, IK_EMPTY when none, or an error. */

@@ -415,6 +415,27 @@ dd_release(struct ik_store *st, const char *key, const char *token, int64_t now_
 }
 
 static int
+dd_forget_failed(struct ik_store *st, const char *key, ik_err *err)
+{
+	struct ddb *d = st->impl;
+	cJSON *r = new_req(d, key), *v, *resp = NULL;
+	int rc;
+
+	cJSON_AddStringToObject(r, "ConditionExpression", "#st = :failed");
+	v = cJSON_AddObjectToObject(r, "ExpressionAttributeValues");
+	cJSON_AddItemToObject(v, ":failed", av_s("FAILED"));
+	add_names(d, r, "#st");
+	rc = ddb_call(d, "DeleteItem", r, "ConditionalCheckFailedException", &resp, err);
+	cJSON_Delete(resp);
+	cJSON_Delete(r);
+	if (rc == IK_AWS_ERROR) {
+		ik_errclear(err);
+		return IK_EMPTY;
+	}
+	return rc;
+}
+
+static int
 dd_get(struct ik_store *st, const char *key, struct ik_record *r, ik_err *err)
 {
 	struct ddb *d = st->impl;
@@ -714,6 +735,7 @@ static const struct ik_store_ops dynamodb_ops = {
 	.finish = dd_finish,
 	.renotified = dd_renotified,
 	.release = dd_release,
+	.forget_failed = dd_forget_failed,
 	.get = dd_get,
 	.list = dd_list,
 	.close = dd_close,

@@ -6,23 +6,20 @@
  * can share one file; the file is created 0600; statements are prepared
  * once per process and reused; SQL only through bound parameters.
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <sqlite3.h>
 
 #include "log.h"
+#include "sqlite.h"
 #include "outcome.h"
 #include "store.h"
 #include "util.h"
 
 #define SCHEMA_VERSION 1
 
-enum { Q_CLAIM, Q_GET, Q_FINISH, Q_RENOTIFIED, Q_RELEASE, Q_LIST, Q_BEGIN,
+enum { Q_CLAIM, Q_GET, Q_FINISH, Q_RENOTIFIED, Q_RELEASE, Q_FORGET, Q_LIST, Q_BEGIN,
        Q_COMMIT, Q_ROLLBACK, Q_N };
 
 static const char *const sql[Q_N] = {
@@ -51,6 +48,8 @@ static const char *const sql[Q_N] = {
 	[Q_RELEASE] =
 	"UPDATE records SET lease_until = 0, updated_at = ?3"
 	" WHERE key = ?1 AND state = 'IN_PROGRESS' AND owner = ?2",
+	[Q_FORGET] =
+	"DELETE FROM records WHERE key = ?1 AND state = 'FAILED'",
 	[Q_LIST] =
 	"SELECT key, state, owner, lease_until, attempts, fingerprint, event,"
 	" debit_ref, last_error, created_at, updated_at, expires_at"
@@ -88,27 +87,10 @@ struct sq {
 	sqlite3_stmt *st[Q_N];
 };
 
-/* Maps an SQLite failure to our outcome: locked/busy, I/O and a full disk
- * are transient; a file we cannot open is configuration. */
 static int
 sqerr(struct sq *q, int rc, const char *what, ik_err *err)
 {
-	int code;
-
-	switch (rc & 0xff) {
-	case SQLITE_BUSY: case SQLITE_LOCKED: case SQLITE_IOERR: case SQLITE_FULL:
-	case SQLITE_PROTOCOL:
-		code = IK_TEMPFAIL;
-		break;
-	case SQLITE_CANTOPEN: case SQLITE_PERM: case SQLITE_READONLY:
-	case SQLITE_AUTH: case SQLITE_NOTADB:
-		code = IK_CONFIG;
-		break;
-	default:
-		code = IK_SOFTWARE;
-	}
-	return ik_errf(err, code, "sqlite %s: %s: %s", q->path, what,
-	    q->db ? sqlite3_errmsg(q->db) : sqlite3_errstr(rc));
+	return ik_sqlite_err(q->db, rc, "sqlite", q->path, what, err);
 }
 
 static sqlite3_stmt *
@@ -366,6 +348,20 @@ sq_release(struct ik_store *st, const char *key, const char *token, int64_t now_
 }
 
 static int
+sq_forget_failed(struct ik_store *st, const char *key, ik_err *err)
+{
+	struct sq *q = st->impl;
+	sqlite3_stmt *s = stmt(q, Q_FORGET, err);
+	int rc;
+
+	if (!s)
+		return err->code;
+	sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+	rc = changed(q, s, "forget", err);
+	return rc == IK_LEASE_LOST ? IK_EMPTY : rc;
+}
+
+static int
 sq_get(struct ik_store *st, const char *key, struct ik_record *r, ik_err *err)
 {
 	memset(r, 0, sizeof *r);
@@ -427,75 +423,27 @@ static const struct ik_store_ops sqlite_ops = {
 	.finish = sq_finish,
 	.renotified = sq_renotified,
 	.release = sq_release,
+	.forget_failed = sq_forget_failed,
 	.get = sq_get,
 	.list = sq_list,
 	.close = sq_close,
 };
 
-/* Sets WAL; switching needs a moment alone with the file, so a crowd of
- * first openers may each be told "busy" and must simply try again. */
-static int
-set_wal(struct sq *q, ik_err *err)
-{
-	for (int tries = 0; tries < 200; tries++) {
-		sqlite3_stmt *s;
-		int rc = sqlite3_prepare_v2(q->db, "PRAGMA journal_mode = WAL", -1, &s, NULL);
-		int ok = 0;
-		if (rc != SQLITE_OK)
-			return sqerr(q, rc, "journal mode", err);
-		rc = sqlite3_step(s);
-		if (rc == SQLITE_ROW)
-			ok = strcmp((const char *)sqlite3_column_text(s, 0), "wal") == 0;
-		sqlite3_finalize(s);
-		if (ok)
-			return IK_OK;
-		if (rc != SQLITE_ROW && (rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED)
-			return sqerr(q, rc, "journal mode", err);
-		usleep(5000 + tries * 1000);
-	}
-	return ik_errf(err, IK_TEMPFAIL, "sqlite %s: could not switch to WAL (busy)", q->path);
-}
-
 int
 ik_store_sqlite_open(const char *path, struct ik_store *st, ik_err *err)
 {
 	struct sq *q;
-	const char *bt = getenv("IDEMKIT_BUSY_TIMEOUT");
-	int64_t busy_ms = 10000;
-	int fd, rc;
-	char *pragmas;
+	int rc;
 
-	if (bt && *bt && ik_parse_duration(bt, &busy_ms) < 0)
-		return ik_errf(err, IK_CONFIG, "IDEMKIT_BUSY_TIMEOUT: not a duration");
-	/* Create the file ourselves so it is 0600 from its first byte; SQLite
-	 * gives the -wal and -shm files the same mode. */
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return ik_errf(err, errno == EACCES || errno == ENOENT || errno == EROFS ||
-		    errno == EISDIR ? IK_CONFIG : IK_TEMPFAIL, "sqlite %s: %s", path,
-		    strerror(errno));
-	close(fd);
 	if (!(q = calloc(1, sizeof *q)) || !(q->path = strdup(path))) {
 		free(q);
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	}
 	st->impl = q;
 	st->ops = &sqlite_ops;
-	rc = sqlite3_open_v2(path, &q->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
-	if (rc != SQLITE_OK)
-		goto fail;
-	sqlite3_busy_timeout(q->db, (int)(busy_ms > 600000 ? 600000 : busy_ms));
-	if ((rc = set_wal(q, err)))
-		goto out;
-	pragmas = "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;";
-	if ((rc = sqlite3_exec(q->db, pragmas, NULL, NULL, NULL)) != SQLITE_OK)
-		goto fail;
-	if ((rc = migrate(q, err)))
-		goto out;
-	return IK_OK;
-fail:
-	rc = sqerr(q, rc, "open", err);
-out:
+	if ((rc = ik_sqlite_open(path, "sqlite", &q->db, err)) == IK_OK &&
+	    (rc = migrate(q, err)) == IK_OK)
+		return IK_OK;
 	sq_close(st);
 	st->ops = NULL;
 	return rc;

@@ -161,3 +161,23 @@ setup() { store_backend_setup; }
 	[ "$status" -eq 1 ]
 	[ -z "$output" ]
 }
+
+@test "idemp-forget deletes only FAILED records; the charge can then be claimed afresh" {
+	f=$(uid forgetf) d=$(uid forgetd)
+	ev "$f" | idemp-claim 2>/dev/null | idemp-done --state FAILED >/dev/null
+	ev "$d" | idemp-claim 2>/dev/null | idemp-done --state DONE >/dev/null
+	run --separate-stderr idemp-forget "$d"
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *"state is DONE; only FAILED records can be forgotten"* ]]
+	[ "$(jget "$(idemp-show --json "$d")" state)" = DONE ]
+	run --separate-stderr idemp-forget "$f"
+	[ "$status" -eq 0 ]
+	[ "$output" = "$f: forgotten (was FAILED)" ]
+	[[ "$stderr" == *'"level":"audit"'* ]]
+	run --separate-stderr idemp-claim < <(ev "$f")
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" claim.attempt)" = 1 ]
+	run --separate-stderr idemp-forget "$(uid nothing)"
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *"no record"* ]]
+}

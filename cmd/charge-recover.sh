@@ -1,0 +1,148 @@
+#!/bin/sh
+# charge-recover: the cron recovery jobs, each a pipeline of idemkit steps.
+#
+#   --renotify  DEBITED_NOTIFICATION_FAILED records: send the notification
+#               again; on success the record becomes DONE.  Never re-debits.
+#   --redrive   IN_PROGRESS records whose lease ended long ago (a worker died
+#               and its message is gone): put the stored event back on the
+#               queue; the normal flow reclaims it and debits with the same
+#               idempotency key, which the bank answers as a replay if the
+#               first debit went through.
+#   --dlq       move the dead-letter queue back to the main queue after a
+#               fix; a message is deleted from the DLQ only once it is sent.
+#
+# Each mode takes its own lock, so an overrunning cron run is never doubled.
+
+# Step commands and their arguments are split into words on purpose.
+# shellcheck disable=SC2086
+
+set -u
+VERSION=@VERSION@
+PROG=charge-recover
+USAGE="usage: charge-recover --renotify [--older-than DUR] [--notify-timeout SECS]
+                      [--notify-retries N]
+       charge-recover --redrive [--older-than DUR]
+       charge-recover --dlq [--max N]
+"
+
+usage() { printf '%s' "$USAGE" >&2; echo "Try '$PROG --help' for more information." >&2; exit 64; }
+die() { echo "$PROG: $*" >&2; exit "${2:-64}"; }
+
+help() {
+	printf '%s' "$USAGE"
+	cat <<'TXT'
+
+Options:
+  -n, --renotify           re-send notifications of DEBITED_NOTIFICATION_FAILED
+                           records; each that succeeds becomes DONE
+  -r, --redrive            re-enqueue the stored event of IN_PROGRESS records
+                           whose lease ended more than --older-than ago
+  -d, --dlq                move messages from the DLQ ($IDEMKIT_DLQ) back to the
+                           queue ($IDEMKIT_QUEUE)
+  -o, --older-than DUR     only records last updated more than DUR ago
+                           (default 10m for --renotify, 1h for --redrive)
+      --max N              at most N messages per DLQ receive batch (default 10)
+      --notify-timeout S   per notification attempt (default 5)
+      --notify-retries N   (default 3)
+  -h, --help               this help
+  -V, --version            print the version
+
+Exit status:
+    0  OK                something was recovered
+    1  EMPTY             nothing to recover; or another run holds the lock
+   64  USAGE             bad command line
+   75  TEMPFAIL          some could not be recovered now (they stay for the next run)
+   78  CONFIG            missing or invalid configuration
+
+See charge-recover(1) and idemkit(7).
+TXT
+	exit 0
+}
+
+mode='' older='' max=10 notify_timeout=5 notify_retries=3
+need() { [ $# -ge 2 ] || die "$1 needs a value"; }
+setmode() { [ -z "$mode" ] || die "choose one of --renotify, --redrive, --dlq"; mode=$1; }
+while [ $# -gt 0 ]; do
+	case $1 in
+	-n|--renotify) setmode renotify ;;
+	-r|--redrive) setmode redrive ;;
+	-d|--dlq) setmode dlq ;;
+	-o|--older-than) need "$@"; older=$2; shift ;;
+	--max) need "$@"; max=$2; shift ;;
+	--notify-timeout) need "$@"; notify_timeout=$2; shift ;;
+	--notify-retries) need "$@"; notify_retries=$2; shift ;;
+	-h|--help) help ;;
+	-V|--version) echo "$PROG (idemkit) $VERSION"; exit 0 ;;
+	*) usage ;;
+	esac
+	shift
+done
+[ -n "$mode" ] || usage
+isnum() { case $1 in ''|*[!0-9]*) return 1 ;; esac; }
+for v in "$max" "$notify_timeout" "$notify_retries"; do
+	isnum "$v" || die "want a whole number, got '$v'"
+done
+
+state=${IDEMKIT_STATE_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/idemkit}
+{ mkdir -p "$state" && chmod 700 "$state"; } || die "cannot create $state" 78
+exec 9>>"$state/charge-recover-$mode.lock" || die "cannot open the lock in $state" 78
+if ! flock -n 9; then
+	echo "$PROG: another --$mode run is active; nothing to do" >&2
+	exit 1
+fi
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/charge-recover.XXXXXX") || exit 70
+trap 'rm -rf "$tmp"' EXIT
+
+# list ARGS...: idemp-list into $tmp/list; exit 1 / the error when nothing.
+list() {
+	rc=0
+	idemp-list "$@" > "$tmp/list" || rc=$?
+	case $rc in
+	0) ;;
+	1) echo "{\"summary\":true,\"mode\":\"$mode\",\"found\":0}" >&2; exit 1 ;;
+	*) exit "$rc" ;;
+	esac
+}
+
+count() { grep -c "$1" "$2" || true; }
+
+case $mode in
+renotify)
+	list --state DEBITED_NOTIFICATION_FAILED --older-than "${older:-10m}" --format envelope
+	rc=0
+	charge-notify --stream --timeout "$notify_timeout" --retries "$notify_retries" < "$tmp/list" \
+		| idemp-done --stream --renotified > "$tmp/out" || rc=$?
+	found=$(wc -l < "$tmp/list")
+	ok=$(count '"done":{"outcome":"OK"' "$tmp/out")
+	echo "{\"summary\":true,\"mode\":\"renotify\",\"found\":$found,\"renotified\":$ok,\"stillFailed\":$((found - ok))}" >&2
+	[ "$rc" -eq 0 ] || exit "$rc"
+	[ "$ok" -eq "$found" ] || exit 75
+	;;
+redrive)
+	list --expired --older-than "${older:-1h}" --format event
+	rc=0
+	sqs-send < "$tmp/list" > "$tmp/out" || rc=$?
+	found=$(wc -l < "$tmp/list")
+	sent=$(count '"messageId"' "$tmp/out")
+	echo "{\"summary\":true,\"mode\":\"redrive\",\"found\":$found,\"requeued\":$sent}" >&2
+	[ "$rc" -eq 0 ] || exit "$rc"
+	;;
+dlq)
+	[ -n "${IDEMKIT_DLQ:-}" ] || export IDEMKIT_DLQ="sqlite:$state/queue.db#charges-dlq"
+	rc=0
+	sqs-recv --queue "$IDEMKIT_DLQ" --max "$max" --drain > "$tmp/list" || rc=$?
+	case $rc in
+	0) ;;
+	1) echo '{"summary":true,"mode":"dlq","found":0}' >&2; exit 1 ;;
+	*) exit "$rc" ;;
+	esac
+	rc=0
+	sqs-send --from-envelope < "$tmp/list" > "$tmp/out" || rc=$?
+	found=$(wc -l < "$tmp/list")
+	sent=$(count '"messageId"' "$tmp/out")
+	echo "{\"summary\":true,\"mode\":\"dlq\",\"found\":$found,\"requeued\":$sent}" >&2
+	[ "$rc" -eq 0 ] || exit "$rc"
+	;;
+esac
+exit 0

@@ -1,0 +1,89 @@
+/* idemp-forget: delete FAILED records so declined charges can be retried
+ * after a fix (then re-drive the DLQ).  Only FAILED: a declined debit moved
+ * no money; a record that may have moved money is never forgotten. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "log.h"
+#include "outcome.h"
+#include "store.h"
+#include "util.h"
+
+static const char usage[] =
+	"usage: idemp-forget [--store URL] [CHARGEID ...]\n";
+static const char options[] =
+	"  -S, --store URL    sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE)\n"
+	"  -h, --help         this help\n"
+	"  -V, --version      print the version\n"
+	"With no CHARGEID, chargeIds are read from stdin, one per line.\n";
+static const int codes[] = { 0, 1, 64, 70, 75, 78, -1 };
+
+static int
+forget(struct ik_store *s, const char *key)
+{
+	struct ik_record r;
+	ik_err err = { 0 };
+	int rc = s->ops->forget_failed(s, key, &err);
+
+	if (rc == IK_OK) {
+		printf("%s: forgotten (was FAILED)\n", key);
+		ik_log(IK_LOG_AUDIT, "forgot a FAILED record", "chargeId", key, NULL);
+		return IK_OK;
+	}
+	if (rc != IK_EMPTY)
+		return ik_fail(&err);
+	rc = s->ops->get(s, key, &r, &err);
+	if (rc == IK_OK) {
+		ik_warnx("%s: state is %s; only FAILED records can be forgotten", key,
+		    ik_state_name(r.state));
+		ik_record_free(&r);
+	} else if (rc == IK_EMPTY) {
+		ik_warnx("%s: no record", key);
+	} else {
+		return ik_fail(&err);
+	}
+	return IK_EMPTY;
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "store", required_argument, NULL, 'S' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct ik_store *s;
+	const char *url = NULL;
+	ik_err err = { 0 };
+	int ch, rc = IK_OK, r;
+
+	ik_cli_init(argv[0]);
+	while ((ch = getopt_long(argc, argv, "S:hV", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'S': url = optarg; break;
+		case 'h': return ik_help(usage, options, codes);
+		case 'V': return ik_version();
+		default: return ik_usage(usage);
+		}
+	}
+	if (ik_store_open(url, &s, &err) != IK_OK)
+		return ik_fail(&err);
+	if (optind < argc) {
+		for (int i = optind; i < argc; i++)
+			if ((r = forget(s, argv[i])) > rc)
+				rc = r;
+	} else {
+		struct ik_buf line = { 0 };
+		while (ik_read_line(stdin, &line) == 1)
+			if (line.len && (r = forget(s, line.p)) > rc)
+				rc = r;
+		ik_buf_free(&line);
+	}
+	ik_store_close(s);
+	return ik_finish(rc);
+}

@@ -1,0 +1,92 @@
+#!/usr/bin/env bats
+# charge-recover: the three cron recovery jobs against bank-sim and the
+# embedded queue.
+
+bats_require_minimum_version 1.5.0
+load helper
+load bank_helper
+
+setup() {
+	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/q.db#charges"
+	export IDEMKIT_DLQ="sqlite:$BATS_TEST_TMPDIR/q.db#charges-dlq"
+	export IDEMKIT_STORE="sqlite:$BATS_TEST_TMPDIR/store.db"
+	export IDEMKIT_LOG=quiet
+}
+teardown() { bank_stop; }
+
+fast=(--debit-timeout 2 --notify-timeout 1 --notify-retries 0 --lease 15s)
+state() { jget "$(idemp-show --json "$1" 2>/dev/null)" state; }
+qvisible() { sqs-stat "$@" | sed -n 's/.*"visible":\([0-9]*\).*/\1/p'; }
+
+@test "usage: one mode is required; --help; nothing to do -> 1" {
+	run charge-recover
+	[ "$status" -eq 64 ]
+	run charge-recover --renotify --redrive
+	[ "$status" -eq 64 ]
+	run charge-recover --help
+	[ "$status" -eq 0 ]
+	run --separate-stderr charge-recover --renotify
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *'"found":0'* ]]
+}
+
+@test "--renotify: notification re-sent, record DONE, no second debit; a failing gateway leaves it (75)" {
+	bank_start --notify-fail
+	event CHG-RN | sqs-send >/dev/null
+	charge-worker --drain "${fast[@]}" 2>/dev/null
+	[ "$(state CHG-RN)" = DEBITED_NOTIFICATION_FAILED ]
+	sleep 0.1
+	run --separate-stderr charge-recover --renotify --older-than 50ms --notify-retries 0
+	[ "$status" -eq 75 ]
+	[ "$(state CHG-RN)" = DEBITED_NOTIFICATION_FAILED ]
+	bank_post /control '{"notifyFail":false}' >/dev/null
+	run --separate-stderr charge-recover --renotify --older-than 50ms
+	[ "$status" -eq 0 ]
+	[[ "$stderr" == *'"found":1,"renotified":1'* ]]
+	[ "$(state CHG-RN)" = DONE ]
+	[ "$(bank_stat debits)" -eq 1 ]
+	[ "$(bank_stat attempts)" -eq 1 ]
+}
+
+@test "--redrive: a charge whose worker died after the debit is re-enqueued and finished once" {
+	bank_start
+	# the worker dies after the debit: claimed and debited, never recorded or acked
+	event CHG-RD | idemp-claim --lease 1s 2>/dev/null | charge-debit >/dev/null
+	[ "$(bank_stat debits)" -eq 1 ]
+	sleep 1.2
+	run --separate-stderr charge-recover --redrive --older-than 1s
+	[ "$status" -eq 0 ]
+	[[ "$stderr" == *'"found":1,"requeued":1'* ]]
+	run --separate-stderr charge-worker --drain "${fast[@]}"
+	[ "$status" -eq 0 ]
+	[ "$(state CHG-RD)" = DONE ]
+	[ "$(jget "$(idemp-show --json CHG-RD)" attempts)" = 2 ]
+	[ "$(bank_stat debits)" -eq 1 ]
+	[ "$(bank_stat replays)" -eq 1 ]
+}
+
+@test "--dlq after a fix: a declined charge is forgotten, re-driven, then debited" {
+	bank_start --decline ACC-POOR
+	{ event CHG-DQ ACC-POOR; echo; } | sqs-send >/dev/null
+	charge-worker --drain "${fast[@]}" 2>/dev/null
+	[ "$(state CHG-DQ)" = FAILED ]
+	[ "$(qvisible --queue "$IDEMKIT_DLQ")" = 1 ]
+	bank_post /control '{"decline":[]}' >/dev/null
+	idemp-forget CHG-DQ >/dev/null 2>&1
+	run --separate-stderr charge-recover --dlq
+	[ "$status" -eq 0 ]
+	[[ "$stderr" == *'"found":1,"requeued":1'* ]]
+	[ "$(qvisible --queue "$IDEMKIT_DLQ")" = 0 ]
+	charge-worker --drain "${fast[@]}" 2>/dev/null
+	[ "$(state CHG-DQ)" = DONE ]
+	[ "$(bank_stat debits)" -eq 1 ]
+}
+
+@test "a second run of the same job while one holds the lock exits 1" {
+	exec 9>>"$IDEMKIT_STATE_DIR/charge-recover-redrive.lock" 2>/dev/null || { mkdir -p "$IDEMKIT_STATE_DIR"; exec 9>>"$IDEMKIT_STATE_DIR/charge-recover-redrive.lock"; }
+	flock -n 9
+	run --separate-stderr charge-recover --redrive
+	exec 9>&-
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *"another --redrive run is active"* ]]
+}
