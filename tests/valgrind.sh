@@ -93,6 +93,55 @@ for c in idemp-claim idemp-done idemp-show idemp-list idemp-init idemkit-code; d
 done
 vg 78 /dev/null "$t/o" idemp-init --store redis:x
 
+# The queue commands, the bank simulator (itself under memcheck, stopped
+# with SIGTERM) and the debit and notification steps against it.
+Q="sqlite:$t/queue.db#vg"
+ev Q-1 > "$t/q1"; { ev Q-2; ev Q-3; echo 'poison'; } > "$t/q2"
+vg 0 "$t/q1" "$t/o" sqs-send --queue "$Q"
+vg 0 "$t/q2" "$t/o" sqs-send --queue "$Q" --attr k=v --delay 0
+vg 0 /dev/null "$t/o" sqs-stat --queue "$Q"
+vg 0 /dev/null "$t/r1" sqs-recv --queue "$Q" --max 1
+vg 0 /dev/null "$t/rm" sqs-recv --queue "$Q" --max 10 --drain
+vg 1 /dev/null "$t/o" sqs-recv --queue "$Q" --max 1
+vg 78 /dev/null "$t/o" sqs-recv --queue "nope:x"
+BANK_PID=
+$VG --log-file="$t/vg.bank" "$BIN/bank-sim" --port 0 --port-file "$t/bank.port" \
+	--db "$t/bank.db" --decline ACC-DECL > "$t/bank.out" 2> "$t/bank.err" &
+BANK_PID=$!
+i=0
+while [ $i -lt 200 ] && ! [ -s "$t/bank.port" ]; do sleep 0.05; i=$((i + 1)); done
+B=http://127.0.0.1:$(cat "$t/bank.port")
+export IDEMKIT_BANK_URL="$B/debits" IDEMKIT_NOTIFY_URL="$B/notifications"
+vg 0 "$t/r1" "$t/c1" idemp-claim
+vg 0 "$t/c1" "$t/d1" charge-debit --timeout 5s
+vg 0 "$t/d1" "$t/n1" charge-notify --timeout 5s
+vg 0 "$t/n1" "$t/f1" idemp-done
+vg 0 "$t/f1" "$t/o" sqs-ack --queue "$Q"
+vg 0 "$t/rm" "$t/cm" idemp-claim --stream
+vg 0 "$t/cm" "$t/dm" charge-debit --stream --timeout 5s
+vg 0 "$t/dm" "$t/nm" charge-notify --stream --timeout 5s
+vg 0 "$t/nm" "$t/fm" idemp-done --stream
+vg 0 "$t/fm" "$t/o" sqs-ack --stream --queue "$Q"
+ev Q-D 100 | sed 's/ACC-0042/ACC-DECL/' > "$t/qd"
+vg 0 "$t/qd" "$t/cd" idemp-claim
+vg 20 "$t/cd" "$t/o" charge-debit --timeout 5s
+vg 0 /dev/null "$t/o" sqs-stat --queue "$Q-dlq"
+kill -TERM "$BANK_PID"
+rc=0; wait "$BANK_PID" || rc=$?; BANK_PID=
+n=$((n + 1))
+if [ "$rc" -eq 0 ] && ! [ -s "$t/vg.bank" ]; then
+	echo "ok $n - bank-sim (served the debits above, stopped by SIGTERM) -> 0"
+else
+	echo "not ok $n - bank-sim -> $rc"; sed 's/^/#   /' "$t/vg.bank" "$t/bank.err" | head -60
+	failed=$((failed + 1))
+fi
+vg 75 "$t/c1" "$t/o" charge-debit --timeout 1s
+for c in sqs-send sqs-recv sqs-ack sqs-stat charge-debit charge-notify bank-sim; do
+	vg 0 /dev/null "$t/o" "$c" --help
+	vg 64 /dev/null "$t/o" "$c" --no-such-option
+done
+unset IDEMKIT_BANK_URL IDEMKIT_NOTIFY_URL
+
 if command -v node >/dev/null 2>&1 && [ -e "$SRC/node_modules/dynalite/cli.js" ]; then
 	export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1
 	export AWS_EC2_METADATA_DISABLED=true AWS_SHARED_CREDENTIALS_FILE=/nonexistent
