@@ -111,6 +111,11 @@ sanitize:
 	@if ls $(SAN_LOG).* >/dev/null 2>&1; then cat $(SAN_LOG).*; echo 'sanitizer reports above'; exit 1; fi
 	@echo 'sanitize: no reports'
 
+# End-to-end throughput, CPU per charge, latency and duplicates on this
+# machine (bench/bench.py; BENCH_N etc. there).  Not part of `make test`.
+bench: all
+	IDEMKIT_BIN=$(CURDIR)/$(O)/bin BENCH_OUT=$(CURDIR)/$(O)/bench python3 bench/bench.py
+
 # libFuzzer targets (tests/fuzz/fuzz_NAME.c) over the parsers, built with
 # clang against an instrumented copy of the library; each runs FUZZ_TIME
 # seconds from its corpus.  Crashes land in build/fuzz/ and become tests.
@@ -174,8 +179,8 @@ clean:
 	rm -rf build
 
 help:
-	@echo 'targets: all test sanitize faults fuzz fuzz-short valgrind demo demo-aws install uninstall deps clean'
+	@echo 'targets: all test sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean'
 
-.PHONY: all test sanitize faults fuzz fuzz-short valgrind demo demo-aws install uninstall deps clean help
+.PHONY: all test sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean help
 
 -include $(LIB_OBJ:.o=.d) $(patsubst cmd/%.c,$(O)/obj/cmd/%.d,$(CMD_SRC)) $(UNITS:=.d)

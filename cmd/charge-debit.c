@@ -161,18 +161,6 @@ debit(cJSON *env, void *arg)
 	return rc;
 }
 
-static int
-duration(const char *opt, const char *s, long *ms)
-{
-	int64_t v;
-	if (ik_parse_duration(s, &v) < 0 || v < 1 || v > 3600000) {
-		ik_warnx("%s: \"%s\" is not a duration between 1ms and 1h", opt, s);
-		return -1;
-	}
-	*ms = (long)v;
-	return 0;
-}
-
 int
 main(int argc, char **argv)
 {
@@ -190,6 +178,7 @@ main(int argc, char **argv)
 	};
 	struct ctx c = { .opts = { .connect_timeout_ms = 3000, .timeout_ms = 10000 } };
 	struct ik_step st = { .name = "debit", .fn = debit, .ctx = &c };
+	int64_t ms;
 	int ch, rc = IK_USAGE;
 
 	ik_cli_init(argv[0]);
@@ -202,12 +191,14 @@ main(int argc, char **argv)
 		case 'k': c.opts.key_header = optarg; break;
 		case 'c': c.opts.cacert = optarg; break;
 		case O_CONNECT:
-			if (duration("--connect-timeout", optarg, &c.opts.connect_timeout_ms) < 0)
+			if (ik_opt_duration("--connect-timeout", optarg, 1, 3600000, &ms) < 0)
 				goto out;
+			c.opts.connect_timeout_ms = (long)ms;
 			break;
 		case O_TIMEOUT:
-			if (duration("--timeout", optarg, &c.opts.timeout_ms) < 0)
+			if (ik_opt_duration("--timeout", optarg, 1, 3600000, &ms) < 0)
 				goto out;
+			c.opts.timeout_ms = (long)ms;
 			break;
 		case 'h': rc = ik_help(usage, options, codes); goto out;
 		case 'V': rc = ik_version(); goto out;

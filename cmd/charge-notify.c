@@ -177,17 +177,6 @@ notify(cJSON *env, void *arg)
 	return rc;
 }
 
-static int
-duration(const char *opt, const char *s, int64_t min, int64_t *ms)
-{
-	if (ik_parse_duration(s, ms) < 0 || *ms < min || *ms > 3600000) {
-		ik_warnx("%s: \"%s\" is not a duration between %lldms and 1h", opt, s,
-		         (long long)min);
-		return -1;
-	}
-	return 0;
-}
-
 int
 main(int argc, char **argv)
 {
@@ -221,12 +210,12 @@ main(int argc, char **argv)
 		case 'k': c.opts.key_header = optarg; break;
 		case 'c': c.opts.cacert = optarg; break;
 		case O_CONNECT:
-			if (duration("--connect-timeout", optarg, 1, &ms) < 0)
+			if (ik_opt_duration("--connect-timeout", optarg, 1, 3600000, &ms) < 0)
 				goto out;
 			c.opts.connect_timeout_ms = (long)ms;
 			break;
 		case O_TIMEOUT:
-			if (duration("--timeout", optarg, 1, &ms) < 0)
+			if (ik_opt_duration("--timeout", optarg, 1, 3600000, &ms) < 0)
 				goto out;
 			c.opts.timeout_ms = (long)ms;
 			break;
@@ -238,7 +227,7 @@ main(int argc, char **argv)
 			c.retries = (long)n;
 			break;
 		case 'b':
-			if (duration("--backoff", optarg, 0, &c.backoff_ms) < 0)
+			if (ik_opt_duration("--backoff", optarg, 0, 3600000, &c.backoff_ms) < 0)
 				goto out;
 			break;
 		case 'h': rc = ik_help(usage, options, codes); goto out;

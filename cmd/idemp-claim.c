@@ -31,9 +31,7 @@ static const char options[] =
 static const int codes[] = { 0, 10, 11, 12, 14, 64, 65, 70, 75, 78, -1 };
 
 struct ctx {
-	const char *url;
-	struct ik_store *store;
-	ik_err open_err;
+	struct ik_store_lazy db;
 	int64_t lease_ms, retention_ms;
 };
 
@@ -51,6 +49,7 @@ claim(cJSON *env, void *arg)
 	struct ik_event ev;
 	struct ik_claim_req req;
 	struct ik_claim_res res;
+	struct ik_store *store;
 	char token[IK_TOKEN_HEX];
 	const char *body = ik_env_body(env);
 	ik_err err = { 0 };
@@ -69,11 +68,7 @@ claim(cJSON *env, void *arg)
 		    "error", err.msg, NULL);
 		return rc;
 	}
-	if (!c->store && !c->open_err.code &&
-	    ik_store_open(c->url, &c->store, &c->open_err) != IK_OK)
-		c->store = NULL;
-	if (!c->store) {
-		err = c->open_err;
+	if (!(store = ik_store_lazy_get(&c->db, &err))) {
 		rc = err.code;
 		goto failed;
 	}
@@ -83,7 +78,7 @@ claim(cJSON *env, void *arg)
 		.token = token, .now_ms = ik_now_ms(), .lease_ms = c->lease_ms,
 	};
 	req.expires_at = (req.now_ms + c->retention_ms) / 1000;
-	if ((rc = c->store->ops->claim(c->store, &req, &res, &err)) != IK_OK)
+	if ((rc = store->ops->claim(store, &req, &res, &err)) != IK_OK)
 		goto failed;
 
 	rc = res.code;
@@ -131,7 +126,9 @@ main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct ctx c = { .lease_ms = 120000 };
-	struct ik_step st = { .name = "claim", .fn = claim, .ctx = &c };
+	struct ik_step st = { .name = "claim", .fn = claim, .ctx = &c,
+	    .begin = ik_store_group_begin, .commit = ik_store_group_commit,
+	    .group_ctx = &c.db };
 	const char *lease = getenv("IDEMKIT_LEASE");
 	int ch, rc;
 
@@ -140,7 +137,7 @@ main(int argc, char **argv)
 		switch (ch) {
 		case 's': st.stream = 1; break;
 		case 'l': lease = optarg; break;
-		case 'S': c.url = optarg; break;
+		case 'S': c.db.url = optarg; break;
 		case 'h': return ik_help(usage, options, codes);
 		case 'V': return ik_version();
 		default: return ik_usage(usage);
@@ -154,6 +151,6 @@ main(int argc, char **argv)
 	}
 	c.retention_ms = ik_store_retention_ms();
 	rc = ik_step_run(&st);
-	ik_store_close(c.store);
+	ik_store_close(c.db.store);
 	return rc;
 }

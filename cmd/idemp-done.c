@@ -33,25 +33,10 @@ static const char options[] =
 static const int codes[] = { 0, 13, 64, 65, 70, 75, 78, -1 };
 
 struct ctx {
-	const char *url;
-	struct ik_store *store;
-	ik_err open_err;
+	struct ik_store_lazy db;
 	enum ik_state state;
 	int renotified;
 };
-
-static int
-open_store(struct ctx *c, ik_err *err)
-{
-	if (!c->store && !c->open_err.code &&
-	    ik_store_open(c->url, &c->store, &c->open_err) != IK_OK)
-		c->store = NULL;
-	if (!c->store) {
-		*err = c->open_err;
-		return err->code;
-	}
-	return IK_OK;
-}
 
 /* Re-notify: the envelope came from idemp-list --format envelope through
  * charge-notify.  Only DNF -> DONE, conditioned on the state. */
@@ -60,6 +45,7 @@ renotified(cJSON *env, struct ctx *c)
 {
 	const char *key = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
 	    ik_env_result(env, "recovery"), "chargeId"));
+	struct ik_store *store;
 	ik_err err = { 0 };
 	cJSON *r;
 	int rc;
@@ -72,8 +58,10 @@ renotified(cJSON *env, struct ctx *c)
 	}
 	if (ik_env_step_code(env, "notify") != IK_OK)
 		return ik_env_outcome(env);
-	if ((rc = open_store(c, &err)) == IK_OK)
-		rc = c->store->ops->renotified(c->store, key, ik_now_ms(), &err);
+	if ((store = ik_store_lazy_get(&c->db, &err)))
+		rc = store->ops->renotified(store, key, ik_now_ms(), &err);
+	else
+		rc = err.code;
 	r = ik_env_set_result(env, "done", rc);
 	cJSON_AddStringToObject(r, "state", rc == IK_OK ? "DONE" : "DEBITED_NOTIFICATION_FAILED");
 	if (rc == IK_LEASE_LOST)
@@ -119,6 +107,7 @@ done(cJSON *env, void *arg)
 	struct ctx *c = arg;
 	const cJSON *claim = ik_env_result(env, "claim");
 	const char *key = field(env, "claim", "chargeId");
+	struct ik_store *store;
 	const char *token = field(env, "claim", "token");
 	struct ik_finish_req req;
 	ik_err err = { 0 };
@@ -146,7 +135,9 @@ done(cJSON *env, void *arg)
 	if (state == IK_ST_NONE)
 		return ik_env_outcome(env);
 
-	if ((rc = open_store(c, &err)) == IK_OK) {
+	if (!(store = ik_store_lazy_get(&c->db, &err))) {
+		rc = err.code;
+	} else {
 		req = (struct ik_finish_req){
 			.key = key, .token = token, .state = state,
 			.debit_ref = field(env, "debit", "ref"),
@@ -154,7 +145,7 @@ done(cJSON *env, void *arg)
 			    : field(env, "notify", "error"),
 			.now_ms = ik_now_ms(),
 		};
-		rc = c->store->ops->finish(c->store, &req, &err);
+		rc = store->ops->finish(store, &req, &err);
 	}
 	r = ik_env_set_result(env, "done", rc);
 	cJSON_AddStringToObject(r, "state", ik_state_name(state));
@@ -184,7 +175,9 @@ main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct ctx c = { 0 };
-	struct ik_step st = { .name = "done", .fn = done, .ctx = &c };
+	struct ik_step st = { .name = "done", .fn = done, .ctx = &c,
+	    .begin = ik_store_group_begin, .commit = ik_store_group_commit,
+	    .group_ctx = &c.db };
 	int ch, rc;
 
 	ik_cli_init(argv[0]);
@@ -200,7 +193,7 @@ main(int argc, char **argv)
 			}
 			break;
 		case 'r': c.renotified = 1; break;
-		case 'S': c.url = optarg; break;
+		case 'S': c.db.url = optarg; break;
 		case 'h': return ik_help(usage, options, codes);
 		case 'V': return ik_version();
 		default: return ik_usage(usage);
@@ -209,6 +202,6 @@ main(int argc, char **argv)
 	if (optind != argc || (c.renotified && c.state != IK_ST_NONE))
 		return ik_usage(usage);
 	rc = ik_step_run(&st);
-	ik_store_close(c.store);
+	ik_store_close(c.db.store);
 	return rc;
 }

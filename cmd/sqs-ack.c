@@ -243,6 +243,11 @@ finish_item(struct item *it, int code, const char *msg)
 	cJSON_Delete(r);
 	if (it->ack && msg && *msg)
 		cJSON_AddStringToObject(it->ack, "error", msg);
+	/* When the message was settled (epoch ms): with claim.leaseUntil it
+	 * gives claim-to-ack latency (make bench).  Last, so that scripts
+	 * matching the fields before it are not disturbed. */
+	if (it->ack)
+		cJSON_AddNumberToObject(it->ack, "at", (double)ik_now_ms());
 	if (code == IK_OK && it->audit) {
 		charge_id(it->env, id);
 		ik_log(IK_LOG_AUDIT, "duplicate of a finished charge deleted", "step", "ack",

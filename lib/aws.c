@@ -15,10 +15,10 @@
 #include <strings.h>
 #include <time.h>
 
-#include <curl/curl.h>
 #include <sodium.h>
 
 #include "aws.h"
+#include "curl_dl.h"
 #include "http.h"
 #include "log.h"
 #include "outcome.h"
@@ -501,11 +501,11 @@ out:
 static int
 container_url_ok(const char *url)
 {
-	CURLU *u = curl_url();
+	CURLU *u;
 	char *scheme = NULL, *host = NULL;
 	int ok = 0;
 
-	if (!u)
+	if (ik_curl_load(NULL) != IK_OK || !(u = curl_url()))
 		return 0;
 	if (curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
 	    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&

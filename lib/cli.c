@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "log.h"
 #include "outcome.h"
+#include "util.h"
 
 volatile sig_atomic_t ik_stop_signal;
 
@@ -82,6 +83,17 @@ ik_version(void)
 {
 	printf("%s (idemkit) %s\n", ik_prog(), IK_VERSION);
 	return ik_finish(IK_OK);
+}
+
+int
+ik_opt_duration(const char *opt, const char *s, int64_t min_ms, int64_t max_ms, int64_t *ms)
+{
+	if (ik_parse_duration(s, ms) < 0 || *ms < min_ms || *ms > max_ms) {
+		ik_warnx("%s: \"%s\" is not a duration from %lldms to %llds (e.g. 500ms, 30s, 5m)",
+		    opt, s, (long long)min_ms, (long long)(max_ms / 1000));
+		return -1;
+	}
+	return 0;
 }
 
 int

@@ -4,6 +4,7 @@
 #define IK_CLI_H
 
 #include <signal.h>
+#include <stdint.h>
 
 #include "err.h"
 
@@ -22,6 +23,11 @@ int ik_usage(const char *usage);
  * return (from the table in outcome.c), on stdout; returns 0. */
 int ik_help(const char *usage, const char *options, const int *codes);
 int ik_version(void);
+
+/* An option's duration (util.h forms: 500ms, 30s, 5m) within [min_ms,
+ * max_ms]; 0, or -1 after a one-line complaint naming the option. */
+int ik_opt_duration(const char *opt, const char *s, int64_t min_ms, int64_t max_ms,
+    int64_t *ms);
 
 /* Flush and check stdout (sbase fshut): returns code, or IK_SOFTWARE when
  * stdout could not be written (closed pipe, full disk). */

@@ -11,9 +11,9 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include <curl/curl.h>
 #include <sodium.h>
 
+#include "curl_dl.h"
 #include "http.h"
 #include "outcome.h"
 
@@ -34,9 +34,12 @@ static int
 global_init(ik_err *err)
 {
 	CURLcode rc;
+	int lrc;
 
 	if (global_done)
 		return IK_OK;
+	if ((lrc = ik_curl_load(err)) != IK_OK)
+		return lrc;
 	rc = curl_global_init(CURL_GLOBAL_DEFAULT);
 	if (rc != CURLE_OK)
 		return ik_errf(err, IK_SOFTWARE, "curl init: %s", curl_easy_strerror(rc));
@@ -182,6 +185,8 @@ url_host(const char *url, char *host, size_t hostsz, ik_err *err)
 	snprintf(host, hostsz, "?");
 	if (!url || !*url)
 		return ik_errf(err, IK_CONFIG, "empty URL");
+	if ((rc = ik_curl_load(err)) != IK_OK)
+		return rc;
 	if (!(u = curl_url()))
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	uc = curl_url_set(u, CURLUPART_URL, url, 0);

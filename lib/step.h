@@ -4,9 +4,21 @@
  *   envelope is written to stdout with the step's result, and the exit
  *   code is the step's outcome.  More than one line is a usage error,
  *   refused before anything is done.
- * stream (--stream): one envelope out per line in, flushed per line, the
- *   outcome only in the envelope; the exit code is 0 unless the loop
- *   itself failed (stdout closed, a signal: 128+sig).
+ * stream (--stream): one envelope out per line in, in order, the outcome
+ *   only in the envelope; the exit code is 0 unless the loop itself failed
+ *   (stdout closed, a signal: 128+sig).  Input is read from fd 0 directly
+ *   (not stdio), so "what is available now" is known without blocking.
+ *   Without group hooks each envelope is written as soon as it is done and
+ *   flushed when no further line is already read, or IK_STEP_HOLD_US
+ *   (2 ms) after the oldest unflushed one was started: a slow line (a
+ *   network wait) goes out at once, quick ones share a write.  With them (begin/commit, e.g. idemp-claim, idemp-done), the
+ *   lines already available on stdin -- never waiting for more, so a lone
+ *   line goes through at once, and at most IK_STEP_GROUP_MAX -- form a
+ *   group: begin, fn on each, commit (one durable commit for all), and only
+ *   then are they written and flushed.  When commit fails (it rolled the
+ *   group back), each line of the group is redone alone, exactly as without
+ *   hooks, so a group never changes an outcome, only what a commit costs.
+ *   Output is always flushed before the loop blocks on input.
  *
  * The step function gets an envelope that parsed (a line that claimed to be
  * an envelope but is malformed is recorded as DATAERR under the step's own
@@ -23,11 +35,22 @@
 
 typedef int (*ik_step_fn)(cJSON *env, void *ctx);
 
+#define IK_STEP_GROUP_MAX 512
+#define IK_STEP_HOLD_US 2000
+
 struct ik_step {
 	const char *name;     /* "claim", "debit", "notify", "done": the result key */
 	ik_step_fn fn;
 	void *ctx;
 	int stream;
+	/* Optional group commit (stream mode only).  begin returns 0 when a
+	 * group is open (fn's writes until commit share one transaction), else
+	 * the lines are run one at a time.  commit returns 0 when the group is
+	 * durable; non-zero when it was rolled back (the loop then redoes each
+	 * line alone). */
+	int (*begin)(void *group_ctx);
+	int (*commit)(void *group_ctx);
+	void *group_ctx;
 };
 
 /* Runs the loop over stdin/stdout; returns the exit code for main. */

@@ -172,6 +172,40 @@ ik_store_open(const char *url, struct ik_store **out, ik_err *err)
 	return rc;
 }
 
+struct ik_store *
+ik_store_lazy_get(struct ik_store_lazy *l, ik_err *err)
+{
+	if (!l->store && !l->open_err.code &&
+	    ik_store_open(l->url, &l->store, &l->open_err) != IK_OK)
+		l->store = NULL;
+	if (!l->store)
+		*err = l->open_err;
+	return l->store;
+}
+
+int
+ik_store_group_begin(void *lazy)
+{
+	ik_err err = { 0 };
+	struct ik_store *s = ik_store_lazy_get(lazy, &err);
+
+	if (!s || !s->ops->begin)
+		return -1;
+	return s->ops->begin(s, &err) == IK_OK ? 0 : -1;
+}
+
+int
+ik_store_group_commit(void *lazy)
+{
+	struct ik_store *s = ((struct ik_store_lazy *)lazy)->store;
+	ik_err err = { 0 };
+
+	if (s->ops->commit(s, &err) == IK_OK)
+		return 0;
+	ik_log(IK_LOG_WARN, "group commit failed; redoing one by one", "error", err.msg, NULL);
+	return -1;
+}
+
 void
 ik_store_close(struct ik_store *s)
 {

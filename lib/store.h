@@ -14,7 +14,14 @@
  *    DUP_IN_PROGRESS).  Never get-then-act.
  *  - finish is ONE conditional write on state = IN_PROGRESS AND owner =
  *    token; no match is IK_LEASE_LOST and changes nothing.
- *  - the write is durable before the call returns IK_OK.
+ *  - the write is durable before the call returns IK_OK -- except inside
+ *    a group (begin ... commit, optional ops): there the claims and
+ *    finishes are still each their own conditional statement, but they
+ *    share one durable commit, and nothing of the group may be acted on
+ *    until commit returned IK_OK.  A failed op in a group fails the group:
+ *    the ops after it do nothing and return IK_TEMPFAIL, and commit rolls
+ *    everything back and returns the error (the caller redoes each item
+ *    alone).  An adapter without begin/commit (NULL) is one item at a time.
  *  - transient trouble (busy, unreachable, throttled) is IK_TEMPFAIL;
  *    bad configuration IK_CONFIG.
  */
@@ -122,6 +129,11 @@ struct ik_store_ops {
 	int (*list)(struct ik_store *s, const struct ik_list_filter *f,
 	            ik_record_cb cb, void *arg, ik_err *err);
 	void (*close)(struct ik_store *s);
+	/* Optional group commit (see the rules above); NULL when the adapter
+	 * has none.  begin: IK_OK or an error (then no group is open).
+	 * commit: IK_OK when the group is durable, else rolled back + error. */
+	int (*begin)(struct ik_store *s, ik_err *err);
+	int (*commit)(struct ik_store *s, ik_err *err);
 };
 
 struct ik_store {
@@ -134,6 +146,20 @@ struct ik_store {
  * sqlite:STATE_DIR/idempotency.db.  IK_OK or IK_CONFIG/IK_TEMPFAIL. */
 int ik_store_open(const char *url, struct ik_store **out, ik_err *err);
 void ik_store_close(struct ik_store *s);
+
+/* A store the envelope steps open on first use.  A failure to open is kept
+ * and recorded in every envelope (a stream goes on, sqs-ack leaves the
+ * messages) rather than ending the process. */
+struct ik_store_lazy {
+	const char *url;          /* NULL: $IDEMKIT_STORE or the default */
+	struct ik_store *store;
+	ik_err open_err;
+};
+/* The open store, or NULL with *err set to why it could not be opened. */
+struct ik_store *ik_store_lazy_get(struct ik_store_lazy *l, ik_err *err);
+/* step.h's group hooks over a struct ik_store_lazy (its group_ctx). */
+int ik_store_group_begin(void *lazy);
+int ik_store_group_commit(void *lazy);
 
 /* A fresh random 128-bit owner token, hex. */
 void ik_store_token(char out[IK_TOKEN_HEX]);

@@ -1,0 +1,444 @@
+#!/usr/bin/env python3
+"""bench.py: `make bench` -- idemkit end to end on this machine.
+
+N charges (BENCH_N, default 10 000; about 30% of the messages are
+redeliveries of an earlier charge) go through the embedded default (SQLite
+queue and store, durable commits) with bank-sim as the core-banking API:
+
+  oneshot       charge-worker, one process per step per message (-j 2)
+  stream        charge-worker --stream (-j BENCH_J, default 1)
+  oneshot-lat   one-shot, bank latency 50 ms, -j 32
+  stream-lat    --stream, bank latency 50 ms, -j 32
+  claim-cost    idemp-claim with 10^3 and 10^6 records already in the store
+
+One-shot runs use BENCH_ONESHOT_N messages (default 1000): per-charge
+figures do not need 10 000 forks of six processes.
+
+Client CPU is user+sys of the toolkit's own processes only: getrusage
+(RUSAGE_CHILDREN) around charge-worker, which waits for all of its
+descendants; bank-sim is started before and reaped after the window, and
+the producer (sqs-send) runs outside it.  Claim-to-ack latency is taken
+for the charges a worker acquired: from the claim (claim.leaseUntil minus
+the lease) to ack.at, in the envelopes sqs-ack writes, kept by a tee after
+sqs-ack (stream); one-shot latency comes from a separate, smaller run with
+a tap wrapper, so that the wrapper's CPU does not count.
+Duplicates debited come from bank-sim's ledger: a charge debited twice, or
+a debit request the bank had to answer as a replay of one it already had.
+
+Results: build/bench/results.json and build/bench/results.md.
+"""
+import json
+import os
+import random
+import resource
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.environ.get("IDEMKIT_BIN", os.path.join(SRC, "build", "bin"))
+OUT = os.environ.get("BENCH_OUT", os.path.join(SRC, "build", "bench"))
+N = int(os.environ.get("BENCH_N", "10000"))
+N1 = min(N, int(os.environ.get("BENCH_ONESHOT_N", "1000")))
+J = int(os.environ.get("BENCH_J", "1"))
+LAT_MS = int(os.environ.get("BENCH_LATENCY_MS", "50"))
+LAT_J = int(os.environ.get("BENCH_LATENCY_J", "32"))
+BIG = int(os.environ.get("BENCH_BIG", "1000000"))
+SMALL = 1000
+LEASE_MS = 120000          # charge-worker's default --lease
+CLAIMS = int(os.environ.get("BENCH_CLAIMS", "5000"))
+ONLY = set(filter(None, os.environ.get("BENCH_ONLY", "").split(",")))
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def env_for(state, extra=None):
+    e = dict(os.environ)
+    for k in ("IDEMKIT_STORE", "IDEMKIT_QUEUE", "IDEMKIT_DLQ", "IDEMKIT_LEASE"):
+        e.pop(k, None)
+    e["PATH"] = BIN + os.pathsep + e.get("PATH", "")
+    e["IDEMKIT_STATE_DIR"] = state
+    e.update(extra or {})
+    return e
+
+
+def event(cid, acct="ACC-0042", amount=2500):
+    return json.dumps({"chargeId": cid, "accountId": acct, "amount": amount,
+                       "currency": "INR", "chargeType": "SMS_ALERT_FEE",
+                       "dueDate": "2026-11-30"}, separators=(",", ":"))
+
+
+def messages(n, prefix, seed=8):
+    """n bodies: ~70% new charges, ~30% redeliveries of an earlier one,
+    a redelivery arriving a little later (so some meet their first copy in
+    flight, some after it is done)."""
+    rnd = random.Random(seed)
+    out, ids = [], []
+    for i in range(n):
+        if ids and rnd.random() < 0.30:
+            cid = ids[max(0, len(ids) - 1 - int(rnd.expovariate(1 / 200.0)))]
+        else:
+            cid = "%s-%07d" % (prefix, i)
+            ids.append(cid)
+        out.append(event(cid))
+    return out, len(ids)
+
+
+class Bank:
+    """bank-sim outside the measured process tree (reaped after)."""
+
+    def __init__(self, state, latency_ms=0):
+        self.dir = state
+        self.db = os.path.join(state, "ledger.db")
+        port = os.path.join(state, "bank.port")
+        args = [os.path.join(BIN, "bank-sim"), "--port", "0", "--db", self.db,
+                "--port-file", port]
+        if latency_ms:
+            args += ["--latency", "%dms" % latency_ms]
+        self.out = open(os.path.join(state, "bank.out"), "w+")
+        self.p = subprocess.Popen(args, stdout=self.out, stderr=subprocess.DEVNULL,
+                                  env=env_for(state))
+        for _ in range(200):
+            self.out.seek(0)
+            line = self.out.readline()
+            if line.startswith("listening "):
+                self.url = line.split()[1]
+                return
+            if self.p.poll() is not None:
+                raise SystemExit("bank-sim did not start")
+            time.sleep(0.05)
+        raise SystemExit("bank-sim did not start")
+
+    def ledger(self):
+        c = sqlite3.connect(self.db)
+        try:
+            rows, distinct, replays = c.execute(
+                "SELECT COUNT(*), COUNT(DISTINCT charge_id), COALESCE(SUM(replays), 0)"
+                " FROM debits").fetchone()
+        finally:
+            c.close()
+        return {"debits": rows, "chargesDebited": distinct,
+                "duplicateDebits": rows - distinct, "replayedDebitRequests": replays}
+
+    def stop(self):
+        self.p.send_signal(signal.SIGTERM)
+        try:
+            self.p.wait(10)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+
+
+def children_usage():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime, r.ru_maxrss
+
+
+def pct(v, p):
+    if not v:
+        return None
+    v = sorted(v)
+    return v[min(len(v) - 1, int(round(p / 100.0 * (len(v) - 1))))]
+
+
+def latencies(path_glob_dir):
+    lat = []
+    for name in os.listdir(path_glob_dir):
+        if not name.startswith("ack."):
+            continue
+        with open(os.path.join(path_glob_dir, name)) as f:
+            for line in f:
+                try:
+                    e = json.loads(line)
+                except ValueError:
+                    continue
+                c, a = e.get("claim") or {}, e.get("ack") or {}
+                if c.get("outcome") == "ACQUIRED" and "leaseUntil" in c and "at" in a:
+                    lat.append(a["at"] - (c["leaseUntil"] - LEASE_MS))
+    return lat
+
+
+TAP = r"""#!/bin/sh
+# bench tap: sqs-ack, its output also kept for the latency figures.
+f=$BENCH_TAP_DIR/ack.$PPID
+case " $* " in
+*" --stream "*) sqs-ack "$@" | tee -a "$f"; exit 0 ;;
+esac
+out=$(sqs-ack "$@"); rc=$?
+printf '%s\n' "$out" | tee -a "$f"
+exit $rc
+"""
+
+
+def worker_run(name, n, stream, jobs, latency_ms=0, tap=True):
+    """Sends n messages, runs charge-worker --drain over them; returns the
+    figures."""
+    state = tempfile.mkdtemp(prefix="idemkit-bench.", dir=os.environ.get("TMPDIR"))
+    try:
+        bank = Bank(state, latency_ms)
+        extra = {"IDEMKIT_BANK_URL": bank.url + "/debits",
+                 "IDEMKIT_NOTIFY_URL": bank.url + "/notifications"}
+        if tap:
+            tapdir = os.path.join(state, "tap")
+            os.mkdir(tapdir)
+            tapsh = os.path.join(state, "ack-tap")
+            with open(tapsh, "w") as f:
+                f.write(TAP)
+            os.chmod(tapsh, 0o755)
+            extra.update({"SQS_ACK_CMD": tapsh, "BENCH_TAP_DIR": tapdir})
+        env = env_for(state, extra)
+        bodies, unique = messages(n, "CHG-" + name.upper())
+        subprocess.run([os.path.join(BIN, "sqs-send")], input="\n".join(bodies) + "\n",
+                       text=True, env=env, check=True, stdout=subprocess.DEVNULL)
+        args = [os.path.join(BIN, "charge-worker"), "--drain", "--no-lock", "-j", str(jobs)]
+        if stream:
+            args.append("--stream")
+        err = open(os.path.join(state, "worker.err"), "w+")
+        cpu0, _ = children_usage()
+        t0 = time.monotonic()
+        rc = subprocess.run(args, env=env, stdout=subprocess.DEVNULL, stderr=err).returncode
+        wall = time.monotonic() - t0
+        cpu1, maxrss = children_usage()
+        err.seek(0)
+        summary = {}
+        for line in err:
+            if line.startswith('{"summary"'):
+                summary = json.loads(line)
+        ledger = bank.ledger()
+        bank.stop()
+        lat = latencies(tapdir) if tap else []
+        received = summary.get("received", 0)
+        res = {
+            "scenario": name, "mode": "stream" if stream else "one-shot", "jobs": jobs,
+            "bankLatencyMs": latency_ms, "messages": n, "uniqueCharges": unique,
+            "workerExit": rc, "wallSeconds": round(wall, 3),
+            "chargesPerSecond": round(received / wall, 1) if wall else None,
+            "clientCpuMsPerCharge": round((cpu1 - cpu0) * 1000 / max(received, 1), 3),
+            "clientCpuSeconds": round(cpu1 - cpu0, 3),
+            "peakRssKb": maxrss,
+            "latencyP50Ms": pct(lat, 50), "latencyP99Ms": pct(lat, 99),
+            "latencySamples": len(lat),
+            "summary": summary, "ledger": ledger,
+            "duplicatesDebited": ledger["duplicateDebits"] + ledger["replayedDebitRequests"],
+        }
+        if latency_ms:
+            res["ceilingPerSecond"] = round(jobs * 1000.0 / latency_ms, 1)
+            res["ofCeiling"] = round(res["chargesPerSecond"] / res["ceilingPerSecond"], 3)
+        return res
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def oneshot_latency(name, n, jobs, latency_ms=0):
+    """A smaller one-shot run with the tap, only for the latency figures."""
+    r = worker_run(name + "-tap", n, False, jobs, latency_ms, tap=True)
+    return r["latencyP50Ms"], r["latencyP99Ms"], r["latencySamples"]
+
+
+# ---- claim cost with 10^3 vs 10^6 records already in the store ----------
+
+def preload(path, rows, env):
+    subprocess.run([os.path.join(BIN, "idemp-init"), "--store", "sqlite:" + path],
+                   env=env, check=True, stdout=subprocess.DEVNULL)
+    c = sqlite3.connect(path, isolation_level=None)
+    c.execute("PRAGMA journal_mode=WAL")
+    c.execute("PRAGMA synchronous=OFF")
+    now = int(time.time() * 1000)
+    c.execute("BEGIN")
+    batch = []
+    for i in range(rows):
+        k = "PRE-%08d" % i
+        batch.append((k, "%032x" % i, "0" * 64, event(k), "TXN-%d" % i,
+                      now - i, now - i, now // 1000 + 30 * 86400))
+        if len(batch) == 10000:
+            c.executemany("INSERT INTO records(key, state, owner, lease_until, attempts,"
+                          " fingerprint, event, debit_ref, created_at, updated_at, expires_at)"
+                          " VALUES (?, 'DONE', ?, 0, 1, ?, ?, ?, ?, ?, ?)", batch)
+            batch = []
+    if batch:
+        c.executemany("INSERT INTO records(key, state, owner, lease_until, attempts,"
+                      " fingerprint, event, debit_ref, created_at, updated_at, expires_at)"
+                      " VALUES (?, 'DONE', ?, 0, 1, ?, ?, ?, ?, ?, ?)", batch)
+    c.execute("COMMIT")
+    c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    c.close()
+
+
+def claim_batch(path, rows, env, lockstep):
+    """CLAIMS claims: 70% new keys, 30% keys already DONE in the store.
+    lockstep: one line in, wait for its answer (a group of one: one durable
+    commit per claim); else the whole batch at once (group commit)."""
+    rnd = random.Random(rows)
+    lines = []
+    for i in range(CLAIMS):
+        if rnd.random() < 0.30:
+            lines.append(event("PRE-%08d" % rnd.randrange(rows)))
+        else:
+            lines.append(event("NEW-%d-%08d" % (lockstep, i)))
+    cpu0, _ = children_usage()
+    t0 = time.monotonic()
+    p = subprocess.Popen([os.path.join(BIN, "idemp-claim"), "--stream", "--store",
+                          "sqlite:" + path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, env=env, text=True, bufsize=1)
+    outcomes = {}
+    if lockstep:
+        for l in lines:
+            p.stdin.write(l + "\n")
+            p.stdin.flush()
+            o = json.loads(p.stdout.readline())["claim"]["outcome"]
+            outcomes[o] = outcomes.get(o, 0) + 1
+        p.stdin.close()
+        p.stdout.read()
+    else:
+        out, _ = p.communicate("\n".join(lines) + "\n")
+        for l in out.splitlines():
+            o = json.loads(l)["claim"]["outcome"]
+            outcomes[o] = outcomes.get(o, 0) + 1
+    p.wait()
+    wall = time.monotonic() - t0
+    cpu1, _ = children_usage()
+    return {"claims": CLAIMS, "outcomes": outcomes,
+            "wallUsPerClaim": round(wall * 1e6 / CLAIMS, 1),
+            "cpuUsPerClaim": round((cpu1 - cpu0) * 1e6 / CLAIMS, 1)}
+
+
+def claim_cost():
+    state = tempfile.mkdtemp(prefix="idemkit-bench.", dir=os.environ.get("TMPDIR"))
+    env = env_for(state)
+    res = {}
+    try:
+        for rows in (SMALL, BIG):
+            path = os.path.join(state, "store-%d.db" % rows)
+            t0 = time.monotonic()
+            preload(path, rows, env)
+            log("  preloaded %d records in %.1fs" % (rows, time.monotonic() - t0))
+            res[str(rows)] = {
+                "grouped": claim_batch(path, rows, env, False),
+                "lockstep": claim_batch(path, rows, env, True),
+                "storeBytes": os.path.getsize(path),
+            }
+            os.unlink(path)
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+    for mode in ("grouped", "lockstep"):
+        a, b = res[str(SMALL)][mode], res[str(BIG)][mode]
+        res[mode + "CpuRatio"] = round(b["cpuUsPerClaim"] / a["cpuUsPerClaim"], 2)
+        res[mode + "WallRatio"] = round(b["wallUsPerClaim"] / a["wallUsPerClaim"], 2)
+    return res
+
+
+# ---- the report ------------------------------------------------------------
+
+def machine():
+    model, flags = "?", ""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name") and model == "?":
+                model = line.split(":", 1)[1].strip()
+    mem = "?"
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal"):
+                mem = "%.1f GiB" % (int(line.split()[1]) / 1048576.0)
+    return {"cpu": model, "nproc": os.cpu_count(), "memory": mem,
+            "kernel": os.uname().release,
+            "loadavg": open("/proc/loadavg").read().split()[:3],
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def fmt(v, unit=""):
+    return "-" if v is None else "%s%s" % (v, unit)
+
+
+def markdown(r):
+    m = r["machine"]
+    out = ["# idemkit bench, %s" % m["date"], "",
+           "Machine: %s, %d CPUs (nproc), %s, Linux %s; load average at start %s." % (
+               m["cpu"], m["nproc"], m["memory"], m["kernel"], " ".join(m["loadavg"])),
+           "Embedded default (SQLite queue and store, WAL, synchronous=FULL), bank-sim "
+           "on loopback.", "",
+           "| scenario | mode | -j | bank latency | messages | charges/s | client CPU ms/charge "
+           "| p50 / p99 claim-to-ack ms | duplicates debited | peak RSS MB |",
+           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for s in r["scenarios"]:
+        rate = fmt(s["chargesPerSecond"])
+        if "ofCeiling" in s:
+            rate += " (%d%% of j/latency)" % round(s["ofCeiling"] * 100)
+        out.append("| %s | %s | %d | %d ms | %d | %s | %s | %s / %s | %d | %.1f |" % (
+            s["scenario"], s["mode"], s["jobs"], s["bankLatencyMs"], s["messages"], rate,
+            s["clientCpuMsPerCharge"], fmt(s["latencyP50Ms"]), fmt(s["latencyP99Ms"]),
+            s["duplicatesDebited"], s["peakRssKb"] / 1024.0))
+    c = r.get("claimCost")
+    if c:
+        out += ["", "Claim cost (idemp-claim --stream, %d claims, 30%% of them duplicates "
+                "of records already DONE):" % CLAIMS, "",
+                "| records in store | store size MB | grouped: CPU / wall µs per claim "
+                "| lockstep (one commit per claim): CPU / wall µs per claim |",
+                "| ---: | ---: | ---: | ---: |"]
+        for rows in (str(SMALL), str(BIG)):
+            g, l = c[rows]["grouped"], c[rows]["lockstep"]
+            out.append("| %s | %.0f | %s / %s | %s / %s |" % (
+                rows, c[rows]["storeBytes"] / 1048576.0, g["cpuUsPerClaim"], g["wallUsPerClaim"],
+                l["cpuUsPerClaim"], l["wallUsPerClaim"]))
+        out.append("")
+        out.append("10^6 vs 10^3 ratio: grouped CPU %.2f, wall %.2f; lockstep CPU %.2f, "
+                   "wall %.2f." % (c["groupedCpuRatio"], c["groupedWallRatio"],
+                                   c["lockstepCpuRatio"], c["lockstepWallRatio"]))
+    return "\n".join(out) + "\n"
+
+
+def want(name):
+    return not ONLY or name in ONLY
+
+
+def main():
+    for tool in ("charge-worker", "bank-sim", "sqs-send", "sqs-ack", "idemp-claim"):
+        if not os.access(os.path.join(BIN, tool), os.X_OK):
+            raise SystemExit("bench: %s/%s missing; run make first" % (BIN, tool))
+    os.makedirs(OUT, exist_ok=True)
+    r = {"machine": machine(), "params": {"N": N, "oneshotN": N1, "j": J,
+                                          "latencyMs": LAT_MS, "latencyJ": LAT_J},
+         "scenarios": []}
+    plan = [
+        ("oneshot", N1, False, 2, 0),
+        ("stream", N, True, J, 0),
+        ("oneshot-lat", N1, False, LAT_J, LAT_MS),
+        ("stream-lat", N, True, LAT_J, LAT_MS),
+    ]
+    for name, n, stream, jobs, lat in plan:
+        if not want(name):
+            continue
+        log("bench: %s (%d messages, -j %d, bank latency %d ms)..." % (name, n, jobs, lat))
+        s = worker_run(name, n, stream, jobs, lat, tap=stream)
+        if not stream:
+            s["latencyP50Ms"], s["latencyP99Ms"], s["latencySamples"] = \
+                oneshot_latency(name, max(50, n // 4), jobs, lat)
+            s["latencyFrom"] = "a separate run of %d messages with the tap" % max(50, n // 4)
+        log("  %s/s, %s ms CPU per charge, p50 %s ms, p99 %s ms, duplicates debited %d" % (
+            s["chargesPerSecond"], s["clientCpuMsPerCharge"], s["latencyP50Ms"],
+            s["latencyP99Ms"], s["duplicatesDebited"]))
+        r["scenarios"].append(s)
+    if want("claim-cost"):
+        log("bench: claim cost with %d vs %d records in the store..." % (SMALL, BIG))
+        r["claimCost"] = claim_cost()
+    with open(os.path.join(OUT, "results.json"), "w") as f:
+        json.dump(r, f, indent=1)
+    md = markdown(r)
+    with open(os.path.join(OUT, "results.md"), "w") as f:
+        f.write(md)
+    print(md)
+    bad = [s["scenario"] for s in r["scenarios"] if s["duplicatesDebited"]]
+    if bad:
+        log("bench: DUPLICATE DEBITS in %s" % ", ".join(bad))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
