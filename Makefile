@@ -50,6 +50,7 @@ BINS     := $(addprefix $(O)/bin/,$(CMDS) $(SCRIPTS))
 MANS     := $(wildcard man/*.[1-8])
 UNIT_SRC := $(wildcard tests/unit/*.c)
 UNITS    := $(patsubst tests/unit/%.c,$(O)/test/%,$(UNIT_SRC))
+REPLAYS  := $(patsubst tests/fuzz/fuzz_%.c,$(O)/test/replay_%,$(wildcard tests/fuzz/fuzz_*.c))
 LIBA     := $(O)/lib/libidemkit.a
 
 SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
@@ -84,10 +85,16 @@ $(O)/test/%: tests/unit/%.c $(LIBA)
 	@mkdir -p $(@D)
 	$(CC) $(IK_CFLAGS) $(CPPFLAGS) $(CFLAGS) $(IK_LDFLAGS) $(LDFLAGS) -o $@ $< $(LIBA) $(LDLIBS)
 
+# Each fuzz target also built with a plain main (tests/fuzz/replay.c), so
+# tests/fuzz.bats replays the corpora and the regressions without libFuzzer.
+$(O)/test/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(LIBA)
+	@mkdir -p $(@D)
+	$(CC) $(IK_CFLAGS) $(CPPFLAGS) $(CFLAGS) $(IK_LDFLAGS) $(LDFLAGS) -o $@ $< tests/fuzz/replay.c $(LIBA) $(LDLIBS)
+
 # The test suites run the binaries in $(O)/bin; IDEMKIT_TEST_JOBS runs
 # bats files in parallel when GNU parallel is present (it is optional).
 TEST_ENV = IDEMKIT_BIN=$(CURDIR)/$(O)/bin IDEMKIT_TEST_BIN=$(CURDIR)/$(O)/test IDEMKIT_SRC=$(CURDIR)
-test: all $(UNITS)
+test: all $(UNITS) $(REPLAYS)
 	$(TEST_ENV) bats tests/
 	$(TEST_ENV) IDEMKIT_TEST_BACKEND=dynamodb bats tests/store.bats
 	$(TEST_ENV) IDEMKIT_TEST_QUEUE_BACKEND=sqs bats tests/queue.bats
@@ -114,20 +121,38 @@ bench: all
 # seconds from its corpus.  Crashes land in build/fuzz/ and become tests.
 FUZZ_TIME ?= 60
 FUZZ_SRC  := $(wildcard tests/fuzz/fuzz_*.c)
-FUZZ_FLAGS := -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer
+FUZZ_FLAGS := -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer \
+              -fno-sanitize-recover=undefined
 fuzz:
 	$(MAKE) O=build/fuzz CC=clang CFLAGS='$(FUZZ_FLAGS)' build/fuzz/lib/libidemkit.a
 	@set -e; for src in $(FUZZ_SRC); do \
 	  name=$$(basename $$src .c); t=$${name#fuzz_}; \
-	  clang $(IK_CFLAGS) -O1 -g -fsanitize=fuzzer,address,undefined -o build/fuzz/$$name $$src \
+	  clang $(IK_CFLAGS) -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -o build/fuzz/$$name $$src \
 	    build/fuzz/lib/libidemkit.a $(LDLIBS); \
 	  mkdir -p build/fuzz/corpus-$$t; \
 	  echo "== $$name for $(FUZZ_TIME)s"; \
 	  build/fuzz/$$name -max_total_time=$(FUZZ_TIME) -max_len=4096 -timeout=10 \
-	    -artifact_prefix=build/fuzz/$$name- build/fuzz/corpus-$$t tests/fuzz/corpus/$$t \
+	    -artifact_prefix=build/fuzz/$$name- build/fuzz/corpus-$$t tests/fuzz/corpus/$$t $$(ls -d tests/fuzz/regress/$$t 2>/dev/null) \
 	    2>build/fuzz/$$name.log || { tail -40 build/fuzz/$$name.log; exit 1; }; \
 	  tail -1 build/fuzz/$$name.log; \
 	done
+
+# The short run CI makes: every target for 10 seconds.
+fuzz-short:
+	$(MAKE) fuzz FUZZ_TIME=10
+
+# The fault suites (tests/faults/): duplicate storm on both backends,
+# kill -9 at every step boundary, outages, poison.  Minutes, not seconds;
+# the measured numbers land in $(O)/faults-report.txt.
+FAULTS_REPORT := $(CURDIR)/$(O)/faults-report.txt
+faults: all
+	@mkdir -p $(O); rm -f $(FAULTS_REPORT)
+	$(TEST_ENV) IDEMKIT_FAULTS_REPORT=$(FAULTS_REPORT) bats tests/faults/
+	@cat $(FAULTS_REPORT)
+
+# memcheck on a sample run of every C command (tests/valgrind.sh).
+valgrind: all
+	IDEMKIT_BIN=$(CURDIR)/$(O)/bin IDEMKIT_SRC=$(CURDIR) sh tests/valgrind.sh
 
 demo: all
 	IDEMKIT_BIN=$(CURDIR)/$(O)/bin sh examples/demo.sh
@@ -154,8 +179,8 @@ clean:
 	rm -rf build
 
 help:
-	@echo 'targets: all test sanitize demo install uninstall deps clean'
+	@echo 'targets: all test sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean'
 
-.PHONY: all test sanitize fuzz bench demo demo-aws install uninstall deps clean help
+.PHONY: all test sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean help
 
 -include $(LIB_OBJ:.o=.d) $(patsubst cmd/%.c,$(O)/obj/cmd/%.d,$(CMD_SRC)) $(UNITS:=.d)

@@ -258,6 +258,10 @@ loop() {
 			[ "$rc" -ge 128 ] && break
 			echo "$PROG: receive failed ($rc $(explain "$rc")); backing off" >&2
 			[ "$rc" -eq 78 ] && { n_config=$((n_config + 1)); break; }
+			# A drain (cron) run ends here with 75, as the --stream
+			# pipeline does: the next run is the retry.  Otherwise it
+			# would wait out the outage with the lock held.
+			{ [ "$drain" -eq 1 ] || [ "$once" -eq 1 ]; } && { n_left=$((n_left + 1)); break; }
 			sleep 2
 			continue
 		fi

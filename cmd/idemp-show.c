@@ -37,8 +37,11 @@ when(const char *label, int64_t ms, int64_t now)
 		printf("  %-12s -\n", label);
 		return;
 	}
-	gmtime_r(&t, &tm);
-	strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+	/* the times come from the store: a year gmtime cannot hold is shown raw */
+	if (!gmtime_r(&t, &tm) || !strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm)) {
+		printf("  %-12s %lld\n", label, (long long)ms);
+		return;
+	}
 	if (ago >= 0)
 		printf("  %-12s %s.%03dZ (%lldh%02lldm%02llds ago)\n", label, buf,
 		    (int)(ms % 1000), (long long)(ago / 3600), (long long)(ago / 60 % 60),
@@ -69,7 +72,7 @@ human(const struct ik_record *r, int64_t now)
 	if (r->state == IK_ST_IN_PROGRESS) {
 		if (r->lease_until > now)
 			printf("  %-12s held by %s, %llds left\n", "lease", r->owner ? r->owner : "?",
-			    (long long)((r->lease_until - now + 999) / 1000));
+			    (long long)((r->lease_until - now - 1) / 1000 + 1));
 		else
 			printf("  %-12s expired (last holder %s): the next delivery may reclaim\n",
 			    "lease", r->owner ? r->owner : "?");
@@ -79,7 +82,8 @@ human(const struct ik_record *r, int64_t now)
 	printf("  %-12s %s\n", "last error", r->last_error ? r->last_error : "-");
 	when("created", r->created_at, now);
 	when("updated", r->updated_at, now);
-	when("expires", r->expires_at * 1000, now);
+	when("expires", r->expires_at <= 0 ? 0 : r->expires_at > INT64_MAX / 1000 ? INT64_MAX :
+	    r->expires_at * 1000, now);
 	printf("  %-12s %s\n", "fingerprint", r->fingerprint ? r->fingerprint : "-");
 }
 

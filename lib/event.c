@@ -337,6 +337,12 @@ ik_event_parse(const char *body, size_t len, struct ik_event *ev, ik_err *err)
 		return ik_errf(err, IK_DATAERR, "body: %zu bytes, larger than 256 KiB", len);
 	if (memchr(body, '\0', len))
 		return ik_errf(err, IK_DATAERR, "body: contains a NUL byte");
+	/* JSON has no raw control characters (only \t \n \r as whitespace);
+	 * cJSON lets them through, in strings too, so refuse them here. */
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)body[i] < 0x20 && !strchr("\t\n\r", body[i]))
+			return ik_errf(err, IK_DATAERR, "body: control character 0x%02x at byte %zu",
+			    (unsigned char)body[i], i);
 	o = cJSON_ParseWithLengthOpts(body, len, &end, 0);
 	if (!o)
 		return ik_errf(err, IK_DATAERR, "body: not valid JSON");

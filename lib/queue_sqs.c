@@ -22,6 +22,7 @@
 #include "aws.h"
 #include "outcome.h"
 #include "queue.h"
+#include "queue_sqs.h"
 #include "util.h"
 
 #define POLL_MAX_S 8
@@ -105,8 +106,8 @@ num_str(const cJSON *o, const char *k)
 	return v ? strtoll(v, NULL, 10) : 0;
 }
 
-static int
-msg_from_json(const cJSON *j, struct ik_qmsg *m)
+int
+ik_sqs_msg_from_json(const cJSON *j, struct ik_qmsg *m)
 {
 	const cJSON *attrs = cJSON_GetObjectItemCaseSensitive(j, "Attributes");
 	const cJSON *mattrs = cJSON_GetObjectItemCaseSensitive(j, "MessageAttributes");
@@ -173,7 +174,7 @@ poll_once(struct ik_queue *q, int max, int wait_s, int visibility_s,
 	cJSON_ArrayForEach(it, list) {
 		if (*n >= (size_t)max)
 			break;
-		if (msg_from_json(it, &msgs[*n]) < 0) {
+		if (ik_sqs_msg_from_json(it, &msgs[*n]) < 0) {
 			for (size_t i = 0; i <= *n; i++)
 				ik_qmsg_free(&msgs[i]);
 			*n = 0;
@@ -225,9 +226,8 @@ s_del(struct ik_queue *q, const char *receipt, ik_err *err)
 	return rc;
 }
 
-/* Fill res[] from a batch response's Successful / Failed lists. */
-static void
-batch_results(const cJSON *resp, size_t n, struct ik_qresult *res,
+void
+ik_sqs_batch_results(const cJSON *resp, size_t n, struct ik_qresult *res,
               void (*ok)(const cJSON *entry, size_t i, void *arg), void *arg)
 {
 	const cJSON *it;
@@ -281,7 +281,7 @@ s_del_batch(struct ik_queue *q, const char *const *receipts, size_t n,
 	rc = call(s, "DeleteMessageBatch", req, &resp, err);
 	cJSON_Delete(req);
 	if (rc == IK_OK)
-		batch_results(resp, n, res, NULL, NULL);
+		ik_sqs_batch_results(resp, n, res, NULL, NULL);
 	cJSON_Delete(resp);
 	return rc;
 nomem:
@@ -382,7 +382,7 @@ s_send_batch(struct ik_queue *q, struct ik_qsend *m, size_t n,
 	rc = call(s, "SendMessageBatch", req, &resp, err);
 	cJSON_Delete(req);
 	if (rc == IK_OK) {
-		batch_results(resp, n, res, sent_ok, m);
+		ik_sqs_batch_results(resp, n, res, sent_ok, m);
 		for (size_t i = 0; i < n; i++)
 			if (res[i].code == IK_OK && !m[i].message_id) {
 				res[i].code = IK_SOFTWARE;

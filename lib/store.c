@@ -60,7 +60,9 @@ cJSON *
 ik_record_json(const struct ik_record *r, int64_t now_ms)
 {
 	cJSON *o = cJSON_CreateObject();
-	int64_t left = r->lease_until - now_ms;
+	/* leaseUntil comes from the store (any number a DynamoDB item holds):
+	 * subtract only when it cannot overflow. */
+	int64_t left = r->lease_until > now_ms ? r->lease_until - now_ms : 0;
 
 	if (!o)
 		return NULL;

@@ -80,6 +80,12 @@ base='"chargeId":"CHG-1","accountId":"ACC-1","currency":"INR","chargeType":"SMS_
 @test "control characters in a chargeId" {
 	bad '{"chargeId":"C\u0001X","accountId":"A1","amount":1,"currency":"INR","chargeType":"X"}' 'chargeId: character 2 of "C?X"*'
 }
+@test "raw control characters anywhere are refused (JSON has none; cJSON would let them through)" {
+	bad "{$base,\"amount\":1,\"note\":\"a$(printf '\001')b\"}" "body: control character 0x01 at byte *"
+	bad "{$base,$(printf '\037')\"amount\":1}" "body: control character 0x1f at byte *"
+	run --separate-stderr idemp-claim <<<"$(printf '{%s,\t"amount":1}' "$base")"
+	[ "$status" -eq 0 ]
+}
 @test "escaped field names are refused" {
 	bad "{$base,\"\\u0061mount\":1}" "body: escaped characters in a field name*"
 }

@@ -33,6 +33,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(body, data, size);
 	body[size] = '\0';
 	if (ik_event_parse(body, size, &ev, &err) == IK_OK) {
+		for (size_t i = 0; i < size; i++)   /* JSON has no raw control bytes */
+			if (body[i] < 0x20 && body[i] >= 0 && !strchr("\t\n\r", body[i]))
+				abort();
 		check_id(ev.charge_id, IK_CHARGE_ID_MAX);
 		check_id(ev.account_id, IK_ACCOUNT_ID_MAX);
 		if (ev.amount < 1 || ev.amount > IK_AMOUNT_MAX || strlen(ev.currency) != 3 ||

@@ -1,0 +1,43 @@
+#!/usr/bin/env bats
+# Duplicate storm: 2 000 charges, each delivered 1-5 times in random order,
+# drained by 8 concurrent workers -> exactly 2 000 debits at the bank, no
+# message lost (queue and DLQ empty), every record DONE.  On the embedded
+# default and on DynamoDB (dynalite) + SQS (local-aws-sqs).  The workers
+# run in stream mode (-j 8 --stream: 8 pipelines of long-lived steps).
+# STORM_N overrides the number of charges; STORM_ONESHOT=1 runs the
+# one-process-per-step loops instead.
+
+load faults
+
+N=${STORM_N:-2000}
+MODE=--stream
+[ -z "${STORM_ONESHOT:-}" ] || MODE=
+
+setup() { bank_start; }
+teardown() {
+	bank_stop
+	aws_stop
+}
+
+storm() {
+	charges "$N" "$BATS_TEST_TMPDIR/charges" "STORM$1"
+	deliveries "$BATS_TEST_TMPDIR/charges" "$BATS_TEST_TMPDIR/messages" 42
+	M=$(wc -l < "$BATS_TEST_TMPDIR/messages")
+	sqs-send < "$BATS_TEST_TMPDIR/messages" > /dev/null
+	[ "$(qdepth)" -eq "$M" ]
+	start=$SECONDS
+	# shellcheck disable=SC2086
+	drain 500 -j 8 $MODE
+	check_exactly_once "$BATS_TEST_TMPDIR/charges"
+	report "storm $1: $N charges, $M messages, 8 workers ${MODE:---oneshot}: drained in $((SECONDS - start))s; bank debits $(stat_of "$(bank_stats)" debits), attempts $(stat_of "$(bank_stats)" attempts), replays $REPLAYS"
+}
+
+@test "duplicate storm, embedded default: $N charges x 1-5 deliveries, 8 workers -> $N debits, queue and DLQ empty, all DONE" {
+	embedded_queue 2
+	storm embedded
+}
+
+@test "duplicate storm, DynamoDB + SQS emulators: $N charges x 1-5 deliveries, 8 workers -> $N debits, queue and DLQ empty, all DONE" {
+	aws_queue_store
+	storm aws
+}
