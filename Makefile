@@ -95,9 +95,9 @@ $(O)/test/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(LIBA)
 # bats files in parallel when GNU parallel is present (it is optional).
 TEST_ENV = IDEMKIT_BIN=$(CURDIR)/$(O)/bin IDEMKIT_TEST_BIN=$(CURDIR)/$(O)/test IDEMKIT_SRC=$(CURDIR)
 test: all $(UNITS) $(REPLAYS)
-	$(TEST_ENV) bats tests/
-	$(TEST_ENV) IDEMKIT_TEST_BACKEND=dynamodb bats tests/store.bats
-	$(TEST_ENV) IDEMKIT_TEST_QUEUE_BACKEND=sqs bats tests/queue.bats
+	$(TEST_ENV) sh tests/run.sh tests/ \
+	  'IDEMKIT_TEST_BACKEND=dynamodb tests/store.bats' \
+	  'IDEMKIT_TEST_QUEUE_BACKEND=sqs tests/queue.bats'
 
 # ASan + UBSan build of everything, then the whole suite against it.  Reports
 # go to files too, so one from a process whose exit status a test ignores
@@ -147,7 +147,7 @@ fuzz-short:
 FAULTS_REPORT := $(CURDIR)/$(O)/faults-report.txt
 faults: all
 	@mkdir -p $(O); rm -f $(FAULTS_REPORT)
-	$(TEST_ENV) IDEMKIT_FAULTS_REPORT=$(FAULTS_REPORT) bats tests/faults/
+	$(TEST_ENV) IDEMKIT_FAULTS_REPORT=$(FAULTS_REPORT) sh tests/run.sh tests/faults/
 	@cat $(FAULTS_REPORT)
 
 # memcheck on a sample run of every C command (tests/valgrind.sh).
