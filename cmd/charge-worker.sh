@@ -19,7 +19,7 @@ VERSION=@VERSION@
 PROG=charge-worker
 USAGE="usage: charge-worker [-j N] [--drain | --once] [--stream] [--lease DUR]
                      [--wait SECS] [--debit-timeout SECS] [--notify-timeout SECS]
-                     [--notify-retries N] [--lock FILE] [--no-lock]
+                     [--notify-retries N] [--window N] [--lock FILE] [--no-lock]
        charge-worker --trace < event|envelope
 "
 
@@ -43,6 +43,8 @@ Options:
       --debit-timeout S    total timeout of one debit call (default 10)
       --notify-timeout S   total timeout of one notification call (default 5)
       --notify-retries N   notification retries before NOTIFY_FAILED (default 3)
+      --window N           with --stream: at most N messages in flight per
+                           pipeline (default 100)
       --lock FILE          the lock that keeps overlapping runs apart
                            (default $IDEMKIT_STATE_DIR/charge-worker.lock)
       --no-lock            do not take the lock
@@ -72,7 +74,7 @@ TXT
 # --- options --------------------------------------------------------------
 
 jobs=1 drain=0 once=0 stream=0 trace=0 lease=${IDEMKIT_LEASE:-120s} wait=
-debit_timeout=10 notify_timeout=5 notify_retries=3 lock='' nolock=0
+debit_timeout=10 notify_timeout=5 notify_retries=3 lock='' nolock=0 window=100
 
 need() { [ $# -ge 2 ] || die "$1 needs a value"; }
 while [ $# -gt 0 ]; do
@@ -88,6 +90,7 @@ while [ $# -gt 0 ]; do
 	--debit-timeout) need "$@"; debit_timeout=$2; shift ;;
 	--notify-timeout) need "$@"; notify_timeout=$2; shift ;;
 	--notify-retries) need "$@"; notify_retries=$2; shift ;;
+	--window) need "$@"; window=$2; shift ;;
 	--lock) need "$@"; lock=$2; shift ;;
 	--no-lock) nolock=1 ;;
 	-t|--trace) trace=1 ;;
@@ -102,7 +105,7 @@ isnum() { case $1 in ''|*[!0-9]*) return 1 ;; esac; }
 if ! isnum "$jobs" || [ "$jobs" -lt 1 ] || [ "$jobs" -gt 256 ]; then
 	die "--jobs: want 1 to 256, got '$jobs'"
 fi
-for v in "$debit_timeout" "$notify_timeout" "$notify_retries"; do
+for v in "$debit_timeout" "$notify_timeout" "$notify_retries" "$window"; do
 	isnum "$v" || die "timeouts and retries are whole numbers of seconds, got '$v'"
 done
 [ -z "$wait" ] || isnum "$wait" || die "--wait: want whole seconds, got '$wait'"
@@ -282,7 +285,11 @@ loop() {
 # loop_stream ID: one pipeline of long-lived processes.
 loop_stream() {
 	id=$1
-	recv_args="--max 10 --wait $wait"
+	# At most $window messages in flight per pipeline: the receiver counts
+	# what sqs-ack has written, so a slow bank slows the receiving instead
+	# of letting claimed messages wait in the pipes past their leases.
+	: > "$tmp/$id.out"
+	recv_args="--max 10 --wait $wait --window $window --acked $tmp/$id.out"
 	[ "$drain" -eq 1 ] && recv_args="$recv_args --drain" || recv_args="$recv_args --follow"
 	# A stop goes to the receiver only: it stops receiving, and the rest of
 	# the pipeline finishes what is in flight and ends at end of input.

@@ -6,12 +6,22 @@
  * ends a long poll early where the backend allows (SQLite) and otherwise
  * when the poll returns; what it brought is written out, then the exit
  * status is 128+signal.
+ *
+ * With --window N --acked FILE (what charge-worker --stream uses) it holds
+ * at most N messages that FILE, the growing output of the pipeline's
+ * sqs-ack, has not yet accounted for: a slow bank then slows the receiver
+ * instead of piling claimed messages up in the pipes, where their
+ * visibility timeouts and leases would run out.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "envelope.h"
@@ -22,7 +32,7 @@
 
 static const char usage[] =
 	"usage: sqs-recv [--queue URL] [--max N] [--wait SECS] [--visibility SECS]\n"
-	"                [--follow | --drain]\n";
+	"                [--follow | --drain] [--window N --acked FILE]\n";
 static const char options[] =
 	"  -q, --queue URL        sqlite:PATH#NAME or an SQS queue URL (default $IDEMKIT_QUEUE,\n"
 	"                         else sqlite:$IDEMKIT_STATE_DIR/queue.db#charges)\n"
@@ -32,6 +42,8 @@ static const char options[] =
 	"                         (default: the queue's own visibility timeout)\n"
 	"  -f, --follow           keep receiving until a signal\n"
 	"  -d, --drain            keep receiving until a receive brings nothing\n"
+	"  -W, --window N         hold at most N messages not yet acked (with --acked)\n"
+	"  -a, --acked FILE       the pipeline's sqs-ack output: one line per message done\n"
 	"  -h, --help             this help\n"
 	"  -V, --version          print the version\n";
 static const int codes[] = { 0, 1, 64, 70, 75, 78, -1 };
@@ -97,6 +109,46 @@ pause_ms(int64_t ms)
 	nanosleep(&ts, NULL);
 }
 
+/* The --window / --acked flow control: lines counted in a growing file. */
+struct window {
+	int fd;
+	long size;
+	long held;        /* received and written, not yet seen in the file */
+};
+
+static void
+count_acked(struct window *w)
+{
+	char buf[8192];
+	ssize_t n;
+
+	while ((n = read(w->fd, buf, sizeof buf)) > 0)
+		for (ssize_t i = 0; i < n; i++)
+			w->held -= buf[i] == '\n';
+	if (w->held < 0)
+		w->held = 0;
+}
+
+/* Waits until max more messages fit in the window.  0, or -1 when a
+ * signal came or the reader of stdout went away (nothing more can be
+ * delivered, so nothing more may be received). */
+static int
+wait_window(struct window *w, int max)
+{
+	for (;;) {
+		struct pollfd out = { .fd = STDOUT_FILENO, .events = 0 };
+
+		count_acked(w);
+		if (w->held + max <= w->size)
+			return 0;
+		if (ik_stop_signal)
+			return -1;
+		if (poll(&out, 1, 0) > 0 && (out.revents & (POLLERR | POLLHUP)))
+			return -1;
+		pause_ms(5);
+	}
+}
+
 static int
 opt_int(const char *name, const char *v, long long min, long long max, int *out)
 {
@@ -120,6 +172,8 @@ main(int argc, char **argv)
 		{ "visibility", required_argument, NULL, 'v' },
 		{ "follow", no_argument, NULL, 'f' },
 		{ "drain", no_argument, NULL, 'd' },
+		{ "window", required_argument, NULL, 'W' },
+		{ "acked", required_argument, NULL, 'a' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -129,10 +183,13 @@ main(int argc, char **argv)
 	const char *url = NULL;
 	int max = 1, wait = -1, vis = -1, follow = 0, drain = 0, got = 0, ch, rc;
 	int64_t backoff = 0;
+	struct window win = { .fd = -1 };
+	const char *acked = NULL;
+	int size = 0;
 	ik_err err = { 0 };
 
 	ik_cli_init(argv[0]);
-	while ((ch = getopt_long(argc, argv, "q:n:w:v:fdhV", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "q:n:w:v:fdW:a:hV", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'q': url = optarg; break;
 		case 'n': if (opt_int("max", optarg, 1, IK_QUEUE_BATCH, &max) < 0) return IK_USAGE; break;
@@ -140,13 +197,22 @@ main(int argc, char **argv)
 		case 'v': if (opt_int("visibility", optarg, 0, IK_QUEUE_MAX_VISIBILITY, &vis) < 0) return IK_USAGE; break;
 		case 'f': follow = 1; break;
 		case 'd': drain = 1; break;
+		case 'W': if (opt_int("window", optarg, 1, 100000, &size) < 0) return IK_USAGE; break;
+		case 'a': acked = optarg; break;
 		case 'h': return ik_help(usage, options, codes);
 		case 'V': return ik_version();
 		default: return ik_usage(usage);
 		}
 	}
-	if (optind != argc || (follow && drain))
+	if (optind != argc || (follow && drain) || !size != !acked)
 		return ik_usage(usage);
+	if (acked) {
+		if ((win.fd = open(acked, O_RDONLY | O_CLOEXEC)) < 0) {
+			ik_warnx("--acked %s: %s", acked, strerror(errno));
+			return IK_USAGE;
+		}
+		win.size = size < max ? max : size;
+	}
 	if (wait < 0)
 		wait = follow ? IK_QUEUE_MAX_WAIT : 0;
 
@@ -156,10 +222,13 @@ main(int argc, char **argv)
 	for (;;) {
 		size_t n = 0;
 
+		if (win.fd >= 0 && wait_window(&win, max) < 0)
+			break;
 		rc = q->ops->receive(q, max, wait, vis, msgs, &n, &err);
 		if (rc == IK_OK) {
 			backoff = 0;
 			got += n > 0;
+			win.held += (long)n;
 			int w = emit(q, msgs, n);
 			for (size_t i = 0; i < n; i++)
 				ik_qmsg_free(&msgs[i]);
@@ -182,6 +251,8 @@ main(int argc, char **argv)
 			break;
 	}
 	ik_queue_close(q);
+	if (win.fd >= 0)
+		close(win.fd);
 	if (ik_stop_signal)
 		return ik_finish(128 + ik_stop_signal);
 	if (rc == IK_OK && !got)

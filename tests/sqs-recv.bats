@@ -134,3 +134,31 @@ load lock
 	[ "$status" -eq 0 ]
 	[[ "$output" == "sqs-recv (idemkit) "* ]]
 }
+
+@test "--window N --acked FILE: never more than N messages held ahead of the acks" {
+	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/w.db#charges"
+	for i in $(seq 1 30); do echo "m$i"; done | sqs-send >/dev/null
+	: > "$BATS_TEST_TMPDIR/acked"
+	sqs-recv --max 10 --drain --window 5 --acked "$BATS_TEST_TMPDIR/acked" > "$BATS_TEST_TMPDIR/got" 2>/dev/null 3>&- &
+	pid=$!
+	sleep 0.5
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/got")" -eq 10 ]   # one receive of 10 (the window is at least --max)
+	head -3 "$BATS_TEST_TMPDIR/got" >> "$BATS_TEST_TMPDIR/acked"
+	sleep 0.3
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/got")" -eq 10 ]   # 7 held + 10 > 10: still waiting
+	head -10 "$BATS_TEST_TMPDIR/got" | tail -7 >> "$BATS_TEST_TMPDIR/acked"
+	sleep 0.3
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/got")" -eq 20 ]
+	# ack everything as it comes: the receiver takes the last 10, then its
+	# next receive finds the queue empty and --drain ends
+	for _ in $(seq 1 50); do
+		cp "$BATS_TEST_TMPDIR/got" "$BATS_TEST_TMPDIR/acked"
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$pid" 2>/dev/null; then kill "$pid"; false; fi
+	wait "$pid"
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/got")" -eq 30 ]
+	run sqs-recv --window 5
+	[ "$status" -eq 64 ]
+}
