@@ -18,6 +18,15 @@ fast=(--debit-timeout 2 --notify-timeout 1 --notify-retries 1 --lease 15s)
 qcount() { sqs-stat "$@" | sed -n "s/.*\"visible\":\([0-9]*\),\"inflight\":\([0-9]*\),\"delayed\":\([0-9]*\).*/\1 \2 \3/p"; }
 state() { jget "$(idemp-show --json "$1" 2>/dev/null)" state; }
 summary() { grep '"summary":true' <<<"$stderr"; }
+# until_bank NAME N: wait (at most 20 s) until bank-sim's counter NAME >= N.
+until_bank() {
+	for _ in $(seq 1 400); do
+		[ "$(bank_stat "$1")" -ge "$2" ] && return 0
+		sleep 0.05
+	done
+	echo "bank $1 never reached $2" >&2
+	return 1
+}
 
 @test "--help, --version, usage errors, and a lease too short for the timeouts" {
 	run charge-worker --help
@@ -88,7 +97,7 @@ summary() { grep '"summary":true' <<<"$stderr"; }
 	for i in 1 2 3 4; do event "CHG-OV$i"; echo; done | sqs-send >/dev/null
 	charge-worker --drain "${fast[@]}" 2>"$BATS_TEST_TMPDIR/first.err" &
 	first=$!
-	sleep 0.3
+	until_bank attempts 1    # the first run is working, so it holds the lock
 	run --separate-stderr charge-worker --drain "${fast[@]}"
 	[ "$status" -eq 1 ]
 	[[ "$stderr" == *"another run holds"* ]]
@@ -102,7 +111,7 @@ summary() { grep '"summary":true' <<<"$stderr"; }
 	for i in $(seq 1 10); do event "CHG-T$i"; echo; done | sqs-send >/dev/null
 	charge-worker --drain "${fast[@]}" 2>"$BATS_TEST_TMPDIR/w.err" &
 	w=$!
-	sleep 0.7
+	until_bank attempts 1
 	kill -TERM "$w"
 	rc=0; wait "$w" || rc=$?
 	[ "$rc" -eq 143 ]
@@ -172,7 +181,7 @@ summary() { grep '"summary":true' <<<"$stderr"; }
 	for i in $(seq 1 40); do event "CHG-ST$i"; echo; done | sqs-send >/dev/null
 	charge-worker --stream --drain "${fast[@]}" 2>"$BATS_TEST_TMPDIR/w.err" &
 	w=$!
-	sleep 1
+	until_bank attempts 1
 	kill -TERM "$w"
 	rc=0; wait "$w" || rc=$?
 	[ "$rc" -eq 143 ]
