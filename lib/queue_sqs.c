@@ -259,6 +259,22 @@ ik_sqs_batch_results(const cJSON *resp, size_t n, struct ik_qresult *res,
 	}
 }
 
+/* A new entry of a batch request, its Id the index (batch results name
+ * entries by Id); NULL on ENOMEM. */
+static cJSON *
+batch_entry(cJSON *entries, size_t i)
+{
+	cJSON *e = cJSON_CreateObject();
+	char id[24];
+
+	snprintf(id, sizeof id, "%zu", i);
+	if (!e || !cJSON_AddItemToArray(entries, e)) {
+		cJSON_Delete(e);
+		return NULL;
+	}
+	return cJSON_AddStringToObject(e, "Id", id) ? e : NULL;
+}
+
 static int
 s_del_batch(struct ik_queue *q, const char *const *receipts, size_t n,
             struct ik_qresult *res, ik_err *err)
@@ -270,12 +286,8 @@ s_del_batch(struct ik_queue *q, const char *const *receipts, size_t n,
 	if (!req || !(entries = cJSON_AddArrayToObject(req, "Entries")))
 		goto nomem;
 	for (size_t i = 0; i < n; i++) {
-		cJSON *e = cJSON_CreateObject();
-		char id[24];
-		snprintf(id, sizeof id, "%zu", i);
-		if (!e || !cJSON_AddItemToArray(entries, e) ||
-		    !cJSON_AddStringToObject(e, "Id", id) ||
-		    !cJSON_AddStringToObject(e, "ReceiptHandle", receipts[i]))
+		cJSON *e = batch_entry(entries, i);
+		if (!e || !cJSON_AddStringToObject(e, "ReceiptHandle", receipts[i]))
 			goto nomem;
 	}
 	rc = call(s, "DeleteMessageBatch", req, &resp, err);
@@ -372,11 +384,8 @@ s_send_batch(struct ik_queue *q, struct ik_qsend *m, size_t n,
 	if (!req || !(entries = cJSON_AddArrayToObject(req, "Entries")))
 		goto nomem;
 	for (size_t i = 0; i < n; i++) {
-		cJSON *e = cJSON_CreateObject();
-		char id[24];
-		snprintf(id, sizeof id, "%zu", i);
-		if (!e || !cJSON_AddItemToArray(entries, e) ||
-		    !cJSON_AddStringToObject(e, "Id", id) || add_message(e, &m[i], "MessageBody") < 0)
+		cJSON *e = batch_entry(entries, i);
+		if (!e || add_message(e, &m[i], "MessageBody") < 0)
 			goto nomem;
 	}
 	rc = call(s, "SendMessageBatch", req, &resp, err);
