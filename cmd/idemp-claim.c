@@ -99,8 +99,8 @@ claim(cJSON *env, void *arg)
 			    "with different accountId, amount, currency or chargeType");
 		else
 			note(r, "error", res.cur.last_error);
-		ik_record_free(&res.cur);
 	}
+	ik_record_free(&res.cur);   /* also set on our own claim found again */
 	ik_log(rc == IK_OK ? IK_LOG_DEBUG : IK_LOG_INFO, "claim", "step", "claim",
 	    "chargeId", ev.charge_id, "messageId", ik_env_str(env, "messageId"),
 	    "outcome", rc == IK_OK ? "ACQUIRED" : ik_code_name(rc), NULL);

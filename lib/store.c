@@ -83,6 +83,42 @@ ik_record_json(const struct ik_record *r, int64_t now_ms)
 	return o;
 }
 
+int
+ik_claim_decide(const struct ik_claim_req *req, struct ik_claim_res *res, ik_err *err)
+{
+	const struct ik_record *r = &res->cur;
+
+	if (!r->fingerprint || !req->fingerprint || strcmp(r->fingerprint, req->fingerprint) != 0) {
+		res->code = IK_PAYLOAD_MISMATCH;
+		return IK_OK;
+	}
+	switch (r->state) {
+	case IK_ST_DONE:
+	case IK_ST_DNF:
+		res->code = IK_DUP_DONE;
+		return IK_OK;
+	case IK_ST_FAILED:
+		res->code = IK_DUP_FAILED;
+		return IK_OK;
+	case IK_ST_IN_PROGRESS:
+		if (r->owner && req->token && strcmp(r->owner, req->token) == 0) {
+			res->code = IK_OK;
+			res->attempt = r->attempts;
+			res->lease_until = r->lease_until;
+			return IK_OK;
+		}
+		if (r->lease_until < req->now_ms)
+			return IK_EMPTY;
+		res->code = IK_DUP_IN_PROGRESS;
+		res->lease_until = r->lease_until;
+		return IK_OK;
+	case IK_ST_NONE:
+		break;
+	}
+	return ik_errf(err, IK_SOFTWARE, "record %.128s is in a state this version does "
+	    "not know; refusing the claim", r->key ? r->key : req->key);
+}
+
 void
 ik_store_token(char out[IK_TOKEN_HEX])
 {

@@ -9,9 +9,8 @@
  *    absent, or state = IN_PROGRESS AND leaseUntil < now AND the
  *    fingerprint matches; it sets owner = req->token, leaseUntil,
  *    attempts + 1, and keeps createdAt.  When it fails, the outcome comes
- *    from the current record (fingerprint first: PAYLOAD_MISMATCH; then
- *    DONE/DNF -> DUP_DONE, FAILED -> DUP_FAILED, live IN_PROGRESS ->
- *    DUP_IN_PROGRESS).  Never get-then-act.
+ *    from the current record, decided by ik_claim_decide below -- one rule
+ *    for every adapter, never a copy of it in one.  Never get-then-act.
  *  - finish is ONE conditional write on state = IN_PROGRESS AND owner =
  *    token; no match is IK_LEASE_LOST and changes nothing.
  *  - the write is durable before the call returns IK_OK -- except inside
@@ -160,6 +159,22 @@ struct ik_store *ik_store_lazy_get(struct ik_store_lazy *l, ik_err *err);
 /* step.h's group hooks over a struct ik_store_lazy (its group_ctx). */
 int ik_store_group_begin(void *lazy);
 int ik_store_group_commit(void *lazy);
+
+/* The claim-refusal rule, kept here once so no adapter can drift from it.
+ * res->cur holds the record that refused req (from the conditional write's
+ * own answer, or read right after it).  In order:
+ *   - a fingerprint that differs (or none) is PAYLOAD_MISMATCH, whatever
+ *     the state;
+ *   - DONE and DEBITED_NOTIFICATION_FAILED are DUP_DONE, FAILED DUP_FAILED;
+ *   - IN_PROGRESS held by req->token is our own claim whose answer was lost
+ *     and retried: ACQUIRED again, with the attempt and lease it recorded;
+ *   - IN_PROGRESS with leaseUntil >= now is DUP_IN_PROGRESS (the holder's
+ *     lease in res->lease_until); leaseUntil < now would have let the claim
+ *     through: IK_EMPTY, and the adapter writes again;
+ *   - any other state is no state this version knows: never claimable,
+ *     IK_SOFTWARE with err.
+ * IK_OK when res->code (and res->attempt, res->lease_until) are set. */
+int ik_claim_decide(const struct ik_claim_req *req, struct ik_claim_res *res, ik_err *err);
 
 /* A fresh random 128-bit owner token, hex. */
 void ik_store_token(char out[IK_TOKEN_HEX]);

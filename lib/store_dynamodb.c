@@ -94,35 +94,22 @@ ik_ddb_claim_refused(const cJSON *resp, const char *keyattr,
 {
 	const cJSON *item = cJSON_GetObjectItemCaseSensitive(resp, "Item");
 	struct ik_record *r = &res->cur;
+	ik_err e = { 0 };
 
 	ik_record_free(r);
 	if (!cJSON_IsObject(item) || !item->child)
 		return IK_DDB_NO_ITEM;
 	if (ik_ddb_record_from_item(item, keyattr, r) < 0)
 		return IK_DDB_NOMEM;
-	if (!r->fingerprint || strcmp(r->fingerprint, req->fingerprint) != 0) {
-		res->code = IK_PAYLOAD_MISMATCH;
+	switch (ik_claim_decide(req, res, &e)) {
+	case IK_OK:
 		return IK_DDB_DECIDED;
-	}
-	switch (r->state) {
-	case IK_ST_DONE:
-	case IK_ST_DNF:
-		res->code = IK_DUP_DONE;
-		return IK_DDB_DECIDED;
-	case IK_ST_FAILED:
-		res->code = IK_DUP_FAILED;
-		return IK_DDB_DECIDED;
-	case IK_ST_IN_PROGRESS:
-		if (r->lease_until < req->now_ms)
-			break;             /* expired since: the claim may pass now */
-		res->code = IK_DUP_IN_PROGRESS;
-		res->lease_until = r->lease_until;
-		return IK_DDB_DECIDED;
+	case IK_EMPTY:             /* expired since: the claim may pass now */
+		ik_record_free(r);
+		return IK_DDB_CLAIMABLE;
 	default:
-		break;
+		return IK_DDB_UNKNOWN_STATE;
 	}
-	ik_record_free(r);
-	return IK_DDB_CLAIMABLE;
 }
 
 /* ---- requests ---------------------------------------------------------- */
@@ -310,6 +297,11 @@ claim_once(struct ddb *d, const struct ik_claim_req *req, struct ik_claim_res *r
 		break;
 	case IK_DDB_NOMEM:
 		rc = ik_errf(err, IK_SOFTWARE, "out of memory");
+		break;
+	case IK_DDB_UNKNOWN_STATE:
+		rc = ik_errf(err, IK_SOFTWARE, "dynamodb %s: record %.128s is in a state this "
+		             "version does not know; refusing the claim", d->table, req->key);
+		ik_record_free(&res->cur);
 		break;
 	default:                 /* gone or expired since: claim again */
 		*again = 1;

@@ -16,12 +16,13 @@ enum ik_ddb_refusal {
 	IK_DDB_DECIDED,     /* res->code and res->cur are set */
 	IK_DDB_CLAIMABLE,   /* the item would pass the condition now: claim again */
 	IK_DDB_NOMEM,
+	IK_DDB_UNKNOWN_STATE, /* a state this version does not know: never claimable */
 };
 
 /* Why a claim was refused, from a response holding "Item": the body of a
  * ConditionalCheckFailedException sent with ReturnValuesOnConditionCheck-
- * Failure=ALL_OLD, or a GetItem response.  The fingerprint is checked
- * first (PAYLOAD_MISMATCH), then the state. */
+ * Failure=ALL_OLD, or a GetItem response, decided by the port's rule
+ * (ik_claim_decide in store.h). */
 enum ik_ddb_refusal ik_ddb_claim_refused(const cJSON *resp, const char *keyattr,
                                          const struct ik_claim_req *req,
                                          struct ik_claim_res *res);

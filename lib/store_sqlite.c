@@ -296,24 +296,6 @@ sq_commit(struct ik_store *st, ik_err *err)
 }
 
 static int
-decide(const struct ik_claim_req *req, struct ik_claim_res *res)
-{
-	const struct ik_record *r = &res->cur;
-
-	if (!r->fingerprint || strcmp(r->fingerprint, req->fingerprint) != 0)
-		return IK_PAYLOAD_MISMATCH;
-	switch (r->state) {
-	case IK_ST_DONE: case IK_ST_DNF:
-		return IK_DUP_DONE;
-	case IK_ST_FAILED:
-		return IK_DUP_FAILED;
-	default:
-		res->lease_until = r->lease_until;
-		return IK_DUP_IN_PROGRESS;
-	}
-}
-
-static int
 sq_claim(struct ik_store *st, const struct ik_claim_req *req,
     struct ik_claim_res *res, ik_err *err)
 {
@@ -354,7 +336,13 @@ sq_claim(struct ik_store *st, const struct ik_claim_req *req,
 			ik_errf(err, IK_SOFTWARE, "sqlite %s: claim refused but no record", q->path);
 		if (rc != IK_OK)
 			goto fail;
-		res->code = decide(req, res);
+		/* In the same transaction the record cannot let the claim
+		 * through: that answer would be a bug, not a retry. */
+		if ((rc = ik_claim_decide(req, res, err)) == IK_EMPTY)
+			ik_errf(err, IK_SOFTWARE, "sqlite %s: claim refused by a claimable record",
+			    q->path);
+		if (rc != IK_OK)
+			goto fail;
 	}
 	if (own && (rc = simple(q, Q_COMMIT, err)))
 		goto fail;
