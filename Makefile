@@ -20,23 +20,34 @@ VERSION := 0.1.0
 DEPS := libcurl:libcurl4-openssl-dev libcjson:libcjson-dev \
         libsodium:libsodium-dev sqlite3:libsqlite3-dev \
         libmicrohttpd:libmicrohttpd-dev
-DEBS_RUN := bats pkg-config make gcc clang libclang-rt-14-dev sqlite3 mandoc \
-            python3 python3-botocore shellcheck valgrind openssl curl procps util-linux
 PKGS := $(foreach d,$(DEPS),$(word 1,$(subst :, ,$(d))))
 
-NODEPS_GOALS := clean deps help
+# Debian packages per kind of target; mk/deps.sh installs the missing ones
+# (CMD:PACKAGE: only when CMD is not on PATH already).  `make demo` and
+# `make test` call it first, so each works on a fresh machine by itself.
+DEBS_BUILD := make gcc pkg-config $(foreach d,$(DEPS),$(word 2,$(subst :, ,$(d))))
+DEBS_DEMO  := python3 curl procps util-linux
+DEBS_TEST  := $(DEBS_DEMO) bats clang libclang-rt-14-dev sqlite3 mandoc python3-botocore \
+              shellcheck valgrind openssl node:nodejs npm:npm
+
+# The README's two commands and `deps` need no libraries to parse this file.
+NODEPS_GOALS := clean deps help demo test
 ifeq ($(filter $(NODEPS_GOALS),$(MAKECMDGOALS)),)
 MISSING := $(foreach d,$(DEPS),$(if $(shell pkg-config --exists $(word 1,$(subst :, ,$(d))) 2>/dev/null && echo y),,$(word 2,$(subst :, ,$(d)))))
 ifneq ($(strip $(MISSING)),)
-$(error missing libraries; install them with: apt-get install $(MISSING)   (or, as root: make deps))
+$(error missing libraries; install them with: apt-get install $(MISSING)   (or: make test, make demo, make deps, which install them as root))
 endif
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS))
 endif
 
+# -Werror in a git checkout (developers, CI); a packager's build from a
+# release tarball gets the warnings without failing on a newer compiler's.
+WERROR ?= $(if $(wildcard $(CURDIR)/.git),-Werror)
+
 IK_CFLAGS := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
              -DIK_VERSION='"$(VERSION)"' -Ilib $(PKG_CFLAGS) \
-             -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
+             -Wall -Wextra $(WERROR) -Wshadow -Wstrict-prototypes \
              -Wno-unused-parameter -MMD -MP
 IK_LDFLAGS := -Wl,--as-needed
 LDLIBS += $(PKG_LIBS) -lm
@@ -94,7 +105,21 @@ $(O)/test/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(LIBA)
 # The test suites run the binaries in $(O)/bin; IDEMKIT_TEST_JOBS runs
 # bats files in parallel when GNU parallel is present (it is optional).
 TEST_ENV = IDEMKIT_BIN=$(CURDIR)/$(O)/bin IDEMKIT_TEST_BIN=$(CURDIR)/$(O)/test IDEMKIT_SRC=$(CURDIR)
-test: all $(UNITS) $(REPLAYS)
+
+# The README's two commands: install what is missing, then the real target.
+test:
+	@sh mk/deps.sh $(DEBS_BUILD) $(DEBS_TEST)
+	@$(MAKE) --no-print-directory check
+demo:
+	@sh mk/deps.sh $(DEBS_BUILD) $(DEBS_DEMO)
+	@$(MAKE) --no-print-directory demo-embedded
+
+# The emulators the tests start (dynalite, local-aws-sqs), from the lockfile.
+NODE_STAMP := node_modules/.package-lock.json
+$(NODE_STAMP): package-lock.json package.json
+	npm ci --no-audit --no-fund --loglevel=error
+
+check: all $(UNITS) $(REPLAYS) $(NODE_STAMP)
 	$(TEST_ENV) sh tests/run.sh tests/ \
 	  'IDEMKIT_TEST_BACKEND=dynamodb tests/store.bats' \
 	  'IDEMKIT_TEST_QUEUE_BACKEND=sqs tests/queue.bats'
@@ -107,13 +132,13 @@ sanitize:
 	rm -f $(SAN_LOG).*
 	ASAN_OPTIONS=log_path=$(SAN_LOG):detect_leaks=1 \
 	UBSAN_OPTIONS=log_path=$(SAN_LOG):print_stacktrace=1 \
-	$(MAKE) O=build/san CC=clang CFLAGS='$(SAN_FLAGS)' LDFLAGS='-fsanitize=address,undefined' test
+	$(MAKE) O=build/san CC=clang CFLAGS='$(SAN_FLAGS)' LDFLAGS='-fsanitize=address,undefined' check
 	@if ls $(SAN_LOG).* >/dev/null 2>&1; then cat $(SAN_LOG).*; echo 'sanitizer reports above'; exit 1; fi
 	@echo 'sanitize: no reports'
 
 # End-to-end throughput, CPU per charge, latency and duplicates on this
 # machine (bench/bench.py; BENCH_N etc. there).  Not part of `make test`.
-bench: all
+bench: all $(NODE_STAMP)
 	IDEMKIT_BIN=$(CURDIR)/$(O)/bin BENCH_OUT=$(CURDIR)/$(O)/bench python3 bench/bench.py
 
 # libFuzzer targets (tests/fuzz/fuzz_NAME.c) over the parsers, built with
@@ -145,19 +170,19 @@ fuzz-short:
 # kill -9 at every step boundary, outages, poison.  Minutes, not seconds;
 # the measured numbers land in $(O)/faults-report.txt.
 FAULTS_REPORT := $(CURDIR)/$(O)/faults-report.txt
-faults: all
+faults: all $(NODE_STAMP)
 	@mkdir -p $(O); rm -f $(FAULTS_REPORT)
 	$(TEST_ENV) IDEMKIT_FAULTS_REPORT=$(FAULTS_REPORT) sh tests/run.sh tests/faults/
 	@cat $(FAULTS_REPORT)
 
 # memcheck on a sample run of every C command (tests/valgrind.sh).
-valgrind: all
+valgrind: all $(NODE_STAMP)
 	IDEMKIT_BIN=$(CURDIR)/$(O)/bin IDEMKIT_SRC=$(CURDIR) sh tests/valgrind.sh
 
-demo: all
+demo-embedded: all
 	IDEMKIT_BIN=$(CURDIR)/$(O)/bin sh examples/demo.sh
 
-demo-aws: all
+demo-aws: all $(NODE_STAMP)
 	IDEMKIT_BIN=$(CURDIR)/$(O)/bin DEMO_BACKEND=aws sh examples/demo.sh
 
 install: all
@@ -171,16 +196,14 @@ uninstall:
 
 # Installs the build and test dependencies on Debian (run as root).
 deps:
-	apt-get update
-	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-	  $(foreach d,$(DEPS),$(word 2,$(subst :, ,$(d)))) $(DEBS_RUN)
+	sh mk/deps.sh $(DEBS_BUILD) $(DEBS_TEST)
 
 clean:
 	rm -rf build
 
 help:
-	@echo 'targets: all test sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean'
+	@echo 'targets: all test check demo demo-embedded sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean'
 
-.PHONY: all test sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean help
+.PHONY: all test check demo-embedded sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean help
 
 -include $(LIB_OBJ:.o=.d) $(patsubst cmd/%.c,$(O)/obj/cmd/%.d,$(CMD_SRC)) $(UNITS:=.d)

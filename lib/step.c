@@ -223,8 +223,7 @@ run_group(const struct ik_step *st, char **lines, size_t *lens, size_t n,
 	for (size_t i = 0; i < n; i++)
 		one(st, lines[i], lens[i], &envs[i]);
 	if (grouped && st->commit(st->group_ctx) != 0) {
-		ik_log(IK_LOG_WARN, "group commit failed; redoing each alone", "step",
-		    st->name, NULL);
+		/* The hook logged why (once); each line is redone alone. */
 		for (size_t i = 0; i < n; i++) {
 			cJSON_Delete(envs[i]);
 			envs[i] = NULL;

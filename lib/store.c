@@ -238,7 +238,8 @@ ik_store_group_commit(void *lazy)
 
 	if (s->ops->commit(s, &err) == IK_OK)
 		return 0;
-	ik_log(IK_LOG_WARN, "group commit failed; redoing one by one", "error", err.msg, NULL);
+	ik_log(IK_LOG_WARN, "group commit failed; redoing each alone", "store", s->ops->name,
+	    "error", err.msg, NULL);
 	return -1;
 }
 

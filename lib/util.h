@@ -38,8 +38,10 @@ void ik_buf_free(struct ik_buf *b);
  * a line, 0 at EOF, -1 on a read error.  Lines have no length limit. */
 int ik_read_line(FILE *f, struct ik_buf *b);
 
-/* The whole file (at most max bytes, else -1 with E2BIG), NUL-terminated,
- * trailing newlines stripped.  For secrets: the caller wipes and frees. */
+/* The whole file, NUL-terminated, trailing newlines stripped: IK_OK, or
+ * IK_CONFIG with err when it cannot be read or is larger than max bytes
+ * (IK_SOFTWARE when out of memory).  For secrets: the caller wipes and
+ * frees. */
 int ik_read_file(const char *path, size_t max, struct ik_buf *b, ik_err *err);
 
 /* Lower-case hex of n bytes into out (2n+1 bytes). */

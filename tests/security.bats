@@ -140,7 +140,9 @@ absent() {
 	done
 	grep -q 'CURLOPT_SSL_VERIFYPEER, 1L' "$IDEMKIT_SRC/lib/http.c"
 	grep -q 'CURLOPT_SSL_VERIFYHOST, 2L' "$IDEMKIT_SRC/lib/http.c"
-	! grep -nE 'SSL_VERIFY(PEER|HOST|STATUS)[^;]*, *0|CURLSSLOPT_NO_REVOKE|CURLOPT_SSL_VERIFY[A-Z]*, *[a-z_]' $files
+	# shellcheck disable=SC2086
+	run ! grep -nE 'SSL_VERIFY(PEER|HOST|STATUS)[^;]*, *0|CURLSSLOPT_NO_REVOKE|CURLOPT_SSL_VERIFY[A-Z]*, *[a-z_]' $files
+	[ -z "$output" ] || { echo "TLS verification switched off: $output"; return 1; }
 }
 
 # tls_server DIR: an HTTPS server on loopback with a self-signed cert for
