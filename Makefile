@@ -172,7 +172,7 @@ fuzz-short:
 FAULTS_REPORT := $(CURDIR)/$(O)/faults-report.txt
 faults: all $(NODE_STAMP)
 	@mkdir -p $(O); rm -f $(FAULTS_REPORT)
-	$(TEST_ENV) IDEMKIT_FAULTS_REPORT=$(FAULTS_REPORT) sh tests/run.sh tests/faults/
+	$(TEST_ENV) IDEMKIT_FAULTS_REPORT=$(FAULTS_REPORT) BATS_TEST_TIMEOUT=1200 sh tests/run.sh tests/faults/
 	@cat $(FAULTS_REPORT)
 
 # memcheck on a sample run of every C command (tests/valgrind.sh).

@@ -4,6 +4,11 @@
 # line, "N passed, N failed, N skipped", so a reader of the log need not
 # count TAP lines.  Exits non-zero when any run failed.
 set -u
+# A test that hangs (a receive loop that never ends, a server that never
+# answers) is a red test with its name, not a stuck run: bats ends it after
+# BATS_TEST_TIMEOUT seconds (make faults sets a longer one).
+: "${BATS_TEST_TIMEOUT:=300}"
+export BATS_TEST_TIMEOUT
 log=${TMPDIR:-/tmp}/idemkit-tests.$$
 status=0
 : > "$log"
