@@ -29,6 +29,8 @@
 #ifndef IK_STEP_H
 #define IK_STEP_H
 
+#include <stddef.h>
+
 #include <cjson/cJSON.h>
 
 #include "err.h"
@@ -51,6 +53,15 @@ struct ik_step {
 	int (*begin)(void *group_ctx);
 	int (*commit)(void *group_ctx);
 	void *group_ctx;
+	/* At most this many lines a group (0: IK_STEP_GROUP_MAX); sqs-ack
+	 * uses a queue batch, so each group's envelopes go out as soon as
+	 * their batch completes. */
+	size_t group_max;
+	/* Optional, stream mode: asked after each line or group was written;
+	 * non-zero ends the loop with that exit code (the step found its
+	 * configuration broken, so every further line would fail the same
+	 * way). */
+	int (*halt)(void *group_ctx);
 };
 
 /* Runs the loop over stdin/stdout; returns the exit code for main. */

@@ -180,12 +180,18 @@ PY
 @test "sqs-ack: --actions is the library's table, and sqs-ack(1) prints every row" {
 	run sqs-ack --actions
 	[ "$status" -eq 0 ]
-	[ "${#lines[@]}" -eq 12 ]
+	[ "${#lines[@]}" -eq 13 ]
 	for row in "${lines[@]}"; do
 		grep -qxF ".It ${row//$'\t'/ Ta }" "$IDEMKIT_SRC/man/sqs-ack.1" ||
 			{ echo "missing in sqs-ack.1: $row"; return 1; }
 	done
-	[ "$(grep -c '^\.It [0-9]* Ta ' "$IDEMKIT_SRC/man/sqs-ack.1")" -eq 12 ]
+	[ "$(grep -c '^\.It [0-9]* Ta ' "$IDEMKIT_SRC/man/sqs-ack.1")" -eq 13 ]
+}
+
+@test "sqs-ack: the acker library against the embedded queue (C unit test)" {
+	run "$IDEMKIT_TEST_BIN/acker" "$BATS_TEST_TMPDIR"
+	[ "$status" -eq 0 ]
+	[ "${lines[-1]}" = ok ]
 }
 
 @test "sqs-ack: --help and --version" {
