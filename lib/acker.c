@@ -65,8 +65,25 @@ clamp_vis(int64_t v)
 	return v > IK_QUEUE_MAX_VISIBILITY ? IK_QUEUE_MAX_VISIBILITY : v;
 }
 
+/* The one backoff: min(2^receiveCount * base, cap), in seconds. */
+static int64_t
+backoff(const cJSON *env, int64_t base, int64_t cap)
+{
+	int64_t rc = ik_env_int(env, "receiveCount", 1), v = base;
+
+	for (int64_t i = 0; i < rc && v < cap; i++)
+		v *= 2;
+	return clamp_vis(v > cap ? cap : v);
+}
+
+/* DUP_IN_PROGRESS: most often the holder is a moment from finishing (the
+ * copy came while the first was in the bank call), and the next look then
+ * settles it (DUP_DONE: delete).  So come back soon, later on each
+ * receive, and never after the lease ends, when the claim can be taken
+ * over: the one backoff with base IK_ACKER_DUP_BASE_S, capped at the lease
+ * remaining.  -1 when the claim says no lease. */
 static int
-lease_visibility(const cJSON *env, int64_t *vis)
+dup_visibility(const cJSON *env, int64_t *vis)
 {
 	const cJSON *l = cJSON_GetObjectItemCaseSensitive(ik_env_result(env, "claim"),
 	                                                  "leaseUntil");
@@ -75,20 +92,9 @@ lease_visibility(const cJSON *env, int64_t *vis)
 	if (!cJSON_IsNumber(l))
 		return -1;
 	left = (int64_t)l->valuedouble - ik_now_ms();
-	*vis = clamp_vis(left <= 0 ? 0 : (left + 999) / 1000);
+	left = left <= 0 ? 0 : (left + 999) / 1000;
+	*vis = backoff(env, IK_ACKER_DUP_BASE_S, left);
 	return 0;
-}
-
-static int64_t
-backoff_visibility(const struct ik_acker *a, const cJSON *env)
-{
-	int64_t rc = ik_env_int(env, "receiveCount", 1), v = a->o.backoff_base_s;
-
-	for (int64_t i = 0; i < rc && v < a->o.backoff_cap_s; i++)
-		v *= 2;
-	if (v > a->o.backoff_cap_s)
-		v = a->o.backoff_cap_s;
-	return clamp_vis(v);
 }
 
 /* ---- queues ---- */
@@ -319,14 +325,14 @@ ik_acker_ack(struct ik_acker *a, cJSON *env)
 	case IK_ACT_DELETE_AUDIT:
 		return hold_delete(a, env, ack, act == IK_ACT_DELETE_AUDIT, dlq);
 	case IK_ACT_LEAVE_LEASE:
-		if (lease_visibility(env, &vis) == 0) {
+		if (dup_visibility(env, &vis) == 0) {
 			rc = q->ops->change_visibility(q, receipt, (int)vis, &err);
 			break;
 		}
 		/* no lease to wait for: back off instead */
 		/* fall through */
 	case IK_ACT_LEAVE_BACKOFF:
-		vis = backoff_visibility(a, env);
+		vis = backoff(env, a->o.backoff_base_s, a->o.backoff_cap_s);
 		rc = q->ops->change_visibility(q, receipt, (int)vis, &err);
 		break;
 	case IK_ACT_LEAVE:

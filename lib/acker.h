@@ -27,6 +27,9 @@
 
 #include "err.h"
 
+/* DUP_IN_PROGRESS: visibility = min(2^receiveCount * this, lease left). */
+#define IK_ACKER_DUP_BASE_S 1
+
 struct ik_acker_opts {
 	const char *queue;     /* NULL: the envelope's "queue", else $IDEMKIT_QUEUE */
 	const char *dlq;       /* NULL: ik_queue_dlq_url's default */

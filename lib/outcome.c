@@ -16,7 +16,7 @@ static const struct ik_outcome table[] = {
 	  IK_ACT_DELETE_AUDIT, "delete, audit line" },
 	{ IK_DUP_IN_PROGRESS, "DUP_IN_PROGRESS",
 	  "another holder's lease is live",
-	  IK_ACT_LEAVE_LEASE, "leave; visibility = lease remaining" },
+	  IK_ACT_LEAVE_LEASE, "leave; backoff from receiveCount (base 1s), at most the lease remaining" },
 	{ IK_DUP_FAILED, "DUP_FAILED",
 	  "key previously FAILED",
 	  IK_ACT_DLQ, "DLQ, then delete" },

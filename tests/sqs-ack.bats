@@ -46,6 +46,21 @@ recv_with() {
 	[ "$(jget "$output" ack.visibility)" = 8 ]
 }
 
+@test "sqs-ack: DUP_IN_PROGRESS comes back in seconds, growing with receiveCount, never after the lease" {
+	echo x | sqs-send >/dev/null
+	lease=$(( $(date +%s%3N) + 120000 ))
+	env=$(recv_with "{\"claim\":{\"outcome\":\"DUP_IN_PROGRESS\",\"leaseUntil\":$lease}}")
+	run --separate-stderr sqs-ack <<<"$env"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" ack.action)" = leave-lease ]
+	[ "$(jget "$output" ack.visibility)" = 2 ]
+	run --separate-stderr sqs-ack <<<"$(envset '{"receiveCount":3}' <<<"$env")"
+	[ "$(jget "$output" ack.visibility)" = 8 ]
+	run --separate-stderr sqs-ack <<<"$(envset '{"receiveCount":9}' <<<"$env")"
+	v=$(jget "$output" ack.visibility)
+	[ "$v" -le 120 ] && [ "$v" -ge 110 ]   # 512 s capped at the lease left
+}
+
 @test "sqs-ack: 13 for a stale receipt; nothing deleted" {
 	echo x | sqs-send >/dev/null
 	old=$(recv_with "$FINISHED" --visibility 0)

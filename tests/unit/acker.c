@@ -158,14 +158,21 @@ main(int argc, char **argv)
 	for (int i = 0; i < 3; i++)
 		cJSON_Delete(envs[i]);
 
-	/* DUP_IN_PROGRESS waits for the holder's lease (here 30 s). */
-	recv_envs(q, 1, "{\"claim\":{\"outcome\":\"DUP_IN_PROGRESS\"}}", envs);
-	cJSON_AddNumberToObject(ik_env_result(envs[0], "claim"), "leaseUntil",
-	                        (double)(ik_now_ms() + 30000));
-	CHECK(ik_acker_ack(a, envs[0]) == IK_OK, "leave for the lease");
-	CHECK(ack_num(envs[0], "visibility") == 30, "lease visibility %g",
+	/* DUP_IN_PROGRESS comes back soon (1 s * 2^receiveCount), never after
+	 * the holder's lease (here 30 s) ends. */
+	recv_envs(q, 2, "{\"claim\":{\"outcome\":\"DUP_IN_PROGRESS\"}}", envs);
+	for (int i = 0; i < 2; i++)
+		cJSON_AddNumberToObject(ik_env_result(envs[i], "claim"), "leaseUntil",
+		                        (double)(ik_now_ms() + 30000));
+	cJSON_ReplaceItemInObject(envs[1], "receiveCount", cJSON_CreateNumber(6));
+	for (int i = 0; i < 2; i++)
+		CHECK(ik_acker_ack(a, envs[i]) == IK_OK, "leave %d", i);
+	CHECK(ack_num(envs[0], "visibility") == 2, "first look: 2 s, got %g",
 	      ack_num(envs[0], "visibility"));
-	cJSON_Delete(envs[0]);
+	CHECK(ack_num(envs[1], "visibility") == 30, "6th: 64 s capped at the lease, got %g",
+	      ack_num(envs[1], "visibility"));
+	for (int i = 0; i < 2; i++)
+		cJSON_Delete(envs[i]);
 
 	/* Not a message: nothing to ack, DATAERR. */
 	bare = ik_env_new("{\"chargeId\":\"CHG-1\"}");
