@@ -61,6 +61,17 @@ recv_with() {
 	[ "$v" -le 120 ] && [ "$v" -ge 110 ]   # 512 s capped at the lease left
 }
 
+@test "sqs-ack: LEASE_SHORT from the debit: the claim was released, so leave with a backoff" {
+	echo x | sqs-send >/dev/null
+	env=$(recv_with '{"claim":{"outcome":"ACQUIRED","chargeId":"CHG-1","token":"t","attempt":1,"leaseUntil":1},"debit":{"outcome":"LEASE_SHORT","error":"lease has 2s left, the bank call needs 12s"},"receiveCount":2}')
+	run --separate-stderr sqs-ack --backoff-base 1 <<<"$env"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" ack.verdict)" = LEASE_SHORT ]
+	[ "$(jget "$output" ack.action)" = leave-backoff ]
+	[ "$(jget "$output" ack.visibility)" = 4 ]
+	[ "$(sqs-stat)" = '{"visible":0,"inflight":1,"delayed":0}' ]   # left, hidden for the backoff
+}
+
 @test "sqs-ack: 13 for a stale receipt; nothing deleted" {
 	echo x | sqs-send >/dev/null
 	old=$(recv_with "$FINISHED" --visibility 0)
