@@ -149,9 +149,9 @@ to_dlq(struct ik_acker *a, struct ik_queue *q, const cJSON *env, int verdict,
        const char *why, cJSON *ack, ik_err *err)
 {
 	struct ik_queue *dlq = dlq_for(a, q, err);
-	char count[24], id[IK_CHARGE_ID_MAX + 1], errtext[1024];
+	char count[24], first[24], id[IK_CHARGE_ID_MAX + 1], errtext[1024];
 	const char *step, *e = deciding_error(env, verdict, why, &step);
-	struct ik_qattr at[8];
+	struct ik_qattr at[10];
 	struct ik_qsend m = { .body = ik_env_body(env), .attrs = at };
 	const char *mid = ik_env_str(env, "messageId");
 	int rc;
@@ -159,6 +159,10 @@ to_dlq(struct ik_acker *a, struct ik_queue *q, const cJSON *env, int verdict,
 	if (!dlq)
 		return err->code;
 	snprintf(count, sizeof count, "%lld", (long long)ik_env_int(env, "receiveCount", 0));
+	/* the DLQ copy is a new message: keep when the first one was sent */
+	first[0] = '\0';
+	if (ik_env_first_sent_at(env) > 0)
+		snprintf(first, sizeof first, "%lld", (long long)ik_env_first_sent_at(env));
 	snprintf(errtext, sizeof errtext, "%s", e);
 	charge_id(env, id);
 	/* SQS refuses empty attribute values: only what is there */
@@ -170,6 +174,7 @@ to_dlq(struct ik_acker *a, struct ik_queue *q, const cJSON *env, int verdict,
 	ATTR("idemkit.messageId", mid);
 	ATTR("idemkit.receiveCount", count);
 	ATTR("idemkit.chargeId", id);
+	ATTR(IK_ATTR_FIRST_SENT_AT, first);
 #undef ATTR
 	if (!*m.body)   /* no queue takes an empty body; keep it in sight instead */
 		return ik_errf(err, IK_DATAERR, "empty body: not sent to the DLQ");

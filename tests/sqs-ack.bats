@@ -206,12 +206,12 @@ PY
 @test "sqs-ack: --actions is the library's table, and sqs-ack(1) prints every row" {
 	run sqs-ack --actions
 	[ "$status" -eq 0 ]
-	[ "${#lines[@]}" -eq 13 ]
+	[ "${#lines[@]}" -eq 14 ]
 	for row in "${lines[@]}"; do
 		grep -qxF ".It ${row//$'\t'/ Ta }" "$IDEMKIT_SRC/man/sqs-ack.1" ||
 			{ echo "missing in sqs-ack.1: $row"; return 1; }
 	done
-	[ "$(grep -c '^\.It [0-9]* Ta ' "$IDEMKIT_SRC/man/sqs-ack.1")" -eq 13 ]
+	[ "$(grep -c '^\.It [0-9]* Ta ' "$IDEMKIT_SRC/man/sqs-ack.1")" -eq 14 ]
 }
 
 @test "sqs-ack: the acker library against the embedded queue (C unit test)" {
