@@ -17,6 +17,13 @@
  *    result is filled in when its batch completes: it must stay alive and
  *    unwritten until ik_acker_flush returned;
  *  - an ack once started is finished, never abandoned for a signal.
+ *
+ * A batch is IK_QUEUE_BATCH, SQS's limit per call, for every queue.  A
+ * queue that can delete more at once (the SQLite queue, one transaction)
+ * would add its own limit to the port (an ops field read through a
+ * function such as ik_queue_batch_max), the acker would size its held
+ * deletes from it, and sqs-ack would take its step group_max from the
+ * acker instead of IK_QUEUE_BATCH.
  */
 #ifndef IK_ACKER_H
 #define IK_ACKER_H

@@ -18,7 +18,9 @@
  *   then are they written and flushed.  When commit fails (it rolled the
  *   group back), each line of the group is redone alone, exactly as without
  *   hooks, so a group never changes an outcome, only what a commit costs.
- *   Output is always flushed before the loop blocks on input.
+ *   Output is always flushed before the loop blocks on input.  sqs-ack's
+ *   hooks are its delete batches (group_max = one batch), so its
+ *   envelopes are written when their batch completed.
  *
  * The step function gets an envelope that parsed (a line that claimed to be
  * an envelope but is malformed is recorded as DATAERR under the step's own

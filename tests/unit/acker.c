@@ -1,8 +1,8 @@
 /* acker: the acker (lib/acker.c) driven against the embedded SQLite queue
  * in the directory given as argv[1]: batched deletes held until their
  * batch completes (and no longer than a batch), the DLQ send-then-delete,
- * the backoff and lease visibilities, a stale receipt inside a batch, a
- * line that is no message.  Prints one line per failed check; run by
+ * with the first-sent time, the backoff and lease visibilities, a stale
+ * receipt inside a batch, LEASE_SHORT, a line that is no message.  Prints one line per failed check; run by
  * tests/sqs-ack.bats. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +61,7 @@ recv_envs(struct ik_queue *q, size_t n, const char *results, cJSON **envs)
 			cJSON_AddStringToObject(e, "messageId", m[i].message_id);
 			cJSON_AddStringToObject(e, "receipt", m[i].receipt);
 			cJSON_AddNumberToObject(e, "receiveCount", (double)m[i].receive_count);
+			cJSON_AddNumberToObject(e, "sentAt", (double)m[i].sent_at);
 			for (cJSON *c = r->child; c; c = c->next)
 				cJSON_AddItemToObject(e, c->string, cJSON_Duplicate(c, 1));
 			cJSON_Delete(r);
@@ -149,6 +150,23 @@ main(int argc, char **argv)
 	CHECK(ik_env_step_code(envs[0], "ack") == IK_OK, "DLQ then delete");
 	CHECK(strcmp(ack_str(envs[0], "dlq"), dlq_url) == 0, "DLQ url %s", ack_str(envs[0], "dlq"));
 	CHECK(visible(dlq) == 2, "both DLQ entries sent (the stale one too)");
+	{
+		struct ik_qmsg m[2];
+		size_t k = 0;
+		char want[24];
+		dlq->ops->receive(dlq, 2, 0, 60, m, &k, &err);
+		snprintf(want, sizeof want, "%lld", (long long)ik_env_first_sent_at(envs[0]));
+		for (size_t i = 0; i < k; i++) {
+			const char *got = NULL;
+			for (size_t j = 0; j < m[i].nattrs; j++)
+				if (strcmp(m[i].attrs[j].name, IK_ATTR_FIRST_SENT_AT) == 0)
+					got = m[i].attrs[j].value;
+			CHECK(got && (i > 0 || strcmp(got, want) == 0),
+			      "DLQ copy %zu carries the first-sent time: %s", i, got ? got : "none");
+			ik_qmsg_free(&m[i]);
+		}
+		CHECK(k == 2, "received %zu from the DLQ", k);
+	}
 	CHECK(ik_env_step_code(envs[1], "ack") == IK_OK && ack_num(envs[1], "visibility") == 8,
 	      "backoff visibility %g", ack_num(envs[1], "visibility"));
 	rc = ik_env_step_code(envs[2], "ack");
@@ -173,6 +191,15 @@ main(int argc, char **argv)
 	      ack_num(envs[1], "visibility"));
 	for (int i = 0; i < 2; i++)
 		cJSON_Delete(envs[i]);
+
+	/* LEASE_SHORT from the debit: the claim was released; back off. */
+	recv_envs(q, 1, "{\"claim\":{\"outcome\":\"ACQUIRED\"},"
+	    "\"debit\":{\"outcome\":\"LEASE_SHORT\"}}", envs);
+	CHECK(ik_acker_ack(a, envs[0]) == IK_OK &&
+	      strcmp(ack_str(envs[0], "action"), "leave-backoff") == 0 &&
+	      ack_num(envs[0], "visibility") == 2, "LEASE_SHORT: leave-backoff, 2 s, got %g",
+	      ack_num(envs[0], "visibility"));
+	cJSON_Delete(envs[0]);
 
 	/* Not a message: nothing to ack, DATAERR. */
 	bare = ik_env_new("{\"chargeId\":\"CHG-1\"}");
