@@ -2,8 +2,8 @@
  * in the directory given as argv[1]: batched deletes held until their
  * batch completes (and no longer than a batch), the DLQ send-then-delete,
  * with the first-sent time, the backoff and lease visibilities, a stale
- * receipt inside a batch, LEASE_SHORT, a line that is no message.  Prints one line per failed check; run by
- * tests/sqs-ack.bats. */
+ * receipt inside a batch, LEASE_SHORT, a line that is no message.  Prints
+ * one line per failed check; run by tests/sqs-ack.bats. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
