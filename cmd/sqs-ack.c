@@ -37,7 +37,6 @@ static const char options[] =
 	"  -V, --version           print the version\n";
 static const int codes[] = { 0, 13, 64, 65, 70, 75, 78, -1 };
 
-
 static int stream_mode;
 
 static int
