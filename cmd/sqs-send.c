@@ -5,7 +5,9 @@
  * once that send succeeded is the message deleted from the queue the
  * envelope came from.  That is the re-drive: a crash in between leaves a
  * copy in both queues (a duplicate the idempotency store absorbs), never
- * none.
+ * none.  The re-driven copy keeps when the first copy was sent
+ * (idemkit.firstSentAt, envelope.h), so idemp-claim can tell a charge
+ * that has circulated longer than its record lives.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -42,6 +44,7 @@ struct pending {
 	char *src_queue;       /* --from-envelope: where to delete it */
 	char *src_receipt;
 	char *src_id;
+	char first_sent[24];   /* --from-envelope: IK_ATTR_FIRST_SENT_AT, or "" */
 	long long lineno;
 };
 
@@ -151,15 +154,21 @@ flush(struct sender *s)
 {
 	struct ik_qsend m[IK_QUEUE_BATCH];
 	struct ik_qresult res[IK_QUEUE_BATCH];
+	struct ik_qattr at[IK_QUEUE_BATCH][MAX_ATTRS + 1];
 	ik_err err = { 0 };
 	int rc;
 
 	if (s->n == 0)
 		return 0;
 	memset(m, 0, sizeof m);
-	for (size_t i = 0; i < s->n; i++)
+	for (size_t i = 0; i < s->n; i++) {
+		size_t k = s->nattrs;
+		memcpy(at[i], s->attrs, k * sizeof at[i][0]);
+		if (s->p[i].first_sent[0])
+			at[i][k++] = (struct ik_qattr){ IK_ATTR_FIRST_SENT_AT, s->p[i].first_sent };
 		m[i] = (struct ik_qsend){ .body = s->p[i].body, .delay_s = s->delay,
-		                          .attrs = s->attrs, .nattrs = s->nattrs };
+		                          .attrs = at[i], .nattrs = k };
+	}
 	rc = s->q->ops->send_batch(s->q, m, s->n, res, &err);
 	if (rc != IK_OK) {
 		ik_warnx("lines %lld-%lld not sent: %s", s->p[0].lineno, s->p[s->n - 1].lineno,
@@ -188,6 +197,15 @@ flush(struct sender *s)
 		note(s, IK_SOFTWARE);
 		return -1;
 	}
+	return 0;
+}
+
+static int
+has_attr(const struct sender *s, const char *name)
+{
+	for (size_t i = 0; i < s->nattrs; i++)
+		if (strcmp(s->attrs[i].name, name) == 0)
+			return 1;
 	return 0;
 }
 
@@ -230,6 +248,9 @@ add(struct sender *s, const char *line, size_t len, long long lineno)
 		p->src_queue = ik_strdup(ik_env_str(env, "queue"));
 		p->src_receipt = ik_strdup(ik_env_str(env, "receipt"));
 		p->src_id = ik_strdup(ik_env_str(env, "messageId"));
+		if (!has_attr(s, IK_ATTR_FIRST_SENT_AT) && ik_env_first_sent_at(env) > 0)
+			snprintf(p->first_sent, sizeof p->first_sent, "%lld",
+			         (long long)ik_env_first_sent_at(env));
 	}
 	cJSON_Delete(env);
 	s->n++;

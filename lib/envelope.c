@@ -5,6 +5,7 @@
 
 #include "envelope.h"
 #include "outcome.h"
+#include "util.h"
 
 cJSON *
 ik_env_new(const char *body)
@@ -122,6 +123,20 @@ ik_env_int(const cJSON *env, const char *field, int64_t dflt)
 {
 	const cJSON *it = cJSON_GetObjectItemCaseSensitive(env, field);
 	return cJSON_IsNumber(it) ? (int64_t)it->valuedouble : dflt;
+}
+
+int64_t
+ik_env_first_sent_at(const cJSON *env)
+{
+	const cJSON *a = cJSON_GetObjectItemCaseSensitive(env, "attributes");
+	const char *v = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(a, IK_ATTR_FIRST_SENT_AT));
+	int64_t sent = ik_env_int(env, "sentAt", -1);
+	long long t;
+
+	/* not a time of ours: fall back to the copy's own */
+	if (v && ik_parse_int(v, 1, INT64_MAX / 2, &t) == 0)
+		return (int64_t)t;
+	return sent > 0 ? sent : -1;
 }
 
 cJSON *

@@ -38,6 +38,16 @@ const char *ik_env_body(const cJSON *env);          /* "" if absent */
 const char *ik_env_str(const cJSON *env, const char *field);  /* NULL if absent */
 int64_t ik_env_int(const cJSON *env, const char *field, int64_t dflt);
 
+/* The message attribute that carries a message's first-sent time (epoch
+ * ms, decimal) through the DLQ forward and re-drives: each is a new
+ * message with a new sentAt, and a record must outlive every copy. */
+#define IK_ATTR_FIRST_SENT_AT "idemkit.firstSentAt"
+
+/* When the first copy of this message was sent (epoch ms): the
+ * envelope's attributes[IK_ATTR_FIRST_SENT_AT] when it is a positive
+ * integer, else its sentAt; -1 when it has neither (a bare event). */
+int64_t ik_env_first_sent_at(const cJSON *env);
+
 /* The result object a step added, or NULL. */
 cJSON *ik_env_result(const cJSON *env, const char *step);
 /* Replace (or add) env[step] = a new object {"outcome": name-of-code}

@@ -246,13 +246,15 @@ stream(const struct ik_step *st)
 	size_t lens[IK_STEP_GROUP_MAX];
 	cJSON *envs[IK_STEP_GROUP_MAX] = { 0 };
 	int rc = IK_OK, group = st->begin && st->commit;
+	size_t gmax = st->group_max && st->group_max < IK_STEP_GROUP_MAX ?
+	    st->group_max : IK_STEP_GROUP_MAX;
 
 	while (!ik_stop_signal) {
 		size_t n = 0;
 		char *line;
 		size_t len;
 
-		if (rd_gather(&r, IK_STEP_GROUP_MAX) < 0) {
+		if (rd_gather(&r, gmax) < 0) {
 			ik_warnx("stdin: %s", strerror(errno));
 			rc = IK_SOFTWARE;
 			break;
@@ -280,9 +282,11 @@ stream(const struct ik_step *st)
 				}
 				if (flush)
 					held = 0;
+				if (st->halt && (rc = st->halt(st->group_ctx)) != IK_OK)
+					break;
 			}
 		} else {
-			while (n < IK_STEP_GROUP_MAX && (line = rd_line(&r, &len)))
+			while (n < gmax && (line = rd_line(&r, &len)))
 				if (len) {
 					lines[n] = line;
 					lens[n++] = len;
@@ -290,6 +294,8 @@ stream(const struct ik_step *st)
 			if (n && (run_group(st, lines, lens, n, envs,
 			    n > 1 && st->begin(st->group_ctx) == 0) < 0 || emit_all(envs, n) < 0))
 				rc = IK_SOFTWARE;
+			else if (n && st->halt)
+				rc = st->halt(st->group_ctx);
 		}
 		if (rc != IK_OK || (r.eof && r.off == r.len))
 			break;

@@ -18,7 +18,9 @@
  *   then are they written and flushed.  When commit fails (it rolled the
  *   group back), each line of the group is redone alone, exactly as without
  *   hooks, so a group never changes an outcome, only what a commit costs.
- *   Output is always flushed before the loop blocks on input.
+ *   Output is always flushed before the loop blocks on input.  sqs-ack's
+ *   hooks are its delete batches (group_max = one batch), so its
+ *   envelopes are written when their batch completed.
  *
  * The step function gets an envelope that parsed (a line that claimed to be
  * an envelope but is malformed is recorded as DATAERR under the step's own
@@ -28,6 +30,8 @@
  */
 #ifndef IK_STEP_H
 #define IK_STEP_H
+
+#include <stddef.h>
 
 #include <cjson/cJSON.h>
 
@@ -51,6 +55,15 @@ struct ik_step {
 	int (*begin)(void *group_ctx);
 	int (*commit)(void *group_ctx);
 	void *group_ctx;
+	/* At most this many lines a group (0: IK_STEP_GROUP_MAX); sqs-ack
+	 * uses a queue batch, so each group's envelopes go out as soon as
+	 * their batch completes. */
+	size_t group_max;
+	/* Optional, stream mode: asked after each line or group was written;
+	 * non-zero ends the loop with that exit code (the step found its
+	 * configuration broken, so every further line would fail the same
+	 * way). */
+	int (*halt)(void *group_ctx);
 };
 
 /* Runs the loop over stdin/stdout; returns the exit code for main. */

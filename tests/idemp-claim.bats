@@ -10,7 +10,7 @@ load lock
 	run idemp-claim --help
 	[ "$status" -eq 0 ]
 	[[ "$output" == *"usage: idemp-claim"* ]]
-	for c in "0  OK" "10  DUP_DONE" "11  DUP_IN_PROGRESS" "12  DUP_FAILED" "14  PAYLOAD_MISMATCH" "65  DATAERR" "75  TEMPFAIL" "78  CONFIG"; do
+	for c in "0  OK" "10  DUP_DONE" "11  DUP_IN_PROGRESS" "12  DUP_FAILED" "14  PAYLOAD_MISMATCH" "16  STALE_EVENT" "65  DATAERR" "75  TEMPFAIL" "78  CONFIG"; do
 		[[ "$output" == *"$c"* ]]
 	done
 	run idemp-claim --version
@@ -38,12 +38,13 @@ load lock
 }
 
 @test "accepts an envelope and keeps its fields" {
-	env='{"v":1,"queue":"q","messageId":"m-1","receipt":"r-1","receiveCount":2,"sentAt":1764460800000,"body":"{\"chargeId\":\"CHG-E\",\"accountId\":\"A\",\"amount\":5,\"currency\":\"INR\",\"chargeType\":\"X\"}"}'
+	sent=$(date +%s%3N)   # a recent copy: an old one with no record is STALE_EVENT (below)
+	env='{"v":1,"queue":"q","messageId":"m-1","receipt":"r-1","receiveCount":2,"sentAt":'$sent',"body":"{\"chargeId\":\"CHG-E\",\"accountId\":\"A\",\"amount\":5,\"currency\":\"INR\",\"chargeType\":\"X\"}"}'
 	run --separate-stderr idemp-claim <<<"$env"
 	[ "$status" -eq 0 ]
 	[ "$(jget "$output" messageId)" = m-1 ]
 	[ "$(jget "$output" receiveCount)" = 2 ]
-	[ "$(jget "$output" sentAt)" = 1764460800000 ]
+	[ "$(jget "$output" sentAt)" = "$sent" ]
 	[ "$(jget "$output" claim.chargeId)" = CHG-E ]
 }
 
@@ -112,4 +113,70 @@ load lock
 	ev CHG-O | idemp-claim >&- 2>"$BATS_TEST_TMPDIR/err" || rc=$?
 	[ "$rc" -eq 70 ]
 	grep -q "stdout" "$BATS_TEST_TMPDIR/err"
+}
+
+# stale_env CHARGE AGE_MS [ATTR]: an envelope whose message was first sent
+# AGE_MS ago, by the idemkit.firstSentAt attribute (ATTR=attr, default) or
+# by its own sentAt (ATTR=sentAt).
+stale_env() {
+	python3 -c 'import json, sys, time
+now = int(time.time() * 1000); first = now - int(sys.argv[3])
+e = {"v": 1, "messageId": "m-" + sys.argv[1], "receipt": "r", "receiveCount": 2,
+     "sentAt": now, "body": sys.argv[2]}
+if sys.argv[4] == "attr":
+    e["attributes"] = {"idemkit.firstSentAt": str(first)}
+else:
+    e["sentAt"] = first
+print(json.dumps(e))' "$1" "$(ev "$1")" "$2" "${3:-attr}"
+}
+
+@test "16 STALE_EVENT: no record and first sent longer ago than records are kept; later copies DUP_FAILED" {
+	export IDEMKIT_RETENTION=10h   # margin: a tenth, 1h
+	run --separate-stderr idemp-claim <<<"$(stale_env CHG-OLD $((9 * 3600000 + 60000)))"
+	[ "$status" -eq 16 ]
+	[ "$(jget "$output" claim.outcome)" = STALE_EVENT ]
+	[[ "$(jget "$output" claim.error)" == "no record, and the message was first sent "*" s ago (records are kept 36000 s, less a margin of 3600 s): its record may have expired"* ]]
+	[[ "$stderr" == *'"msg":"stale event refused"'*'"chargeId":"CHG-OLD"'* ]]
+	# the refusal is recorded (FAILED, fenced on the claim's token): every
+	# later copy is DUP_FAILED, never a fresh claim once the lease is over
+	run idemp-show --json CHG-OLD
+	[ "$(jget "$output" state)" = FAILED ]
+	[[ "$(jget "$output" lastError)" == "no record, and the message"* ]]
+	run --separate-stderr idemp-claim --lease 1s <<<"$(stale_env CHG-OLD $((9 * 3600000 + 60000)))"
+	[ "$status" -eq 12 ]
+	# its own sentAt counts when there is no attribute (a copy never forwarded)
+	run --separate-stderr idemp-claim <<<"$(stale_env CHG-OLD2 $((9 * 3600000 + 60000)) sentAt)"
+	[ "$status" -eq 16 ]
+	# sqs-ack sends it to the DLQ, as the table says
+	[ "$(sqs-ack --actions | awk -F'\t' '$1 == 16 { print $3 }')" = dlq ]
+}
+
+@test "a copy younger than the retention less the margin, or a bare event, is claimed" {
+	export IDEMKIT_RETENTION=10h
+	run --separate-stderr idemp-claim <<<"$(stale_env CHG-YOUNG $((9 * 3600000 - 60000)))"
+	[ "$status" -eq 0 ]
+	run --separate-stderr idemp-claim < <(ev CHG-BARE)
+	[ "$status" -eq 0 ]
+}
+
+@test "a stale copy that finds its record is decided by the record, as any copy" {
+	export IDEMKIT_RETENTION=10h
+	run --separate-stderr idemp-claim --lease 1s < <(ev CHG-LIVE)
+	[ "$status" -eq 0 ]
+	run --separate-stderr idemp-claim <<<"$(stale_env CHG-LIVE $((10 * 3600000)))"
+	[ "$status" -eq 11 ]
+	sleep 1.1   # the lease ended: the stale copy takes the live record over
+	run --separate-stderr idemp-claim <<<"$(stale_env CHG-LIVE $((10 * 3600000)))"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" claim.attempt)" = 2 ]
+}
+
+@test "--stream: a stale copy is refused inside a group, its neighbours claimed" {
+	export IDEMKIT_RETENTION=10h
+	{ ev CHG-G1; stale_env CHG-G2 $((10 * 3600000)); ev CHG-G3; } >"$BATS_TEST_TMPDIR/in"
+	run --separate-stderr idemp-claim --stream <"$BATS_TEST_TMPDIR/in"
+	[ "$status" -eq 0 ]
+	got=$(for l in "${lines[@]}"; do printf '%s ' "$(jget "$l" claim.outcome)"; done)
+	[ "$got" = "ACQUIRED STALE_EVENT ACQUIRED " ]
+	[ "$(jget "$(idemp-show --json CHG-G2)" state)" = FAILED ]
 }

@@ -123,6 +123,34 @@ EOF
 	[ "$(sqs-stat)" = '{"visible":0,"inflight":0,"delayed":0}' ]   # deleted from the main queue, not just hidden
 }
 
+# attr JSON NAME: a message attribute of an envelope (names have dots).
+attr() {
+	python3 -c 'import json,sys; print(json.loads(sys.argv[1]).get("attributes", {}).get(sys.argv[2], ""))' "$1" "$2"
+}
+
+@test "queue[$QB]: the first-sent time travels through the DLQ and a re-drive" {
+	echo '{"chargeId":"CHG-F"}' | sqs-send >/dev/null
+	env=$(sqs-recv --visibility 30)
+	sent=$(jget "$env" sentAt)
+	[ -n "$sent" ] && [ -z "$(attr "$env" idemkit.firstSentAt)" ]
+	sqs-ack <<<"$(envset '{"claim":{"outcome":"DUP_FAILED"}}' <<<"$env")" >/dev/null 2>&1
+	dl=$(sqs-recv --queue "$DLQ" --visibility 30)
+	[ "$(attr "$dl" idemkit.firstSentAt)" = "$sent" ]     # the DLQ copy is a new message
+	sleep 0.01
+	# the re-drive keeps it, and so does the next forward (not the copy's own sentAt)
+	run --separate-stderr sqs-send --from-envelope <<<"$dl"
+	[ "$status" -eq 0 ]
+	back=$(sqs-recv --visibility 30)
+	[ "$(jget "$back" body)" = '{"chargeId":"CHG-F"}' ]
+	[ "$(attr "$back" idemkit.firstSentAt)" = "$sent" ]
+	sqs-ack <<<"$(envset '{"claim":{"outcome":"PAYLOAD_MISMATCH"}}' <<<"$back")" >/dev/null 2>&1
+	dl2=$(sqs-recv --queue "$DLQ" --visibility 30)
+	[ "$(attr "$dl2" idemkit.firstSentAt)" = "$sent" ]
+	# an explicit attribute wins over the envelope's; plain sends carry what is given
+	sqs-send --from-envelope --attr idemkit.firstSentAt=1700000000000 <<<"$dl2" >/dev/null
+	[ "$(attr "$(sqs-recv --visibility 30)" idemkit.firstSentAt)" = 1700000000000 ]
+}
+
 @test "queue[$QB]: DLQ send fails -> the message is left, not deleted" {
 	echo poison | sqs-send >/dev/null
 	env=$(sqs-recv --visibility 30 | envset '{"claim":{"outcome":"PAYLOAD_MISMATCH"}}')

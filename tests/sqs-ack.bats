@@ -46,6 +46,32 @@ recv_with() {
 	[ "$(jget "$output" ack.visibility)" = 8 ]
 }
 
+@test "sqs-ack: DUP_IN_PROGRESS comes back in seconds, growing with receiveCount, never after the lease" {
+	echo x | sqs-send >/dev/null
+	lease=$(( $(date +%s%3N) + 120000 ))
+	env=$(recv_with "{\"claim\":{\"outcome\":\"DUP_IN_PROGRESS\",\"leaseUntil\":$lease}}")
+	run --separate-stderr sqs-ack <<<"$env"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" ack.action)" = leave-lease ]
+	[ "$(jget "$output" ack.visibility)" = 2 ]
+	run --separate-stderr sqs-ack <<<"$(envset '{"receiveCount":3}' <<<"$env")"
+	[ "$(jget "$output" ack.visibility)" = 8 ]
+	run --separate-stderr sqs-ack <<<"$(envset '{"receiveCount":9}' <<<"$env")"
+	v=$(jget "$output" ack.visibility)
+	[ "$v" -le 120 ] && [ "$v" -ge 110 ]   # 512 s capped at the lease left
+}
+
+@test "sqs-ack: LEASE_SHORT from the debit: the claim was released, so leave with a backoff" {
+	echo x | sqs-send >/dev/null
+	env=$(recv_with '{"claim":{"outcome":"ACQUIRED","chargeId":"CHG-1","token":"t","attempt":1,"leaseUntil":1},"debit":{"outcome":"LEASE_SHORT","error":"lease has 2s left, the bank call needs 12s"},"receiveCount":2}')
+	run --separate-stderr sqs-ack --backoff-base 1 <<<"$env"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" ack.verdict)" = LEASE_SHORT ]
+	[ "$(jget "$output" ack.action)" = leave-backoff ]
+	[ "$(jget "$output" ack.visibility)" = 4 ]
+	[ "$(sqs-stat)" = '{"visible":0,"inflight":1,"delayed":0}' ]   # left, hidden for the backoff
+}
+
 @test "sqs-ack: 13 for a stale receipt; nothing deleted" {
 	echo x | sqs-send >/dev/null
 	old=$(recv_with "$FINISHED" --visibility 0)
@@ -180,12 +206,18 @@ PY
 @test "sqs-ack: --actions is the library's table, and sqs-ack(1) prints every row" {
 	run sqs-ack --actions
 	[ "$status" -eq 0 ]
-	[ "${#lines[@]}" -eq 13 ]
+	[ "${#lines[@]}" -eq 14 ]
 	for row in "${lines[@]}"; do
 		grep -qxF ".It ${row//$'\t'/ Ta }" "$IDEMKIT_SRC/man/sqs-ack.1" ||
 			{ echo "missing in sqs-ack.1: $row"; return 1; }
 	done
-	[ "$(grep -c '^\.It [0-9]* Ta ' "$IDEMKIT_SRC/man/sqs-ack.1")" -eq 13 ]
+	[ "$(grep -c '^\.It [0-9]* Ta ' "$IDEMKIT_SRC/man/sqs-ack.1")" -eq 14 ]
+}
+
+@test "sqs-ack: the acker library against the embedded queue (C unit test)" {
+	run "$IDEMKIT_TEST_BIN/acker" "$BATS_TEST_TMPDIR"
+	[ "$status" -eq 0 ]
+	[ "${lines[-1]}" = ok ]
 }
 
 @test "sqs-ack: --help and --version" {

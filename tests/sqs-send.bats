@@ -55,12 +55,16 @@ PY
 	mkdir -p "$IDEMKIT_STATE_DIR"
 	dlq="sqlite:$IDEMKIT_STATE_DIR/queue.db#charges-dlq"
 	echo '{"chargeId":"CHG-9"}' | sqs-send --queue "$dlq" --attr idemkit.reason=DECLINED >/dev/null
-	run bash -c "sqs-recv --queue '$dlq' --visibility 1 | sqs-send --from-envelope"
+	sqs-recv --queue "$dlq" --visibility 1 >"$BATS_TEST_TMPDIR/env"
+	run sqs-send --from-envelope <"$BATS_TEST_TMPDIR/env"
 	[ "$status" -eq 0 ]
 	[ -n "$(jget "$output" source)" ]
 	run sqs-recv
 	[ "$(jget "$output" body)" = '{"chargeId":"CHG-9"}' ]
-	[ -z "$(jget "$output" attributes)" ]      # the DLQ's reasons stay behind
+	# the DLQ's reasons stay behind; when the first copy was sent goes on
+	python3 -c 'import json, sys
+a = json.loads(sys.argv[1])["attributes"]; src = json.load(open(sys.argv[2]))
+assert a == {"idemkit.firstSentAt": str(src["sentAt"])}, a' "$output" "$BATS_TEST_TMPDIR/env"
 	sleep 1.1
 	run sqs-recv --queue "$dlq"
 	[ "$status" -eq 1 ]

@@ -1,0 +1,370 @@
+/* acker.c: the verdict carried out on the queue; see acker.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "acker.h"
+#include "envelope.h"
+#include "event.h"
+#include "log.h"
+#include "outcome.h"
+#include "queue.h"
+#include "util.h"
+
+struct held {
+	cJSON *env;
+	cJSON *ack;            /* the "ack" fields decided so far */
+	int audit;             /* DUP_DONE: an audit line once deleted */
+	int dlq;               /* already sent to the DLQ: the delete completes it */
+};
+
+struct ik_acker {
+	struct ik_acker_opts o;
+	struct ik_queue *q, *dlq;
+	int halted;            /* the exit code once configuration is broken */
+	int batching;
+	struct held del[IK_QUEUE_BATCH];
+	size_t ndel;
+};
+
+static const char *const steps[] = { "claim", "debit", "notify", "done" };
+
+/* ---- the envelope's facts ---- */
+
+/* The error text of the step that decided the verdict, or "". */
+static const char *
+deciding_error(const cJSON *env, int verdict, const char *why, const char **step)
+{
+	for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+		cJSON *r = ik_env_result(env, steps[i]);
+		const cJSON *e = cJSON_GetObjectItemCaseSensitive(r, "error");
+		if (r && (strcmp(why, steps[i]) == 0 || ik_env_step_code(env, steps[i]) == verdict) &&
+		    cJSON_IsString(e)) {
+			*step = steps[i];
+			return e->valuestring;
+		}
+	}
+	*step = why;
+	return "";
+}
+
+static void
+charge_id(const cJSON *env, char out[IK_CHARGE_ID_MAX + 1])
+{
+	const cJSON *c = cJSON_GetObjectItemCaseSensitive(ik_env_result(env, "claim"), "chargeId");
+
+	if (cJSON_IsString(c) && strlen(c->valuestring) <= IK_CHARGE_ID_MAX)
+		snprintf(out, IK_CHARGE_ID_MAX + 1, "%s", c->valuestring);
+	else
+		ik_event_peek_id(ik_env_body(env), out);
+}
+
+static int64_t
+clamp_vis(int64_t v)
+{
+	return v > IK_QUEUE_MAX_VISIBILITY ? IK_QUEUE_MAX_VISIBILITY : v;
+}
+
+/* The one backoff: min(2^receiveCount * base, cap), in seconds. */
+static int64_t
+backoff(const cJSON *env, int64_t base, int64_t cap)
+{
+	int64_t rc = ik_env_int(env, "receiveCount", 1), v = base;
+
+	for (int64_t i = 0; i < rc && v < cap; i++)
+		v *= 2;
+	return clamp_vis(v > cap ? cap : v);
+}
+
+/* DUP_IN_PROGRESS: most often the holder is a moment from finishing (the
+ * copy came while the first was in the bank call), and the next look then
+ * settles it (DUP_DONE: delete).  So come back soon, later on each
+ * receive, and never after the lease ends, when the claim can be taken
+ * over: the one backoff with base IK_ACKER_DUP_BASE_S, capped at the lease
+ * remaining.  -1 when the claim says no lease. */
+static int
+dup_visibility(const cJSON *env, int64_t *vis)
+{
+	const cJSON *l = cJSON_GetObjectItemCaseSensitive(ik_env_result(env, "claim"),
+	                                                  "leaseUntil");
+	int64_t left;
+
+	if (!cJSON_IsNumber(l))
+		return -1;
+	left = (int64_t)l->valuedouble - ik_now_ms();
+	left = left <= 0 ? 0 : (left + 999) / 1000;
+	*vis = backoff(env, IK_ACKER_DUP_BASE_S, left);
+	return 0;
+}
+
+/* ---- queues ---- */
+
+static struct ik_queue *
+queue_for(struct ik_acker *a, const cJSON *env, ik_err *err)
+{
+	const char *url = a->o.queue ? a->o.queue : ik_env_str(env, "queue");
+	int batching;
+
+	if (a->q && (!url || strcmp(a->q->url, url) == 0))
+		return a->q;
+	batching = a->batching;
+	ik_acker_flush(a);   /* the held deletes belong to the queue being closed */
+	a->batching = batching;
+	ik_queue_close(a->q);
+	a->q = NULL;
+	if (ik_queue_open(url, &a->q, err) != IK_OK) {
+		if (err->code == IK_CONFIG)
+			a->halted = IK_CONFIG;
+		return NULL;
+	}
+	a->q->stop = NULL;   /* an ack in progress is finished, not abandoned */
+	return a->q;
+}
+
+static struct ik_queue *
+dlq_for(struct ik_acker *a, struct ik_queue *q, ik_err *err)
+{
+	char *url;
+
+	if (a->dlq)
+		return a->dlq;
+	if (!(url = ik_queue_dlq_url(a->o.dlq, q->url, err)))
+		return NULL;
+	if (ik_queue_open(url, &a->dlq, err) != IK_OK)
+		a->dlq = NULL;
+	free(url);
+	return a->dlq;
+}
+
+static void
+add_attr(struct ik_qattr *at, size_t *n, const char *k, const char *v)
+{
+	if (v && *v)
+		at[(*n)++] = (struct ik_qattr){ (char *)k, (char *)v };
+}
+
+/* Send the body to the DLQ with why and where it came from. */
+static int
+to_dlq(struct ik_acker *a, struct ik_queue *q, const cJSON *env, int verdict,
+       const char *why, cJSON *ack, ik_err *err)
+{
+	struct ik_queue *dlq = dlq_for(a, q, err);
+	char count[24], first[24], id[IK_CHARGE_ID_MAX + 1], errtext[1024];
+	const char *step, *e = deciding_error(env, verdict, why, &step);
+	struct ik_qattr at[10];
+	struct ik_qsend m = { .body = ik_env_body(env), .attrs = at };
+	const char *mid = ik_env_str(env, "messageId");
+	int rc;
+
+	if (!dlq)
+		return err->code;
+	snprintf(count, sizeof count, "%lld", (long long)ik_env_int(env, "receiveCount", 0));
+	/* the DLQ copy is a new message: keep when the first one was sent */
+	first[0] = '\0';
+	if (ik_env_first_sent_at(env) > 0)
+		snprintf(first, sizeof first, "%lld", (long long)ik_env_first_sent_at(env));
+	snprintf(errtext, sizeof errtext, "%s", e);
+	charge_id(env, id);
+	/* SQS refuses empty attribute values: only what is there */
+#define ATTR(k, v) add_attr(at, &m.nattrs, k, v)
+	ATTR("idemkit.reason", ik_code_name(verdict));
+	ATTR("idemkit.error", errtext);
+	ATTR("idemkit.step", step);
+	ATTR("idemkit.sourceQueue", q->url);
+	ATTR("idemkit.messageId", mid);
+	ATTR("idemkit.receiveCount", count);
+	ATTR("idemkit.chargeId", id);
+	ATTR(IK_ATTR_FIRST_SENT_AT, first);
+#undef ATTR
+	if (!*m.body)   /* no queue takes an empty body; keep it in sight instead */
+		return ik_errf(err, IK_DATAERR, "empty body: not sent to the DLQ");
+	rc = dlq->ops->send(dlq, &m, err);
+	if (rc == IK_OK) {
+		cJSON_AddStringToObject(ack, "dlq", dlq->url);
+		cJSON_AddStringToObject(ack, "dlqMessageId", m.message_id);
+		ik_log(IK_LOG_AUDIT, "sent to the DLQ", "step", "ack", "chargeId", id[0] ? id : NULL,
+		       "messageId", mid, "outcome", ik_code_name(verdict), "dlq", dlq->url,
+		       "error", errtext[0] ? errtext : NULL, NULL);
+	} else {
+		ik_errwrap(err, "DLQ %s", dlq->url);
+	}
+	free(m.message_id);
+	return rc;
+}
+
+/* ---- recording the result ---- */
+
+/* env's "ack" = {"outcome": code, the fields of ack (freed), "error", "at"}. */
+static int
+finish(const struct ik_acker *a, cJSON *env, cJSON *ack, int code, const char *msg,
+       int audit, int dlq)
+{
+	cJSON *r = ik_env_set_result(env, "ack", code);
+	char id[IK_CHARGE_ID_MAX + 1];
+
+	if (r && ack)
+		for (cJSON *c = ack->child; c; c = c->next)
+			if (strcmp(c->string, "outcome") != 0)
+				cJSON_AddItemToObject(r, c->string, cJSON_Duplicate(c, 1));
+	cJSON_Delete(ack);
+	if (r && msg && *msg)
+		cJSON_AddStringToObject(r, "error", msg);
+	if (r && code != IK_OK && dlq)
+		/* in the DLQ and still here: a duplicate there, never a loss */
+		cJSON_AddBoolToObject(r, "dlqSentNotDeleted", 1);
+	/* When the message was settled (epoch ms): with claim.leaseUntil it
+	 * gives claim-to-ack latency (make bench).  Last, so that scripts
+	 * matching the fields before it are not disturbed. */
+	if (r)
+		cJSON_AddNumberToObject(r, "at", (double)ik_now_ms());
+	if (code == IK_OK && audit) {
+		charge_id(env, id);
+		ik_log(IK_LOG_AUDIT, "duplicate of a finished charge deleted", "step", "ack",
+		       "chargeId", id[0] ? id : NULL, "messageId", ik_env_str(env, "messageId"),
+		       "outcome", "DUP_DONE", NULL);
+	}
+	if (code != IK_OK && a->o.log_failures)
+		ik_log(IK_LOG_WARN, "ack failed", "step", "ack",
+		       "messageId", ik_env_str(env, "messageId"),
+		       "action", cJSON_GetStringValue(cJSON_GetObjectItem(r, "action")),
+		       "outcome", ik_code_name(code), "error", msg, NULL);
+	return code;
+}
+
+int
+ik_acker_flush(void *acker)
+{
+	struct ik_acker *a = acker;
+	const char *receipts[IK_QUEUE_BATCH];
+	struct ik_qresult res[IK_QUEUE_BATCH];
+	ik_err err = { 0 };
+	size_t k = a->ndel;
+	int rc;
+
+	a->batching = 0;
+	a->ndel = 0;
+	if (k == 0)
+		return 0;
+	for (size_t i = 0; i < k; i++)
+		receipts[i] = ik_env_str(a->del[i].env, "receipt");
+	if (k == 1) {
+		rc = a->q->ops->del(a->q, receipts[0], &err);
+		res[0].code = rc;
+		snprintf(res[0].msg, sizeof res[0].msg, "%s", rc == IK_OK ? "" : err.msg);
+		rc = IK_OK;
+	} else {
+		rc = a->q->ops->del_batch(a->q, receipts, k, res, &err);
+	}
+	for (size_t i = 0; i < k; i++) {
+		struct held *h = &a->del[i];
+		finish(a, h->env, h->ack, rc != IK_OK ? rc : res[i].code,
+		       rc != IK_OK ? err.msg : res[i].msg, h->audit, h->dlq);
+		memset(h, 0, sizeof *h);
+	}
+	return 0;
+}
+
+int
+ik_acker_begin(void *acker)
+{
+	((struct ik_acker *)acker)->batching = 1;
+	return 0;
+}
+
+int
+ik_acker_halted(void *acker)
+{
+	return ((struct ik_acker *)acker)->halted;
+}
+
+/* Hold env's delete; sent now unless a batch is open and has room. */
+static int
+hold_delete(struct ik_acker *a, cJSON *env, cJSON *ack, int audit, int dlq)
+{
+	int batching = a->batching;
+
+	if (a->ndel == IK_QUEUE_BATCH)
+		ik_acker_flush(a);
+	a->del[a->ndel++] = (struct held){ env, ack, audit, dlq };
+	if (!batching) {
+		ik_acker_flush(a);
+		return ik_env_step_code(env, "ack");
+	}
+	a->batching = 1;
+	return IK_OK;
+}
+
+int
+ik_acker_ack(struct ik_acker *a, cJSON *env)
+{
+	const char *why = "", *receipt = ik_env_str(env, "receipt");
+	int verdict = ik_env_verdict(env, &why);
+	const struct ik_outcome *o = ik_outcome_by_code(verdict);
+	enum ik_action act = o ? o->action : IK_ACT_LEAVE;
+	struct ik_queue *q;
+	int64_t vis = -1;
+	ik_err err = { 0 };
+	cJSON *ack = cJSON_CreateObject();
+	int rc = IK_OK, dlq = 0;
+
+	if (!ack)
+		return finish(a, env, NULL, IK_SOFTWARE, "out of memory", 0, 0);
+	if (!receipt || !*receipt) {
+		cJSON_AddStringToObject(ack, "action", "none");
+		return finish(a, env, ack, IK_DATAERR,
+		              "not an envelope from sqs-recv (no receipt): nothing to ack", 0, 0);
+	}
+	cJSON_AddStringToObject(ack, "action", ik_action_name(act));
+	cJSON_AddStringToObject(ack, "verdict", ik_code_name(verdict));
+	if (why && *why)
+		cJSON_AddStringToObject(ack, "why", why);
+	if (!(q = queue_for(a, env, &err)))
+		return finish(a, env, ack, err.code, err.msg, 0, 0);
+	switch (act) {
+	case IK_ACT_DLQ:
+		if ((rc = to_dlq(a, q, env, verdict, why, ack, &err)) != IK_OK)
+			break;   /* not in the DLQ: leave it, it comes back */
+		dlq = 1;
+		/* fall through */
+	case IK_ACT_DELETE:
+	case IK_ACT_DELETE_AUDIT:
+		return hold_delete(a, env, ack, act == IK_ACT_DELETE_AUDIT, dlq);
+	case IK_ACT_LEAVE_LEASE:
+		if (dup_visibility(env, &vis) == 0) {
+			rc = q->ops->change_visibility(q, receipt, (int)vis, &err);
+			break;
+		}
+		/* no lease to wait for: back off instead */
+		/* fall through */
+	case IK_ACT_LEAVE_BACKOFF:
+		vis = backoff(env, a->o.backoff_base_s, a->o.backoff_cap_s);
+		rc = q->ops->change_visibility(q, receipt, (int)vis, &err);
+		break;
+	case IK_ACT_LEAVE:
+	case IK_ACT_NONE:
+		break;
+	}
+	if (vis >= 0)
+		cJSON_AddNumberToObject(ack, "visibility", (double)vis);
+	return finish(a, env, ack, rc, rc == IK_OK ? NULL : err.msg, 0, 0);
+}
+
+int
+ik_acker_open(const struct ik_acker_opts *o, struct ik_acker **out, ik_err *err)
+{
+	if (!(*out = calloc(1, sizeof **out)))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	(*out)->o = *o;
+	return IK_OK;
+}
+
+void
+ik_acker_close(struct ik_acker *a)
+{
+	if (!a)
+		return;
+	ik_acker_flush(a);
+	ik_queue_close(a->q);
+	ik_queue_close(a->dlq);
+	free(a);
+}

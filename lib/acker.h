@@ -1,0 +1,71 @@
+/* acker.h: carry out an envelope's verdict on its message (sqs-ack).
+ *
+ * The decision is not made here: ik_env_verdict picks the deciding
+ * outcome and the table in outcome.c says what it means for the message
+ * (delete, delete with an audit line, leave for a while, leave with a
+ * backoff, leave, or DLQ then delete).  The acker carries the action out
+ * and records it as the envelope's "ack" result.
+ *
+ * Rules:
+ *  - DLQ = the original body, unchanged, sent to the DLQ with the reason
+ *    and the source in message attributes; the message is deleted only
+ *    after that send succeeded (a failed send leaves it: TEMPFAIL);
+ *  - a line without a receipt is not a message: DATAERR, nothing acked;
+ *  - outside a batch every action is complete when ik_acker_ack returns;
+ *    inside one (ik_acker_begin .. ik_acker_flush) deletes are held and
+ *    sent together, IK_QUEUE_BATCH at a time, and a held envelope's "ack"
+ *    result is filled in when its batch completes: it must stay alive and
+ *    unwritten until ik_acker_flush returned;
+ *  - an ack once started is finished, never abandoned for a signal.
+ *
+ * A batch is IK_QUEUE_BATCH, SQS's limit per call, for every queue.  A
+ * queue that can delete more at once (the SQLite queue, one transaction)
+ * would add its own limit to the port (an ops field read through a
+ * function such as ik_queue_batch_max), the acker would size its held
+ * deletes from it, and sqs-ack would take its step group_max from the
+ * acker instead of IK_QUEUE_BATCH.
+ */
+#ifndef IK_ACKER_H
+#define IK_ACKER_H
+
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "err.h"
+
+/* DUP_IN_PROGRESS: visibility = min(2^receiveCount * this, lease left). */
+#define IK_ACKER_DUP_BASE_S 1
+
+struct ik_acker_opts {
+	const char *queue;     /* NULL: the envelope's "queue", else $IDEMKIT_QUEUE */
+	const char *dlq;       /* NULL: ik_queue_dlq_url's default */
+	int64_t backoff_base_s, backoff_cap_s;   /* TEMPFAIL: min(2^receiveCount * base, cap) */
+	int log_failures;      /* a warning log line for each failed ack (stream mode) */
+};
+
+struct ik_acker;
+
+/* IK_OK, or IK_SOFTWARE (out of memory).  The strings in o must outlive
+ * the acker. */
+int ik_acker_open(const struct ik_acker_opts *o, struct ik_acker **out, ik_err *err);
+/* Flushes what is held, closes the queues. */
+void ik_acker_close(struct ik_acker *a);
+
+/* Decide and act on env; env gets its "ack" result.  Returns the ack's
+ * outcome, which for a delete held in a batch is IK_OK until the flush
+ * says otherwise (read it from env's "ack" then). */
+int ik_acker_ack(struct ik_acker *a, cJSON *env);
+
+/* Hold deletes from now on (step.h's group hooks: 0). */
+int ik_acker_begin(void *acker);
+/* Send the held deletes, fill in their envelopes' results and stop
+ * holding.  Always 0: a failed batch is each entry's own failure,
+ * recorded in its envelope, so there is nothing to redo. */
+int ik_acker_flush(void *acker);
+
+/* Non-zero once a queue's configuration turned out to be broken (every
+ * further envelope would fail the same way): the exit code to stop with. */
+int ik_acker_halted(void *acker);
+
+#endif
