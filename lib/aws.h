@@ -65,6 +65,10 @@ const char *ik_aws_endpoint(const struct ik_aws *a);
 const char *ik_aws_cred_source(const struct ik_aws *a);
 /* The access key id (not a secret), for diagnostics. */
 const char *ik_aws_access_key_id(const struct ik_aws *a);
+/* The request timeout (IDEMKIT_AWS_TIMEOUT, default 10 s), resolved once
+ * here: an adapter that sizes a long poll under it asks instead of
+ * parsing the variable again. */
+long ik_aws_timeout_ms(const struct ik_aws *a);
 
 /* POST req (not consumed) to the endpoint with X-Amz-Target: target
  * ("DynamoDB_20120810.PutItem"), retrying as above.  Returns:
