@@ -34,14 +34,6 @@ struct ik_aws {
 	struct ik_aws_creds cr;
 };
 
-static const char *
-env(const char *name)
-{
-	const char *v = getenv(name);
-
-	return v && *v ? v : NULL;
-}
-
 /* Replace each occurrence of secret in msg by "***". */
 static void
 scrub(char *msg, const char *secret)
@@ -83,32 +75,32 @@ read_settings(struct ik_aws *a, ik_err *err)
 	int64_t ms;
 
 	a->cfg.max_attempts = 3;
-	if ((v = env("AWS_MAX_ATTEMPTS"))) {
+	if ((v = ik_aws_env("AWS_MAX_ATTEMPTS"))) {
 		if (ik_parse_int(v, 1, 100, &n) < 0)
 			return ik_errf(err, IK_CONFIG, "AWS_MAX_ATTEMPTS: want a number from 1 to 100");
 		a->cfg.max_attempts = (int)n;
 	}
 	a->cfg.backoff_cap_ms = BACKOFF_CAP_MS;
-	if ((v = env("IDEMKIT_AWS_MAX_BACKOFF"))) {
+	if ((v = ik_aws_env("IDEMKIT_AWS_MAX_BACKOFF"))) {
 		if (ik_parse_duration(v, &ms) < 0)
 			return ik_errf(err, IK_CONFIG, "IDEMKIT_AWS_MAX_BACKOFF: not a duration");
 		if (ms < a->cfg.backoff_cap_ms)
 			a->cfg.backoff_cap_ms = ms;
 	}
 	a->cfg.timeout_ms = 10000;
-	if ((v = env("IDEMKIT_AWS_TIMEOUT"))) {
+	if ((v = ik_aws_env("IDEMKIT_AWS_TIMEOUT"))) {
 		if (ik_parse_duration(v, &ms) < 0 || ms < 1 || ms > 600000)
 			return ik_errf(err, IK_CONFIG, "IDEMKIT_AWS_TIMEOUT: want a duration up to 10m");
 		a->cfg.timeout_ms = (long)ms;
 	}
-	if ((v = env("AWS_CA_BUNDLE")) && !(a->cacert = ik_aws_expand_home(v)))
+	if ((v = ik_aws_env("AWS_CA_BUNDLE")) && !(a->cacert = ik_aws_expand_home(v)))
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	a->cfg.cacert = a->cacert;
 
-	v = env("AWS_PROFILE");
+	v = ik_aws_env("AWS_PROFILE");
 	a->cfg.profile_explicit = v != NULL;
 	if (!v)
-		v = env("AWS_DEFAULT_PROFILE");
+		v = ik_aws_env("AWS_DEFAULT_PROFILE");
 	if (!(a->profile = strdup(v ? v : "default")))
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	a->cfg.profile = a->profile;
@@ -129,7 +121,7 @@ resolve_endpoint(struct ik_aws *a, ik_err *err)
 		svc_up[i] = (char)toupper((unsigned char)a->service[i]);
 	svc_up[i] = '\0';
 	snprintf(envname, sizeof envname, "AWS_ENDPOINT_URL_%s", svc_up);
-	if ((ep = env(envname)) || (ep = env("AWS_ENDPOINT_URL"))) {
+	if ((ep = ik_aws_env(envname)) || (ep = ik_aws_env("AWS_ENDPOINT_URL"))) {
 		ik_buf_addstr(&b, ep);
 	} else {
 		ik_buf_addstr(&b, "https://");
@@ -167,7 +159,7 @@ ik_aws_open(const char *service, struct ik_aws **out, ik_err *err)
 		goto fail;
 	if ((rc = ik_aws_profile_load(a->profile, &a->prof, err)) != IK_OK)
 		goto fail;
-	if ((v = env("AWS_REGION")) || (v = env("AWS_DEFAULT_REGION")) ||
+	if ((v = ik_aws_env("AWS_REGION")) || (v = ik_aws_env("AWS_DEFAULT_REGION")) ||
 	    (v = a->prof.v[IK_AWS_P_REGION]))
 		a->region = strdup(v);
 	a->cfg.region = a->region;

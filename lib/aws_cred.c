@@ -1,4 +1,5 @@
-/* aws_cred.c: the AWS credential chain and its providers.
+/* aws_cred.c: the AWS credential chain: its order, what it refuses, and
+ * refreshing from the same source.
  *
  * The order is the AWS CLI's ("Configuration and credential file
  * settings", precedence), and the first source that applies is the only
@@ -27,37 +28,24 @@
  *    source that applies but fails, and a half-set pair of variables;
  *  - credentials are refreshed from the same source they came from;
  *  - they live only in struct ik_aws_creds and never reach a message or
- *    a log line; plain http only to the metadata addresses.
+ *    a log line.
+ * The providers that talk to something live apart: aws_sts.c (STS),
+ * aws_meta.c (container, IMDS), aws_process.c (credential_process).
  */
-#include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <sodium.h>
 
 #include "aws_int.h"
-#include "curl_dl.h"
 #include "log.h"
 #include "outcome.h"
 #include "util.h"
 
 #define CRED_REFRESH_MS  (10 * 60 * 1000)  /* refresh this long before expiry */
-#define SECRET_FILE_MAX  16384
 #define MAX_DEPTH        5                 /* source_profile hops */
-#define PROCESS_TIMEOUT_MS 30000
-#define PROCESS_OUT_MAX  65536
-
-extern char **environ;
 
 enum src {
 	SRC_ENV, SRC_ASSUME_ROLE, SRC_WEB_IDENTITY, SRC_SHARED, SRC_PROCESS,
@@ -76,8 +64,8 @@ struct ik_aws_src {
 	char *profile;    /* NULL: from the environment */
 };
 
-static void
-wipe_free(char *s)
+void
+ik_aws_free_secret(char *s)
 {
 	if (s) {
 		sodium_memzero(s, strlen(s));
@@ -88,34 +76,26 @@ wipe_free(char *s)
 void
 ik_aws_creds_free(struct ik_aws_creds *c)
 {
-	wipe_free(c->ak);
-	wipe_free(c->sk);
-	wipe_free(c->tok);
+	ik_aws_free_secret(c->ak);
+	ik_aws_free_secret(c->sk);
+	ik_aws_free_secret(c->tok);
 	memset(c, 0, sizeof *c);
 }
 
-static void
-buf_wipe_free(struct ik_buf *b)
+void
+ik_aws_buf_free_secret(struct ik_buf *b)
 {
 	if (b->p)
 		sodium_memzero(b->p, b->cap);
 	ik_buf_free(b);
 }
 
-static const char *
-env(const char *name)
+const char *
+ik_aws_env(const char *name)
 {
 	const char *v = getenv(name);
 
 	return v && *v ? v : NULL;
-}
-
-static int
-env_true(const char *name)
-{
-	const char *v = env(name);
-
-	return v && strcasecmp(v, "true") == 0;
 }
 
 static int
@@ -125,8 +105,8 @@ oom(ik_err *err)
 }
 
 /* "2026-12-01T10:00:00Z", fractions ignored; -1 when malformed. */
-static int64_t
-parse_iso8601_ms(const char *s)
+int64_t
+ik_aws_parse_time_ms(const char *s)
 {
 	struct tm tm;
 	int y, mo, d, h, mi, se;
@@ -145,8 +125,8 @@ parse_iso8601_ms(const char *s)
 	return t == (time_t)-1 ? -1 : (int64_t)t * 1000;
 }
 
-static int
-set_creds(struct ik_aws_creds *c, const char *ak, const char *sk, const char *tok,
+int
+ik_aws_creds_set(struct ik_aws_creds *c, const char *ak, const char *sk, const char *tok,
           ik_err *err)
 {
 	c->ak = strdup(ak);
@@ -164,7 +144,7 @@ set_creds(struct ik_aws_creds *c, const char *ak, const char *sk, const char *to
 static int
 from_env(struct ik_aws_creds *c, ik_err *err)
 {
-	const char *ak = env("AWS_ACCESS_KEY_ID"), *sk = env("AWS_SECRET_ACCESS_KEY");
+	const char *ak = ik_aws_env("AWS_ACCESS_KEY_ID"), *sk = ik_aws_env("AWS_SECRET_ACCESS_KEY");
 
 	if (!ak && !sk)
 		return IK_EMPTY;
@@ -172,7 +152,7 @@ from_env(struct ik_aws_creds *c, ik_err *err)
 		return ik_errf(err, IK_CONFIG, "%s is set but %s is not",
 		               ak ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY",
 		               ak ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID");
-	return set_creds(c, ak, sk, env("AWS_SESSION_TOKEN"), err);
+	return ik_aws_creds_set(c, ak, sk, ik_aws_env("AWS_SESSION_TOKEN"), err);
 }
 
 /* The profile's static keys, from the credentials file (creds = 1) or
@@ -190,598 +170,7 @@ from_profile_keys(const struct ik_aws_profile *p, int creds, struct ik_aws_creds
 		return ik_errf(err, IK_CONFIG, "AWS profile %s has %s but not %s", p->name,
 		               ak ? "aws_access_key_id" : "aws_secret_access_key",
 		               ak ? "aws_secret_access_key" : "aws_access_key_id");
-	return set_creds(c, ak, sk, p->v[IK_AWS_P_TOK], err);
-}
-
-/* ---- container credentials and IMDSv2 ------------------------------- */
-
-/* Credentials JSON as the container endpoint and IMDS serve it. */
-static int
-parse_cred_json(const char *what, const struct ik_buf *body, struct ik_aws_creds *c,
-                ik_err *err)
-{
-	cJSON *j = cJSON_ParseWithLength(body->p, body->len);
-	cJSON *ak, *sk, *tok, *exp;
-	int rc;
-
-	ak = cJSON_GetObjectItemCaseSensitive(j, "AccessKeyId");
-	sk = cJSON_GetObjectItemCaseSensitive(j, "SecretAccessKey");
-	tok = cJSON_GetObjectItemCaseSensitive(j, "Token");
-	exp = cJSON_GetObjectItemCaseSensitive(j, "Expiration");
-	if (!cJSON_IsString(ak) || !cJSON_IsString(sk) || !*ak->valuestring ||
-	    !*sk->valuestring) {
-		rc = ik_errf(err, IK_TEMPFAIL, "%s credentials: response without "
-		             "AccessKeyId/SecretAccessKey", what);
-		goto out;
-	}
-	rc = set_creds(c, ak->valuestring, sk->valuestring,
-	               cJSON_IsString(tok) ? tok->valuestring : NULL, err);
-	c->expires_ms = cJSON_IsString(exp) ? parse_iso8601_ms(exp->valuestring) : 0;
-	if (c->expires_ms < 0) {
-		/* unknown expiry: treat as short-lived, fetched again soon */
-		c->expires_ms = ik_now_ms() + 5 * 60 * 1000;
-	}
-out:
-	if (j) {
-		if (cJSON_IsString(sk))
-			sodium_memzero(sk->valuestring, strlen(sk->valuestring));
-		if (cJSON_IsString(tok))
-			sodium_memzero(tok->valuestring, strlen(tok->valuestring));
-	}
-	cJSON_Delete(j);
-	return rc;
-}
-
-/* The hosts AWS documents for container credentials over plain http (and
- * botocore allows): loopback, ECS 169.254.170.2, EKS Pod Identity
- * 169.254.170.23 and fd00:ec2::23.  Nothing else, https included: the
- * answer is a set of credentials, and the token goes with the request. */
-static int
-container_host_ok(const char *host)
-{
-	unsigned char a4[4], a6[16], eks6[16];
-	char h[64];
-	size_t n = strlen(host);
-
-	if (strcasecmp(host, "localhost") == 0)     /* curl resolves it to loopback only */
-		return 1;
-	if (inet_pton(AF_INET, host, a4) == 1)
-		return a4[0] == 127 || strcmp(host, "169.254.170.2") == 0 ||
-		       strcmp(host, "169.254.170.23") == 0;
-	if (n < 3 || n - 2 >= sizeof h || host[0] != '[' || host[n - 1] != ']')
-		return 0;
-	memcpy(h, host + 1, n - 2);
-	h[n - 2] = '\0';
-	if (inet_pton(AF_INET6, h, a6) != 1 || inet_pton(AF_INET6, "fd00:ec2::23", eks6) != 1)
-		return 0;
-	return memcmp(a6, in6addr_loopback.s6_addr, 16) == 0 || memcmp(a6, eks6, 16) == 0;
-}
-
-static int
-container_url_ok(const char *url)
-{
-	CURLU *u;
-	char *scheme = NULL, *host = NULL;
-	int ok = 0;
-
-	if (ik_curl_load(NULL) != IK_OK || !(u = curl_url()))
-		return 0;
-	if (curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
-	    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
-	    curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK)
-		ok = (strcasecmp(scheme, "http") == 0 || strcasecmp(scheme, "https") == 0) &&
-		     container_host_ok(host);
-	curl_free(scheme);
-	curl_free(host);
-	curl_url_cleanup(u);
-	return ok;
-}
-
-static int
-from_container(const struct ik_aws_cfg *a, struct ik_aws_creds *c, ik_err *err)
-{
-	const char *rel = env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
-	const char *full = env("AWS_CONTAINER_CREDENTIALS_FULL_URI");
-	const char *tokfile = env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
-	const char *tokenv = env("AWS_CONTAINER_AUTHORIZATION_TOKEN");
-	struct ik_buf url = { 0 }, tok = { 0 }, hdr = { 0 };
-	struct ik_http_req req = { 0 };
-	struct ik_http_res res = { 0 };
-	const char *hdrs[2] = { NULL, NULL };
-	int rc, i;
-
-	if (!rel && !full)
-		return IK_EMPTY;
-	if (rel) {
-		ik_buf_addstr(&url, "http://169.254.170.2");
-		if (rel[0] != '/')
-			ik_buf_addstr(&url, "/");
-		ik_buf_addstr(&url, rel);
-	} else {
-		ik_buf_addstr(&url, full);
-		if (!container_url_ok(full)) {
-			rc = ik_errf(err, IK_CONFIG, "AWS_CONTAINER_CREDENTIALS_FULL_URI: the host "
-			             "must be a loopback address, 169.254.170.2, 169.254.170.23 "
-			             "or fd00:ec2::23");
-			goto out;
-		}
-	}
-	if (!url.p) {
-		rc = oom(err);
-		goto out;
-	}
-	if (tokfile) {
-		/* read at every fetch: EKS rotates the file */
-		if ((rc = ik_read_file(tokfile, SECRET_FILE_MAX, &tok, err)) != IK_OK) {
-			ik_errwrap(err, "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
-			goto out;
-		}
-	} else if (tokenv) {
-		ik_buf_addstr(&tok, tokenv);
-	}
-	if (tok.p && tok.len) {
-		if (strpbrk(tok.p, "\r\n")) {
-			rc = ik_errf(err, IK_CONFIG, "container authorization token holds a line break");
-			goto out;
-		}
-		ik_buf_addstr(&hdr, "Authorization: ");
-		ik_buf_addstr(&hdr, tok.p);
-		if (!hdr.p) {
-			rc = oom(err);
-			goto out;
-		}
-		hdrs[0] = hdr.p;
-	}
-	req.method = "GET";
-	req.url = url.p;
-	req.headers = hdrs;
-	req.connect_timeout_ms = 1000;
-	req.timeout_ms = 2000;
-	req.max_body = 65536;
-	req.no_proxy = 1;
-	for (i = 0; i < 3; i++) {
-		rc = ik_http_do(a->http, &req, &res, err);
-		if (rc == IK_OK && (res.status >= 500 || res.status == 429))
-			rc = ik_errf(err, IK_TEMPFAIL, "HTTP %ld", res.status);
-		if (rc != IK_TEMPFAIL)
-			break;
-		ik_aws_sleep_ms(ik_aws_backoff_ms(a->backoff_cap_ms, i + 1));
-	}
-	if (rc != IK_OK) {
-		ik_errwrap(err, "container credentials");
-		goto out;
-	}
-	if (res.status != 200) {
-		rc = ik_errf(err, IK_CONFIG, "container credentials: HTTP %ld", res.status);
-		goto out;
-	}
-	rc = parse_cred_json("container", &res.body, c, err);
-out:
-	ik_http_res_free(&res);
-	buf_wipe_free(&tok);
-	buf_wipe_free(&hdr);
-	ik_buf_free(&url);
-	return rc;
-}
-
-/* EC2 IMDSv2: PUT a session token (with its TTL header), GET the role
- * name, GET its credentials, each GET with the token.  No metadata
- * service at the default address (not on EC2) is IK_EMPTY; at an
- * address set in AWS_EC2_METADATA_SERVICE_ENDPOINT it is IK_TEMPFAIL. */
-static int
-from_imds(const struct ik_aws_cfg *a, struct ik_aws_creds *c, ik_err *err)
-{
-	const char *base = env("AWS_EC2_METADATA_SERVICE_ENDPOINT");
-	const char *mode = env("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE");
-	const char *tmo = env("AWS_METADATA_SERVICE_TIMEOUT");
-	struct ik_http_req req = { 0 };
-	struct ik_http_res res = { 0 };
-	struct ik_buf url = { 0 }, hdr = { 0 };
-	const char *hdrs[2] = { NULL, NULL };
-	long long secs = 1;
-	char role[256];
-	size_t blen;
-	int rc, explicit = base != NULL;
-
-	if (env_true("AWS_EC2_METADATA_DISABLED"))
-		return IK_EMPTY;
-	if (mode && strcasecmp(mode, "IPv4") != 0 && strcasecmp(mode, "IPv6") != 0)
-		return ik_errf(err, IK_CONFIG, "AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE: want IPv4 or IPv6");
-	if (!base)
-		base = mode && strcasecmp(mode, "IPv6") == 0 ? "http://[fd00:ec2::254]"
-		                                             : "http://169.254.169.254";
-	blen = strlen(base);
-	while (blen && base[blen - 1] == '/')
-		blen--;
-	if (tmo && ik_parse_int(tmo, 1, 60, &secs) < 0)
-		return ik_errf(err, IK_CONFIG, "AWS_METADATA_SERVICE_TIMEOUT: not a number of seconds");
-	req.connect_timeout_ms = req.timeout_ms = (long)secs * 1000;
-	req.no_proxy = 1;
-	req.max_body = 65536;
-
-	ik_buf_add(&url, base, blen);
-	ik_buf_addstr(&url, "/latest/api/token");
-	hdrs[0] = "X-aws-ec2-metadata-token-ttl-seconds: 21600";
-	req.method = "PUT";
-	req.url = url.p;
-	req.headers = hdrs;
-	rc = ik_http_do(a->http, &req, &res, err);
-	if (!explicit && (rc == IK_TEMPFAIL || (rc == IK_OK && res.status != 200))) {
-		rc = IK_EMPTY;       /* no metadata service here */
-		goto out;
-	}
-	if (rc == IK_OK && res.status != 200)
-		rc = ik_errf(err, res.status >= 500 ? IK_TEMPFAIL : IK_CONFIG,
-		             "token: HTTP %ld", res.status);
-	if (rc != IK_OK)
-		goto wrap;
-	ik_buf_addstr(&hdr, "X-aws-ec2-metadata-token: ");
-	ik_buf_add(&hdr, res.body.p, strcspn(res.body.p, "\r\n"));
-	hdrs[0] = hdr.p;
-	req.method = "GET";
-	ik_buf_reset(&url);
-	ik_buf_add(&url, base, blen);
-	ik_buf_addstr(&url, "/latest/meta-data/iam/security-credentials/");
-	req.url = url.p;
-	if ((rc = ik_http_do(a->http, &req, &res, err)) != IK_OK)
-		goto wrap;
-	if (res.status != 200) {
-		rc = ik_errf(err, res.status >= 500 ? IK_TEMPFAIL : IK_CONFIG,
-		             "no IAM role for this instance (HTTP %ld)", res.status);
-		goto wrap;
-	}
-	ik_aws_copy_line(role, sizeof role, res.body.p, res.body.len);
-	if (!role[0] || strchr(role, '/') || strstr(role, "..")) {
-		rc = ik_errf(err, IK_CONFIG, "no IAM role for this instance");
-		goto wrap;
-	}
-	ik_buf_addstr(&url, role);
-	req.url = url.p;
-	if ((rc = ik_http_do(a->http, &req, &res, err)) != IK_OK)
-		goto wrap;
-	if (res.status != 200) {
-		rc = ik_errf(err, res.status >= 500 ? IK_TEMPFAIL : IK_CONFIG,
-		             "HTTP %ld", res.status);
-		goto wrap;
-	}
-	rc = parse_cred_json("instance metadata", &res.body, c, err);
-	goto out;
-wrap:
-	ik_errwrap(err, "instance metadata credentials");
-out:
-	buf_wipe_free(&hdr);
-	ik_buf_free(&url);
-	ik_http_res_free(&res);
-	return rc;
-}
-
-/* ---- STS ------------------------------------------------------------ */
-
-static void
-form_add(struct ik_buf *b, const char *name, const char *val)
-{
-	static const char hex[] = "0123456789ABCDEF";
-	char e[3];
-
-	if (b->len)
-		ik_buf_addstr(b, "&");
-	ik_buf_addstr(b, name);
-	ik_buf_addstr(b, "=");
-	for (; *val; val++) {
-		unsigned char ch = (unsigned char)*val;
-		if ((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
-		    (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' || ch == '.' || ch == '~') {
-			ik_buf_add(b, val, 1);
-		} else {
-			e[0] = '%';
-			e[1] = hex[ch >> 4];
-			e[2] = hex[ch & 15];
-			ik_buf_add(b, e, 3);
-		}
-	}
-}
-
-/* A copy of <tag>'s text inside the XML in s[0..n), the five predefined
- * entities decoded; NULL when absent. */
-static char *
-xml_value(const char *s, size_t n, const char *tag)
-{
-	static const struct { const char *ent; char ch; } ents[] = {
-		{ "&amp;", '&' }, { "&lt;", '<' }, { "&gt;", '>' },
-		{ "&quot;", '"' }, { "&apos;", '\'' },
-	};
-	const char *v = ik_aws_xml_text(s, n, tag, &n);
-	char *out, *w;
-	size_t i, k;
-
-	if (!v || !(out = malloc(n + 1)))
-		return NULL;
-	for (i = 0, w = out; i < n; ) {
-		for (k = 0; k < sizeof ents / sizeof ents[0]; k++)
-			if (n - i >= strlen(ents[k].ent) &&
-			    memcmp(v + i, ents[k].ent, strlen(ents[k].ent)) == 0)
-				break;
-		if (k < sizeof ents / sizeof ents[0]) {
-			*w++ = ents[k].ch;
-			i += strlen(ents[k].ent);
-		} else {
-			*w++ = v[i++];
-		}
-	}
-	*w = '\0';
-	return out;
-}
-
-/* POST the query-protocol form to STS (AWS_ENDPOINT_URL_STS,
- * AWS_ENDPOINT_URL, else the regional endpoint; the global one when no
- * region is known), signed with signer's credentials or unsigned (NULL),
- * under the standard retry mode; the <Credentials> of the answer into c. */
-static int
-sts_call(const struct ik_aws_cfg *a, const char *action, const struct ik_buf *form,
-         const struct ik_aws_creds *signer, struct ik_aws_creds *c, ik_err *err)
-{
-	const char *region = a->region ? a->region : "us-east-1", *ep, *blk;
-	struct ik_buf url = { 0 }, sig = { 0 }, tok = { 0 }, what = { 0 };
-	struct ik_http_req req = { 0 };
-	struct ik_http_res res = { 0 };
-	struct ik_aws_error e;
-	const char *hdrs[3] = { "Content-Type: application/x-www-form-urlencoded; charset=utf-8",
-	                        NULL, NULL };
-	char *ak = NULL, *sk = NULL, *st = NULL, *exp = NULL;
-	size_t blen;
-	int rc, tries;
-
-	if ((ep = env("AWS_ENDPOINT_URL_STS")) || (ep = env("AWS_ENDPOINT_URL"))) {
-		ik_buf_addstr(&url, ep);
-	} else if (a->region) {
-		ik_buf_addstr(&url, "https://sts.");
-		ik_buf_addstr(&url, a->region);
-		ik_buf_addstr(&url, ".amazonaws.com");
-	} else {
-		ik_buf_addstr(&url, "https://sts.amazonaws.com");
-	}
-	ik_buf_addstr(&what, "sts ");
-	ik_buf_addstr(&what, action);
-	if (signer) {
-		ik_buf_addstr(&sig, "aws:amz:");
-		ik_buf_addstr(&sig, region);
-		ik_buf_addstr(&sig, ":sts");
-		req.sigv4 = sig.p;
-		req.access_key = signer->ak;
-		req.secret_key = signer->sk;
-		if (signer->tok) {
-			ik_buf_addstr(&tok, "X-Amz-Security-Token: ");
-			ik_buf_addstr(&tok, signer->tok);
-			hdrs[1] = tok.p;
-		}
-		if (!sig.p || (signer->tok && !tok.p)) {
-			rc = oom(err);
-			goto out;
-		}
-	}
-	if (!url.p || !what.p || !form->p) {
-		rc = oom(err);
-		goto out;
-	}
-	req.method = "POST";
-	req.url = url.p;
-	req.headers = hdrs;
-	req.body = form->p;
-	req.body_len = form->len;
-	req.cacert = a->cacert;
-	req.connect_timeout_ms = a->timeout_ms < 3000 ? a->timeout_ms : 3000;
-	req.timeout_ms = a->timeout_ms;
-	req.max_body = 65536;
-	rc = ik_aws_send(a, what.p, &req, &res, &e, &tries, err);
-	if (rc != IK_OK && rc != IK_TEMPFAIL)
-		goto wrap;
-	if (rc == IK_TEMPFAIL || e.kind != IK_AWS_OK) {
-		rc = ik_aws_kind_code(e.kind);
-		if (rc == IK_AWS_ERROR)
-			rc = IK_CONFIG;     /* a request STS refuses: our configuration */
-		if (e.type[0])
-			ik_errf(err, rc, "%s: %s%s", e.type, e.message,
-			        e.retryable && tries > 1 ? " (retried)" : "");
-		else
-			ik_errf(err, rc, "%s", e.message);
-		goto wrap;
-	}
-	if (!(blk = ik_aws_xml_text(res.body.p, res.body.len, "Credentials", &blen)) ||
-	    !(ak = xml_value(blk, blen, "AccessKeyId")) ||
-	    !(sk = xml_value(blk, blen, "SecretAccessKey")) ||
-	    !(st = xml_value(blk, blen, "SessionToken")) || !*ak || !*sk) {
-		rc = ik_errf(err, IK_TEMPFAIL, "answer without Credentials");
-		goto wrap;
-	}
-	exp = xml_value(blk, blen, "Expiration");
-	if ((rc = set_creds(c, ak, sk, st, err)) != IK_OK)
-		goto out;
-	c->expires_ms = exp ? parse_iso8601_ms(exp) : -1;
-	if (c->expires_ms < 0)
-		c->expires_ms = ik_now_ms() + 5 * 60 * 1000;
-	goto out;
-wrap:
-	ik_errwrap(err, "sts %s", action);
-out:
-	wipe_free(ak);
-	wipe_free(sk);
-	wipe_free(st);
-	free(exp);
-	ik_http_res_free(&res);
-	buf_wipe_free(&tok);
-	ik_buf_free(&sig);
-	ik_buf_free(&url);
-	ik_buf_free(&what);
-	return rc;
-}
-
-/* RoleSessionName: the configured one, else "idemkit-<epoch seconds>"
- * (the AWS CLI uses botocore-session-<epoch seconds>). */
-static void
-session_name(char *out, size_t n, const char *configured)
-{
-	if (configured)
-		snprintf(out, n, "%s", configured);
-	else
-		snprintf(out, n, "idemkit-%lld", (long long)(ik_now_ms() / 1000));
-}
-
-static int
-web_identity(const struct ik_aws_cfg *a, const char *tokfile, const char *role,
-             const char *sess, struct ik_aws_creds *c, ik_err *err)
-{
-	struct ik_buf tok = { 0 }, form = { 0 };
-	char name[128];
-	int rc;
-
-	/* read at every fetch: the orchestrator rotates the token */
-	if ((rc = ik_read_file(tokfile, SECRET_FILE_MAX, &tok, err)) != IK_OK)
-		return ik_errwrap(err, "web identity token file");
-	if (!tok.len) {
-		rc = ik_errf(err, IK_CONFIG, "web identity token file %s is empty", tokfile);
-		goto out;
-	}
-	session_name(name, sizeof name, sess);
-	form_add(&form, "Action", "AssumeRoleWithWebIdentity");
-	form_add(&form, "Version", "2011-06-15");
-	form_add(&form, "RoleArn", role);
-	form_add(&form, "RoleSessionName", name);
-	form_add(&form, "WebIdentityToken", tok.p);
-	rc = sts_call(a, "AssumeRoleWithWebIdentity", &form, NULL, c, err);
-out:
-	buf_wipe_free(&tok);
-	buf_wipe_free(&form);
-	return rc;
-}
-
-/* ---- credential_process ------------------------------------------------ */
-
-/* Run the command (by /bin/sh -c, stdin from /dev/null, stderr ours) and
- * read its JSON: {"Version": 1, "AccessKeyId", "SecretAccessKey",
- * "SessionToken"?, "Expiration"?}.  Exit status 75 is IK_TEMPFAIL, any
- * other failure IK_CONFIG; it gets PROCESS_TIMEOUT_MS, then SIGKILL. */
-static int
-from_process(const char *cmd, struct ik_aws_creds *c, ik_err *err)
-{
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t at;
-	sigset_t none, dflt;
-	char *argv[] = { "sh", "-c", (char *)cmd, NULL };
-	struct ik_buf out = { 0 };
-	char chunk[4096];
-	int fds[2], rc = IK_OK, status, version_ok, e;
-	int64_t deadline = ik_mono_ms() + PROCESS_TIMEOUT_MS, left;
-	struct pollfd pf;
-	ssize_t n;
-	pid_t pid;
-	cJSON *j = NULL, *v, *ak, *sk, *tok, *exp;
-
-	if (pipe(fds) < 0)
-		return ik_errf(err, IK_SOFTWARE, "credential_process: pipe: %s", strerror(errno));
-	fcntl(fds[0], F_SETFD, FD_CLOEXEC);
-	fcntl(fds[1], F_SETFD, FD_CLOEXEC);
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-	posix_spawnattr_init(&at);
-	sigemptyset(&none);
-	sigemptyset(&dflt);
-	sigaddset(&dflt, SIGPIPE);
-	sigaddset(&dflt, SIGINT);
-	sigaddset(&dflt, SIGTERM);
-	posix_spawnattr_setsigmask(&at, &none);
-	posix_spawnattr_setsigdefault(&at, &dflt);
-	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-	e = posix_spawn(&pid, "/bin/sh", &fa, &at, argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
-	posix_spawnattr_destroy(&at);
-	close(fds[1]);
-	if (e) {
-		close(fds[0]);
-		return ik_errf(err, IK_CONFIG, "credential_process: cannot run /bin/sh: %s",
-		               strerror(e));
-	}
-	pf.fd = fds[0];
-	pf.events = POLLIN;
-	for (;;) {
-		if ((left = deadline - ik_mono_ms()) <= 0) {
-			rc = ik_errf(err, IK_TEMPFAIL, "credential_process: no answer in %d s",
-			             PROCESS_TIMEOUT_MS / 1000);
-			kill(pid, SIGKILL);
-			break;
-		}
-		if (poll(&pf, 1, (int)left) < 0) {
-			if (errno == EINTR)
-				continue;
-			rc = ik_errf(err, IK_SOFTWARE, "credential_process: poll: %s", strerror(errno));
-			kill(pid, SIGKILL);
-			break;
-		}
-		if ((n = read(fds[0], chunk, sizeof chunk)) < 0) {
-			if (errno == EINTR || errno == EAGAIN)
-				continue;
-			rc = ik_errf(err, IK_SOFTWARE, "credential_process: read: %s", strerror(errno));
-			kill(pid, SIGKILL);
-			break;
-		}
-		if (n == 0)
-			break;
-		if (out.len + (size_t)n > PROCESS_OUT_MAX || ik_buf_add(&out, chunk, (size_t)n) < 0) {
-			rc = ik_errf(err, IK_CONFIG, "credential_process: output larger than %d bytes",
-			             PROCESS_OUT_MAX);
-			kill(pid, SIGKILL);
-			break;
-		}
-	}
-	sodium_memzero(chunk, sizeof chunk);
-	close(fds[0]);
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
-	if (rc != IK_OK)
-		goto out;
-	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-		if (WIFEXITED(status))
-			rc = ik_errf(err, WEXITSTATUS(status) == IK_TEMPFAIL ? IK_TEMPFAIL : IK_CONFIG,
-			             "credential_process exited %d", WEXITSTATUS(status));
-		else
-			rc = ik_errf(err, IK_CONFIG, "credential_process killed by signal %d",
-			             WTERMSIG(status));
-		goto out;
-	}
-	j = out.p ? cJSON_ParseWithLength(out.p, out.len) : NULL;
-	v = cJSON_GetObjectItemCaseSensitive(j, "Version");
-	ak = cJSON_GetObjectItemCaseSensitive(j, "AccessKeyId");
-	sk = cJSON_GetObjectItemCaseSensitive(j, "SecretAccessKey");
-	tok = cJSON_GetObjectItemCaseSensitive(j, "SessionToken");
-	exp = cJSON_GetObjectItemCaseSensitive(j, "Expiration");
-	version_ok = cJSON_IsNumber(v) && v->valuedouble == 1;
-	if (!cJSON_IsObject(j) || !version_ok) {
-		rc = ik_errf(err, IK_CONFIG, "credential_process: output is not JSON with \"Version\": 1");
-		goto out;
-	}
-	if (!cJSON_IsString(ak) || !cJSON_IsString(sk) || !*ak->valuestring || !*sk->valuestring) {
-		rc = ik_errf(err, IK_CONFIG, "credential_process: output without "
-		             "AccessKeyId/SecretAccessKey");
-		goto out;
-	}
-	if (exp && (!cJSON_IsString(exp) || parse_iso8601_ms(exp->valuestring) < 0)) {
-		rc = ik_errf(err, IK_CONFIG, "credential_process: Expiration is not an ISO 8601 time");
-		goto out;
-	}
-	if ((rc = set_creds(c, ak->valuestring, sk->valuestring,
-	                    cJSON_IsString(tok) ? tok->valuestring : NULL, err)) != IK_OK)
-		goto out;
-	c->expires_ms = exp ? parse_iso8601_ms(exp->valuestring) : 0;
-out:
-	if (j) {
-		if (cJSON_IsString(sk = cJSON_GetObjectItemCaseSensitive(j, "SecretAccessKey")))
-			sodium_memzero(sk->valuestring, strlen(sk->valuestring));
-		if (cJSON_IsString(tok = cJSON_GetObjectItemCaseSensitive(j, "SessionToken")))
-			sodium_memzero(tok->valuestring, strlen(tok->valuestring));
-	}
-	cJSON_Delete(j);
-	buf_wipe_free(&out);
-	return rc;
+	return ik_aws_creds_set(c, ak, sk, p->v[IK_AWS_P_TOK], err);
 }
 
 /* ---- profiles --------------------------------------------------------- */
@@ -848,9 +237,9 @@ source_creds(const struct ik_aws_cfg *a, const struct ik_aws_profile *p, int dep
 		if (strcmp(cs, "Environment") == 0)
 			rc = from_env(c, err);
 		else if (strcmp(cs, "EcsContainer") == 0)
-			rc = from_container(a, c, err);
+			rc = ik_aws_from_container(a, c, err);
 		else
-			rc = from_imds(a, c, err);
+			rc = ik_aws_from_imds(a, c, err);
 		if (rc == IK_EMPTY)
 			rc = ik_errf(err, IK_CONFIG, "credential_source %s: no credentials there", cs);
 		return rc;
@@ -882,32 +271,20 @@ assume_role(const struct ik_aws_cfg *a, const struct ik_aws_profile *p, int dept
             struct ik_aws_creds *c, ik_err *err)
 {
 	struct ik_aws_creds s = { 0 };
-	struct ik_buf form = { 0 };
 	long long secs;
-	char name[128];
 	int rc;
 
 	if (p->v[IK_AWS_P_DURATION] &&
 	    ik_parse_int(p->v[IK_AWS_P_DURATION], 900, 43200, &secs) < 0)
 		return ik_errf(err, IK_CONFIG, "AWS profile %s: duration_seconds: want 900 to "
 		               "43200", p->name);
-	if ((rc = source_creds(a, p, depth, &s, err)) != IK_OK)
-		goto out;
-	session_name(name, sizeof name, p->v[IK_AWS_P_SESSION_NAME]);
-	form_add(&form, "Action", "AssumeRole");
-	form_add(&form, "Version", "2011-06-15");
-	form_add(&form, "RoleArn", p->v[IK_AWS_P_ROLE_ARN]);
-	form_add(&form, "RoleSessionName", name);
-	if (p->v[IK_AWS_P_EXTERNAL_ID])
-		form_add(&form, "ExternalId", p->v[IK_AWS_P_EXTERNAL_ID]);
-	if (p->v[IK_AWS_P_DURATION])
-		form_add(&form, "DurationSeconds", p->v[IK_AWS_P_DURATION]);
-	rc = sts_call(a, "AssumeRole", &form, &s, c, err);
-out:
-	if (rc != IK_OK && rc != IK_EMPTY)
+	if ((rc = source_creds(a, p, depth, &s, err)) == IK_OK)
+		rc = ik_aws_sts_assume_role(a, p->v[IK_AWS_P_ROLE_ARN], p->v[IK_AWS_P_SESSION_NAME],
+		                            p->v[IK_AWS_P_EXTERNAL_ID], p->v[IK_AWS_P_DURATION],
+		                            &s, c, err);
+	if (rc != IK_OK)
 		ik_errwrap(err, "AWS profile %s", p->name);
 	ik_aws_creds_free(&s);
-	buf_wipe_free(&form);
 	return rc;
 }
 
@@ -918,7 +295,7 @@ static int
 profile_creds(const struct ik_aws_cfg *a, const struct ik_aws_profile *p, int depth,
               int top, enum src *kind, struct ik_aws_creds *c, ik_err *err)
 {
-	const char *wtf = env("AWS_WEB_IDENTITY_TOKEN_FILE"), *wrole = env("AWS_ROLE_ARN");
+	const char *wtf = ik_aws_env("AWS_WEB_IDENTITY_TOKEN_FILE"), *wrole = ik_aws_env("AWS_ROLE_ARN");
 	int rc;
 
 	if ((rc = refused(p, err)) != IK_OK)
@@ -934,13 +311,13 @@ profile_creds(const struct ik_aws_cfg *a, const struct ik_aws_profile *p, int de
 			               wtf ? "AWS_WEB_IDENTITY_TOKEN_FILE" : "AWS_ROLE_ARN",
 			               wtf ? "AWS_ROLE_ARN" : "AWS_WEB_IDENTITY_TOKEN_FILE");
 		*kind = SRC_WEB_IDENTITY;
-		if ((rc = web_identity(a, wtf, wrole, env("AWS_ROLE_SESSION_NAME"), c, err)) != IK_OK)
+		if ((rc = ik_aws_sts_web_identity(a, wtf, wrole, ik_aws_env("AWS_ROLE_SESSION_NAME"), c, err)) != IK_OK)
 			ik_errwrap(err, "AWS_ROLE_ARN");
 		return rc;
 	}
 	if (p->v[IK_AWS_P_ROLE_ARN]) {      /* with web_identity_token_file (refused() checked) */
 		*kind = SRC_WEB_IDENTITY;
-		if ((rc = web_identity(a, p->v[IK_AWS_P_WEB_TOKEN_FILE], p->v[IK_AWS_P_ROLE_ARN],
+		if ((rc = ik_aws_sts_web_identity(a, p->v[IK_AWS_P_WEB_TOKEN_FILE], p->v[IK_AWS_P_ROLE_ARN],
 		                       p->v[IK_AWS_P_SESSION_NAME], c, err)) != IK_OK)
 			ik_errwrap(err, "AWS profile %s", p->name);
 		return rc;
@@ -950,7 +327,7 @@ profile_creds(const struct ik_aws_cfg *a, const struct ik_aws_profile *p, int de
 		return rc;
 	if (p->v[IK_AWS_P_PROCESS]) {
 		*kind = SRC_PROCESS;
-		if ((rc = from_process(p->v[IK_AWS_P_PROCESS], c, err)) != IK_OK)
+		if ((rc = ik_aws_from_process(p->v[IK_AWS_P_PROCESS], c, err)) != IK_OK)
 			ik_errwrap(err, "AWS profile %s", p->name);
 		return rc;
 	}
@@ -985,10 +362,10 @@ run(const struct ik_aws_cfg *a, const struct ik_aws_profile *p, enum src *kind,
 	if ((rc = profile_creds(a, p, 0, 1, kind, c, err)) != IK_EMPTY)
 		return rc;
 	*kind = SRC_CONTAINER;
-	if ((rc = from_container(a, c, err)) != IK_EMPTY)
+	if ((rc = ik_aws_from_container(a, c, err)) != IK_EMPTY)
 		return rc;
 	*kind = SRC_IMDS;
-	if ((rc = from_imds(a, c, err)) != IK_EMPTY)
+	if ((rc = ik_aws_from_imds(a, c, err)) != IK_EMPTY)
 		return rc;
 	return ik_errf(err, IK_CONFIG, "no AWS credentials: set AWS_ACCESS_KEY_ID and "
 	               "AWS_SECRET_ACCESS_KEY, a profile in ~/.aws/credentials, or run "
@@ -1032,9 +409,9 @@ again(const struct ik_aws_cfg *a, const struct ik_aws_src *src, struct ik_aws_cr
 	int rc;
 
 	if (src->kind == SRC_CONTAINER)
-		return from_container(a, c, err);
+		return ik_aws_from_container(a, c, err);
 	if (src->kind == SRC_IMDS)
-		return from_imds(a, c, err);
+		return ik_aws_from_imds(a, c, err);
 	if (!src->profile)
 		return IK_EMPTY;
 	if ((rc = ik_aws_profile_load(src->profile, &p, err)) != IK_OK)

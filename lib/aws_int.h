@@ -5,7 +5,10 @@
  *   aws_retry.c  the standard retry mode: attempts, full-jitter backoff
  *   aws_err.c    the error classifier (pure)
  *   aws_ini.c    the shared config and credentials files
- *   aws_cred.c   the credential chain and its providers
+ *   aws_cred.c   the credential chain: its order, refusals and refresh
+ *   aws_sts.c    STS AssumeRole and AssumeRoleWithWebIdentity
+ *   aws_meta.c   container credentials and EC2 IMDSv2
+ *   aws_process.c  credential_process
  *
  * Rule: credentials live only in struct ik_aws_creds and are wiped when
  * replaced or freed; no file of these puts one in a message or a log.
@@ -20,12 +23,23 @@
 #include "err.h"
 #include "http.h"
 
+#define IK_AWS_SECRET_FILE_MAX 16384   /* a token file larger than this is refused */
+
 struct ik_aws_creds {
 	char *ak, *sk, *tok;
 	int64_t expires_ms;      /* 0: does not expire */
 	int64_t fetched_ms;      /* when they were obtained */
 };
 void ik_aws_creds_free(struct ik_aws_creds *c);   /* wipes; c reusable */
+/* Copies into c (tok may be NULL or ""); IK_OK or IK_SOFTWARE. */
+int ik_aws_creds_set(struct ik_aws_creds *c, const char *ak, const char *sk,
+                     const char *tok, ik_err *err);
+void ik_aws_free_secret(char *s);                 /* wipe, free; NULL is fine */
+void ik_aws_buf_free_secret(struct ik_buf *b);    /* wipe the whole allocation, free */
+/* getenv, with "" as unset. */
+const char *ik_aws_env(const char *name);
+/* "2026-12-01T10:00:00Z" (fractions ignored) -> epoch ms; -1 when malformed. */
+int64_t ik_aws_parse_time_ms(const char *s);
 
 /* Settings ik_aws_open resolves once, used by every file here. */
 struct ik_aws_cfg {
@@ -94,6 +108,26 @@ void ik_aws_profile_free(struct ik_aws_profile *p);   /* wipes the values */
 
 /* "~/x" -> "$HOME/x"; malloc'd. */
 char *ik_aws_expand_home(const char *path);
+
+/* ---- providers: IK_OK with *c filled, IK_EMPTY when the source is not
+ * configured, or the error that ends the chain ---------------------------- */
+
+/* aws_meta.c: AWS_CONTAINER_CREDENTIALS_RELATIVE_URI / _FULL_URI. */
+int ik_aws_from_container(const struct ik_aws_cfg *a, struct ik_aws_creds *c, ik_err *err);
+/* aws_meta.c: IMDSv2, unless AWS_EC2_METADATA_DISABLED=true. */
+int ik_aws_from_imds(const struct ik_aws_cfg *a, struct ik_aws_creds *c, ik_err *err);
+/* aws_process.c: run cmd, read its Version 1 JSON. */
+int ik_aws_from_process(const char *cmd, struct ik_aws_creds *c, ik_err *err);
+/* aws_sts.c: AssumeRole signed by signer; sess, external_id, duration may
+ * be NULL. */
+int ik_aws_sts_assume_role(const struct ik_aws_cfg *a, const char *role, const char *sess,
+                           const char *external_id, const char *duration,
+                           const struct ik_aws_creds *signer, struct ik_aws_creds *c,
+                           ik_err *err);
+/* aws_sts.c: AssumeRoleWithWebIdentity with the token in tokfile (read
+ * now), unsigned. */
+int ik_aws_sts_web_identity(const struct ik_aws_cfg *a, const char *tokfile, const char *role,
+                            const char *sess, struct ik_aws_creds *c, ik_err *err);
 
 /* ---- aws_cred.c ------------------------------------------------------- */
 
