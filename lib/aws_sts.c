@@ -18,26 +18,36 @@
 #include "outcome.h"
 #include "util.h"
 
+/* name=value, percent-encoded, appended to the form.  A failed append
+ * clears ok, so a half-built request is never signed and sent. */
+struct form {
+	struct ik_buf b;
+	int ok;
+};
+
 static void
-form_add(struct ik_buf *b, const char *name, const char *val)
+form_add(struct form *f, const char *name, const char *val)
 {
 	static const char hex[] = "0123456789ABCDEF";
+	unsigned char ch;
 	char e[3];
 
-	if (b->len)
-		ik_buf_addstr(b, "&");
-	ik_buf_addstr(b, name);
-	ik_buf_addstr(b, "=");
+	if (f->b.len && ik_buf_addstr(&f->b, "&") < 0)
+		f->ok = 0;
+	if (ik_buf_addstr(&f->b, name) < 0 || ik_buf_addstr(&f->b, "=") < 0)
+		f->ok = 0;
 	for (; *val; val++) {
-		unsigned char ch = (unsigned char)*val;
+		ch = (unsigned char)*val;
 		if ((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
 		    (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' || ch == '.' || ch == '~') {
-			ik_buf_add(b, val, 1);
+			if (ik_buf_add(&f->b, val, 1) < 0)
+				f->ok = 0;
 		} else {
 			e[0] = '%';
 			e[1] = hex[ch >> 4];
 			e[2] = hex[ch & 15];
-			ik_buf_add(b, e, 3);
+			if (ik_buf_add(&f->b, e, 3) < 0)
+				f->ok = 0;
 		}
 	}
 }
@@ -78,7 +88,7 @@ xml_value(const char *s, size_t n, const char *tag)
  * region is known), signed with signer's credentials or unsigned (NULL),
  * under the standard retry mode; the <Credentials> of the answer into c. */
 static int
-sts_call(const struct ik_aws_cfg *a, const char *action, const struct ik_buf *form,
+sts_call(const struct ik_aws_cfg *a, const char *action, const struct form *form,
          const struct ik_aws_creds *signer, struct ik_aws_creds *c, ik_err *err)
 {
 	const char *region = a->region ? a->region : "us-east-1", *ep, *blk;
@@ -120,15 +130,15 @@ sts_call(const struct ik_aws_cfg *a, const char *action, const struct ik_buf *fo
 			goto out;
 		}
 	}
-	if (!url.p || !what.p || !form->p) {
+	if (!url.p || !what.p || !form->ok || !form->b.p) {
 		rc = ik_errf(err, IK_SOFTWARE, "out of memory");
 		goto out;
 	}
 	req.method = "POST";
 	req.url = url.p;
 	req.headers = hdrs;
-	req.body = form->p;
-	req.body_len = form->len;
+	req.body = form->b.p;
+	req.body_len = form->b.len;
 	req.cacert = a->cacert;
 	req.connect_timeout_ms = a->timeout_ms < 3000 ? a->timeout_ms : 3000;
 	req.timeout_ms = a->timeout_ms;
@@ -176,22 +186,34 @@ out:
 	return rc;
 }
 
-/* RoleSessionName: the configured one, else "idemkit-<epoch seconds>"
- * (the AWS CLI uses botocore-session-<epoch seconds>). */
-static void
-session_name(char *out, size_t n, const char *configured)
+/* RoleSessionName: the configured one (STS wants 2 to 64 characters of
+ * [A-Za-z0-9+=,.@_-]; refused here rather than cut), else
+ * "idemkit-<epoch seconds>" (the AWS CLI uses botocore-session-<...>). */
+static int
+session_name(char *out, size_t n, const char *configured, ik_err *err)
 {
-	if (configured)
-		snprintf(out, n, "%s", configured);
-	else
+	static const char ok[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	                         "0123456789+=,.@_-";
+	size_t len;
+
+	if (!configured) {
 		snprintf(out, n, "idemkit-%lld", (long long)(ik_now_ms() / 1000));
+		return IK_OK;
+	}
+	len = strlen(configured);
+	if (len < 2 || len > 64 || len >= n || strspn(configured, ok) != len)
+		return ik_errf(err, IK_CONFIG, "role session name: want 2 to 64 characters "
+		               "of A-Z a-z 0-9 + = , . @ _ -");
+	memcpy(out, configured, len + 1);
+	return IK_OK;
 }
 
 int
 ik_aws_sts_web_identity(const struct ik_aws_cfg *a, const char *tokfile, const char *role,
-             const char *sess, struct ik_aws_creds *c, ik_err *err)
+                        const char *sess, struct ik_aws_creds *c, ik_err *err)
 {
-	struct ik_buf tok = { 0 }, form = { 0 };
+	struct ik_buf tok = { 0 };
+	struct form form = { { 0 }, 1 };
 	char name[128];
 	int rc;
 
@@ -202,7 +224,8 @@ ik_aws_sts_web_identity(const struct ik_aws_cfg *a, const char *tokfile, const c
 		rc = ik_errf(err, IK_CONFIG, "web identity token file %s is empty", tokfile);
 		goto out;
 	}
-	session_name(name, sizeof name, sess);
+	if ((rc = session_name(name, sizeof name, sess, err)) != IK_OK)
+		goto out;
 	form_add(&form, "Action", "AssumeRoleWithWebIdentity");
 	form_add(&form, "Version", "2011-06-15");
 	form_add(&form, "RoleArn", role);
@@ -211,7 +234,7 @@ ik_aws_sts_web_identity(const struct ik_aws_cfg *a, const char *tokfile, const c
 	rc = sts_call(a, "AssumeRoleWithWebIdentity", &form, NULL, c, err);
 out:
 	ik_aws_buf_free_secret(&tok);
-	ik_aws_buf_free_secret(&form);
+	ik_aws_buf_free_secret(&form.b);
 	return rc;
 }
 
@@ -220,11 +243,12 @@ ik_aws_sts_assume_role(const struct ik_aws_cfg *a, const char *role, const char 
                        const char *external_id, const char *duration,
                        const struct ik_aws_creds *signer, struct ik_aws_creds *c, ik_err *err)
 {
-	struct ik_buf form = { 0 };
+	struct form form = { { 0 }, 1 };
 	char name[128];
 	int rc;
 
-	session_name(name, sizeof name, sess);
+	if ((rc = session_name(name, sizeof name, sess, err)) != IK_OK)
+		return rc;
 	form_add(&form, "Action", "AssumeRole");
 	form_add(&form, "Version", "2011-06-15");
 	form_add(&form, "RoleArn", role);
@@ -234,6 +258,6 @@ ik_aws_sts_assume_role(const struct ik_aws_cfg *a, const char *role, const char 
 	if (duration)
 		form_add(&form, "DurationSeconds", duration);
 	rc = sts_call(a, "AssumeRole", &form, signer, c, err);
-	ik_aws_buf_free_secret(&form);
+	ik_aws_buf_free_secret(&form.b);
 	return rc;
 }

@@ -88,6 +88,14 @@ key_of() { sed -n 's/.* key=\([^ ]*\)$/\1/p' <<<"${lines[0]}"; }
 	# the service saw the role's key, verified, not the source's
 	[ "$(srv '[(r["key"], r["status"]) for r in L if r["event"] == "call"]')" = "[('$k', 200)]" ]
 	if grep -q sourceSecretValue <<<"$output$stderr"; then false; fi
+	# a session name STS would refuse is refused here, not cut
+	printf '[profile long]\nrole_arn = arn:aws:iam::123456789012:role/ops\nsource_profile = base\nrole_session_name = %s\n' \
+		"$(printf 'w%.0s' $(seq 1 65))" >> "$AWS_CONFIG_FILE"
+	: > "$SRVLOG"
+	AWS_PROFILE=long run --separate-stderr call
+	[ "$status" -eq 78 ]
+	[[ $stderr == *"AWS profile long: role session name: want 2 to 64 characters"* ]]
+	[ "$(srv 'len([r for r in L if r["event"] == "assume-role"])')" = 0 ]
 }
 
 @test "AssumeRole: a wrong source secret is refused by STS -> 78 naming the error; a role chain signs each hop with the previous role; a loop -> 78" {
@@ -193,6 +201,12 @@ key_of() { sed -n 's/.* key=\([^ ]*\)$/\1/p' <<<"${lines[0]}"; }
 	[ "$(srv '[r["event"] for r in L]')" = "['imds-token', 'issue', 'call']" ]
 	[ "$(srv '[r["ttl"] for r in L if r["event"] == "imds-token"]')" = "[21600]" ]
 	[ "$(srv '[r["key"] for r in L if r["event"] == "call"]')" = "['$(key_of)']" ]
+	# AWS_EC2_METADATA_DISABLED=true: not asked at all, even with the endpoint set
+	: > "$SRVLOG"
+	AWS_EC2_METADATA_DISABLED=true AWS_EC2_METADATA_SERVICE_ENDPOINT=$SRV run --separate-stderr probe dynamodb
+	[ "$status" -eq 78 ]
+	[[ $stderr == *"no AWS credentials"* ]]
+	[ ! -s "$SRVLOG" ]
 	# an endpoint that was set but does not answer is transient, not "no credentials"
 	AWS_EC2_METADATA_DISABLED=false AWS_EC2_METADATA_SERVICE_ENDPOINT=http://127.0.0.1:1 run --separate-stderr probe dynamodb
 	[ "$status" -eq 75 ]
