@@ -251,9 +251,13 @@ class H(http.server.BaseHTTPRequestHandler):
         up = urllib.parse.urlsplit(CFG["upstream"])
         c = http.client.HTTPConnection(up.hostname, up.port, timeout=30)
         hdrs = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
-        c.request("POST", path, body=raw, headers=hdrs)
-        r = c.getresponse()
-        data = r.read()
+        try:
+            c.request("POST", path, body=raw, headers=hdrs)
+            r = c.getresponse()
+            data = r.read()
+        except OSError:
+            log({"event": "call", "key": ak, "target": target, "status": 502})
+            return self.reply(502, "", "text/plain")
         log({"event": "call", "key": ak, "target": target, "status": r.status})
         self.send_response(r.status)
         for k, v in r.getheaders():
