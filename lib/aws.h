@@ -1,13 +1,14 @@
 /* aws.h: a small AWS client for the JSON protocol (DynamoDB, SQS).
  *
  * Follows the AWS CLI's conventions as far as they apply to a daemon:
- *  credentials  env (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
- *               AWS_SESSION_TOKEN); the shared files (AWS_PROFILE,
- *               AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE); container
- *               credentials (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI /
- *               _FULL_URI, AWS_CONTAINER_AUTHORIZATION_TOKEN[_FILE]); EC2
- *               IMDSv2 unless AWS_EC2_METADATA_DISABLED=true.  Temporary
- *               credentials are refreshed before they expire.
+ *  credentials  the AWS CLI's chain, first source that applies only
+ *               (aws_cred.c; idemkit(7) "AWS credentials"): env keys; the
+ *               profile's role_arn (STS AssumeRole); web identity (STS
+ *               AssumeRoleWithWebIdentity); the profile's keys,
+ *               credential_process; container credentials; EC2 IMDSv2.  A
+ *               profile naming a method idemkit does not follow (SSO, MFA)
+ *               is IK_CONFIG, never a fall-back.  Temporary credentials are
+ *               refreshed from the same source before they expire.
  *  region       AWS_REGION, AWS_DEFAULT_REGION, the profile's region.
  *  endpoint     AWS_ENDPOINT_URL_<SERVICE>, AWS_ENDPOINT_URL, else
  *               https://SERVICE.REGION.amazonaws.com; AWS_CA_BUNDLE.
@@ -60,11 +61,16 @@ void ik_aws_close(struct ik_aws *a);           /* wipes the credentials */
 
 const char *ik_aws_region(const struct ik_aws *a);
 const char *ik_aws_endpoint(const struct ik_aws *a);
-/* Where the credentials came from: "env", "shared-credentials-file",
- * "config-file", "container", "imds". */
+/* Where the credentials came from: "env", "assume-role", "web-identity",
+ * "shared-credentials-file", "credential-process", "config-file",
+ * "container", "imds". */
 const char *ik_aws_cred_source(const struct ik_aws *a);
 /* The access key id (not a secret), for diagnostics. */
 const char *ik_aws_access_key_id(const struct ik_aws *a);
+/* The request timeout (IDEMKIT_AWS_TIMEOUT, default 10 s), resolved once
+ * here: an adapter that sizes a long poll under it asks instead of
+ * parsing the variable again. */
+long ik_aws_timeout_ms(const struct ik_aws *a);
 
 /* POST req (not consumed) to the endpoint with X-Amz-Target: target
  * ("DynamoDB_20120810.PutItem"), retrying as above.  Returns:

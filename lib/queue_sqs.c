@@ -9,8 +9,8 @@
  *    one that expired or whose message is no longer in flight
  *    IK_LEASE_LOST, any other refused request IK_DATAERR;
  *  - batch calls report each entry (Successful / Failed lists);
- *  - a long poll is made of polls of at most 8 s (aws.h's request timeout
- *    is 10 s unless $IDEMKIT_AWS_TIMEOUT says otherwise), so it also
+ *  - a long poll is made of polls of at most 8 s, and 2 s under the
+ *    request timeout aws.h resolved (ik_aws_timeout_ms), so it also
  *    notices a stop request between polls.
  */
 #include <stdio.h>
@@ -462,23 +462,21 @@ int
 ik_queue_sqs_open(const char *url, struct ik_queue *q, ik_err *err)
 {
 	struct sqsq *s = calloc(1, sizeof *s);
-	const char *t = getenv("IDEMKIT_AWS_TIMEOUT");
-	int64_t ms;
+	long t;
 	int rc;
 
 	if (!s || !(s->url = strdup(url))) {
 		free(s);
 		return oom(err);
 	}
-	/* leave the response 2 s of the request timeout */
-	s->poll_s = POLL_MAX_S;
-	if (t && *t && ik_parse_duration(t, &ms) == 0 && ms / 1000 - 2 < s->poll_s)
-		s->poll_s = ms / 1000 - 2 > 0 ? (int)(ms / 1000 - 2) : 0;
 	if ((rc = ik_aws_open("sqs", &s->aws, err)) != IK_OK) {
 		free(s->url);
 		free(s);
 		return rc;
 	}
+	/* leave the response 2 s of the request timeout */
+	t = ik_aws_timeout_ms(s->aws) / 1000 - 2;
+	s->poll_s = t < POLL_MAX_S ? (t > 0 ? (int)t : 0) : POLL_MAX_S;
 	q->ops = &sqs_ops;
 	q->impl = s;
 	return IK_OK;

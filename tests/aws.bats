@@ -95,7 +95,8 @@ setup() {
 	: > "$LOG"
 	AWS_CONTAINER_CREDENTIALS_FULL_URI=http://192.0.2.1/creds run --separate-stderr probe dynamodb
 	[ "$status" -eq 78 ]
-	[[ $stderr == *"AWS_CONTAINER_CREDENTIALS_FULL_URI must be https"* ]]
+	[[ $stderr == *"AWS_CONTAINER_CREDENTIALS_FULL_URI: the host must be a loopback address"* ]]
+	[ ! -s "$LOG" ]
 }
 
 @test "retries: throttling retried AWS_MAX_ATTEMPTS times -> 75; 5xx retried; access denied once -> 78; client error returned" {

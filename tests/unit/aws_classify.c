@@ -39,6 +39,23 @@ int
 main(void)
 {
 	check("ddb 200 is OK", 200, "{}", NULL, NULL, IK_AWS_OK, "", "", NULL, NULL);
+	/* STS speaks the query protocol: an XML error document */
+	check("sts AccessDenied (XML)", 403,
+	      "<ErrorResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\"><Error><Type>Sender</Type>"
+	      "<Code>AccessDenied</Code><Message>User: arn:aws:iam::1:user/w is not authorized to perform: sts:AssumeRole</Message>"
+	      "</Error><RequestId>r</RequestId></ErrorResponse>",
+	      NULL, NULL, IK_AWS_AUTH, "AccessDenied", "", "not authorized to perform", NULL);
+	check("sts InvalidIdentityToken (XML)", 400,
+	      "\n<ErrorResponse><Error><Code>InvalidIdentityToken</Code><Message>Couldn't verify</Message></Error></ErrorResponse>",
+	      NULL, NULL, IK_AWS_AUTH, "InvalidIdentityToken", "", "Couldn't verify", NULL);
+	check("sts IDPCommunicationError (XML) is transient", 400,
+	      "<ErrorResponse><Error><Code>IDPCommunicationError</Code><Message>try again</Message></Error></ErrorResponse>",
+	      NULL, NULL, IK_AWS_TRANSIENT, "IDPCommunicationError", "", NULL, NULL);
+	check("sts Throttling (XML)", 400,
+	      "<ErrorResponse><Error><Code>Throttling</Code><Message>Rate exceeded</Message></Error></ErrorResponse>",
+	      NULL, NULL, IK_AWS_THROTTLE, "Throttling", "", "Rate exceeded", NULL);
+	check("truncated XML: no code, status decides", 503, "<ErrorResponse><Error><Code>Throt",
+	      NULL, NULL, IK_AWS_TRANSIENT, "", "", "HTTP 503", NULL);
 	check("ddb ThrottlingException", 400,
 	      "{\"__type\":\"" DDB "ThrottlingException\",\"message\":\"Rate of requests exceeds the allowed throughput.\"}",
 	      NULL, NULL, IK_AWS_THROTTLE, "ThrottlingException", "", "Rate of requests", NULL);

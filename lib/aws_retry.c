@@ -1,0 +1,82 @@
+/* aws_retry.c: the AWS SDKs' "standard" retry mode, for every request the
+ * client sends (service calls and STS alike).
+ *
+ * Rules: AWS_MAX_ATTEMPTS requests in all, never more; only what the
+ * classifier calls retryable (throttling, 5xx, 408, a transport failure)
+ * is sent again; the wait before try n is full jitter, uniform in
+ * [0, min(cap, 50 ms * 2^(n-1))], cap 20 s (IDEMKIT_AWS_MAX_BACKOFF lowers
+ * it); a request is sent again unchanged, so its signature is libcurl's
+ * fresh one each time.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <sodium.h>
+
+#include "aws_int.h"
+#include "log.h"
+#include "outcome.h"
+
+#define BACKOFF_BASE_MS 50
+
+int64_t
+ik_aws_backoff_ms(int64_t cap_ms, int attempt)
+{
+	int64_t ceil = BACKOFF_BASE_MS;
+	int i;
+
+	for (i = 1; i < attempt && ceil < cap_ms; i++)
+		ceil *= 2;
+	if (ceil > cap_ms)
+		ceil = cap_ms;
+	if (ceil <= 0)
+		return 0;
+	return (int64_t)randombytes_uniform((uint32_t)ceil + 1);
+}
+
+void
+ik_aws_sleep_ms(int64_t ms)
+{
+	struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+int
+ik_aws_send(const struct ik_aws_cfg *cfg, const char *what,
+            const struct ik_http_req *req, struct ik_http_res *res,
+            struct ik_aws_error *e, int *tries, ik_err *err)
+{
+	ik_err herr = { 0 };
+	char attempt_s[32];
+	int attempt, rc;
+
+	for (attempt = 1; ; attempt++) {
+		*tries = attempt;
+		rc = ik_http_do(cfg->http, req, res, &herr);
+		if (rc == IK_OK) {
+			ik_aws_classify(res->status, res->body.p, res->body.len,
+			                ik_http_header(res, "x-amzn-query-error"),
+			                ik_http_header(res, "x-amzn-ErrorType"), e);
+		} else if (rc == IK_TEMPFAIL) {
+			memset(e, 0, sizeof *e);
+			e->kind = IK_AWS_TRANSIENT;
+			e->retryable = 1;
+			ik_aws_copy_line(e->message, sizeof e->message, herr.msg, strlen(herr.msg));
+		} else {
+			return ik_errf(err, rc, "%s", herr.msg);
+		}
+		if (!e->retryable || attempt >= cfg->max_attempts)
+			break;
+		snprintf(attempt_s, sizeof attempt_s, "%d", attempt);
+		ik_log(IK_LOG_DEBUG, "aws retry", "call", what, "attempt#", attempt_s,
+		       "error", e->type[0] ? e->type : e->message, NULL);
+		ik_aws_sleep_ms(ik_aws_backoff_ms(cfg->backoff_cap_ms, attempt));
+	}
+	if (rc != IK_OK)
+		return ik_errf(err, rc, "%s", e->message);
+	return IK_OK;
+}
