@@ -119,7 +119,8 @@ NODE_STAMP := node_modules/.package-lock.json
 $(NODE_STAMP): package-lock.json package.json
 	npm ci --no-audit --no-fund --loglevel=error
 
-check: all $(UNITS) $(REPLAYS) $(NODE_STAMP)
+check-build: all $(UNITS) $(REPLAYS)
+check: check-build $(NODE_STAMP)
 	$(TEST_ENV) sh tests/run.sh tests/ \
 	  'IDEMKIT_TEST_BACKEND=dynamodb tests/store.bats' \
 	  'IDEMKIT_TEST_QUEUE_BACKEND=sqs tests/queue.bats'
@@ -175,6 +176,12 @@ faults: all $(NODE_STAMP)
 	$(TEST_ENV) IDEMKIT_FAULTS_REPORT=$(FAULTS_REPORT) BATS_TEST_TIMEOUT=1200 sh tests/run.sh tests/faults/
 	@cat $(FAULTS_REPORT)
 
+# Seeded money defects (tests/mutants/NAME.patch), each applied to a scratch
+# copy, built, and run against the suites it names: every one must be caught
+# (N killed, 0 survived); a patch that no longer applies fails the run.
+mutants: check-build $(NODE_STAMP)
+	sh tests/mutants/run.sh $(MUTANTS)
+
 # memcheck on a sample run of every C command (tests/valgrind.sh).
 valgrind: all $(NODE_STAMP)
 	IDEMKIT_BIN=$(CURDIR)/$(O)/bin IDEMKIT_SRC=$(CURDIR) sh tests/valgrind.sh
@@ -202,8 +209,8 @@ clean:
 	rm -rf build
 
 help:
-	@echo 'targets: all test check demo demo-embedded sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean'
+	@echo 'targets: all test check demo demo-embedded mutants sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean'
 
-.PHONY: all test check demo-embedded sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean help
+.PHONY: all test check check-build mutants demo-embedded sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean help
 
 -include $(LIB_OBJ:.o=.d) $(patsubst cmd/%.c,$(O)/obj/cmd/%.d,$(CMD_SRC)) $(UNITS:=.d)

@@ -1,0 +1,81 @@
+#!/bin/sh
+# tests/mutants/run.sh: applies each seeded defect (tests/mutants/*.patch,
+# one realistic money bug each) to a scratch copy of the tree, builds it and
+# runs the suites the patch names; a mutant the suites do not catch
+# "survived", and so does the run: it fails.  A patch that no longer applies
+# or no longer builds after a refactor fails loudly too, so it is updated
+# with the code it guards.
+#
+# A patch starts with header lines, before the diff:
+#   # defect: what the bug does, in a sentence
+#   # run: [VAR=value ...] tests/FILE.bats     (one or more; a tests/run.sh run)
+#
+# usage: tests/mutants/run.sh [NAME ...]    (default: every patch)
+# env:   MUTANTS_DIR (scratch, default build/mutants), MAKE (default make)
+set -u
+src=$(cd "$(dirname "$0")/../.." && pwd)
+dir=${MUTANTS_DIR:-$src/build/mutants}
+tree=$dir/tree
+make=${MAKE:-make}
+log=$dir/log
+
+if [ $# -eq 0 ]; then
+	set -- $(cd "$src/tests/mutants" && ls ./*.patch | sed 's#^\./##; s#\.patch$##')
+fi
+[ $# -gt 0 ] || { echo "mutants: no patches in tests/mutants" >&2; exit 1; }
+
+# The scratch copy: what git tracks, plus what it would (new files).
+rm -rf "$tree"
+mkdir -p "$tree"
+(cd "$src" && git ls-files -co --exclude-standard -z | xargs -0 tar cf - --) | (cd "$tree" && tar xf -)
+[ -d "$src/node_modules" ] && ln -s "$src/node_modules" "$tree/node_modules"
+echo "== mutants: building the scratch tree $tree"
+if ! "$make" -s -C "$tree" -j2 check-build >"$dir/build.log" 2>&1; then
+	tail -20 "$dir/build.log"
+	echo "mutants: the unmutated tree does not build" >&2
+	exit 1
+fi
+
+killed=0 survived=0 broken=0 bad=
+for name in "$@"; do
+	p=$src/tests/mutants/$name.patch
+	if [ ! -f "$p" ]; then
+		echo "BROKEN $name: no such patch"; broken=$((broken + 1)); bad="$bad $name"; continue
+	fi
+	defect=$(sed -n 's/^# defect: //p' "$p" | head -1)
+	runs=$(sed -n 's/^# run: //p' "$p")
+	if [ -z "$runs" ] || [ -z "$defect" ]; then
+		echo "BROKEN $name: the patch names no '# defect:' or no '# run:'"
+		broken=$((broken + 1)); bad="$bad $name"; continue
+	fi
+	if ! patch -d "$tree" -p1 --dry-run -s -f <"$p" >"$log" 2>&1; then
+		echo "BROKEN $name: does not apply any more; update it with the code it guards:"
+		sed 's/^/    /' "$log"
+		broken=$((broken + 1)); bad="$bad $name"; continue
+	fi
+	patch -d "$tree" -p1 -s -f <"$p" >/dev/null
+	if ! "$make" -s -C "$tree" -j2 check-build >"$log" 2>&1; then
+		echo "BROKEN $name: does not build once applied:"
+		tail -5 "$log" | sed 's/^/    /'
+		broken=$((broken + 1)); bad="$bad $name"
+	else
+		# One tests/run.sh run per "# run:" line, against the mutated build.
+		set --
+		while IFS= read -r r; do set -- "$@" "$r"; done <<-RUNS
+		$runs
+		RUNS
+		if (cd "$tree" && IDEMKIT_BIN="$tree/build/bin" IDEMKIT_TEST_BIN="$tree/build/test" \
+		    IDEMKIT_SRC="$tree" sh tests/run.sh "$@") >"$log" 2>&1; then
+			echo "SURVIVED $name: $defect"
+			survived=$((survived + 1)); bad="$bad $name"
+		else
+			first=$(grep -m1 '^not ok' "$log" || echo "(a run failed)")
+			echo "killed $name: $first"
+			killed=$((killed + 1))
+		fi
+	fi
+	patch -d "$tree" -p1 -R -s -f <"$p" >/dev/null
+done
+[ -z "$bad" ] || echo "mutants not killed:$bad"
+echo "$killed killed, $survived survived, $broken broken"
+[ "$survived" -eq 0 ] && [ "$broken" -eq 0 ]
