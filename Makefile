@@ -144,13 +144,16 @@ fuzz:
 fuzz-short:
 	$(MAKE) fuzz FUZZ_TIME=10
 
-# The fault suites (tests/faults/): duplicate storm on both backends,
-# kill -9 at every step boundary, outages, poison.  Minutes, not seconds;
-# the measured numbers land in $(O)/faults-report.txt.
+# The fault suites (tests/faults/): duplicate storm on the embedded
+# default, dynalite and DynamoDB Local, kill -9 at every step boundary (on
+# the embedded default and on DynamoDB Local + SQS), outages, AWS
+# throttling and server errors, poison.  Minutes, not seconds; the
+# measured numbers land in $(O)/faults-report.txt.
 FAULTS_REPORT := $(CURDIR)/$(O)/faults-report.txt
 faults: all
 	@mkdir -p $(O); rm -f $(FAULTS_REPORT)
-	$(TEST_ENV) IDEMKIT_FAULTS_REPORT=$(FAULTS_REPORT) sh tests/run.sh tests/faults/
+	$(TEST_ENV) IDEMKIT_FAULTS_REPORT=$(FAULTS_REPORT) sh tests/run.sh tests/faults/ \
+	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/faults/crash.bats'
 	@cat $(FAULTS_REPORT)
 
 # memcheck on a sample run of every C command (tests/valgrind.sh).

@@ -45,7 +45,7 @@ ddblocal_start() {
 			sleep 0.1
 		done
 		kill "$DDBLOCAL_PID" 2>/dev/null
-		wait "$DDBLOCAL_PID" 2>/dev/null
+		wait "$DDBLOCAL_PID" 2>/dev/null || true
 	done
 	echo "DynamoDB Local did not start: $(cat "$log")" >&2
 	return 1
@@ -53,7 +53,7 @@ ddblocal_start() {
 ddblocal_stop() {
 	if [ -n "${DDBLOCAL_PID:-}" ]; then
 		kill "$DDBLOCAL_PID" 2>/dev/null
-		wait "$DDBLOCAL_PID" 2>/dev/null
+		wait "$DDBLOCAL_PID" 2>/dev/null || true
 		DDBLOCAL_PID=
 	fi
 	return 0
@@ -105,7 +105,7 @@ recproxy_stop() {
 	local p
 	for p in ${RECPROXY_PIDS:-}; do
 		kill "$p" 2>/dev/null
-		wait "$p" 2>/dev/null
+		wait "$p" 2>/dev/null || true
 	done
 	RECPROXY_PIDS=
 	return 0
