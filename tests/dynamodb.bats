@@ -233,3 +233,24 @@ PY
 	[ "$status" -eq 0 ]
 	[ "$(jget "$output" done.outcome)" = OK ]
 }
+
+@test "TTL: idemp-init enables it on expiresAt where the server has it (DynamoDB Local), warns where not (dynalite)" {
+	t=idem-ttl-$$-$RANDOM
+	run --separate-stderr idemp-init --store "dynamodb:$t"
+	[ "$status" -eq 0 ]
+	run --separate-stderr "$IDEMKIT_TEST_BIN/aws_probe" dynamodb DynamoDB_20120810.DescribeTimeToLive "{\"TableName\":\"$t\"}"
+	echo "$output"
+	if [ "$BACKEND" = dynamodb-local ]; then
+		[ "$status" -eq 0 ]
+		grep -q '"TimeToLiveStatus":"ENABLED"' <<<"$output"
+		grep -q '"AttributeName":"expiresAt"' <<<"$output"
+		# a second init finds it enabled and changes nothing
+		run --separate-stderr idemp-init --store "dynamodb:$t"
+		[ "$status" -eq 0 ]
+		if grep -q 'does not support TTL' <<<"$stderr"; then false; fi
+	else
+		run --separate-stderr idemp-init --store "dynamodb:$t"
+		[ "$status" -eq 0 ]
+		grep -q 'does not support TTL' <<<"$stderr"
+	fi
+}
