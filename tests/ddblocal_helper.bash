@@ -21,8 +21,10 @@ require_java() {
 }
 
 # ddblocal_start: DynamoDB Local on a free loopback port (retried when the
-# port was taken meanwhile), waited for until it answers a signed-looking
-# request; sets DDBLOCAL_PID, DDBLOCAL_URL and AWS_ENDPOINT_URL_DYNAMODB.
+# port was taken meanwhile), waited for until it answers an unsigned
+# request (with its 400); sets DDBLOCAL_PID, DDBLOCAL_URL and
+# AWS_ENDPOINT_URL_DYNAMODB.  It listens on every interface (it has no
+# host option); the tests talk to it on 127.0.0.1 only.
 # ddblocal_stop ends it.
 ddblocal_start() {
 	local try i port log code
