@@ -28,7 +28,7 @@ PKGS := $(foreach d,$(DEPS),$(word 1,$(subst :, ,$(d))))
 DEBS_BUILD := make gcc pkg-config $(foreach d,$(DEPS),$(word 2,$(subst :, ,$(d))))
 DEBS_DEMO  := python3 curl procps util-linux
 DEBS_TEST  := $(DEBS_DEMO) bats clang libclang-rt-14-dev sqlite3 mandoc python3-botocore \
-              shellcheck valgrind openssl node:nodejs npm:npm
+              shellcheck valgrind openssl node:nodejs npm:npm java:openjdk-17-jre-headless
 
 # The README's two commands and `deps` need no libraries to parse this file.
 NODEPS_GOALS := clean deps help demo test
@@ -123,6 +123,8 @@ check-build: all $(UNITS) $(REPLAYS)
 check: check-build $(NODE_STAMP)
 	$(TEST_ENV) sh tests/run.sh tests/ \
 	  'IDEMKIT_TEST_BACKEND=dynamodb tests/store.bats' \
+	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/store.bats' \
+	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/dynamodb.bats' \
 	  'IDEMKIT_TEST_QUEUE_BACKEND=sqs tests/queue.bats'
 
 # ASan + UBSan build of everything, then the whole suite against it.  Reports
@@ -167,13 +169,16 @@ fuzz:
 fuzz-short:
 	$(MAKE) fuzz FUZZ_TIME=10
 
-# The fault suites (tests/faults/): duplicate storm on both backends,
-# kill -9 at every step boundary, outages, poison.  Minutes, not seconds;
-# the measured numbers land in $(O)/faults-report.txt.
+# The fault suites (tests/faults/): duplicate storm on the embedded
+# default, dynalite and DynamoDB Local, kill -9 at every step boundary (on
+# the embedded default and on DynamoDB Local + SQS), outages, AWS
+# throttling and server errors, poison.  Minutes, not seconds; the
+# measured numbers land in $(O)/faults-report.txt.
 FAULTS_REPORT := $(CURDIR)/$(O)/faults-report.txt
 faults: all $(NODE_STAMP)
 	@mkdir -p $(O); rm -f $(FAULTS_REPORT)
-	$(TEST_ENV) IDEMKIT_FAULTS_REPORT=$(FAULTS_REPORT) BATS_TEST_TIMEOUT=1200 sh tests/run.sh tests/faults/
+	$(TEST_ENV) IDEMKIT_FAULTS_REPORT=$(FAULTS_REPORT) BATS_TEST_TIMEOUT=1200 sh tests/run.sh tests/faults/ \
+	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/faults/crash.bats'
 	@cat $(FAULTS_REPORT)
 
 # Seeded money defects (tests/mutants/NAME.patch), each applied to a scratch

@@ -214,9 +214,13 @@ ddb_call(struct ddb *d, const char *op, cJSON *req, const char *pass,
 	if (strcmp(ae.type, "ResourceNotFoundException") == 0) {
 		return errsuffix(err, IK_CONFIG, " (table %s: create it with idemp-init)", d->table);
 	}
+	/* The wording differs: "does not match the schema" (DynamoDB),
+	 * "Missing the key" (dynalite), "One of the required keys was not
+	 * given a value" (DynamoDB Local). */
 	if (strcmp(ae.type, "ValidationException") == 0 &&
 	    (strstr(ae.message, "key") || strstr(ae.message, "Key")) &&
-	    (strstr(ae.message, "schema") || strstr(ae.message, "Missing the key"))) {
+	    (strstr(ae.message, "schema") || strstr(ae.message, "Missing the key") ||
+	     strstr(ae.message, "required keys"))) {
 		return errsuffix(err, IK_CONFIG, " (table %s: key attribute %s, "
 		                 "IDEMKIT_DYNAMODB_KEY)", d->table, d->key);
 	}

@@ -1,21 +1,32 @@
 #!/usr/bin/env bats
-# The DynamoDB store against dynalite on a loopback port: idemp-init,
+# The DynamoDB store against an emulator on a loopback port: idemp-init,
 # configuration and transport failures, the race, fencing, and the claim
-# decision on both paths (the ALL_OLD path by a C unit test, since dynalite
-# never returns the old item; the GetItem fallback here).
+# decision on both paths.  IDEMKIT_TEST_BACKEND picks the emulator:
+# dynamodb (default) is dynalite, which never returns the old item, so a
+# refused claim is decided from a GetItem there; dynamodb-local is AWS's
+# DynamoDB Local, which returns it with ALL_OLD as DynamoDB does, so no
+# second request is made.  The C unit test covers both paths on recorded
+# answers.  A claim whose response is lost (tests/recproxy.py resets the
+# connection after DynamoDB applied it) is retried and finds its own token.
 
 bats_require_minimum_version 1.5.0
 load helper
 
+BACKEND=${IDEMKIT_TEST_BACKEND:-dynamodb}
+
 setup_file() {
-	require_node
 	aws_test_env
-	dynalite_start
+	ddb_emulator_start "$BACKEND"
 	export DDB_TABLE=idem-$$-$RANDOM
 	idemp-init --store "dynamodb:$DDB_TABLE" >/dev/null
 }
-teardown_file() { dynalite_stop; }
+teardown_file() { ddb_emulator_stop; }
 setup() { export IDEMKIT_STORE=dynamodb:$DDB_TABLE; }
+teardown() { recproxy_stop; }
+
+# The requests that decide a refused claim: none more on DynamoDB Local
+# (the old item comes back with the refusal), one GetItem on dynalite.
+refusal_reads() { if [ "$BACKEND" = dynamodb-local ]; then echo 0; else echo 1; fi; }
 
 @test "claim decision on the ALL_OLD item and on the GetItem fallback (C unit test)" {
 	run "$IDEMKIT_TEST_BIN/ddb_claim"
@@ -140,7 +151,7 @@ setup() { export IDEMKIT_STORE=dynamodb:$DDB_TABLE; }
 	[ "$status" -eq 0 ]
 }
 
-@test "PAYLOAD_MISMATCH on the GetItem fallback path (dynalite sends no ALL_OLD item)" {
+@test "PAYLOAD_MISMATCH decided on the refusal path (ALL_OLD on DynamoDB Local, GetItem on dynalite)" {
 	id=$(uid mm)
 	ev "$id" | idemp-claim 2>/dev/null | idemp-done --state DONE >/dev/null
 	run --separate-stderr idemp-claim < <(ev "$id" 9999)
@@ -159,4 +170,87 @@ setup() { export IDEMKIT_STORE=dynamodb:$DDB_TABLE; }
 	now=$(date +%s)
 	[ "$exp" -gt $((now + 20*86400 - 60)) ]
 	[ "$exp" -lt $((now + 20*86400 + 60)) ]
+}
+
+@test "a duplicate is decided from the refused write's old item (DynamoDB Local: no GetItem; dynalite: one)" {
+	id=$(uid allold)
+	recproxy_start ddb "$DDB_URL"
+	export AWS_ENDPOINT_URL_DYNAMODB=$RECPROXY_URL
+	run --separate-stderr idemp-claim < <(ev "$id")
+	[ "$status" -eq 0 ]
+	first=$output
+	: > "$BATS_TEST_TMPDIR/ddb.log"
+	run --separate-stderr idemp-claim < <(ev "$id")
+	[ "$status" -eq 11 ]
+	[ "$(jget "$output" claim.leaseUntil)" = "$(jget "$first" claim.leaseUntil)" ]
+	idemp-done --state DONE <<<"$first" >/dev/null
+	run --separate-stderr idemp-claim < <(ev "$id")
+	[ "$status" -eq 10 ]
+	[ "$(jget "$output" claim.state)" = DONE ]
+	run --separate-stderr idemp-claim < <(ev "$id" 9999)
+	[ "$status" -eq 14 ]
+	ops ddb
+	# 3 refused claims and one finish; the refusals read nothing more on
+	# DynamoDB Local
+	[ "$(ops ddb UpdateItem)" -eq 4 ]
+	[ "$(ops ddb GetItem)" -eq $((3 * $(refusal_reads))) ]
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/ddb.log")" -eq $((4 + 3 * $(refusal_reads))) ]
+	if [ "$BACKEND" = dynamodb-local ]; then
+		grep -q '"ReturnValuesOnConditionCheckFailure": "ALL_OLD"' "$BATS_TEST_TMPDIR/ddb.log"
+	fi
+}
+
+@test "a claim whose response was lost is retried and finds its own token: ACQUIRED, attempt 1 (issue 11 item 9)" {
+	id=$(uid lost)
+	recproxy_start ddb "$DDB_URL" '[{"op":"UpdateItem","times":1,"do":"lose-response"}]'
+	export AWS_ENDPOINT_URL_DYNAMODB=$RECPROXY_URL
+	run --separate-stderr idemp-claim < <(ev "$id")
+	echo "$stderr"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" claim.outcome)" = ACQUIRED ]
+	[ "$(jget "$output" claim.attempt)" = 1 ]
+	env=$output token=$(jget "$output" claim.token)
+	lease=$(jget "$output" claim.leaseUntil)
+	ops ddb
+	# the first UpdateItem took effect and its answer was lost; the retry
+	# was refused by the condition and decided by our own token
+	[ "$(ops ddb UpdateItem)" -eq 2 ]
+	[ "$(ops ddb GetItem)" -eq "$(refusal_reads)" ]
+	[ "$(grep -c '"fault": "lose-response"' "$BATS_TEST_TMPDIR/ddb.log")" -eq 1 ]
+	python3 - "$BATS_TEST_TMPDIR/ddb.log" "$token" <<'PY'
+import json, sys
+ups = [json.loads(l) for l in open(sys.argv[1]) if "UpdateItem" in l]
+assert [u["body"]["ExpressionAttributeValues"][":tok"]["S"] for u in ups] == [sys.argv[2]] * 2, ups
+PY
+	export AWS_ENDPOINT_URL_DYNAMODB=$DDB_URL
+	run idemp-show --json "$id"
+	[ "$(jget "$output" attempts)" = 1 ]
+	[ "$(jget "$output" owner)" = "$token" ]
+	[ "$(jget "$output" leaseUntil)" = "$lease" ]
+	[ "$(jget "$output" state)" = IN_PROGRESS ]
+	# and the claim it holds is a real one: it finishes
+	run --separate-stderr idemp-done --state DONE <<<"$env"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" done.outcome)" = OK ]
+}
+
+@test "TTL: idemp-init enables it on expiresAt where the server has it (DynamoDB Local), warns where not (dynalite)" {
+	t=idem-ttl-$$-$RANDOM
+	run --separate-stderr idemp-init --store "dynamodb:$t"
+	[ "$status" -eq 0 ]
+	run --separate-stderr "$IDEMKIT_TEST_BIN/aws_probe" dynamodb DynamoDB_20120810.DescribeTimeToLive "{\"TableName\":\"$t\"}"
+	echo "$output"
+	if [ "$BACKEND" = dynamodb-local ]; then
+		[ "$status" -eq 0 ]
+		grep -q '"TimeToLiveStatus":"ENABLED"' <<<"$output"
+		grep -q '"AttributeName":"expiresAt"' <<<"$output"
+		# a second init finds it enabled and changes nothing
+		run --separate-stderr idemp-init --store "dynamodb:$t"
+		[ "$status" -eq 0 ]
+		if grep -q 'does not support TTL' <<<"$stderr"; then false; fi
+	else
+		run --separate-stderr idemp-init --store "dynamodb:$t"
+		[ "$status" -eq 0 ]
+		grep -q 'does not support TTL' <<<"$stderr"
+	fi
 }

@@ -96,17 +96,19 @@ dynalite_stop() {
 	return 0
 }
 
+# DynamoDB Local (AWS's emulator, on Java): ddblocal_start, ddb_emulator_start.
+source "$IDEMKIT_SRC/tests/ddblocal_helper.bash"
+
 # store_backend_setup_file / store_backend_setup: the store the suite runs
 # against.  IDEMKIT_TEST_BACKEND=sqlite (default) uses a file per test;
 # dynamodb starts one dynalite and one table for the whole file (tests
-# use unique chargeIds: uid).
+# use unique chargeIds: uid); dynamodb-local the same on DynamoDB Local.
 store_backend_setup_file() {
 	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
 	sqlite) ;;
-	dynamodb)
-		require_node
+	dynamodb|dynamodb-local)
 		aws_test_env
-		dynalite_start || return 1
+		ddb_emulator_start || return 1
 		export IDEMKIT_TEST_TABLE=idem-$$-$RANDOM
 		idemp-init --store "dynamodb:$IDEMKIT_TEST_TABLE" >/dev/null || return 1
 		;;
@@ -115,12 +117,12 @@ store_backend_setup_file() {
 }
 store_backend_teardown_file() {
 	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
-	dynamodb) dynalite_stop ;;
+	dynamodb|dynamodb-local) ddb_emulator_stop ;;
 	esac
 }
 store_backend_setup() {
 	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
 	sqlite) export IDEMKIT_STORE=sqlite:$BATS_TEST_TMPDIR/store.db ;;
-	dynamodb) export IDEMKIT_STORE=dynamodb:$IDEMKIT_TEST_TABLE ;;
+	dynamodb|dynamodb-local) export IDEMKIT_STORE=dynamodb:$IDEMKIT_TEST_TABLE ;;
 	esac
 }

@@ -5,14 +5,56 @@ so the signature still holds) and appends {"target": X-Amz-Target,
 "body": the request JSON} to LOG, one line per request.  Lets a test see
 exactly what idemkit sends to DynamoDB or SQS; killing it is an outage of
 the service behind it (restart it with PORT to end the outage).  Writes
-its port to PORTFILE once it listens."""
+its port to PORTFILE once it listens.
+
+Faults, when RECPROXY_FAULTS names a JSON file: a list of rules, each
+  {"op": "UpdateItem", "skip": 0, "times": 1, "do": ACTION, ...}
+"op" is the operation (the X-Amz-Target after its dot; "*" for any).  A
+rule applies to the requests it matches after the first "skip" of them,
+"times" of them (null: every one); the first rule that applies wins, and
+the log line of that request gets "fault": ACTION.  ACTION is one of
+  lose-response  forward the request (it takes effect upstream), then
+                 reset the connection: the answer is lost
+  reset          reset the connection without forwarding anything
+  cut            forward, send the status line, headers and half the
+                 body, then reset (a connection reset mid-response)
+  error          answer "status" (default 400) without forwarding; with
+                 "type", the body is an AWS JSON error of that type
+                 ({"__type": "com.amazonaws.dynamodb.v20120810#TYPE"}),
+                 else a plain text body
+A reset is a TCP RST (SO_LINGER 0), as a load balancer dropping a
+connection sends."""
 import http.client
 import http.server
 import json
+import os
+import socket
+import struct
 import sys
+import threading
 import urllib.parse
 
 UP = urllib.parse.urlsplit(sys.argv[1])
+RULES = []
+if os.environ.get("RECPROXY_FAULTS"):
+    with open(os.environ["RECPROXY_FAULTS"]) as f:
+        RULES = json.load(f)
+SEEN = [0] * len(RULES)
+LOCK = threading.Lock()
+
+
+def fault_for(op):
+    """The rule that applies to this request, counted under the lock."""
+    with LOCK:
+        for i, r in enumerate(RULES):
+            if r.get("op", "*") not in ("*", op):
+                continue
+            SEEN[i] += 1
+            k = SEEN[i] - r.get("skip", 0)
+            t = r.get("times", 1)
+            if k >= 1 and (t is None or k <= t):
+                return r
+    return None
 
 
 class H(http.server.BaseHTTPRequestHandler):
@@ -21,6 +63,34 @@ class H(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
+    def reset(self):
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.close_connection = True
+        self.connection.close()
+
+    def forward(self, body):
+        c = http.client.HTTPConnection(UP.hostname, UP.port, timeout=30)
+        hdrs = {k: v for k, v in self.headers.items() if k.lower() not in ("connection",)}
+        c.request("POST", self.path, body=body, headers=hdrs)
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        return r, data
+
+    def answer(self, status, headers, data, cut=False):
+        self.send_response(status)
+        for k, v in headers:
+            if k.lower() not in ("connection", "transfer-encoding", "content-length", "date", "server"):
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if cut:
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+            self.reset()
+            return
+        self.wfile.write(data)
+
     def do_POST(self):
         n = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(n) if n else b""
@@ -28,27 +98,36 @@ class H(http.server.BaseHTTPRequestHandler):
             parsed = json.loads(body or b"{}")
         except ValueError:
             parsed = body.decode("utf-8", "replace")
+        target = self.headers.get("X-Amz-Target") or ""
+        rule = fault_for(target.rsplit(".", 1)[-1])
+        line = {"target": target, "body": parsed}
+        if rule:
+            line["fault"] = rule["do"]
         with open(sys.argv[3], "a") as f:
-            f.write(json.dumps({"target": self.headers.get("X-Amz-Target"), "body": parsed}) + "\n")
-        c = http.client.HTTPConnection(UP.hostname, UP.port, timeout=30)
-        hdrs = {k: v for k, v in self.headers.items() if k.lower() not in ("connection",)}
-        c.request("POST", self.path, body=body, headers=hdrs)
-        r = c.getresponse()
-        data = r.read()
-        self.send_response(r.status)
-        for k, v in r.getheaders():
-            if k.lower() not in ("connection", "transfer-encoding", "content-length", "date", "server"):
-                self.send_header(k, v)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-        c.close()
+            f.write(json.dumps(line) + "\n")
+        act = rule["do"] if rule else None
+        if act == "reset":
+            return self.reset()
+        if act == "error":
+            if rule.get("type"):
+                svc = "com.amazonaws.dynamodb.v20120810" if target.startswith("DynamoDB") else "com.amazonaws.sqs"
+                data = json.dumps({"__type": "%s#%s" % (svc, rule["type"]),
+                                   "message": "injected by recproxy"}).encode()
+                hdrs = [("Content-Type", "application/x-amz-json-1.0"),
+                        ("x-amzn-ErrorType", rule["type"])]
+            else:
+                data, hdrs = b"injected by recproxy\n", [("Content-Type", "text/plain")]
+            return self.answer(rule.get("status", 400), hdrs, data)
+        r, data = self.forward(body)
+        if act == "lose-response":
+            return self.reset()
+        self.answer(r.status, r.getheaders(), data, cut=act == "cut")
 
 
 http.server.ThreadingHTTPServer.allow_reuse_address = True
+http.server.ThreadingHTTPServer.daemon_threads = True
 s = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[4]) if len(sys.argv) > 4 else 0), H)
 with open(sys.argv[2] + ".tmp", "w") as f:
     f.write("%d\n" % s.server_address[1])
-import os
 os.rename(sys.argv[2] + ".tmp", sys.argv[2])
 s.serve_forever()

@@ -6,20 +6,29 @@
 # *_CMD overrides).  After the leases (12s) and visibility timeouts (2s)
 # expire and the messages return: every charge debited exactly once at the
 # bank, every record DONE, queue and DLQ empty.  The second debit attempts
-# the bank absorbed as replays are counted and reported.
+# the bank absorbed as replays are counted and reported.  On the embedded
+# default, or with IDEMKIT_TEST_BACKEND=dynamodb (dynalite) or
+# dynamodb-local (DynamoDB Local) on DynamoDB + SQS (local-aws-sqs).
 
 load faults
 
 N=20
+BACKEND=${IDEMKIT_TEST_BACKEND:-sqlite}
 
 setup() {
-	embedded_queue 2
+	case $BACKEND in
+	sqlite) embedded_queue 2 ;;
+	*) aws_queue_store "$BACKEND" ;;
+	esac
 	export CRASH_DIR=$BATS_TEST_TMPDIR/crashes
 	mkdir -p "$CRASH_DIR"
 	charges "$N" "$BATS_TEST_TMPDIR/charges" "CRASH$BATS_TEST_NUMBER"
 	sqs-send < "$BATS_TEST_TMPDIR/charges" > /dev/null
 }
-teardown() { bank_stop; }
+teardown() {
+	bank_stop
+	aws_stop
+}
 
 W=$BATS_TEST_DIRNAME/crashstep.sh
 
@@ -31,7 +40,7 @@ crash_run() {
 	[ "$(find "$CRASH_DIR" -mindepth 1 -maxdepth 1 | wc -l)" -eq "$N" ]
 	check_exactly_once "$BATS_TEST_TMPDIR/charges"
 	ATTEMPTS=$(idemp-list --state DONE | python3 -c 'import json,sys; print(sorted(set(json.loads(l)["attempts"] for l in sys.stdin)))')
-	report "crash $1: $N charges, $N kill -9: recovered in $((SECONDS - start))s; bank debits $(stat_of "$(bank_stats)" debits), replays absorbed $REPLAYS; record attempts $ATTEMPTS"
+	report "crash $1 ($BACKEND): $N charges, $N kill -9: recovered in $((SECONDS - start))s; bank debits $(stat_of "$(bank_stats)" debits), replays absorbed $REPLAYS; record attempts $ATTEMPTS"
 }
 
 @test "kill -9 after the claim: each charge debited once after the lease expires, no replay needed" {

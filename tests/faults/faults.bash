@@ -140,20 +140,28 @@ report() {
 	echo "$*" >> "${IDEMKIT_FAULTS_REPORT:-$IDEMKIT_SRC/build/faults-report.txt}"
 }
 
-# aws_queue_store: dynalite (the store) and local-aws-sqs (queue and DLQ,
-# visibility 2s) on loopback, fake credentials.  Sets SQS_PID; dynalite
-# via helper.bash (DYNALITE_PID).  Call aws_stop from teardown.
+# aws_queue_store [BACKEND]: dynalite (BACKEND dynamodb, the default) or
+# DynamoDB Local (dynamodb-local) as the store and local-aws-sqs (queue and
+# DLQ, visibility 2s) on loopback, fake credentials, and a fresh queue,
+# DLQ and table (aws_fresh).  Sets SQS_PID; the store's emulator via
+# helper.bash (DDB_URL).  Call aws_stop from teardown (or setup_file and
+# teardown_file: the emulators then serve the whole file).
 aws_queue_store() {
 	require_node
 	aws_test_env
 	export IDEMKIT_AWS_MAX_BACKOFF=50ms
-	dynalite_start
-	local d=$BATS_TEST_TMPDIR i
+	ddb_emulator_start "${1:-dynamodb}" || return 1
+	local d=${BATS_TEST_TMPDIR:-$BATS_FILE_TMPDIR} i
 	(cd "$IDEMKIT_SRC" && exec node tests/sqs-server.js) >"$d/sqs.port" 2>"$d/sqs.log" 3>&- &
 	SQS_PID=$!
 	for i in $(seq 200); do [ -s "$d/sqs.port" ] && break; sleep 0.05; done
 	[ -s "$d/sqs.port" ] || { cat "$d/sqs.log" >&2; return 1; }
 	export AWS_ENDPOINT_URL_SQS=http://127.0.0.1:$(cat "$d/sqs.port")
+	aws_fresh
+}
+# aws_fresh: a new queue, DLQ (IDEMKIT_QUEUE, IDEMKIT_DLQ) and table
+# (IDEMKIT_STORE) on the running emulators.
+aws_fresh() {
 	local q=storm$$x$RANDOM
 	curl -fsS -H 'X-Amz-Target: AmazonSQS.CreateQueue' -H 'Content-Type: application/x-amz-json-1.0' \
 		-d "{\"QueueName\":\"$q-dlq\"}" "$AWS_ENDPOINT_URL_SQS/" >/dev/null
@@ -170,5 +178,5 @@ aws_stop() {
 		wait "$SQS_PID" 2>/dev/null
 		SQS_PID=
 	fi
-	dynalite_stop || true
+	ddb_emulator_stop || true
 }

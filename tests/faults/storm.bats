@@ -2,7 +2,8 @@
 # Duplicate storm: 2 000 charges, each delivered 1-5 times in random order,
 # drained by 8 concurrent workers -> exactly 2 000 debits at the bank, no
 # message lost (queue and DLQ empty), every record DONE.  On the embedded
-# default and on DynamoDB (dynalite) + SQS (local-aws-sqs).  The workers
+# default, on DynamoDB (dynalite) + SQS (local-aws-sqs) and on AWS's
+# DynamoDB Local + SQS (a duplicate decided from the ALL_OLD item there).  The workers
 # run in stream mode (-j 8 --stream: 8 pipelines of long-lived steps).
 # STORM_N overrides the number of charges; STORM_ONESHOT=1 runs the
 # one-process-per-step loops instead.
@@ -40,4 +41,9 @@ storm() {
 @test "duplicate storm, DynamoDB + SQS emulators: $N charges x 1-5 deliveries, 8 workers -> $N debits, queue and DLQ empty, all DONE" {
 	aws_queue_store
 	storm aws
+}
+
+@test "duplicate storm, DynamoDB Local + SQS: $N charges x 1-5 deliveries, 8 workers -> $N debits, queue and DLQ empty, all DONE" {
+	aws_queue_store dynamodb-local
+	storm aws-ddblocal
 }

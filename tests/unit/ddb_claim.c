@@ -2,7 +2,10 @@
  * paths: the Item of a ConditionalCheckFailedException sent with
  * ReturnValuesOnConditionCheckFailure=ALL_OLD (real DynamoDB; dynalite
  * never sends it) and a ConsistentRead GetItem response (the fallback).
- * The fingerprint is checked first on both.  Run by tests/dynamodb.bats. */
+ * The fingerprint is checked first on both.  A claim that finds its own
+ * token (its first write took effect, the answer was lost, the retry was
+ * refused) is ACQUIRED with the recorded attempt and lease.  Run by
+ * tests/dynamodb.bats. */
 #include <stdio.h>
 #include <string.h>
 
@@ -12,8 +15,10 @@
 #define FP  "243d21ec76d04362e7f3f90d52ed9b52b45bf51641592c23ab31402081d37c46"
 #define FP2 "0000000000000000000000000000000000000000000000000000000000000000"
 #define NOW 1800000000000LL
+#define OWNER "aaaabbbbccccddddeeeeffff00001111"
 
 static int failed, n;
+static const char *token = "t";   /* the claim's token; OWNER: our own record */
 
 /* An item in DynamoDB JSON. */
 static char *
@@ -22,7 +27,7 @@ item(char *buf, size_t sz, const char *key, const char *state, const char *fp,
 {
 	snprintf(buf, sz,
 	         "{\"%s\":{\"S\":\"CHG-1\"},\"state\":{\"S\":\"%s\"},"
-	         "\"owner\":{\"S\":\"aaaabbbbccccddddeeeeffff00001111\"},"
+	         "\"owner\":{\"S\":\"" OWNER "\"},"
 	         "\"leaseUntil\":{\"N\":\"%lld\"},\"attempts\":{\"N\":\"3\"},"
 	         "\"fingerprint\":{\"S\":\"%s\"},\"event\":{\"S\":\"{}\"},"
 	         "\"createdAt\":{\"N\":\"1700000000000\"},\"updatedAt\":{\"N\":\"1700000001000\"},"
@@ -35,7 +40,7 @@ check(const char *name, const char *json, const char *keyattr,
       enum ik_ddb_refusal want, int want_code, long long want_lease)
 {
 	struct ik_claim_req req = { .key = "CHG-1", .fingerprint = FP, .event = "{}",
-	                            .token = "t", .now_ms = NOW, .lease_ms = 60000 };
+	                            .token = token, .now_ms = NOW, .lease_ms = 60000 };
 	struct ik_claim_res res;
 	cJSON *resp = cJSON_Parse(json);
 	enum ik_ddb_refusal got;
@@ -48,7 +53,8 @@ check(const char *name, const char *json, const char *keyattr,
 		ok = res.code == want_code && res.cur.key && strcmp(res.cur.key, "CHG-1") == 0 &&
 		     res.cur.attempts == 3 && res.cur.created_at == 1700000000000LL &&
 		     res.cur.expires_at == 1702592000LL &&
-		     (want_code != IK_DUP_IN_PROGRESS || res.lease_until == want_lease);
+		     (want_code != IK_DUP_IN_PROGRESS || res.lease_until == want_lease) &&
+		     (want_code != IK_OK || (res.attempt == 3 && res.lease_until == want_lease));
 	n++;
 	printf("%s %d - %s (refusal=%d code=%s)\n", ok ? "ok" : "not ok", n, name, got,
 	       got == IK_DDB_DECIDED ? ik_code_name(res.code) : "-");
@@ -91,6 +97,15 @@ main(void)
 		     NOW - 1, IK_DDB_DECIDED, IK_PAYLOAD_MISMATCH);
 		CASE("expired IN_PROGRESS, same fingerprint -> claim again", "IN_PROGRESS", FP,
 		     NOW - 1, IK_DDB_CLAIMABLE, 0);
+		token = OWNER;
+		CASE("live IN_PROGRESS, our own token (answer lost, retried) -> ACQUIRED, "
+		     "recorded attempt and lease", "IN_PROGRESS", FP, NOW + 60000,
+		     IK_DDB_DECIDED, IK_OK);
+		CASE("our own token, other fingerprint -> PAYLOAD_MISMATCH still first",
+		     "IN_PROGRESS", FP2, NOW + 60000, IK_DDB_DECIDED, IK_PAYLOAD_MISMATCH);
+		CASE("our own token on a DONE record -> DUP_DONE (finished since)", "DONE", FP, 0,
+		     IK_DDB_DECIDED, IK_DUP_DONE);
+		token = "t";
 	}
 	/* a record without a fingerprint can never be ours */
 	snprintf(body, sizeof body, get,
