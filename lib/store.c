@@ -220,16 +220,14 @@ ik_store_open(const char *url, struct ik_store **out, ik_err *err)
 			free(def);
 			return ik_errf(err, IK_SOFTWARE, "out of memory");
 		}
-		rc = adapters[i].open(url + n, s, err);
+		if ((cache = getenv("IDEMKIT_CACHE")) && *cache)
+			rc = ik_store_cache_open(cache, adapters[i].open, url + n, s, err);
+		else
+			rc = adapters[i].open(url + n, s, err);
 		free(def);
 		if (rc != IK_OK) {
 			free(s->url);
 			free(s);
-			return rc;
-		}
-		if ((cache = getenv("IDEMKIT_CACHE")) && *cache &&
-		    (rc = ik_store_cache_wrap(cache, s, err)) != IK_OK) {
-			ik_store_close(s);
 			return rc;
 		}
 		*out = s;

@@ -191,8 +191,11 @@ int ik_store_sqlite_open(const char *path, struct ik_store *s, ik_err *err);
 int ik_store_dynamodb_open(const char *table, struct ik_store *s, ik_err *err);
 int ik_store_redis_open(const char *rest, struct ik_store *s, ik_err *err);
 int ik_store_rediss_open(const char *rest, struct ik_store *s, ik_err *err);
-/* The Redis fast path (IDEMKIT_CACHE) around an open store: on IK_OK *s
- * becomes the cache and owns the store it wraps; on error *s is unchanged. */
-int ik_store_cache_wrap(const char *cache_url, struct ik_store *s, ik_err *err);
+/* The Redis fast path (IDEMKIT_CACHE=cache_url) in front of the store that
+ * open(rest) opens, filling s.  A store that is unreachable (IK_TEMPFAIL)
+ * is opened again on use, so the cache can answer meanwhile. */
+int ik_store_cache_open(const char *cache_url,
+    int (*open)(const char *rest, struct ik_store *s, ik_err *err), const char *rest,
+    struct ik_store *s, ik_err *err);
 
 #endif

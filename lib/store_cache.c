@@ -26,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "log.h"
 #include "outcome.h"
 #include "redis.h"
@@ -73,7 +75,9 @@ struct put {
 };
 
 struct cache {
-	struct ik_store *inner;
+	struct ik_store *inner;   /* NULL while the store could not be opened */
+	int (*open)(const char *rest, struct ik_store *s, ik_err *err);
+	char *rest;               /* the store's URL after its scheme */
 	struct ik_store_ops ops;
 	struct ik_redis r;
 	struct ik_redis_script put;
@@ -119,6 +123,26 @@ failed(struct cache *c, const ik_err *e)
 	if (!c->r.c)
 		c->down_until = ik_mono_ms() + RETRY_MS;
 	trouble(c, e);
+}
+
+/* The store, opened now if it could not be before (a locked SQLite file,
+ * an unreachable server): the cache answers what it can meanwhile. */
+static struct ik_store *
+store(struct cache *c, ik_err *err)
+{
+	struct ik_store *s;
+
+	if (c->inner)
+		return c->inner;
+	if (!(s = calloc(1, sizeof *s))) {
+		ik_errf(err, IK_SOFTWARE, "out of memory");
+		return NULL;
+	}
+	if (c->open(c->rest, s, err) != IK_OK) {
+		free(s);
+		return NULL;
+	}
+	return c->inner = s;
 }
 
 static char *
@@ -275,14 +299,16 @@ ca_claim(struct ik_store *s, const struct ik_claim_req *req, struct ik_claim_res
 {
 	struct cache *c = s->impl;
 	const struct ik_record *r = &res->cur;
+	struct ik_store *in;
 	struct put p = { 0 };
 	int rc;
 
 	memset(res, 0, sizeof *res);
 	if (answer(c, req, res) == IK_OK)
 		return IK_OK;
-	rc = c->inner->ops->claim(c->inner, req, res, err);
-	if (rc != IK_OK)
+	if (!(in = store(c, err)))
+		return err->code;
+	if ((rc = in->ops->claim(in, req, res, err)) != IK_OK)
 		return rc;
 	if (res->code == IK_OK) {
 		p = (struct put){ .mode = P_PENDING, .state = IK_ST_IN_PROGRESS,
@@ -309,7 +335,8 @@ ca_finish(struct ik_store *s, const struct ik_finish_req *req, ik_err *err)
 {
 	struct cache *c = s->impl;
 	struct put p;
-	int rc = c->inner->ops->finish(c->inner, req, err);
+	struct ik_store *in = store(c, err);
+	int rc = in ? in->ops->finish(in, req, err) : err->code;
 
 	if (rc != IK_OK)
 		return rc;
@@ -325,7 +352,8 @@ ca_renotified(struct ik_store *s, const char *key, int64_t now_ms, ik_err *err)
 {
 	struct cache *c = s->impl;
 	struct put p;
-	int rc = c->inner->ops->renotified(c->inner, key, now_ms, err);
+	struct ik_store *in = store(c, err);
+	int rc = in ? in->ops->renotified(in, key, now_ms, err) : err->code;
 
 	if (rc != IK_OK)
 		return rc;
@@ -339,7 +367,8 @@ ca_forget_failed(struct ik_store *s, const char *key, ik_err *err)
 {
 	struct cache *c = s->impl;
 	struct put p;
-	int rc = c->inner->ops->forget_failed(c->inner, key, err);
+	struct ik_store *in = store(c, err);
+	int rc = in ? in->ops->forget_failed(in, key, err) : err->code;
 
 	/* Also when the store had nothing to forget: a second idemp-forget
 	 * is how an entry left behind by a cache outage is removed. */
@@ -357,7 +386,9 @@ static int
 ca_init(struct ik_store *s, ik_err *err)
 {
 	struct cache *c = s->impl;
-	return c->inner->ops->init(c->inner, err);
+	struct ik_store *in = store(c, err);
+
+	return in ? in->ops->init(in, err) : err->code;
 }
 
 static int
@@ -365,14 +396,18 @@ ca_release(struct ik_store *s, const char *key, const char *token, int64_t now_m
     ik_err *err)
 {
 	struct cache *c = s->impl;
-	return c->inner->ops->release(c->inner, key, token, now_ms, err);
+	struct ik_store *in = store(c, err);
+
+	return in ? in->ops->release(in, key, token, now_ms, err) : err->code;
 }
 
 static int
 ca_get(struct ik_store *s, const char *key, struct ik_record *r, ik_err *err)
 {
 	struct cache *c = s->impl;
-	return c->inner->ops->get(c->inner, key, r, err);
+	struct ik_store *in = store(c, err);
+
+	return in ? in->ops->get(in, key, r, err) : err->code;
 }
 
 static int
@@ -380,16 +415,23 @@ ca_list(struct ik_store *s, const struct ik_list_filter *f, ik_record_cb cb, voi
     ik_err *err)
 {
 	struct cache *c = s->impl;
-	return c->inner->ops->list(c->inner, f, cb, arg, err);
+	struct ik_store *in = store(c, err);
+
+	return in ? in->ops->list(in, f, cb, arg, err) : err->code;
 }
 
 static int
 ca_begin(struct ik_store *s, ik_err *err)
 {
 	struct cache *c = s->impl;
-	int rc = c->inner->ops->begin(c->inner, err);
+	struct ik_store *in = store(c, err);
+	int rc;
 
-	if (rc == IK_OK) {
+	if (!in)
+		return err->code;
+	if (!in->ops->begin)
+		return ik_errf(err, IK_SOFTWARE, "store %s has no group commit", in->ops->name);
+	if ((rc = in->ops->begin(in, err)) == IK_OK) {
 		c->group = 1;
 		drop_pending(c, 0);
 	}
@@ -400,7 +442,7 @@ static int
 ca_commit(struct ik_store *s, ik_err *err)
 {
 	struct cache *c = s->impl;
-	int rc = c->inner->ops->commit(c->inner, err);
+	int rc = c->inner->ops->commit(c->inner, err);  /* begin opened it */
 
 	c->group = 0;
 	drop_pending(c, rc == IK_OK);
@@ -417,13 +459,18 @@ ca_close(struct ik_store *s)
 	drop_pending(c, 0);
 	free(c->pending);
 	ik_store_close(c->inner);
+	if (c->rest) {
+		sodium_memzero(c->rest, strlen(c->rest));   /* may hold a password */
+		free(c->rest);
+	}
 	ik_redis_close(&c->r);
 	free(c);
 	s->impl = NULL;
 }
 
 int
-ik_store_cache_wrap(const char *url, struct ik_store *s, ik_err *err)
+ik_store_cache_open(const char *url, int (*open)(const char *, struct ik_store *, ik_err *),
+    const char *rest, struct ik_store *s, ik_err *err)
 {
 	struct cache *c;
 	int rc;
@@ -434,36 +481,42 @@ ik_store_cache_wrap(const char *url, struct ik_store *s, ik_err *err)
 		    "spiped), see \"TLS to Redis\" in idemkit(7)");
 	if (strncmp(url, "redis://", 8) != 0)
 		return ik_errf(err, IK_CONFIG, "IDEMKIT_CACHE: want redis://HOST:PORT[/DB]");
-	if (!(c = calloc(1, sizeof *c)) || !(c->inner = calloc(1, sizeof *c->inner))) {
-		free(c);
+	if (!(c = calloc(1, sizeof *c)))
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
-	}
 	if ((rc = ik_redis_url_parse(url + 8, &c->r.u, err)) != IK_OK) {
-		free(c->inner);
 		free(c);
 		return ik_errwrap(err, "IDEMKIT_CACHE");
 	}
 	if (c->r.u.durability_unsafe || c->r.u.wait) {
 		ik_redis_url_free(&c->r.u);
-		free(c->inner);
 		free(c);
 		return ik_errf(err, IK_CONFIG, "IDEMKIT_CACHE: durability and wait are options "
 		    "of a Redis store, not of the cache (it decides nothing)");
 	}
 	c->r.timeout_ms = CACHE_TIMEOUT_MS;
 	c->put = (struct ik_redis_script){ "cache put", put_lua, "" };
-	*c->inner = *s;
-	c->inner->url = NULL;
+	c->open = open;
 	c->ops = (struct ik_store_ops){
-		.name = s->ops->name,
+		.name = "cache",
 		.init = ca_init, .claim = ca_claim, .finish = ca_finish,
 		.renotified = ca_renotified, .release = ca_release,
 		.forget_failed = ca_forget_failed, .get = ca_get, .list = ca_list,
-		.close = ca_close,
-		.begin = s->ops->begin ? ca_begin : NULL,
-		.commit = s->ops->commit ? ca_commit : NULL,
+		.close = ca_close, .begin = ca_begin, .commit = ca_commit,
 	};
 	s->ops = &c->ops;
 	s->impl = c;
+	if (!(c->rest = strdup(rest))) {
+		ca_close(s);
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	}
+	/* A store that is only unreachable now is opened again on use; bad
+	 * configuration is still refused at once. */
+	if (!store(c, err) && err->code != IK_TEMPFAIL) {
+		rc = err->code;
+		ca_close(s);
+		s->ops = NULL;
+		return rc;
+	}
+	ik_errclear(err);
 	return IK_OK;
 }
