@@ -28,16 +28,15 @@ _redis_launch() {
 	for i in $(seq 200); do
 		if redis-cli -p "$port" PING 2>/dev/null | grep -q PONG; then
 			eval "REDIS_PID_$name=$pid REDIS_PORT_$name=$port"
-			eval "REDIS_ARGS_$name=\$*"
 			export "REDIS_PID_$name" "REDIS_PORT_$name"
-			printf '%s\n' "$@" > "$dir/args"
+			: > "$dir/args"; [ $# -eq 0 ] || printf "%s\n" "$@" > "$dir/args"
 			return 0
 		fi
 		kill -0 "$pid" 2>/dev/null || break
 		sleep 0.05
 	done
 	kill "$pid" 2>/dev/null
-	wait "$pid" 2>/dev/null
+	wait "$pid" 2>/dev/null || true
 	return 1
 }
 
@@ -62,7 +61,7 @@ redis_stop() {
 	eval "pid=\${REDIS_PID_$name:-}"
 	if [ -n "$pid" ]; then
 		kill "$pid" 2>/dev/null
-		wait "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null || true
 	fi
 	return 0
 }
@@ -71,7 +70,7 @@ redis_kill9() {
 	local name=${1:-main} pid
 	eval "pid=\${REDIS_PID_$name:-}"
 	kill -9 "$pid" 2>/dev/null
-	wait "$pid" 2>/dev/null
+	wait "$pid" 2>/dev/null || true
 	return 0
 }
 
