@@ -56,6 +56,10 @@ rstorm() {
 	rc=0
 	wait "$drainer" || rc=$?
 	[ "$rc" -eq 0 ]
+	for st in IN_PROGRESS DONE FAILED DEBITED_NOTIFICATION_FAILED; do
+		echo "$st: $(idemp-list --state "$st" 2>/dev/null | wc -l) listed, $(rcli ZCARD "idemkit:idx:$st") indexed"
+	done
+	echo "records: $(rcli DBSIZE) keys"
 	check_exactly_once "$BATS_TEST_TMPDIR/charges"
 	report "storm redis kill -9: $N charges, $M messages; killed at $before debits, restarted after 1s; drained in $((SECONDS - start))s; bank debits $(stat_of "$(bank_stats)" debits), attempts $(stat_of "$(bank_stats)" attempts), replays $REPLAYS"
 }
