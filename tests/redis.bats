@@ -197,3 +197,21 @@ setup() {
 	[[ "$stderr" == *WRONGTYPE* ]]
 	[ "$(rcli GET "idemkit:rec:$id")" = junk ]
 }
+
+@test "a store that accepts but never answers is 75 after ?timeout, saying so" {
+	port=$(free_port)
+	python3 -c '
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(64)
+open(sys.argv[2], "w").close()
+conns = []
+while True:
+    c, _ = s.accept(); conns.append(c)' "$port" "$BATS_TEST_TMPDIR/ready" 3>&- &
+	pid=$!
+	for _ in $(seq 100); do [ -e "$BATS_TEST_TMPDIR/ready" ] && break; sleep 0.05; done
+	run --separate-stderr env IDEMKIT_STORE="redis://127.0.0.1:$port?timeout=200ms" idemp-claim < <(ev "$(uid slow)")
+	kill "$pid"; wait "$pid" 2>/dev/null || true
+	[ "$status" -eq 75 ]
+	[[ "$stderr" == *"timed out"* ]]
+}
