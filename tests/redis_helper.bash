@@ -15,7 +15,9 @@ require_redis() {
 	fi
 }
 
-# _redis_launch NAME PORT [options...]: one server; 0 once it answers PING.
+# _redis_launch NAME PORT [options...]: one server; 0 once it answers (with
+# its own pid: on a shared machine another test may take a port freed by a
+# kill -9 before the restart).
 _redis_launch() {
 	local name=$1 port=$2 dir=$BATS_FILE_TMPDIR/redis-$1 i pid
 	shift 2
@@ -26,7 +28,8 @@ _redis_launch() {
 		</dev/null >/dev/null 2>&1 3>&- &
 	pid=$!
 	for i in $(seq 200); do
-		if redis-cli -p "$port" PING 2>/dev/null | grep -q PONG; then
+		# ours, not another server that took the port meanwhile
+		if redis-cli -p "$port" INFO server 2>/dev/null | grep -q "^process_id:$pid"; then
 			eval "REDIS_PID_$name=$pid REDIS_PORT_$name=$port"
 			export "REDIS_PID_$name" "REDIS_PORT_$name"
 			: > "$dir/args"; [ $# -eq 0 ] || printf "%s\n" "$@" > "$dir/args"

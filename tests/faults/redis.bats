@@ -50,6 +50,7 @@ rstorm() {
 		sleep 0.1
 	done
 	before=$(stat_of "$(bank_stats)" debits)
+	[ "$before" -lt "$N" ]   # the kill lands mid-storm
 	redis_kill9
 	sleep 1
 	redis_restart
