@@ -36,7 +36,8 @@ pct_decode(const char *p, size_t n)
 			char hex[3] = { 0 };
 			if (i + 2 >= n || !isxdigit((unsigned char)p[i + 1]) ||
 			    !isxdigit((unsigned char)p[i + 2])) {
-				wipe_free(out);
+				sodium_memzero(out, n + 1);   /* not terminated yet */
+				free(out);
 				return NULL;
 			}
 			hex[0] = p[i + 1], hex[1] = p[i + 2];
