@@ -2,7 +2,7 @@
 # need one (`load redis_helper`, after helper).  redis_start [NAME]
 # [--option value ...] starts one on a free loopback port with a durable
 # append-only file (appendonly yes, appendfsync always) in
-# $BATS_FILE_TMPDIR/redis-NAME, retried when the port was taken; extra
+# $BATS_FILE_TMPDIR/redis-NAME (emptied first), retried when the port was taken; extra
 # options override those.  It sets REDIS_PORT_NAME / REDIS_PID_NAME (NAME
 # defaults to "main", exported as REDIS_PORT / REDIS_PID too).
 # redis_stop [NAME] ends it; redis_kill9 NAME kills it hard; redis_restart
@@ -46,6 +46,9 @@ _redis_launch() {
 redis_start() {
 	local name=main try port
 	if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then name=$1; shift; fi
+	# a fresh directory: a server started again by a later test of the
+	# file must not replay the append-only file of an earlier one
+	rm -rf "$BATS_FILE_TMPDIR/redis-$name"
 	for try in 1 2 3 4 5; do
 		port=$(free_port)
 		if _redis_launch "$name" "$port" "$@"; then
