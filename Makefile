@@ -19,7 +19,7 @@ VERSION := 0.1.0
 # pkg-config name : Debian package that provides it
 DEPS := libcurl:libcurl4-openssl-dev libcjson:libcjson-dev \
         libsodium:libsodium-dev sqlite3:libsqlite3-dev \
-        libmicrohttpd:libmicrohttpd-dev
+        libmicrohttpd:libmicrohttpd-dev hiredis:libhiredis-dev
 PKGS := $(foreach d,$(DEPS),$(word 1,$(subst :, ,$(d))))
 
 # Debian packages per kind of target; mk/deps.sh installs the missing ones
@@ -28,7 +28,8 @@ PKGS := $(foreach d,$(DEPS),$(word 1,$(subst :, ,$(d))))
 DEBS_BUILD := make gcc pkg-config $(foreach d,$(DEPS),$(word 2,$(subst :, ,$(d))))
 DEBS_DEMO  := python3 curl procps util-linux
 DEBS_TEST  := $(DEBS_DEMO) bats clang libclang-rt-14-dev sqlite3 mandoc python3-botocore \
-              shellcheck valgrind openssl node:nodejs npm:npm java:openjdk-17-jre-headless
+              shellcheck valgrind openssl redis-server node:nodejs npm:npm \
+              java:openjdk-17-jre-headless
 
 # The README's two commands and `deps` need no libraries to parse this file.
 NODEPS_GOALS := clean deps help demo test
@@ -125,6 +126,7 @@ check: check-build $(NODE_STAMP)
 	  'IDEMKIT_TEST_BACKEND=dynamodb tests/store.bats' \
 	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/store.bats' \
 	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/dynamodb.bats' \
+	  'IDEMKIT_TEST_BACKEND=redis tests/store.bats' \
 	  'IDEMKIT_TEST_QUEUE_BACKEND=sqs tests/queue.bats'
 
 # ASan + UBSan build of everything, then the whole suite against it.  Reports

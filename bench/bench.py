@@ -10,6 +10,12 @@ queue and store, durable commits) with bank-sim as the core-banking API:
   oneshot-lat   one-shot, bank latency 50 ms, -j 32
   stream-lat    --stream, bank latency 50 ms, -j 32
   claim-cost    idemp-claim with 10^3 and 10^6 records already in the store
+  redis         the Redis store (redis-server 7, AOF appendfsync always, on
+                loopback): claims/s and CPU per claim (idemp-claim --stream,
+                one claim in flight); then claim + record of BENCH_CLAIMS
+                messages (~30% redeliveries) on the Redis store with and
+                without IDEMKIT_CACHE, counting the commands the store
+                server ran (INFO commandstats): the share the cache saves
 
 One-shot runs use BENCH_ONESHOT_N messages (default 1000): per-charge
 figures do not need 10 000 forks of six processes.
@@ -333,6 +339,125 @@ def claim_cost():
     return res
 
 
+# ---- the Redis store and the cache in front of it ------------------------
+
+def free_port():
+    import socket
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+def redis_start(d):
+    port = free_port()
+    os.makedirs(d, exist_ok=True)
+    p = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(port),
+                          "--dir", d, "--appendonly", "yes", "--appendfsync", "always",
+                          "--save", "", "--logfile", os.path.join(d, "log")],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        r = subprocess.run(["redis-cli", "-p", str(port), "PING"], capture_output=True, text=True)
+        if r.stdout.strip() == "PONG":
+            return p, port
+        time.sleep(0.05)
+    p.kill()
+    raise SystemExit("bench: redis-server did not start")
+
+
+def redis_calls(port):
+    """Round trips the store served since the last reset: the scripts
+    (EVALSHA: claim, finish) and the reads outside them; the commands a
+    script runs inside count in commandstats too, but are no round trip."""
+    out = subprocess.run(["redis-cli", "-p", str(port), "INFO", "commandstats"],
+                         capture_output=True, text=True).stdout
+    n = 0
+    for line in out.splitlines():
+        if line.startswith(("cmdstat_evalsha:", "cmdstat_script|load:")):
+            n += int(line.split("calls=")[1].split(",")[0])
+    return n
+
+
+def redis_reset(port):
+    subprocess.run(["redis-cli", "-p", str(port), "CONFIG", "RESETSTAT"], capture_output=True)
+
+
+def claim_done_lockstep(bodies, env):
+    """Each message claimed, and when acquired recorded DONE, one at a time
+    (so a redelivery meets its first copy finished); outcome counts."""
+    cl = subprocess.Popen([os.path.join(BIN, "idemp-claim"), "--stream"], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                          text=True, bufsize=1)
+    dn = subprocess.Popen([os.path.join(BIN, "idemp-done"), "--stream", "--state", "DONE"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, env=env, text=True, bufsize=1)
+    outcomes = {}
+    for b in bodies:
+        cl.stdin.write(b + "\n")
+        cl.stdin.flush()
+        line = cl.stdout.readline()
+        o = json.loads(line)["claim"]["outcome"]
+        outcomes[o] = outcomes.get(o, 0) + 1
+        if o == "ACQUIRED":
+            dn.stdin.write(line)
+            dn.stdin.flush()
+            dn.stdout.readline()
+    for p in (cl, dn):
+        p.stdin.close()
+        p.stdout.read()
+        p.wait()
+    return outcomes
+
+
+def redis_bench():
+    if not shutil.which("redis-server"):
+        log("  redis-server not installed: skipped")
+        return None
+    state = tempfile.mkdtemp(prefix="idemkit-bench.", dir=os.environ.get("TMPDIR"))
+    store, sport = redis_start(os.path.join(state, "store"))
+    cache, cport = redis_start(os.path.join(state, "cache"))
+    res = {}
+    try:
+        env = env_for(state, {"IDEMKIT_STORE": "redis://127.0.0.1:%d" % sport})
+        # claims/s and CPU per claim: every claim a new key, one in flight
+        lines = [event("RCL-%08d" % i) for i in range(CLAIMS)]
+        cpu0, _ = children_usage()
+        t0 = time.monotonic()
+        p = subprocess.Popen([os.path.join(BIN, "idemp-claim"), "--stream"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, env=env, text=True, bufsize=1)
+        for l in lines:
+            p.stdin.write(l + "\n")
+            p.stdin.flush()
+            p.stdout.readline()
+        p.stdin.close()
+        p.stdout.read()
+        p.wait()
+        wall = time.monotonic() - t0
+        cpu1, _ = children_usage()
+        res["claimsPerSecond"] = round(CLAIMS / wall)
+        res["cpuUsPerClaim"] = round((cpu1 - cpu0) * 1e6 / CLAIMS, 1)
+        # round trips the cache saves on ~30% redeliveries
+        for name, extra in (("noCache", {}),
+                            ("cache", {"IDEMKIT_CACHE": "redis://127.0.0.1:%d" % cport})):
+            bodies, _ = messages(CLAIMS, "RCA-" + name)
+            redis_reset(sport)
+            e = env_for(state, dict(extra, IDEMKIT_STORE="redis://127.0.0.1:%d" % sport))
+            t0 = time.monotonic()
+            outcomes = claim_done_lockstep(bodies, e)
+            res[name] = {"messages": len(bodies), "outcomes": outcomes,
+                         "storeCommands": redis_calls(sport),
+                         "wallUsPerMessage": round((time.monotonic() - t0) * 1e6 / len(bodies), 1)}
+        a, b = res["noCache"]["storeCommands"], res["cache"]["storeCommands"]
+        res["storeRoundTripsSaved"] = round(1 - b / a, 3) if a else None
+    finally:
+        for p in (store, cache):
+            p.terminate()
+            p.wait()
+        shutil.rmtree(state, ignore_errors=True)
+    return res
+
+
 # ---- the report ------------------------------------------------------------
 
 def machine():
@@ -390,6 +515,21 @@ def markdown(r):
         out.append("10^6 vs 10^3 ratio: grouped CPU %.2f, wall %.2f; lockstep CPU %.2f, "
                    "wall %.2f." % (c["groupedCpuRatio"], c["groupedWallRatio"],
                                    c["lockstepCpuRatio"], c["lockstepWallRatio"]))
+    rd = r.get("redis")
+    if rd:
+        nc, ca = rd["noCache"], rd["cache"]
+        out += ["", "Redis store (redis-server 7 on loopback, appendonly yes, appendfsync "
+                "always; idemp-claim --stream, one claim in flight, %d new charges): "
+                "%s claims/s, %s µs client CPU per claim." % (
+                    CLAIMS, rd["claimsPerSecond"], rd["cpuUsPerClaim"]), "",
+                "Claim + record of %d messages (~30%% redeliveries, one at a time), "
+                "store round trips (EVALSHA, SCRIPT LOAD): %d without the cache, %d with "
+                "IDEMKIT_CACHE (outcomes %s vs %s): the cache saves %s%% of the store's "
+                "round trips." % (nc["messages"], nc["storeCommands"], ca["storeCommands"],
+                                  json.dumps(nc["outcomes"], sort_keys=True),
+                                  json.dumps(ca["outcomes"], sort_keys=True),
+                                  fmt(None if rd["storeRoundTripsSaved"] is None
+                                      else round(rd["storeRoundTripsSaved"] * 100, 1)))]
     return "\n".join(out) + "\n"
 
 
@@ -427,6 +567,9 @@ def main():
     if want("claim-cost"):
         log("bench: claim cost with %d vs %d records in the store..." % (SMALL, BIG))
         r["claimCost"] = claim_cost()
+    if want("redis"):
+        log("bench: Redis store and cache (%d claims)..." % CLAIMS)
+        r["redis"] = redis_bench()
     with open(os.path.join(OUT, "results.json"), "w") as f:
         json.dump(r, f, indent=1)
     md = markdown(r)

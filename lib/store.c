@@ -8,6 +8,7 @@
 
 #include "log.h"
 #include "outcome.h"
+#include "redis.h"
 #include "store.h"
 #include "util.h"
 
@@ -155,16 +156,43 @@ struct adapter {
 static const struct adapter adapters[] = {
 	{ "sqlite:", ik_store_sqlite_open },
 	{ "dynamodb:", ik_store_dynamodb_open },
+	{ "redis://", ik_store_redis_open },
+	{ "rediss://", ik_store_rediss_open },
 };
+
+/* The URL as kept in s->url: a password replaced by "***", so no message
+ * built from it can show the secret. */
+static char *
+redacted(const char *url)
+{
+	const char *p = strstr(url, "://"), *at, *colon, *end;
+	struct ik_buf b = { 0 };
+
+	if (!p || !ik_redis_url_has_password(url))
+		return strdup(url);
+	p += 3;
+	end = p + strcspn(p, "/?");
+	for (at = end; at > p && at[-1] != '@'; at--)
+		;
+	colon = memchr(p, ':', (size_t)(at - 1 - p));
+	ik_buf_add(&b, url, (size_t)(colon + 1 - url));
+	ik_buf_addstr(&b, "***");
+	ik_buf_addstr(&b, at - 1);
+	return b.p;
+}
 
 int
 ik_store_open(const char *url, struct ik_store **out, ik_err *err)
 {
 	struct ik_store *s;
 	char *def = NULL, *dir;
+	const char *cache;
 	int rc;
 
 	*out = NULL;
+	if (url && *url && ik_redis_url_has_password(url))
+		return ik_errf(err, IK_CONFIG, "--store: a password on the command line shows "
+		    "in the process list; put the URL in IDEMKIT_STORE instead");
 	if (!url || !*url)
 		url = getenv("IDEMKIT_STORE");
 	if (!url || !*url) {
@@ -187,12 +215,15 @@ ik_store_open(const char *url, struct ik_store **out, ik_err *err)
 			free(def);
 			return ik_errf(err, IK_CONFIG, "store %s: empty after the scheme", url);
 		}
-		if (!(s = calloc(1, sizeof *s)) || !(s->url = strdup(url))) {
+		if (!(s = calloc(1, sizeof *s)) || !(s->url = redacted(url))) {
 			free(s);
 			free(def);
 			return ik_errf(err, IK_SOFTWARE, "out of memory");
 		}
-		rc = adapters[i].open(url + n, s, err);
+		if ((cache = getenv("IDEMKIT_CACHE")) && *cache)
+			rc = ik_store_cache_open(cache, adapters[i].open, url + n, s, err);
+		else
+			rc = adapters[i].open(url + n, s, err);
 		free(def);
 		if (rc != IK_OK) {
 			free(s->url);
@@ -202,8 +233,10 @@ ik_store_open(const char *url, struct ik_store **out, ik_err *err)
 		*out = s;
 		return IK_OK;
 	}
+	/* An unknown URL may still carry a password: then only its scheme. */
 	rc = ik_errf(err, IK_CONFIG,
-	    "store \"%.200s\": unknown scheme (want sqlite:PATH or dynamodb:TABLE)", url);
+	    "store \"%.*s\": unknown scheme (want sqlite:PATH, dynamodb:TABLE or "
+	    "redis://HOST:PORT)", strchr(url, '@') ? (int)strcspn(url, ":") : 200, url);
 	free(def);
 	return rc;
 }

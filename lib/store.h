@@ -141,8 +141,11 @@ struct ik_store {
 	char *url;
 };
 
-/* url: "sqlite:PATH", "dynamodb:TABLE", or NULL for $IDEMKIT_STORE, else
- * sqlite:STATE_DIR/idempotency.db.  IK_OK or IK_CONFIG/IK_TEMPFAIL. */
+/* url: "sqlite:PATH", "dynamodb:TABLE", "redis://...", or NULL for
+ * $IDEMKIT_STORE, else sqlite:STATE_DIR/idempotency.db.  When
+ * $IDEMKIT_CACHE is set, the store returned is the cache (store_cache.c)
+ * in front of that one.  A url given here (from argv) must carry no
+ * password.  IK_OK or IK_CONFIG/IK_TEMPFAIL. */
 int ik_store_open(const char *url, struct ik_store **out, ik_err *err);
 void ik_store_close(struct ik_store *s);
 
@@ -186,5 +189,13 @@ int64_t ik_store_retention_ms(void);
 /* Adapter constructors, for store.c only. */
 int ik_store_sqlite_open(const char *path, struct ik_store *s, ik_err *err);
 int ik_store_dynamodb_open(const char *table, struct ik_store *s, ik_err *err);
+int ik_store_redis_open(const char *rest, struct ik_store *s, ik_err *err);
+int ik_store_rediss_open(const char *rest, struct ik_store *s, ik_err *err);
+/* The Redis fast path (IDEMKIT_CACHE=cache_url) in front of the store that
+ * open(rest) opens, filling s.  A store that is unreachable (IK_TEMPFAIL)
+ * is opened again on use, so the cache can answer meanwhile. */
+int ik_store_cache_open(const char *cache_url,
+    int (*open)(const char *rest, struct ik_store *s, ik_err *err), const char *rest,
+    struct ik_store *s, ik_err *err);
 
 #endif

@@ -112,17 +112,20 @@ store_backend_setup_file() {
 		export IDEMKIT_TEST_TABLE=idem-$$-$RANDOM
 		idemp-init --store "dynamodb:$IDEMKIT_TEST_TABLE" >/dev/null || return 1
 		;;
+	redis) . "$IDEMKIT_SRC/tests/redis_helper.bash"; require_redis; redis_start || return 1 ;;
 	*) echo "unknown IDEMKIT_TEST_BACKEND=$IDEMKIT_TEST_BACKEND" >&2; return 1 ;;
 	esac
 }
 store_backend_teardown_file() {
 	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
 	dynamodb|dynamodb-local) ddb_emulator_stop ;;
+	redis) redis_stop ;;
 	esac
 }
 store_backend_setup() {
 	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
 	sqlite) export IDEMKIT_STORE=sqlite:$BATS_TEST_TMPDIR/store.db ;;
 	dynamodb|dynamodb-local) export IDEMKIT_STORE=dynamodb:$IDEMKIT_TEST_TABLE ;;
+	redis) export IDEMKIT_STORE=redis://127.0.0.1:$REDIS_PORT ;;
 	esac
 }

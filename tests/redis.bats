@@ -1,0 +1,217 @@
+#!/usr/bin/env bats
+# The Redis store beyond the store suite (which runs unchanged with
+# IDEMKIT_TEST_BACKEND=redis): durability checked on connect, TLS refused,
+# the password kept secret, the server's clock, scripts reloaded after
+# NOSCRIPT, WAIT, recovery lists from the state indexes (no SCAN).
+
+bats_require_minimum_version 1.5.0
+load helper
+load redis_helper
+
+setup_file() {
+	require_redis
+	redis_start
+}
+teardown_file() { redis_stop; }
+# servers a test starts for itself
+teardown() {
+	redis_stop lax
+	redis_stop noconfig
+}
+setup() {
+	export IDEMKIT_STORE=redis://127.0.0.1:$REDIS_PORT
+}
+
+@test "a server without appendfsync always is refused (78); the message names the setting and the risk" {
+	redis_start lax --appendfsync everysec
+	run --separate-stderr env IDEMKIT_STORE=redis://127.0.0.1:$REDIS_PORT_lax idemp-claim < <(ev "$(uid lax)")
+	[ "$status" -eq 78 ]
+	[ "$(jget "$output" claim.outcome)" = CONFIG ]
+	[[ "$stderr" == *"appendfsync is everysec, not always"*"debit again"*"durability=unsafe"* ]]
+	rcli lax CONFIG SET appendonly no >/dev/null
+	run --separate-stderr env IDEMKIT_STORE=redis://127.0.0.1:$REDIS_PORT_lax idemp-show x
+	[ "$status" -eq 78 ]
+	[[ "$stderr" == *"appendonly is no, not yes"* ]]
+	[ "$(rcli lax DBSIZE)" = 0 ]
+}
+
+@test "durability=unsafe accepts that server and warns on every start" {
+	redis_start lax --appendonly no --appendfsync everysec
+	url="redis://127.0.0.1:$REDIS_PORT_lax?durability=unsafe"
+	for i in 1 2; do
+		run --separate-stderr env IDEMKIT_STORE="$url" idemp-claim < <(ev "$(uid "unsafe$i")")
+		echo "$status $output $stderr"
+		[ "$status" -eq 0 ]
+		[[ "$stderr" == *'"level":"warn"'*"durability=unsafe"*"only the bank's idempotency key"* ]]
+	done
+	run --separate-stderr env IDEMKIT_STORE="redis://127.0.0.1:$REDIS_PORT_lax?durability=maybe" idemp-show x
+	[ "$status" -eq 78 ]
+}
+
+@test "CONFIG renamed away: the store says it cannot check durability and refuses (78)" {
+	redis_start noconfig --rename-command CONFIG ""
+	run --separate-stderr env IDEMKIT_STORE=redis://127.0.0.1:$REDIS_PORT_noconfig idemp-claim < <(ev "$(uid nc)")
+	[ "$status" -eq 78 ]
+	[[ "$stderr" == *"cannot read the persistence settings"*"unknown command"*"allow CONFIG GET"* ]]
+}
+
+@test "rediss:// is refused with 78: hiredis 0.14 has no TLS; the man page's tunnel paragraph" {
+	run --separate-stderr env IDEMKIT_STORE=rediss://127.0.0.1:6380 idemp-claim < <(ev "$(uid tls)")
+	[ "$status" -eq 78 ]
+	[[ "$stderr" == *"hiredis 0.14 has no TLS"*"stunnel or spiped"*'"TLS to Redis" in idemkit(7)'* ]]
+	man -l "$IDEMKIT_SRC/man/idemkit.7" 2>/dev/null | grep -q "TLS to Redis"
+}
+
+@test "the password is never shown: messages, logs, --help, --store, /proc/PID/cmdline" {
+	pw='S3cret-pw%2Fx'   # percent-encoded in the URL: the password is S3cret-pw/x
+	rcli ACL SETUSER app on '>S3cret-pw/x' '~*' '+@all' >/dev/null
+	rcli ACL SETUSER noconf on '>S3cret-pw/x' '~*' '+@all' '-config' >/dev/null
+	export IDEMKIT_STORE="redis://app:$pw@127.0.0.1:$REDIS_PORT"
+	run --separate-stderr idemp-claim < <(ev "$(uid pw)")
+	[ "$status" -eq 0 ]
+	all="$output $stderr"
+	run --separate-stderr env IDEMKIT_STORE="redis://app:wrong-$pw@127.0.0.1:$REDIS_PORT" idemp-claim < <(ev "$(uid pw2)")
+	[ "$status" -eq 78 ]
+	[[ "$stderr" == *WRONGPASS* ]]
+	all="$all $output $stderr"
+	run --separate-stderr env IDEMKIT_STORE="redis://noconf:$pw@127.0.0.1:$REDIS_PORT" idemp-claim < <(ev "$(uid pw3)")
+	[ "$status" -eq 78 ]
+	[[ "$stderr" == *"cannot read the persistence settings"*NOPERM* ]]
+	all="$all $output $stderr"
+	run --separate-stderr env IDEMKIT_STORE="redis://app:$pw@127.0.0.1:1" idemp-claim < <(ev "$(uid pw4)")
+	[ "$status" -eq 75 ]
+	all="$all $output $stderr"
+	run --separate-stderr env IDEMKIT_STORE="redis:/app:$pw@127.0.0.1:1" idemp-show x
+	[ "$status" -eq 78 ]
+	all="$all $output $stderr"
+	run idemp-claim --help
+	all="$all $output"
+	# on the command line it would be in the process list: refused
+	run --separate-stderr idemp-show --store "redis://app:$pw@127.0.0.1:$REDIS_PORT" x
+	[ "$status" -eq 78 ]
+	[[ "$stderr" == *"process list"*IDEMKIT_STORE* ]]
+	[[ "$all" != *S3cret* ]]
+	[[ "$all" == *'redis 127.0.0.1:1/0'* ]]
+	# a running stream step: neither its argv nor anything it printed
+	mkfifo "$BATS_TEST_TMPDIR/in"
+	IDEMKIT_LOG=debug idemp-claim --stream < "$BATS_TEST_TMPDIR/in" > "$BATS_TEST_TMPDIR/out" 2>&1 &
+	pid=$!
+	exec 4> "$BATS_TEST_TMPDIR/in"
+	ev "$(uid pw5)" >&4
+	for _ in $(seq 100); do [ -s "$BATS_TEST_TMPDIR/out" ] && break; sleep 0.05; done
+	! tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q S3cret
+	exec 4>&-
+	wait "$pid"
+	grep -q ACQUIRED "$BATS_TEST_TMPDIR/out"
+	! grep -q S3cret "$BATS_TEST_TMPDIR/out"
+}
+
+@test "unreachable server is 75 (transient); bad URLs are 78" {
+	run --separate-stderr env IDEMKIT_STORE=redis://127.0.0.1:$(free_port) idemp-claim < <(ev "$(uid down)")
+	[ "$status" -eq 75 ]
+	[[ "$stderr" == *"connect"* ]]
+	for url in 'redis://127.0.0.1:0' 'redis://127.0.0.1:6379/x' 'redis://127.0.0.1:6379?foo=1' \
+		'redis://:x%zz@127.0.0.1' 'redis://user@127.0.0.1' 'redis://[::1' "redis://127.0.0.1:$REDIS_PORT?wait=x"; do
+		run --separate-stderr env IDEMKIT_STORE="$url" idemp-show x
+		echo "$url -> $status $stderr"
+		[ "$status" -eq 78 ]
+	done
+}
+
+@test "the lease is set on the server's clock (TIME inside the script)" {
+	id=$(uid clock)
+	before=$(rcli TIME | python3 -c 'import sys; s,u=sys.stdin.read().split(); print(int(s)*1000+int(u)//1000)')
+	run --separate-stderr idemp-claim --lease 60s < <(ev "$id")
+	[ "$status" -eq 0 ]
+	after=$(rcli TIME | python3 -c 'import sys; s,u=sys.stdin.read().split(); print(int(s)*1000+int(u)//1000)')
+	lease=$(jget "$output" claim.leaseUntil)
+	[ "$lease" -ge $((before + 60000)) ]
+	[ "$lease" -le $((after + 60000)) ]
+	[ "$(rcli HGET "idemkit:rec:$id" leaseUntil)" = "$lease" ]
+	[ "$(rcli ZSCORE idemkit:idx:IN_PROGRESS "$id")" = "$lease" ]
+	# retention is the key's expiry
+	[ "$(rcli PEXPIRETIME "idemkit:rec:$id")" = "$(( $(rcli HGET "idemkit:rec:$id" expiresAt) * 1000 ))" ]
+}
+
+@test "after SCRIPT FLUSH a long-running step loads its scripts again (NOSCRIPT) and goes on" {
+	mkfifo "$BATS_TEST_TMPDIR/in"
+	idemp-claim --stream < "$BATS_TEST_TMPDIR/in" > "$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" &
+	pid=$!
+	exec 4> "$BATS_TEST_TMPDIR/in"
+	ev "$(uid ns1)" >&4
+	for _ in $(seq 100); do [ -s "$BATS_TEST_TMPDIR/out" ] && break; sleep 0.05; done
+	rcli SCRIPT FLUSH >/dev/null
+	ev "$(uid ns2)" >&4
+	exec 4>&-
+	wait "$pid"
+	[ "$(grep -c ACQUIRED "$BATS_TEST_TMPDIR/out")" -eq 2 ]
+}
+
+@test "wait=1 with no replica: the write is done on the primary, the step is 75 and says WAIT" {
+	id=$(uid wait)
+	run --separate-stderr env IDEMKIT_STORE="redis://127.0.0.1:$REDIS_PORT?wait=1" idemp-claim < <(ev "$id")
+	[ "$status" -eq 75 ]
+	[[ "$stderr" == *"WAIT: 0 of 1 replicas"* ]]
+	[ "$(rcli HGET "idemkit:rec:$id" state)" = IN_PROGRESS ]
+	run --separate-stderr env IDEMKIT_STORE="redis://127.0.0.1:$REDIS_PORT?wait=0" idemp-claim < <(ev "$(uid wait0)")
+	[ "$status" -eq 0 ]
+}
+
+@test "recovery lists come from the state indexes, never a SCAN; expired records leave the index" {
+	a=$(uid ia) b=$(uid ib)
+	ev "$a" | idemp-claim 2>/dev/null | idemp-done --state DEBITED_NOTIFICATION_FAILED >/dev/null
+	IDEMKIT_RETENTION=1s ev "$b" | IDEMKIT_RETENTION=1s idemp-claim 2>/dev/null | idemp-done --state DEBITED_NOTIFICATION_FAILED >/dev/null
+	rcli CONFIG RESETSTAT >/dev/null
+	run --separate-stderr idemp-list --state DEBITED_NOTIFICATION_FAILED
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"\"chargeId\":\"$a\""* ]]
+	run rcli INFO commandstats
+	[[ "$output" != *cmdstat_scan* ]]
+	[[ "$output" != *cmdstat_keys* ]]
+	# b expires (retention 1s); the next listing drops it from the index
+	for _ in $(seq 60); do [ "$(rcli EXISTS "idemkit:rec:$b")" = 0 ] && break; sleep 0.1; done
+	[ "$(rcli EXISTS "idemkit:rec:$b")" = 0 ]
+	run --separate-stderr idemp-list --state DEBITED_NOTIFICATION_FAILED
+	[[ "$output" != *"\"chargeId\":\"$b\""* ]]
+	[ -z "$(rcli ZSCORE idemkit:idx:DEBITED_NOTIFICATION_FAILED "$b")" ]
+	[ -n "$(rcli ZSCORE idemkit:idx:DEBITED_NOTIFICATION_FAILED "$a")" ]
+}
+
+@test "a list longer than one script page (200) comes back whole, each record once" {
+	for i in $(seq 1 450); do ev "$(uid "pg$i")"; done | idemp-claim --stream --lease 1s >/dev/null 2>&1
+	sleep 1.1
+	run --separate-stderr idemp-list --expired
+	[ "$status" -eq 0 ]
+	n=$(grep -c "$(uid pg)" <<<"$output")
+	u=$(grep -o "\"chargeId\":\"$(uid pg)[0-9]*\"" <<<"$output" | sort -u | wc -l)
+	echo "listed $n unique $u"
+	[ "$n" -eq 450 ]
+	[ "$u" -eq 450 ]
+}
+
+@test "a wrong-typed record key is an error (70), never a claim" {
+	id=$(uid wt)
+	rcli SET "idemkit:rec:$id" junk >/dev/null
+	run --separate-stderr idemp-claim < <(ev "$id")
+	[ "$status" -eq 70 ]
+	[[ "$stderr" == *WRONGTYPE* ]]
+	[ "$(rcli GET "idemkit:rec:$id")" = junk ]
+}
+
+@test "a store that accepts but never answers is 75 after ?timeout, saying so" {
+	port=$(free_port)
+	python3 -c '
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(64)
+open(sys.argv[2], "w").close()
+conns = []
+while True:
+    c, _ = s.accept(); conns.append(c)' "$port" "$BATS_TEST_TMPDIR/ready" 3>&- &
+	pid=$!
+	for _ in $(seq 100); do [ -e "$BATS_TEST_TMPDIR/ready" ] && break; sleep 0.05; done
+	run --separate-stderr env IDEMKIT_STORE="redis://127.0.0.1:$port?timeout=200ms" idemp-claim < <(ev "$(uid slow)")
+	kill "$pid"; wait "$pid" 2>/dev/null || true
+	[ "$status" -eq 75 ]
+	[[ "$stderr" == *"timed out"* ]]
+}
