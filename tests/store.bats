@@ -113,6 +113,14 @@ setup() { store_backend_setup; }
 	[ "$(jget "$after" updatedAt)" = "$(jget "$before" updatedAt)" ]
 }
 
+@test "lease boundary through the port: a claim at exactly leaseUntil is refused, at leaseUntil + 1 it passes (C unit test; the server's clock on postgres)" {
+	run "$IDEMKIT_TEST_BIN/store_lease_edge" "$IDEMKIT_STORE" "$(uid edge)"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "${lines[-1]}" = PASSED ]
+	if grep -q '^not ok' <<<"$output"; then false; fi
+}
+
 @test "same chargeId, different amount -> 14 on a live record and on an expired one" {
 	id=$(uid mm)
 	ev "$id" 2500 | idemp-claim --lease 1s >/dev/null 2>&1
