@@ -19,9 +19,10 @@ VERSION := 0.1.0
 # pkg-config name : Debian package that provides it
 DEPS := libcurl:libcurl4-openssl-dev libcjson:libcjson-dev \
         libsodium:libsodium-dev sqlite3:libsqlite3-dev \
-        libmicrohttpd:libmicrohttpd-dev
+        libmicrohttpd:libmicrohttpd-dev libpq:libpq-dev
 DEBS_RUN := bats pkg-config make gcc clang libclang-rt-14-dev sqlite3 mandoc \
-            python3 python3-botocore shellcheck valgrind openssl curl procps util-linux
+            python3 python3-botocore shellcheck valgrind openssl curl procps util-linux \
+            postgresql
 PKGS := $(foreach d,$(DEPS),$(word 1,$(subst :, ,$(d))))
 
 NODEPS_GOALS := clean deps help
@@ -97,6 +98,7 @@ TEST_ENV = IDEMKIT_BIN=$(CURDIR)/$(O)/bin IDEMKIT_TEST_BIN=$(CURDIR)/$(O)/test I
 test: all $(UNITS) $(REPLAYS)
 	$(TEST_ENV) sh tests/run.sh tests/ \
 	  'IDEMKIT_TEST_BACKEND=dynamodb tests/store.bats' \
+	  'IDEMKIT_TEST_BACKEND=postgres tests/store.bats' \
 	  'IDEMKIT_TEST_QUEUE_BACKEND=sqs tests/queue.bats'
 
 # ASan + UBSan build of everything, then the whole suite against it.  Reports

@@ -150,12 +150,45 @@ ik_store_retention_ms(void)
 struct adapter {
 	const char *scheme;   /* "sqlite:" */
 	int (*open)(const char *rest, struct ik_store *s, ik_err *err);
+	int whole;            /* open gets the whole URL, which may end at the scheme */
 };
 
 static const struct adapter adapters[] = {
-	{ "sqlite:", ik_store_sqlite_open },
-	{ "dynamodb:", ik_store_dynamodb_open },
+	{ "sqlite:", ik_store_sqlite_open, 0 },
+	{ "dynamodb:", ik_store_dynamodb_open, 0 },
+	{ "postgres:", ik_store_postgres_open, 1 },
+	{ "postgresql:", ik_store_postgres_open, 1 },
 };
+
+/* The URL as messages and logs may show it: a password in the authority
+ * (scheme://user:PASSWORD@host) or in a password= parameter becomes ***.
+ * NULL when out of memory. */
+static char *
+redacted(const char *url)
+{
+	struct ik_buf b = { 0 };
+	const char *auth = strstr(url, "://"), *at, *colon, *p;
+
+	if (auth) {
+		auth += 3;
+		at = auth + strcspn(auth, "/?#");
+		while (at > auth && at[-1] != '@')
+			at--;
+		colon = at > auth ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+		if (colon) {
+			ik_buf_add(&b, url, (size_t)(colon + 1 - url));
+			ik_buf_addstr(&b, "***");
+			url = at - 1;
+		}
+	}
+	while ((p = strstr(url, "password="))) {
+		ik_buf_add(&b, url, (size_t)(p + 9 - url));
+		ik_buf_addstr(&b, "***");
+		url = p + 9 + strcspn(p + 9, "& ");
+	}
+	ik_buf_addstr(&b, url);
+	return b.p;
+}
 
 int
 ik_store_open(const char *url, struct ik_store **out, ik_err *err)
@@ -183,16 +216,16 @@ ik_store_open(const char *url, struct ik_store **out, ik_err *err)
 		size_t n = strlen(adapters[i].scheme);
 		if (strncmp(url, adapters[i].scheme, n) != 0)
 			continue;
-		if (!url[n]) {
+		if (!url[n] && !adapters[i].whole) {
 			free(def);
 			return ik_errf(err, IK_CONFIG, "store %s: empty after the scheme", url);
 		}
-		if (!(s = calloc(1, sizeof *s)) || !(s->url = strdup(url))) {
+		if (!(s = calloc(1, sizeof *s)) || !(s->url = redacted(url))) {
 			free(s);
 			free(def);
 			return ik_errf(err, IK_SOFTWARE, "out of memory");
 		}
-		rc = adapters[i].open(url + n, s, err);
+		rc = adapters[i].open(adapters[i].whole ? url : url + n, s, err);
 		free(def);
 		if (rc != IK_OK) {
 			free(s->url);
@@ -202,8 +235,9 @@ ik_store_open(const char *url, struct ik_store **out, ik_err *err)
 		*out = s;
 		return IK_OK;
 	}
-	rc = ik_errf(err, IK_CONFIG,
-	    "store \"%.200s\": unknown scheme (want sqlite:PATH or dynamodb:TABLE)", url);
+	/* Only the scheme: the rest may hold a password. */
+	rc = ik_errf(err, IK_CONFIG, "store: unknown scheme \"%.*s\" (want sqlite:PATH, "
+	    "dynamodb:TABLE or postgres://...)", (int)(strcspn(url, ":") > 32 ? 32 : strcspn(url, ":")), url);
 	free(def);
 	return rc;
 }

@@ -186,5 +186,6 @@ int64_t ik_store_retention_ms(void);
 /* Adapter constructors, for store.c only. */
 int ik_store_sqlite_open(const char *path, struct ik_store *s, ik_err *err);
 int ik_store_dynamodb_open(const char *table, struct ik_store *s, ik_err *err);
+int ik_store_postgres_open(const char *url, struct ik_store *s, ik_err *err);
 
 #endif

@@ -98,7 +98,8 @@ dynalite_stop() {
 # store_backend_setup_file / store_backend_setup: the store the suite runs
 # against.  IDEMKIT_TEST_BACKEND=sqlite (default) uses a file per test;
 # dynamodb starts one dynalite and one table for the whole file (tests
-# use unique chargeIds: uid).
+# use unique chargeIds: uid); postgres starts one throwaway server and one
+# table for the file (pg_helper.bash).
 store_backend_setup_file() {
 	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
 	sqlite) ;;
@@ -109,17 +110,26 @@ store_backend_setup_file() {
 		export IDEMKIT_TEST_TABLE=idem-$$-$RANDOM
 		idemp-init --store "dynamodb:$IDEMKIT_TEST_TABLE" >/dev/null || return 1
 		;;
+	postgres)
+		# shellcheck source=tests/pg_helper.bash
+		. "$IDEMKIT_SRC/tests/pg_helper.bash"
+		pg_start || return 1
+		export IDEMKIT_TEST_TABLE=idem_$$_$RANDOM
+		idemp-init --store "$PG_URL?table=$IDEMKIT_TEST_TABLE" >/dev/null || return 1
+		;;
 	*) echo "unknown IDEMKIT_TEST_BACKEND=$IDEMKIT_TEST_BACKEND" >&2; return 1 ;;
 	esac
 }
 store_backend_teardown_file() {
 	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
 	dynamodb) dynalite_stop ;;
+	postgres) pg_stop ;;
 	esac
 }
 store_backend_setup() {
 	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
 	sqlite) export IDEMKIT_STORE=sqlite:$BATS_TEST_TMPDIR/store.db ;;
 	dynamodb) export IDEMKIT_STORE=dynamodb:$IDEMKIT_TEST_TABLE ;;
+	postgres) export IDEMKIT_STORE=$PG_URL?table=$IDEMKIT_TEST_TABLE ;;
 	esac
 }
