@@ -195,6 +195,7 @@ ik_store_open(const char *url, struct ik_store **out, ik_err *err)
 {
 	struct ik_store *s;
 	char *def = NULL, *dir;
+	size_t n;
 	int rc;
 
 	*out = NULL;
@@ -213,7 +214,7 @@ ik_store_open(const char *url, struct ik_store **out, ik_err *err)
 		url = def = b.p;
 	}
 	for (size_t i = 0; i < sizeof adapters / sizeof adapters[0]; i++) {
-		size_t n = strlen(adapters[i].scheme);
+		n = strlen(adapters[i].scheme);
 		if (strncmp(url, adapters[i].scheme, n) != 0)
 			continue;
 		if (!url[n] && !adapters[i].whole) {
@@ -235,9 +236,12 @@ ik_store_open(const char *url, struct ik_store **out, ik_err *err)
 		*out = s;
 		return IK_OK;
 	}
-	/* Only the scheme: the rest may hold a password. */
-	rc = ik_errf(err, IK_CONFIG, "store: unknown scheme \"%.*s\" (want sqlite:PATH, "
-	    "dynamodb:TABLE or postgres://...)", (int)(strcspn(url, ":") > 32 ? 32 : strcspn(url, ":")), url);
+	/* Only the scheme: the rest may hold a password, and so may a URL
+	 * without one. */
+	n = strcspn(url, ":");
+	rc = ik_errf(err, IK_CONFIG, "store: %s%.*s%s (want sqlite:PATH, dynamodb:TABLE or "
+	    "postgres://...)", url[n] ? "unknown scheme \"" : "no scheme",
+	    url[n] && n <= 32 ? (int)n : 0, url, url[n] ? "\"" : "");
 	free(def);
 	return rc;
 }

@@ -144,6 +144,8 @@ pgerr(struct pg *p, PGresult *r, const char *doing, ik_err *err)
 	else if (strncmp(state, "28", 2) == 0 || strncmp(state, "42501", 5) == 0 ||
 	    strcmp(state, "3D000") == 0)
 		code = IK_CONFIG;
+	else if (strncmp(state, "22", 2) == 0)
+		code = IK_DATAERR;     /* the event cannot be stored (not UTF-8, ...) */
 	else if (strcmp(state, "42P01") == 0)
 		return ik_errf(err, IK_CONFIG, "postgres %s: %s: %s (run idemp-init)",
 		    p->table, doing, msg);
@@ -222,6 +224,7 @@ again:
 		p->prepared |= 1u << which;
 	}
 	r = PQexecPrepared(p->conn, name, n, params, NULL, NULL, 0);
+	tries++;
 	switch (PQresultStatus(r)) {
 	case PGRES_COMMAND_OK:
 	case PGRES_TUPLES_OK:
@@ -233,14 +236,16 @@ again:
 	{
 		const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
 		if (!p->in_tx && st && (strcmp(st, "40001") == 0 || strcmp(st, "40P01") == 0) &&
-		    ++tries < MAX_RETRIES) {
+		    tries < MAX_RETRIES) {
 			PQclear(r);
 			goto again;
 		}
 	}
 	rc = pgerr(p, r, doing, err);
-	if (tries)
-		ik_errwrap(err, "after %d tries", tries + 1);
+	if (tries > 1 && err) {
+		size_t l = strlen(err->msg);
+		snprintf(err->msg + l, sizeof err->msg - l, " (after %d tries)", tries);
+	}
 	PQclear(r);
 	return rc;
 }
