@@ -162,6 +162,9 @@ demo: all
 demo-aws: all
 	IDEMKIT_BIN=$(CURDIR)/$(O)/bin DEMO_BACKEND=aws sh examples/demo.sh
 
+demo-postgres: all
+	IDEMKIT_BIN=$(CURDIR)/$(O)/bin DEMO_BACKEND=postgres sh examples/demo.sh
+
 install: all
 	mkdir -p $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7
 	for b in $(CMDS) $(SCRIPTS); do install -m 755 $(O)/bin/$$b $(DESTDIR)$(BINDIR)/$$b; done
@@ -181,8 +184,8 @@ clean:
 	rm -rf build
 
 help:
-	@echo 'targets: all test sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean'
+	@echo 'targets: all test sanitize faults fuzz fuzz-short valgrind bench demo demo-aws demo-postgres install uninstall deps clean'
 
-.PHONY: all test sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean help
+.PHONY: all test sanitize faults fuzz fuzz-short valgrind bench demo demo-aws demo-postgres install uninstall deps clean help
 
 -include $(LIB_OBJ:.o=.d) $(patsubst cmd/%.c,$(O)/obj/cmd/%.d,$(CMD_SRC)) $(UNITS:=.d)

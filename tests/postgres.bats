@@ -266,3 +266,13 @@ setup() {
 	run --separate-stderr idemp-claim < <(ev "$(uid down2)")
 	[ "$status" -eq 0 ]
 }
+
+@test "make demo-postgres: the demo on a throwaway PostgreSQL of its own, password in a pgpass file" {
+	cd "$IDEMKIT_SRC"
+	run env IDEMKIT_DEMO_DIR="$BATS_TEST_TMPDIR/demo-pg" DEMO_BACKEND=postgres sh examples/demo.sh
+	echo "$output" | tail -5
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"PostgreSQL store: postgres://idemkit@127.0.0.1:"* ]]
+	[[ "$output" == *"demo: OK: every one of the 20 chargeIds was debited exactly once"* ]]
+	[ -z "$(ls -d /tmp/idemkit-demo-pg.* 2>/dev/null | xargs -r -n1 sh -c 'test -e "$0/data/postmaster.pid" && echo "$0"')" ]
+}
