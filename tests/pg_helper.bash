@@ -1,6 +1,6 @@
 # tests/pg_helper.bash: a throwaway PostgreSQL 15 for the tests (Debian
 # `postgresql`).  pg_start makes a cluster in a fresh directory, runs it as
-# the postgres user (initdb refuses root) on a free loopback port, socket in
+# the postgres user (initdb refuses root; as ourselves when not root) on a free loopback port, socket in
 # that directory, password (SCRAM) authentication over TCP, and creates a
 # role and database `idemkit` with a random password.  It exports PG_PORT,
 # PG_DIR, PG_PASSWORD and PG_URL (postgres://idemkit:PASSWORD@127.0.0.1:PORT/idemkit);
@@ -18,17 +18,26 @@ require_pg() {
 	fi
 }
 
-pg_as() { (cd / && runuser -u postgres -- "$@"); }
+# pg_as CMD...: as the postgres user when we are root (initdb refuses
+# root), else as ourselves.
+pg_as() {
+	if [ "$(id -u)" -eq 0 ]; then
+		(cd / && runuser -u postgres -- "$@")
+	else
+		(cd / && "$@")
+	fi
+}
+pg_own() { [ "$(id -u)" -ne 0 ] || chown postgres: "$@"; }
 
 pg_start() {
 	require_pg || return 1
 	local try
 	PG_DIR=$(mktemp -d /tmp/idemkit-pg.XXXXXX) || return 1
-	chown postgres: "$PG_DIR"
+	pg_own "$PG_DIR"
 	chmod 700 "$PG_DIR"
 	PG_PASSWORD=$(python3 -c 'import secrets; print(secrets.token_hex(12))')
 	printf '%s\n' "$PG_PASSWORD" > "$PG_DIR/pw"
-	chown postgres: "$PG_DIR/pw"
+	pg_own "$PG_DIR/pw"
 	pg_as "$PG_BIN/initdb" -D "$PG_DIR/data" -U postgres --auth-local=trust \
 		--auth-host=scram-sha-256 --pwfile="$PG_DIR/pw" -E UTF8 --no-instructions \
 		>"$PG_DIR/initdb.log" 2>&1 || { cat "$PG_DIR/initdb.log" >&2; return 1; }
@@ -39,6 +48,7 @@ pg_start() {
 	shared_buffers = 64MB
 	session_preload_libraries = 'auto_explain'
 	auto_explain.log_min_duration = -1
+	log_connections = on
 	${PG_EXTRA_CONF:-}
 	EOF
 	for try in 1 2 3 4 5; do

@@ -28,7 +28,7 @@ setup_file() {
 	printf 'subjectAltName=DNS:localhost\n' > "$d/ext"
 	openssl x509 -req -in "$d/server.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" \
 		-CAcreateserial -days 2 -extfile "$d/ext" -out "$d/server.crt" 2>/dev/null
-	chown postgres: "$d/server.key" "$d/server.crt"
+	pg_own "$d/server.key" "$d/server.crt"
 	chmod 600 "$d/server.key"
 	chmod 755 "$d"
 	export PG_EXTRA_CONF="ssl = on
@@ -108,6 +108,10 @@ setup() {
 	[ "$status" -eq 78 ]
 	[[ $stderr == *sslmode* ]]
 	[[ $stderr != *WRONG-s3cret* ]]
+	run --separate-stderr idemp-init --store "postgres://idemkit@127.0.0.1:$PG_PORT/idemkit?password=$PG_PASSWORD&table=$TBL"
+	[ "$status" -eq 0 ]
+	[ "$output" = "postgres://idemkit@127.0.0.1:$PG_PORT/idemkit?password=***&table=$TBL" ]
+	[[ $stderr != *"$PG_PASSWORD"* ]]
 	IDEMKIT_STORE=$bad run idemp-init --help
 	[ "$status" -eq 0 ]
 	[[ $output != *WRONG-s3cret* ]]
@@ -193,7 +197,7 @@ setup() {
 	[[ $stderr != *"$PG_PASSWORD"* ]]
 }
 
-@test "--stream groups the waiting envelopes in one transaction; a failing one is redone alone, the others pass" {
+@test "--stream: one connection, the waiting envelopes in one transaction; a failing one is redone alone, the others pass" {
 	idemp-init >/dev/null 2>&1
 	for i in $(seq 1 20); do ev "$(uid "g$i")"; done > "$BATS_TEST_TMPDIR/evs"
 	pg_sql "ALTER ROLE idemkit SET log_statement = 'all'"
@@ -204,6 +208,8 @@ setup() {
 	begins=$(grep -c 'statement: BEGIN' "$PG_DIR/server.log" || true)
 	echo "BEGINs for 20 claims: $begins"
 	[ "$begins" -ge 1 ] && [ "$begins" -lt 20 ]
+	# one connection for the whole stream
+	[ "$(grep -c 'connection authorized: user=idemkit' "$PG_DIR/server.log")" -eq 1 ]
 	pg_sql "ALTER ROLE idemkit RESET log_statement"
 	run --separate-stderr idemp-done --stream --state DONE <<<"$output"
 	[ "$status" -eq 0 ]
@@ -268,6 +274,7 @@ setup() {
 }
 
 @test "make demo-postgres: the demo on a throwaway PostgreSQL of its own, password in a pgpass file" {
+	[ "$(id -u)" -eq 0 ] || skip "the demo runs its server as the postgres user: root only"
 	cd "$IDEMKIT_SRC"
 	run env IDEMKIT_DEMO_DIR="$BATS_TEST_TMPDIR/demo-pg" DEMO_BACKEND=postgres sh examples/demo.sh
 	echo "$output" | tail -5
