@@ -72,7 +72,7 @@ elif [ "${DEMO_BACKEND:-sqlite}" = postgres ]; then
 	if [ -n "${DEMO_PG_URL:-}" ]; then
 		IDEMKIT_STORE=$DEMO_PG_URL
 	else
-		PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+		PGBIN=$(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V | tail -1)
 		[ -x "$PGBIN/initdb" ] || { echo "demo-postgres: needs PostgreSQL (apt-get install postgresql), or DEMO_PG_URL" >&2; exit 1; }
 		[ "$(id -u)" -eq 0 ] || { echo "demo-postgres: run as root (the server runs as the postgres user), or set DEMO_PG_URL" >&2; exit 1; }
 		PGDEMO=$(mktemp -d /tmp/idemkit-demo-pg.XXXXXX)

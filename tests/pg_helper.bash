@@ -8,7 +8,7 @@
 # stop and start the same cluster (data kept).  pg_sql runs SQL as the
 # superuser over the socket.
 
-PG_BIN=${PG_BIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)}
+PG_BIN=${PG_BIN:-$(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V | tail -1)}
 
 # require_pg: the server binaries are needed; skip outside CI only.
 require_pg() {
@@ -31,7 +31,7 @@ pg_own() { [ "$(id -u)" -ne 0 ] || chown postgres: "$@"; }
 
 pg_start() {
 	require_pg || return 1
-	local try
+	local _try
 	PG_DIR=$(mktemp -d /tmp/idemkit-pg.XXXXXX) || return 1
 	pg_own "$PG_DIR"
 	chmod 700 "$PG_DIR"
@@ -51,7 +51,7 @@ pg_start() {
 	log_connections = on
 	${PG_EXTRA_CONF:-}
 	EOF
-	for try in 1 2 3 4 5; do
+	for _try in 1 2 3 4 5; do
 		PG_PORT=$(free_port)
 		if pg_as "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" \
 			-o "-p $PG_PORT" -w -t 30 start >/dev/null 2>&1; then
