@@ -13,7 +13,7 @@
  * Serialization failures and deadlocks are retried a bounded number of
  * times, then IK_TEMPFAIL; a lost connection is IK_TEMPFAIL at once (a
  * statement whose answer was lost is not replayed blindly) and the next
- * call reconnects.  One connection per process, reused; statements are
+ * call reconnects, waiting up to RECONNECT_MS once per outage.  One connection per process, reused; statements are
  * prepared once per connection; SQL only through bound parameters (the
  * table name is checked against a strict identifier alphabet and quoted).
  * The URL's password is never copied into a message: only libpq sees it.
@@ -24,6 +24,7 @@
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <libpq-fe.h>
 #include <sodium.h>
@@ -35,6 +36,7 @@
 
 #define SCHEMA_VERSION 2
 #define MAX_RETRIES 5          /* serialization failures / deadlocks */
+#define RECONNECT_MS 5000      /* wait for a server that went away, once per outage */
 #define PURGE_BATCH "1000"     /* rows per purge transaction */
 #define ADVISORY_NS "7652"     /* pg_advisory_lock(ns, hashtext(table)) */
 
@@ -110,6 +112,7 @@ struct pg {
 	char qtable[72];      /* quoted */
 	char *sql[Q_N];
 	unsigned prepared;    /* bit per statement, on this connection */
+	int waited;           /* waited for this outage already */
 	int group, in_tx, failed;
 };
 
@@ -170,9 +173,21 @@ conn_ok(struct pg *p, ik_err *err)
 		    "transaction", p->table);
 	}
 	p->prepared = 0;
-	if (p->conn)
+	if (p->conn) {
+		/* A connection we had went away (a restart, a fail-over): wait
+		 * up to RECONNECT_MS for the server rather than fail every
+		 * envelope that arrives meanwhile, each of which would be
+		 * debited again once its lease ends.  Once per outage: after
+		 * that wait each call tries once, so a stream cannot stall. */
+		int64_t until = ik_mono_ms() + (p->waited ? 0 : RECONNECT_MS);
+		struct timespec ts = { 0, 200 * 1000000L };
+
 		PQreset(p->conn);
-	else {
+		while (PQstatus(p->conn) != CONNECTION_OK && ik_mono_ms() < until &&
+		    nanosleep(&ts, NULL) == 0)
+			PQreset(p->conn);
+		p->waited = PQstatus(p->conn) != CONNECTION_OK;
+	} else {
 		const char *kw[] = { "connect_timeout", "fallback_application_name", "dbname", NULL };
 		const char *val[] = { getenv("PGCONNECT_TIMEOUT") ? getenv("PGCONNECT_TIMEOUT") : "10",
 		                      "idemkit", p->conninfo, NULL };
