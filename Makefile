@@ -19,7 +19,7 @@ VERSION := 0.1.0
 # pkg-config name : Debian package that provides it
 DEPS := libcurl:libcurl4-openssl-dev libcjson:libcjson-dev \
         libsodium:libsodium-dev sqlite3:libsqlite3-dev \
-        libmicrohttpd:libmicrohttpd-dev hiredis:libhiredis-dev
+        libmicrohttpd:libmicrohttpd-dev hiredis:libhiredis-dev libpq:libpq-dev
 PKGS := $(foreach d,$(DEPS),$(word 1,$(subst :, ,$(d))))
 
 # Debian packages per kind of target; mk/deps.sh installs the missing ones
@@ -28,7 +28,7 @@ PKGS := $(foreach d,$(DEPS),$(word 1,$(subst :, ,$(d))))
 DEBS_BUILD := make gcc pkg-config $(foreach d,$(DEPS),$(word 2,$(subst :, ,$(d))))
 DEBS_DEMO  := python3 curl procps util-linux
 DEBS_TEST  := $(DEBS_DEMO) bats clang libclang-rt-14-dev sqlite3 mandoc python3-botocore \
-              shellcheck valgrind openssl redis-server node:nodejs npm:npm \
+              shellcheck valgrind openssl redis-server postgresql node:nodejs npm:npm \
               java:openjdk-17-jre-headless
 
 # The README's two commands and `deps` need no libraries to parse this file.
@@ -127,6 +127,7 @@ check: check-build $(NODE_STAMP)
 	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/store.bats' \
 	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/dynamodb.bats' \
 	  'IDEMKIT_TEST_BACKEND=redis tests/store.bats' \
+	  'IDEMKIT_TEST_BACKEND=postgres tests/store.bats' \
 	  'IDEMKIT_TEST_QUEUE_BACKEND=sqs tests/queue.bats'
 
 # ASan + UBSan build of everything, then the whole suite against it.  Reports
@@ -199,6 +200,9 @@ demo-embedded: all
 demo-aws: all $(NODE_STAMP)
 	IDEMKIT_BIN=$(CURDIR)/$(O)/bin DEMO_BACKEND=aws sh examples/demo.sh
 
+demo-postgres: all
+	IDEMKIT_BIN=$(CURDIR)/$(O)/bin DEMO_BACKEND=postgres sh examples/demo.sh
+
 install: all
 	mkdir -p $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7
 	for b in $(CMDS) $(SCRIPTS); do install -m 755 $(O)/bin/$$b $(DESTDIR)$(BINDIR)/$$b; done
@@ -216,8 +220,8 @@ clean:
 	rm -rf build
 
 help:
-	@echo 'targets: all test check demo demo-embedded mutants sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean'
+	@echo 'targets: all test check demo demo-embedded demo-postgres mutants sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean'
 
-.PHONY: all test check check-build mutants demo-embedded sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean help
+.PHONY: all test check check-build mutants demo-embedded demo-postgres sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean help
 
 -include $(LIB_OBJ:.o=.d) $(patsubst cmd/%.c,$(O)/obj/cmd/%.d,$(CMD_SRC)) $(UNITS:=.d)

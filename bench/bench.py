@@ -16,6 +16,10 @@ queue and store, durable commits) with bank-sim as the core-banking API:
                 messages (~30% redeliveries) on the Redis store with and
                 without IDEMKIT_CACHE, counting the commands the store
                 server ran (INFO commandstats): the share the cache saves
+  claim-cost-pg the same on the PostgreSQL store: a throwaway PostgreSQL
+                (run as the postgres user: root needed, else skipped),
+                seeded with generate_series; client CPU and the server's
+                CPU (the postmaster and its backends) reported apart
 
 One-shot runs use BENCH_ONESHOT_N messages (default 1000): per-charge
 figures do not need 10 000 forks of six processes.
@@ -33,8 +37,11 @@ a debit request the bank had to answer as a replay of one it already had.
 
 Results: build/bench/results.json and build/bench/results.md.
 """
+import glob
 import json
 import os
+import secrets
+import socket
 import random
 import resource
 import shutil
@@ -276,7 +283,7 @@ def preload(path, rows, env):
     c.close()
 
 
-def claim_batch(path, rows, env, lockstep):
+def claim_batch(path, rows, env, lockstep, store=None, server_cpu=None):
     """CLAIMS claims: 70% new keys, 30% keys already DONE in the store.
     lockstep: one line in, wait for its answer (a group of one: one durable
     commit per claim); else the whole batch at once (group commit)."""
@@ -288,9 +295,10 @@ def claim_batch(path, rows, env, lockstep):
         else:
             lines.append(event("NEW-%d-%08d" % (lockstep, i)))
     cpu0, _ = children_usage()
+    scpu0 = server_cpu() if server_cpu else 0
     t0 = time.monotonic()
     p = subprocess.Popen([os.path.join(BIN, "idemp-claim"), "--stream", "--store",
-                          "sqlite:" + path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          store or "sqlite:" + path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, env=env, text=True, bufsize=1)
     outcomes = {}
     if lockstep:
@@ -309,9 +317,12 @@ def claim_batch(path, rows, env, lockstep):
     p.wait()
     wall = time.monotonic() - t0
     cpu1, _ = children_usage()
-    return {"claims": CLAIMS, "outcomes": outcomes,
-            "wallUsPerClaim": round(wall * 1e6 / CLAIMS, 1),
-            "cpuUsPerClaim": round((cpu1 - cpu0) * 1e6 / CLAIMS, 1)}
+    r = {"claims": CLAIMS, "outcomes": outcomes,
+         "wallUsPerClaim": round(wall * 1e6 / CLAIMS, 1),
+         "cpuUsPerClaim": round((cpu1 - cpu0) * 1e6 / CLAIMS, 1)}
+    if server_cpu:
+        r["serverCpuUsPerClaim"] = round((server_cpu() - scpu0) * 1e6 / CLAIMS, 1)
+    return r
 
 
 def claim_cost():
@@ -455,6 +466,118 @@ def redis_bench():
             p.terminate()
             p.wait()
         shutil.rmtree(state, ignore_errors=True)
+# ---- claim cost on PostgreSQL ----------------------------------------------
+
+class Pg:
+    """A throwaway PostgreSQL (tests/pg_helper.bash does the same for the
+    tests): the postgres user, a loopback port, SCRAM, the password in a
+    pgpass file (never in argv).  Durable defaults (fsync, synchronous_commit)."""
+
+    def __init__(self):
+        bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
+        if not bins or os.geteuid() != 0:
+            raise RuntimeError("needs PostgreSQL (apt-get install postgresql) and root")
+        self.bin = bins[-1]
+        self.dir = tempfile.mkdtemp(prefix="idemkit-bench-pg.", dir="/tmp")
+        shutil.chown(self.dir, "postgres", "postgres")
+        pw = secrets.token_hex(12)
+        with open(os.path.join(self.dir, "pw"), "w") as f:
+            f.write(pw + "\n")
+        shutil.chown(os.path.join(self.dir, "pw"), "postgres", "postgres")
+        self.as_pg(["initdb", "-D", self.data(), "-U", "postgres", "--auth-local=trust",
+                    "--auth-host=scram-sha-256", "--pwfile=" + os.path.join(self.dir, "pw"),
+                    "--no-instructions"])
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        self.port = s.getsockname()[1]
+        s.close()
+        with open(os.path.join(self.data(), "postgresql.conf"), "a") as f:
+            f.write("listen_addresses = '127.0.0.1'\nunix_socket_directories = '%s'\n"
+                    "port = %d\nshared_buffers = 256MB\n" % (self.dir, self.port))
+        self.as_pg(["pg_ctl", "-D", self.data(), "-l", os.path.join(self.dir, "log"), "-w", "start"])
+        self.sql("CREATE ROLE idemkit LOGIN PASSWORD '%s'" % pw, "postgres")
+        self.sql("CREATE DATABASE idemkit OWNER idemkit", "postgres")
+        self.pgpass = os.path.join(self.dir, "pgpass")
+        with open(self.pgpass, "w") as f:
+            f.write("127.0.0.1:%d:idemkit:idemkit:%s\n" % (self.port, pw))
+        os.chmod(self.pgpass, 0o600)
+        self.url = "postgres://idemkit@127.0.0.1:%d/idemkit" % self.port
+
+    def data(self):
+        return os.path.join(self.dir, "data")
+
+    def as_pg(self, argv):
+        subprocess.run(["runuser", "-u", "postgres", "--", os.path.join(self.bin, argv[0])] + argv[1:],
+                       cwd="/", check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def sql(self, q, db="idemkit"):
+        subprocess.run([os.path.join(self.bin, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1",
+                        "-h", self.dir, "-p", str(self.port), "-U", "postgres", "-d", db, "-c", q],
+                       check=True, stdout=subprocess.DEVNULL)
+
+    def cpu(self):
+        """Seconds of CPU of the server: the postmaster, its live children,
+        and the backends it has reaped (cutime + cstime)."""
+        tck = os.sysconf("SC_CLK_TCK")
+        pm = int(open(os.path.join(self.data(), "postmaster.pid")).readline())
+        total = 0
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                st = open("/proc/%s/stat" % d).read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            pid, ppid = int(d), int(st[1])
+            if pid == pm:
+                total += sum(int(x) for x in st[11:15])
+            elif ppid == pm:
+                total += int(st[11]) + int(st[12])
+        return total / tck
+
+    def stop(self):
+        try:
+            self.as_pg(["pg_ctl", "-D", self.data(), "-m", "fast", "-w", "stop"])
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def claim_cost_pg():
+    state = tempfile.mkdtemp(prefix="idemkit-bench.", dir=os.environ.get("TMPDIR"))
+    pg = Pg()
+    env = env_for(state, {"PGPASSFILE": pg.pgpass})
+    res = {}
+    try:
+        for rows in (SMALL, BIG):
+            table = "bench_%d" % rows
+            url = "%s?table=%s" % (pg.url, table)
+            t0 = time.monotonic()
+            subprocess.run([os.path.join(BIN, "idemp-init"), "--store", url], env=env,
+                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            # Seeded by the server itself, not through idemkit; the same rows
+            # as the SQLite preload (DONE, a fingerprint no event has).
+            pg.sql("INSERT INTO %s (key, state, owner, lease_until, attempts, fingerprint,"
+                   " event, debit_ref, created_at, updated_at, expires_at)"
+                   " SELECT 'PRE-' || lpad(g::text, 8, '0'), 'DONE', md5(g::text), 0, 1,"
+                   " repeat('0', 64), '{\"chargeId\":\"PRE-' || lpad(g::text, 8, '0') ||"
+                   " '\",\"accountId\":\"ACC-0042\",\"amount\":2500,\"currency\":\"INR\","
+                   "\"chargeType\":\"SMS_ALERT_FEE\",\"dueDate\":\"2026-11-30\"}',"
+                   " 'TXN-' || g, %d - g, %d - g, %d FROM generate_series(0, %d) g"
+                   % (table, int(time.time() * 1000), int(time.time() * 1000),
+                      int(time.time()) + 30 * 86400, rows - 1))
+            pg.sql("VACUUM ANALYZE %s" % table)
+            pg.sql("CHECKPOINT")
+            log("  postgres: seeded %d records in %.1fs" % (rows, time.monotonic() - t0))
+            res[str(rows)] = {
+                "grouped": claim_batch(None, rows, env, False, url, pg.cpu),
+                "lockstep": claim_batch(None, rows, env, True, url, pg.cpu),
+            }
+    finally:
+        pg.stop()
+        shutil.rmtree(state, ignore_errors=True)
+    for mode in ("grouped", "lockstep"):
+        a, b = res[str(SMALL)][mode], res[str(BIG)][mode]
+        res[mode + "WallRatio"] = round(b["wallUsPerClaim"] / a["wallUsPerClaim"], 2)
     return res
 
 
@@ -530,6 +653,24 @@ def markdown(r):
                                   json.dumps(ca["outcomes"], sort_keys=True),
                                   fmt(None if rd["storeRoundTripsSaved"] is None
                                       else round(rd["storeRoundTripsSaved"] * 100, 1)))]
+    c = r.get("claimCostPostgres")
+    if c:
+        out += ["", "Claim cost on PostgreSQL %s (same claims; loopback, fsync and "
+                "synchronous_commit on; client = idemp-claim, server = the postmaster and "
+                "its backends):" % c.get("version", ""), "",
+                "| records in table | grouped: client CPU / server CPU / wall µs per claim "
+                "| lockstep: client CPU / server CPU / wall µs per claim |",
+                "| ---: | ---: | ---: |"]
+        for rows in (str(SMALL), str(BIG)):
+            g, l = c[rows]["grouped"], c[rows]["lockstep"]
+            out.append("| %s | %s / %s / %s | %s / %s / %s |" % (
+                rows, g["cpuUsPerClaim"], g["serverCpuUsPerClaim"], g["wallUsPerClaim"],
+                l["cpuUsPerClaim"], l["serverCpuUsPerClaim"], l["wallUsPerClaim"]))
+        out.append("")
+        out.append("10^6 vs 10^3 wall ratio: grouped %.2f, lockstep %.2f." % (
+            c["groupedWallRatio"], c["lockstepWallRatio"]))
+    elif r.get("claimCostPostgresSkipped"):
+        out += ["", "Claim cost on PostgreSQL: skipped (%s)." % r["claimCostPostgresSkipped"]]
     return "\n".join(out) + "\n"
 
 
@@ -570,6 +711,16 @@ def main():
     if want("redis"):
         log("bench: Redis store and cache (%d claims)..." % CLAIMS)
         r["redis"] = redis_bench()
+    if want("claim-cost-pg"):
+        log("bench: claim cost on PostgreSQL with %d vs %d records..." % (SMALL, BIG))
+        try:
+            r["claimCostPostgres"] = claim_cost_pg()
+            r["claimCostPostgres"]["version"] = subprocess.run(
+                [sorted(glob.glob("/usr/lib/postgresql/*/bin"))[-1] + "/postgres", "--version"],
+                capture_output=True, text=True).stdout.split()[2]
+        except RuntimeError as e:
+            log("  skipped: %s" % e)
+            r["claimCostPostgresSkipped"] = str(e)
     with open(os.path.join(OUT, "results.json"), "w") as f:
         json.dump(r, f, indent=1)
     md = markdown(r)

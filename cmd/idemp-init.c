@@ -1,8 +1,11 @@
-/* idemp-init: create or migrate the idempotency store, idempotently.
- * SQLite: the schema and its migrations.  DynamoDB: the table (on-demand
- * billing, HASH key on the key attribute, TTL on expiresAt), or, when it
- * exists, a check of its key schema.  Run it once per deployment; running
- * it again changes nothing. */
+/* idemp-init: create or migrate the idempotency store, idempotently, and
+ * purge records past their retention.  SQLite: the schema and its
+ * migrations.  PostgreSQL: versioned migrations, each in its own
+ * transaction, under an advisory lock (safe from many hosts at once), then
+ * the purge in small batches.  DynamoDB: the table (on-demand billing, HASH
+ * key on the key attribute, TTL on expiresAt), or, when it exists, a check
+ * of its key schema.  Run it at each deployment and from cron (the purge);
+ * running it again on a ready store changes nothing else. */
 #include <getopt.h>
 #include <stdio.h>
 
@@ -14,7 +17,8 @@
 static const char usage[] =
 	"usage: idemp-init [--store URL]\n";
 static const char options[] =
-	"  -S, --store URL    sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE)\n"
+	"  -S, --store URL    sqlite:PATH, dynamodb:TABLE or postgres://... (default\n"
+	"                     $IDEMKIT_STORE)\n"
 	"  -h, --help         this help\n"
 	"  -V, --version      print the version\n";
 static const int codes[] = { 0, 64, 70, 75, 78, -1 };

@@ -2,6 +2,9 @@
 # make demo: the whole job on the embedded default, on loopback only.
 # make demo-aws (DEMO_BACKEND=aws): the same on DynamoDB and SQS, played by
 # the emulators pinned in package-lock.json (dynalite, local-aws-sqs).
+# make demo-postgres (DEMO_BACKEND=postgres): the store on PostgreSQL, a
+# throwaway server run as the postgres user on a loopback port (root
+# needed), or the one in DEMO_PG_URL; the queue stays embedded.
 # Resets its state, starts the bank simulator, enqueues 20 charges with
 # about 30% of them sent again under the same chargeId (plus one poison
 # message), drains the queue with charge-worker -j 4, and checks against the
@@ -20,9 +23,14 @@ export IDEMKIT_LOG=quiet
 unset IDEMKIT_STORE IDEMKIT_QUEUE IDEMKIT_DLQ
 
 PIDS=
+PGDEMO=
 cleanup() {
 	for p in $PIDS; do kill "$p" 2>/dev/null; done
 	for p in $PIDS; do wait "$p" 2>/dev/null || true; done
+	if [ -n "$PGDEMO" ]; then
+		(cd / && runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDEMO/data" -m fast -w stop) >/dev/null 2>&1 || true
+		rm -rf "$PGDEMO"
+	fi
 	return 0
 }
 trap 'rc=$?; cleanup; exit $rc' EXIT
@@ -59,6 +67,35 @@ if [ "${DEMO_BACKEND:-sqlite}" = aws ]; then
 	export IDEMKIT_STORE=dynamodb:idemkit-demo
 	idemp-init > /dev/null
 	echo "DynamoDB (dynalite) on $AWS_ENDPOINT_URL_DYNAMODB, SQS (local-aws-sqs) on $AWS_ENDPOINT_URL_SQS"
+elif [ "${DEMO_BACKEND:-sqlite}" = postgres ]; then
+	export IDEMKIT_DLQ="sqlite:$IDEMKIT_STATE_DIR/queue.db#charges-dlq"
+	if [ -n "${DEMO_PG_URL:-}" ]; then
+		IDEMKIT_STORE=$DEMO_PG_URL
+	else
+		PGBIN=$(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V | tail -1)
+		[ -x "$PGBIN/initdb" ] || { echo "demo-postgres: needs PostgreSQL (apt-get install postgresql), or DEMO_PG_URL" >&2; exit 1; }
+		[ "$(id -u)" -eq 0 ] || { echo "demo-postgres: run as root (the server runs as the postgres user), or set DEMO_PG_URL" >&2; exit 1; }
+		PGDEMO=$(mktemp -d /tmp/idemkit-demo-pg.XXXXXX)
+		chown postgres: "$PGDEMO"
+		pw=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+		printf '%s\n' "$pw" > "$PGDEMO/pw"
+		chown postgres: "$PGDEMO/pw"
+		(cd / && runuser -u postgres -- "$PGBIN/initdb" -D "$PGDEMO/data" -U postgres --auth-local=trust \
+			--auth-host=scram-sha-256 --pwfile="$PGDEMO/pw" --no-instructions) >"$DEMO/initdb.log" 2>&1
+		port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+		printf "listen_addresses = '127.0.0.1'\nunix_socket_directories = '%s'\nport = %s\n" "$PGDEMO" "$port" \
+			>> "$PGDEMO/data/postgresql.conf"
+		(cd / && runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDEMO/data" -l "$PGDEMO/server.log" -w start) >/dev/null
+		"$PGBIN/psql" -X -q -h "$PGDEMO" -p "$port" -U postgres -d postgres \
+			-c "CREATE ROLE idemkit LOGIN PASSWORD '$pw'" -c "CREATE DATABASE idemkit OWNER idemkit"
+		# The password in a file, as in production (never in the URL).
+		printf '127.0.0.1:%s:idemkit:idemkit:%s\n' "$port" "$pw" > "$DEMO/pgpass"
+		chmod 600 "$DEMO/pgpass"
+		export PGPASSFILE="$DEMO/pgpass"
+		IDEMKIT_STORE="postgres://idemkit@127.0.0.1:$port/idemkit"
+	fi
+	export IDEMKIT_STORE
+	echo "PostgreSQL store: $(idemp-init)"
 else
 	export IDEMKIT_DLQ="sqlite:$IDEMKIT_STATE_DIR/queue.db#charges-dlq"
 fi

@@ -151,33 +151,45 @@ ik_store_retention_ms(void)
 struct adapter {
 	const char *scheme;   /* "sqlite:" */
 	int (*open)(const char *rest, struct ik_store *s, ik_err *err);
+	int whole;            /* open gets the whole URL, which may end at the scheme */
 };
 
 static const struct adapter adapters[] = {
-	{ "sqlite:", ik_store_sqlite_open },
-	{ "dynamodb:", ik_store_dynamodb_open },
-	{ "redis://", ik_store_redis_open },
-	{ "rediss://", ik_store_rediss_open },
+	{ "sqlite:", ik_store_sqlite_open, 0 },
+	{ "dynamodb:", ik_store_dynamodb_open, 0 },
+	{ "postgres:", ik_store_postgres_open, 1 },
+	{ "postgresql:", ik_store_postgres_open, 1 },
+	{ "redis://", ik_store_redis_open, 0 },
+	{ "rediss://", ik_store_rediss_open, 0 },
 };
 
-/* The URL as kept in s->url: a password replaced by "***", so no message
- * built from it can show the secret. */
+/* The URL as messages and logs may show it: a password in the authority
+ * (scheme://user:PASSWORD@host) or in a password= parameter becomes ***.
+ * NULL when out of memory. */
 static char *
 redacted(const char *url)
 {
-	const char *p = strstr(url, "://"), *at, *colon, *end;
 	struct ik_buf b = { 0 };
+	const char *auth = strstr(url, "://"), *at, *colon, *p;
 
-	if (!p || !ik_redis_url_has_password(url))
-		return strdup(url);
-	p += 3;
-	end = p + strcspn(p, "/?");
-	for (at = end; at > p && at[-1] != '@'; at--)
-		;
-	colon = memchr(p, ':', (size_t)(at - 1 - p));
-	ik_buf_add(&b, url, (size_t)(colon + 1 - url));
-	ik_buf_addstr(&b, "***");
-	ik_buf_addstr(&b, at - 1);
+	if (auth) {
+		auth += 3;
+		at = auth + strcspn(auth, "/?#");
+		while (at > auth && at[-1] != '@')
+			at--;
+		colon = at > auth ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+		if (colon) {
+			ik_buf_add(&b, url, (size_t)(colon + 1 - url));
+			ik_buf_addstr(&b, "***");
+			url = at - 1;
+		}
+	}
+	while ((p = strstr(url, "password="))) {
+		ik_buf_add(&b, url, (size_t)(p + 9 - url));
+		ik_buf_addstr(&b, "***");
+		url = p + 9 + strcspn(p + 9, "& ");
+	}
+	ik_buf_addstr(&b, url);
 	return b.p;
 }
 
@@ -187,10 +199,11 @@ ik_store_open(const char *url, struct ik_store **out, ik_err *err)
 	struct ik_store *s;
 	char *def = NULL, *dir;
 	const char *cache;
+	size_t n;
 	int rc;
 
 	*out = NULL;
-	if (url && *url && ik_redis_url_has_password(url))
+	if (url && *url && (ik_redis_url_has_password(url) || strstr(url, "password=")))
 		return ik_errf(err, IK_CONFIG, "--store: a password on the command line shows "
 		    "in the process list; put the URL in IDEMKIT_STORE instead");
 	if (!url || !*url)
@@ -208,10 +221,10 @@ ik_store_open(const char *url, struct ik_store **out, ik_err *err)
 		url = def = b.p;
 	}
 	for (size_t i = 0; i < sizeof adapters / sizeof adapters[0]; i++) {
-		size_t n = strlen(adapters[i].scheme);
+		n = strlen(adapters[i].scheme);
 		if (strncmp(url, adapters[i].scheme, n) != 0)
 			continue;
-		if (!url[n]) {
+		if (!url[n] && !adapters[i].whole) {
 			free(def);
 			return ik_errf(err, IK_CONFIG, "store %s: empty after the scheme", url);
 		}
@@ -221,9 +234,10 @@ ik_store_open(const char *url, struct ik_store **out, ik_err *err)
 			return ik_errf(err, IK_SOFTWARE, "out of memory");
 		}
 		if ((cache = getenv("IDEMKIT_CACHE")) && *cache)
-			rc = ik_store_cache_open(cache, adapters[i].open, url + n, s, err);
+			rc = ik_store_cache_open(cache, adapters[i].open,
+			    adapters[i].whole ? url : url + n, s, err);
 		else
-			rc = adapters[i].open(url + n, s, err);
+			rc = adapters[i].open(adapters[i].whole ? url : url + n, s, err);
 		free(def);
 		if (rc != IK_OK) {
 			free(s->url);
@@ -233,10 +247,12 @@ ik_store_open(const char *url, struct ik_store **out, ik_err *err)
 		*out = s;
 		return IK_OK;
 	}
-	/* An unknown URL may still carry a password: then only its scheme. */
-	rc = ik_errf(err, IK_CONFIG,
-	    "store \"%.*s\": unknown scheme (want sqlite:PATH, dynamodb:TABLE or "
-	    "redis://HOST:PORT)", strchr(url, '@') ? (int)strcspn(url, ":") : 200, url);
+	/* Only the scheme: the rest may hold a password, and so may a URL
+	 * without one. */
+	n = strcspn(url, ":");
+	rc = ik_errf(err, IK_CONFIG, "store: %s%.*s%s (want sqlite:PATH, dynamodb:TABLE or "
+	    "postgres://... or redis://HOST:PORT)", url[n] ? "unknown scheme \"" : "no scheme",
+	    url[n] && n <= 32 ? (int)n : 0, url, url[n] ? "\"" : "");
 	free(def);
 	return rc;
 }

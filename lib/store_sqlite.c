@@ -129,10 +129,17 @@ exec1(struct sq *q, sqlite3_stmt *s, const char *what, ik_err *err)
 	return IK_OK;
 }
 
+/* err may be NULL (a rollback on a path that already failed keeps the
+ * first error, not the rollback's). */
 static int
 simple(struct sq *q, int which, ik_err *err)
 {
-	sqlite3_stmt *s = stmt(q, which, err);
+	ik_err mine = { 0 };
+	sqlite3_stmt *s;
+
+	if (!err)
+		err = &mine;
+	s = stmt(q, which, err);
 	return s ? exec1(q, s, sql[which], err) : err->code;
 }
 

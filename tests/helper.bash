@@ -102,7 +102,9 @@ source "$IDEMKIT_SRC/tests/ddblocal_helper.bash"
 # store_backend_setup_file / store_backend_setup: the store the suite runs
 # against.  IDEMKIT_TEST_BACKEND=sqlite (default) uses a file per test;
 # dynamodb starts one dynalite and one table for the whole file (tests
-# use unique chargeIds: uid); dynamodb-local the same on DynamoDB Local.
+# use unique chargeIds: uid); dynamodb-local the same on DynamoDB Local;
+# postgres starts one throwaway server and one table for the file
+# (pg_helper.bash); redis one redis-server (redis_helper.bash).
 store_backend_setup_file() {
 	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
 	sqlite) ;;
@@ -113,6 +115,13 @@ store_backend_setup_file() {
 		idemp-init --store "dynamodb:$IDEMKIT_TEST_TABLE" >/dev/null || return 1
 		;;
 	redis) . "$IDEMKIT_SRC/tests/redis_helper.bash"; require_redis; redis_start || return 1 ;;
+	postgres)
+		# shellcheck source=tests/pg_helper.bash
+		. "$IDEMKIT_SRC/tests/pg_helper.bash"
+		pg_start || return 1
+		export IDEMKIT_TEST_TABLE=idem_$$_$RANDOM
+		IDEMKIT_STORE="$PG_URL?table=$IDEMKIT_TEST_TABLE" idemp-init >/dev/null || return 1
+		;;
 	*) echo "unknown IDEMKIT_TEST_BACKEND=$IDEMKIT_TEST_BACKEND" >&2; return 1 ;;
 	esac
 }
@@ -120,6 +129,7 @@ store_backend_teardown_file() {
 	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
 	dynamodb|dynamodb-local) ddb_emulator_stop ;;
 	redis) redis_stop ;;
+	postgres) pg_stop ;;
 	esac
 }
 store_backend_setup() {
@@ -127,5 +137,6 @@ store_backend_setup() {
 	sqlite) export IDEMKIT_STORE=sqlite:$BATS_TEST_TMPDIR/store.db ;;
 	dynamodb|dynamodb-local) export IDEMKIT_STORE=dynamodb:$IDEMKIT_TEST_TABLE ;;
 	redis) export IDEMKIT_STORE=redis://127.0.0.1:$REDIS_PORT ;;
+	postgres) export IDEMKIT_STORE=$PG_URL?table=$IDEMKIT_TEST_TABLE ;;
 	esac
 }

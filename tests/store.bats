@@ -39,6 +39,28 @@ setup() { store_backend_setup; }
 	done
 }
 
+@test "a finished record stays finished after its old lease ran out: DONE -> 10, FAILED -> 12, DNF -> 10, record unchanged" {
+	for pair in DONE:10:DUP_DONE FAILED:12:DUP_FAILED DEBITED_NOTIFICATION_FAILED:10:DUP_DONE; do
+		IFS=: read -r state want outcome <<<"$pair"
+		id=$(uid "late$state")
+		ev "$id" | idemp-claim --lease 1s 2>/dev/null | idemp-done --state "$state" >/dev/null
+		before=$(idemp-show --json "$id")
+		[ "$(jget "$before" state)" = "$state" ]
+		sleep 1.3
+		run --separate-stderr idemp-claim --lease 1s < <(ev "$id")
+		echo "$state: status $status: $output"
+		[ "$status" -eq "$want" ]
+		[ "$(jget "$output" claim.outcome)" = "$outcome" ]
+		[ -z "$(jget "$output" claim.token)" ]
+		after=$(idemp-show --json "$id")
+		[ "$(jget "$after" state)" = "$state" ]
+		[ "$(jget "$after" attempts)" = 1 ]
+		[ "$(jget "$after" attempts)" = "$(jget "$before" attempts)" ]
+		[ -n "$(jget "$after" owner)" ]
+		[ "$(jget "$after" owner)" = "$(jget "$before" owner)" ]
+	done
+}
+
 @test "derived state: declined -> FAILED, notify failed -> DNF, both OK -> DONE, with ref and error" {
 	id=$(uid d1)
 	env=$(ev "$id" | idemp-claim 2>/dev/null)
@@ -89,6 +111,14 @@ setup() { store_backend_setup; }
 	[ "$(jget "$after" owner)" = "$new_token" ]
 	[ "$(jget "$after" attempts)" = 2 ]
 	[ "$(jget "$after" updatedAt)" = "$(jget "$before" updatedAt)" ]
+}
+
+@test "lease boundary through the port: a claim at exactly leaseUntil is refused, at leaseUntil + 1 it passes (C unit test; the server's clock on postgres and redis)" {
+	run "$IDEMKIT_TEST_BIN/store_lease_edge" "$IDEMKIT_STORE" "$(uid edge)"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "${lines[-1]}" = PASSED ]
+	if grep -q '^not ok' <<<"$output"; then false; fi
 }
 
 @test "same chargeId, different amount -> 14 on a live record and on an expired one" {

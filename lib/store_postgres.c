@@ -1,0 +1,816 @@
+/* store_postgres.c: the PostgreSQL idempotency store (postgres://...,
+ * postgresql://..., or a bare postgres: for libpq's PG* environment and
+ * ~/.pgpass), through libpq.
+ *
+ * Rules: claim, finish, renotified, release and forget are each ONE
+ * conditional statement under READ COMMITTED (an INSERT ... ON CONFLICT DO
+ * UPDATE ... WHERE, an UPDATE or DELETE with a WHERE).  A refused claim is
+ * decided by ik_claim_decide on the record read by a second statement
+ * (READ COMMITTED lets it see the committed row that refused us), with the
+ * server's now.  The lease is set and compared on the server's clock
+ * (clock_timestamp()), never the worker's: req->now_ms is not used for it,
+ * and the leaseUntil we report is the one the statement wrote.
+ * Serialization failures and deadlocks are retried a bounded number of
+ * times, then IK_TEMPFAIL; a lost connection is IK_TEMPFAIL at once (a
+ * statement whose answer was lost is not replayed blindly) and the next
+ * call reconnects, waiting up to RECONNECT_MS once per outage.  One connection per process, reused; statements are
+ * prepared once per connection; SQL only through bound parameters (the
+ * table name is checked against a strict identifier alphabet and quoted).
+ * The URL's password is never copied into a message: only libpq sees it.
+ * Group commit (begin/commit) as in store_sqlite.c: the group's first
+ * write opens one transaction; a failure rolls it back at once and fails
+ * the rest of the group (store.h).
+ */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <libpq-fe.h>
+#include <sodium.h>
+
+#include "log.h"
+#include "outcome.h"
+#include "store.h"
+#include "util.h"
+
+#define SCHEMA_VERSION 2
+#define MAX_RETRIES 5          /* serialization failures / deadlocks */
+#define RECONNECT_MS 5000      /* wait for a server that went away, once per outage */
+#define PURGE_BATCH "1000"     /* rows per purge transaction */
+#define ADVISORY_NS "7652"     /* pg_advisory_lock(ns, hashtext(table)) */
+
+/* The server's clock, epoch ms. */
+#define NOW_MS "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+#define COLS "key, state, owner, lease_until, attempts, fingerprint, event," \
+             " debit_ref, last_error, created_at, updated_at, expires_at"
+
+enum { Q_CLAIM, Q_GET, Q_FINISH, Q_RENOTIFIED, Q_RELEASE, Q_FORGET, Q_N };
+
+/* %1$s is the quoted table name. */
+static const char *const sql_fmt[Q_N] = {
+	[Q_CLAIM] =
+	"WITH n AS (SELECT " NOW_MS " AS ms)"
+	" INSERT INTO %1$s AS r (key, state, owner, lease_until, attempts, fingerprint,"
+	"  event, created_at, updated_at, expires_at)"
+	" SELECT $1, 'IN_PROGRESS', $2, n.ms + $3::bigint, 1, $4, $5, n.ms, n.ms, $6::bigint"
+	" FROM n"
+	" ON CONFLICT (key) DO UPDATE SET owner = excluded.owner,"
+	"  lease_until = excluded.lease_until, attempts = r.attempts + 1,"
+	"  updated_at = excluded.updated_at, expires_at = excluded.expires_at,"
+	"  last_error = NULL"
+	" WHERE r.state = 'IN_PROGRESS' AND r.lease_until < excluded.updated_at"
+	"  AND r.fingerprint = excluded.fingerprint"
+	" RETURNING attempts, lease_until",
+	[Q_GET] =
+	"SELECT " COLS ", " NOW_MS " FROM %1$s WHERE key = $1",
+	[Q_FINISH] =
+	"UPDATE %1$s SET state = $3, debit_ref = COALESCE($4, debit_ref),"
+	" last_error = $5, updated_at = " NOW_MS
+	" WHERE key = $1 AND state = 'IN_PROGRESS' AND owner = $2",
+	[Q_RENOTIFIED] =
+	"UPDATE %1$s SET state = 'DONE', last_error = NULL, updated_at = " NOW_MS
+	" WHERE key = $1 AND state = 'DEBITED_NOTIFICATION_FAILED'",
+	[Q_RELEASE] =
+	"UPDATE %1$s SET lease_until = 0, updated_at = " NOW_MS
+	" WHERE key = $1 AND state = 'IN_PROGRESS' AND owner = $2",
+	[Q_FORGET] =
+	"DELETE FROM %1$s WHERE key = $1 AND state = 'FAILED'",
+};
+
+/* Migration N takes the schema from version N-1 to N, each in its own
+ * transaction.  %1$s the quoted table, %2$s its bare name (index names). */
+static const char *const migrations[SCHEMA_VERSION + 1] = {
+	[1] =
+	"CREATE TABLE %1$s ("
+	" key text PRIMARY KEY,"
+	" state text NOT NULL CHECK (state IN ('IN_PROGRESS', 'DONE', 'FAILED',"
+	"  'DEBITED_NOTIFICATION_FAILED')),"
+	" owner text,"
+	" lease_until bigint NOT NULL DEFAULT 0,"
+	" attempts bigint NOT NULL DEFAULT 0,"
+	" fingerprint text NOT NULL,"
+	" event text,"
+	" debit_ref text,"
+	" last_error text,"
+	" created_at bigint NOT NULL,"
+	" updated_at bigint NOT NULL,"
+	" expires_at bigint NOT NULL)",
+	/* Recovery lists only the unfinished states: a partial index keeps
+	 * them off a scan of the (mostly DONE) table; the purge walks
+	 * expires_at. */
+	[2] =
+	"CREATE INDEX \"%2$s_recover\" ON %1$s (state, updated_at, key)"
+	" WHERE state IN ('IN_PROGRESS', 'DEBITED_NOTIFICATION_FAILED', 'FAILED');"
+	"CREATE INDEX \"%2$s_expires\" ON %1$s (expires_at)",
+};
+
+struct pg {
+	PGconn *conn;
+	char *conninfo;       /* holds the password: wiped on close */
+	char table[64];       /* bare */
+	char qtable[72];      /* quoted */
+	char *sql[Q_N];
+	unsigned prepared;    /* bit per statement, on this connection */
+	int waited;           /* waited for this outage already */
+	int group, in_tx, failed;
+};
+
+static void
+trim(char *s)
+{
+	size_t n = strlen(s);
+
+	while (n && (s[n - 1] == '\n' || s[n - 1] == ' '))
+		s[--n] = 0;
+	for (char *c = s; *c; c++)
+		if (*c == '\n')
+			*c = ' ';
+}
+
+/* A failed result (r may be NULL: no answer at all) as an outcome. */
+static int
+pgerr(struct pg *p, PGresult *r, const char *doing, ik_err *err)
+{
+	const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+	const char *m = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+	char msg[512];
+	int code = IK_SOFTWARE;
+
+	snprintf(msg, sizeof msg, "%s", m ? m : p->conn ? PQerrorMessage(p->conn) : "no connection");
+	trim(msg);
+	if (!state || PQstatus(p->conn) != CONNECTION_OK || strncmp(state, "08", 2) == 0 ||
+	    strncmp(state, "57P", 3) == 0 || strncmp(state, "53", 2) == 0 ||
+	    strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0 ||
+	    strcmp(state, "55P03") == 0 || strcmp(state, "57014") == 0)
+		code = IK_TEMPFAIL;
+	else if (strncmp(state, "28", 2) == 0 || strncmp(state, "42501", 5) == 0 ||
+	    strcmp(state, "3D000") == 0)
+		code = IK_CONFIG;
+	else if (strncmp(state, "22", 2) == 0)
+		code = IK_DATAERR;     /* the event cannot be stored (not UTF-8, ...) */
+	else if (strcmp(state, "42P01") == 0)
+		return ik_errf(err, IK_CONFIG, "postgres %s: %s: %s (run idemp-init)",
+		    p->table, doing, msg);
+	return ik_errf(err, code, "postgres %s: %s: %s%s%s", p->table, doing, msg,
+	    state ? " " : "", state ? state : "");
+}
+
+/* Connected, or reconnected when the server went away.  libpq's own
+ * message never holds the password. */
+static int
+conn_ok(struct pg *p, ik_err *err)
+{
+	char msg[512];
+
+	if (p->conn && PQstatus(p->conn) == CONNECTION_OK)
+		return IK_OK;
+	if (p->in_tx) {
+		/* The transaction went with the connection: never carry on in a
+		 * new one as if the group's earlier writes were there. */
+		p->in_tx = 0;
+		return ik_errf(err, IK_TEMPFAIL, "postgres %s: connection lost inside a "
+		    "transaction", p->table);
+	}
+	p->prepared = 0;
+	if (p->conn) {
+		/* A connection we had went away (a restart, a fail-over): wait
+		 * up to RECONNECT_MS for the server rather than fail every
+		 * envelope that arrives meanwhile, each of which would be
+		 * debited again once its lease ends.  Once per outage: after
+		 * that wait each call tries once, so a stream cannot stall. */
+		int64_t until = ik_mono_ms() + (p->waited ? 0 : RECONNECT_MS);
+		struct timespec ts = { 0, 200 * 1000000L };
+
+		PQreset(p->conn);
+		while (PQstatus(p->conn) != CONNECTION_OK && ik_mono_ms() < until &&
+		    nanosleep(&ts, NULL) == 0)
+			PQreset(p->conn);
+		p->waited = PQstatus(p->conn) != CONNECTION_OK;
+	} else {
+		const char *kw[] = { "connect_timeout", "fallback_application_name", "dbname", NULL };
+		const char *val[] = { getenv("PGCONNECT_TIMEOUT") ? getenv("PGCONNECT_TIMEOUT") : "10",
+		                      "idemkit", p->conninfo, NULL };
+		p->conn = PQconnectdbParams(kw, val, 1);
+	}
+	if (!p->conn)
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	if (PQstatus(p->conn) == CONNECTION_OK) {
+		PQsetNoticeProcessor(p->conn, NULL, NULL);
+		return IK_OK;
+	}
+	snprintf(msg, sizeof msg, "%s", PQerrorMessage(p->conn));
+	trim(msg);
+	if (PQconnectionNeedsPassword(p->conn))
+		return ik_errf(err, IK_CONFIG, "postgres %s: connect: a password is needed "
+		    "(PGPASSWORD, PGPASSFILE or ~/.pgpass): %s", p->table, msg);
+	if (strstr(msg, "authentication failed") || strstr(msg, "does not exist") ||
+	    strstr(msg, "certificate") || strstr(msg, "invalid sslmode") ||
+	    strstr(msg, "no pg_hba.conf entry") || strstr(msg, "invalid") ||
+	    strstr(msg, "could not translate host name"))
+		return ik_errf(err, IK_CONFIG, "postgres %s: connect: %s", p->table, msg);
+	return ik_errf(err, IK_TEMPFAIL, "postgres %s: connect: %s", p->table, msg);
+}
+
+/* Runs statement which with n text parameters; *out holds the result on
+ * IK_OK (PGRES_COMMAND_OK or TUPLES_OK), else the error is in err.
+ * Outside a transaction, serialization failures and deadlocks are retried. */
+static int
+run(struct pg *p, int which, int n, const char *const *params, const char *doing,
+    PGresult **out, ik_err *err)
+{
+	char name[16];
+	PGresult *r;
+	int rc, tries = 0;
+
+	*out = NULL;
+	snprintf(name, sizeof name, "ik%d", which);
+again:
+	if ((rc = conn_ok(p, err)))
+		return rc;
+	if (!(p->prepared & (1u << which))) {
+		r = PQprepare(p->conn, name, p->sql[which], n, NULL);
+		if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+			rc = pgerr(p, r, doing, err);
+			PQclear(r);
+			return rc;
+		}
+		PQclear(r);
+		p->prepared |= 1u << which;
+	}
+	r = PQexecPrepared(p->conn, name, n, params, NULL, NULL, 0);
+	tries++;
+	switch (PQresultStatus(r)) {
+	case PGRES_COMMAND_OK:
+	case PGRES_TUPLES_OK:
+		*out = r;
+		return IK_OK;
+	default:
+		break;
+	}
+	{
+		const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+		if (!p->in_tx && st && (strcmp(st, "40001") == 0 || strcmp(st, "40P01") == 0) &&
+		    tries < MAX_RETRIES) {
+			PQclear(r);
+			goto again;
+		}
+	}
+	rc = pgerr(p, r, doing, err);
+	if (tries > 1 && err) {
+		size_t l = strlen(err->msg);
+		snprintf(err->msg + l, sizeof err->msg - l, " (after %d tries)", tries);
+	}
+	PQclear(r);
+	return rc;
+}
+
+/* A statement with no parameters and no rows (BEGIN, COMMIT, DDL). */
+static int
+exec_sql(struct pg *p, const char *q, const char *doing, ik_err *err)
+{
+	PGresult *r;
+	int rc;
+
+	if ((rc = conn_ok(p, err)))
+		return rc;
+	r = PQexec(p->conn, q);
+	rc = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK ?
+	    IK_OK : pgerr(p, r, doing, err);
+	PQclear(r);
+	return rc;
+}
+
+static void
+rollback(struct pg *p)
+{
+	if (p->conn && PQstatus(p->conn) == CONNECTION_OK)
+		PQclear(PQexec(p->conn, "ROLLBACK"));
+	p->in_tx = 0;
+}
+
+static int64_t
+col_i64(PGresult *r, int row, int col)
+{
+	return PQgetisnull(r, row, col) ? 0 : strtoll(PQgetvalue(r, row, col), NULL, 10);
+}
+
+static char *
+col_str(PGresult *r, int row, int col)
+{
+	return PQgetisnull(r, row, col) ? NULL : strdup(PQgetvalue(r, row, col));
+}
+
+static void
+read_record(PGresult *r, int row, struct ik_record *rec)
+{
+	rec->key = col_str(r, row, 0);
+	rec->state = ik_state_parse(PQgetvalue(r, row, 1));
+	rec->owner = col_str(r, row, 2);
+	rec->lease_until = col_i64(r, row, 3);
+	rec->attempts = col_i64(r, row, 4);
+	rec->fingerprint = col_str(r, row, 5);
+	rec->event = col_str(r, row, 6);
+	rec->debit_ref = col_str(r, row, 7);
+	rec->last_error = col_str(r, row, 8);
+	rec->created_at = col_i64(r, row, 9);
+	rec->updated_at = col_i64(r, row, 10);
+	rec->expires_at = col_i64(r, row, 11);
+}
+
+/* The record and the server's now; IK_OK, IK_EMPTY or an error. */
+static int
+get_now(struct pg *p, const char *key, struct ik_record *rec, int64_t *now, ik_err *err)
+{
+	const char *params[] = { key };
+	PGresult *r;
+	int rc;
+
+	if ((rc = run(p, Q_GET, 1, params, "read record", &r, err)))
+		return rc;
+	if (PQntuples(r) != 1) {
+		PQclear(r);
+		return IK_EMPTY;
+	}
+	read_record(r, 0, rec);
+	if (now)
+		*now = col_i64(r, 0, 12);
+	PQclear(r);
+	return IK_OK;
+}
+
+/* Before a write: inside a group, opens its transaction on first use and
+ * refuses once the group failed. */
+static int
+group_write(struct pg *p, ik_err *err)
+{
+	int rc;
+
+	if (!p->group)
+		return IK_OK;
+	if (p->failed)
+		return ik_errf(err, IK_TEMPFAIL, "postgres %s: group rolled back after "
+		    "an earlier failure", p->table);
+	if (!p->in_tx) {
+		if ((rc = exec_sql(p, "BEGIN ISOLATION LEVEL READ COMMITTED", "begin", err))) {
+			p->failed = 1;
+			return rc;
+		}
+		p->in_tx = 1;
+	}
+	return IK_OK;
+}
+
+static void
+group_fail(struct pg *p)
+{
+	if (!p->group)
+		return;
+	if (p->in_tx)
+		rollback(p);
+	p->failed = 1;
+}
+
+static int
+pg_begin(struct ik_store *st, ik_err *err)
+{
+	struct pg *p = st->impl;
+
+	if (p->group)
+		return ik_errf(err, IK_SOFTWARE, "postgres %s: group already open", p->table);
+	p->group = 1;
+	p->in_tx = p->failed = 0;
+	return IK_OK;
+}
+
+static int
+pg_commit(struct ik_store *st, ik_err *err)
+{
+	struct pg *p = st->impl;
+	int rc = IK_OK;
+
+	if (!p->group)
+		return ik_errf(err, IK_SOFTWARE, "postgres %s: no group open", p->table);
+	if (p->failed)
+		rc = ik_errf(err, IK_TEMPFAIL, "postgres %s: group rolled back", p->table);
+	else if (p->in_tx && (rc = exec_sql(p, "COMMIT", "commit", err)))
+		rollback(p);
+	p->in_tx = 0;
+	p->group = p->failed = 0;
+	return rc;
+}
+
+static int
+pg_claim(struct ik_store *st, const struct ik_claim_req *req, struct ik_claim_res *res,
+    ik_err *err)
+{
+	struct pg *p = st->impl;
+	char lease[24], exp[24];
+	const char *params[] = { req->key, req->token, lease, req->fingerprint,
+	                         req->event ? req->event : "", exp };
+	PGresult *r;
+	int rc;
+
+	memset(res, 0, sizeof *res);
+	snprintf(lease, sizeof lease, "%lld", (long long)req->lease_ms);
+	snprintf(exp, sizeof exp, "%lld", (long long)req->expires_at);
+	if ((rc = group_write(p, err)))
+		return rc;
+	/* A lease that ran out between our two statements lets the claim
+	 * through on the next try; bounded, since every round means another
+	 * holder's lease ended. */
+	for (int round = 0; round < MAX_RETRIES; round++) {
+		struct ik_claim_req now_req = *req;
+		if ((rc = run(p, Q_CLAIM, 6, params, "claim", &r, err)))
+			goto fail;
+		if (PQntuples(r) == 1) {
+			res->code = IK_OK;
+			res->attempt = col_i64(r, 0, 0);
+			res->lease_until = col_i64(r, 0, 1);
+			PQclear(r);
+			return IK_OK;
+		}
+		PQclear(r);
+		/* Refused: the committed record that refused it decides, on the
+		 * server's clock. */
+		rc = get_now(p, req->key, &res->cur, &now_req.now_ms, err);
+		if (rc == IK_EMPTY)
+			continue;       /* forgotten meanwhile: claim afresh */
+		if (rc != IK_OK)
+			goto fail;
+		if ((rc = ik_claim_decide(&now_req, res, err)) != IK_EMPTY) {
+			if (rc != IK_OK)
+				goto fail;
+			return IK_OK;
+		}
+		ik_record_free(&res->cur);
+		if (p->in_tx)
+			break;  /* in a group our view cannot change: a bug, not a retry */
+	}
+	rc = ik_errf(err, IK_TEMPFAIL, "postgres %s: claim: the record kept changing "
+	    "under us; try again", p->table);
+fail:
+	group_fail(p);
+	ik_record_free(&res->cur);
+	return rc;
+}
+
+/* A one-statement conditional write: IK_OK when it changed one row,
+ * IK_LEASE_LOST when none. */
+static int
+changed(struct pg *p, int which, int n, const char *const *params, const char *doing,
+    ik_err *err)
+{
+	PGresult *r;
+	int rc;
+
+	if ((rc = group_write(p, err)))
+		return rc;
+	if ((rc = run(p, which, n, params, doing, &r, err))) {
+		group_fail(p);
+		return rc;
+	}
+	rc = strcmp(PQcmdTuples(r), "1") == 0 ? IK_OK : IK_LEASE_LOST;
+	PQclear(r);
+	return rc;
+}
+
+static int
+pg_finish(struct ik_store *st, const struct ik_finish_req *req, ik_err *err)
+{
+	const char *params[] = { req->key, req->token, ik_state_name(req->state),
+	                         req->debit_ref, req->last_error };
+
+	return changed(st->impl, Q_FINISH, 5, params, "finish", err);
+}
+
+static int
+pg_renotified(struct ik_store *st, const char *key, int64_t now_ms, ik_err *err)
+{
+	const char *params[] = { key };
+
+	return changed(st->impl, Q_RENOTIFIED, 1, params, "mark notified", err);
+}
+
+static int
+pg_release(struct ik_store *st, const char *key, const char *token, int64_t now_ms,
+    ik_err *err)
+{
+	const char *params[] = { key, token };
+
+	return changed(st->impl, Q_RELEASE, 2, params, "release", err);
+}
+
+static int
+pg_forget_failed(struct ik_store *st, const char *key, ik_err *err)
+{
+	const char *params[] = { key };
+	int rc = changed(st->impl, Q_FORGET, 1, params, "forget", err);
+
+	return rc == IK_LEASE_LOST ? IK_EMPTY : rc;
+}
+
+static int
+pg_get(struct ik_store *st, const char *key, struct ik_record *r, ik_err *err)
+{
+	memset(r, 0, sizeof *r);
+	return get_now(st->impl, key, r, NULL, err);
+}
+
+/* The recovery lists name their state as a literal, so the planner can
+ * prove the partial index covers them (a parameter would hide that). */
+static int
+pg_list(struct ik_store *st, const struct ik_list_filter *f, ik_record_cb cb, void *arg,
+    ik_err *err)
+{
+	struct pg *p = st->impl;
+	struct ik_buf q = { 0 };
+	char older[24];
+	const char *params[] = { older };
+	PGresult *r;
+	int rc, n, stop = 0;
+	enum ik_state state = f->expired ? IK_ST_IN_PROGRESS : f->state;
+
+	snprintf(older, sizeof older, "%lld", (long long)f->older_than_ms);
+	ik_buf_addstr(&q, "SELECT " COLS " FROM ");
+	ik_buf_addstr(&q, p->qtable);
+	ik_buf_addstr(&q, " WHERE $1::bigint >= 0");
+	if (state != IK_ST_NONE) {
+		ik_buf_addstr(&q, " AND state = '");
+		ik_buf_addstr(&q, ik_state_name(state));   /* ours, not outside data */
+		ik_buf_addstr(&q, "'");
+	}
+	if (f->expired)
+		ik_buf_addstr(&q, " AND lease_until < " NOW_MS);
+	if (f->older_than_ms > 0)
+		ik_buf_addstr(&q, " AND updated_at < " NOW_MS " - $1::bigint");
+	ik_buf_addstr(&q, " ORDER BY updated_at, key");
+	if (!q.p)
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	if ((rc = conn_ok(p, err))) {
+		ik_buf_free(&q);
+		return rc;
+	}
+	r = PQexecParams(p->conn, q.p, 1, NULL, params, NULL, NULL, 0);
+	ik_buf_free(&q);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		rc = pgerr(p, r, "list", err);
+		PQclear(r);
+		return rc;
+	}
+	n = PQntuples(r);
+	for (int i = 0; i < n && !stop; i++) {
+		struct ik_record rec = { 0 };
+		read_record(r, i, &rec);
+		stop = cb(&rec, arg);
+		ik_record_free(&rec);
+	}
+	PQclear(r);
+	return n ? IK_OK : IK_EMPTY;
+}
+
+/* printf of a migration or statement with the table's names. */
+static char *
+with_table(struct pg *p, const char *fmt)
+{
+	size_t n = strlen(fmt) + 4 * sizeof p->qtable;
+	char *s = malloc(n);
+
+	if (s)
+		snprintf(s, n, fmt, p->qtable, p->table);
+	return s;
+}
+
+static int
+schema_version(struct pg *p, int *version, ik_err *err)
+{
+	const char *params[] = { p->table };
+	PGresult *r = PQexecParams(p->conn, "SELECT version FROM idemkit_schema WHERE tbl = $1",
+	    1, NULL, params, NULL, NULL, 0);
+	int rc = IK_OK;
+
+	if (PQresultStatus(r) != PGRES_TUPLES_OK)
+		rc = pgerr(p, r, "schema version", err);
+	else
+		*version = PQntuples(r) ? atoi(PQgetvalue(r, 0, 0)) : 0;
+	PQclear(r);
+	return rc;
+}
+
+/* Each pending migration in its own transaction, under an advisory lock
+ * so many hosts may run idemp-init at once: the first migrates, the others
+ * wait and then find nothing to do. */
+static int
+migrate(struct pg *p, ik_err *err)
+{
+	const char *lparams[] = { p->table };
+	PGresult *lr;
+	int rc, version = 0;
+
+	lr = PQexecParams(p->conn, "SELECT pg_advisory_lock(" ADVISORY_NS ", hashtext($1))",
+	    1, NULL, lparams, NULL, NULL, 0);
+	rc = PQresultStatus(lr) == PGRES_TUPLES_OK ? IK_OK : pgerr(p, lr, "schema lock", err);
+	PQclear(lr);
+	if (rc)
+		return rc;
+	rc = exec_sql(p, "CREATE TABLE IF NOT EXISTS idemkit_schema (tbl text PRIMARY KEY,"
+	    " version integer NOT NULL, migrated_at timestamptz NOT NULL DEFAULT now())",
+	    "create idemkit_schema", err);
+	if (!rc)
+		rc = schema_version(p, &version, err);
+	if (!rc && version > SCHEMA_VERSION)
+		rc = ik_errf(err, IK_CONFIG, "postgres %s: schema version %d is newer than "
+		    "this idemkit (%d)", p->table, version, SCHEMA_VERSION);
+	for (int v = version + 1; !rc && v <= SCHEMA_VERSION; v++) {
+		char *ddl = with_table(p, migrations[v]), num[16];
+		const char *params[] = { p->table, num };
+		PGresult *r;
+
+		snprintf(num, sizeof num, "%d", v);
+		if (!ddl) {
+			rc = ik_errf(err, IK_SOFTWARE, "out of memory");
+			break;
+		}
+		if (!(rc = exec_sql(p, "BEGIN", "begin migration", err)) &&
+		    !(rc = exec_sql(p, ddl, "migrate", err))) {
+			r = PQexecParams(p->conn, "INSERT INTO idemkit_schema (tbl, version)"
+			    " VALUES ($1, $2::integer) ON CONFLICT (tbl) DO UPDATE"
+			    " SET version = excluded.version, migrated_at = now()",
+			    2, NULL, params, NULL, NULL, 0);
+			if (PQresultStatus(r) != PGRES_COMMAND_OK)
+				rc = pgerr(p, r, "record schema version", err);
+			PQclear(r);
+			if (!rc)
+				rc = exec_sql(p, "COMMIT", "commit migration", err);
+		}
+		if (rc)
+			rollback(p);
+		else
+			ik_log(IK_LOG_INFO, "migrated", "table", p->table, "version", num, NULL);
+		free(ddl);
+	}
+	if (p->conn && PQstatus(p->conn) == CONNECTION_OK)
+		PQclear(PQexecParams(p->conn, "SELECT pg_advisory_unlock(" ADVISORY_NS
+		    ", hashtext($1))", 1, NULL, lparams, NULL, NULL, 0));
+	return rc;
+}
+
+/* Deletes records past their retention in batches of PURGE_BATCH rows, each
+ * its own short transaction (SKIP LOCKED: never waits on a worker). */
+static int
+purge(struct pg *p, ik_err *err)
+{
+	char *q = with_table(p,
+	    "DELETE FROM %1$s WHERE key IN (SELECT key FROM %1$s"
+	    " WHERE expires_at < floor(extract(epoch FROM clock_timestamp()))::bigint"
+	    " ORDER BY expires_at LIMIT " PURGE_BATCH " FOR UPDATE SKIP LOCKED)");
+	long long total = 0, got;
+	char num[24];
+	int rc = IK_OK;
+
+	if (!q)
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	do {
+		PGresult *r = PQexec(p->conn, q);
+		if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+			rc = pgerr(p, r, "purge", err);
+			PQclear(r);
+			break;
+		}
+		got = atoll(PQcmdTuples(r));
+		total += got;
+		PQclear(r);
+	} while (got == atoll(PURGE_BATCH));
+	free(q);
+	snprintf(num, sizeof num, "%lld", total);
+	if (!rc)
+		ik_log(IK_LOG_INFO, "purged expired records", "table", p->table, "deleted", num, NULL);
+	return rc;
+}
+
+static int
+pg_init(struct ik_store *st, ik_err *err)
+{
+	struct pg *p = st->impl;
+	int rc;
+
+	if ((rc = conn_ok(p, err)) || (rc = migrate(p, err)))
+		return rc;
+	return purge(p, err);
+}
+
+static void
+pg_close(struct ik_store *st)
+{
+	struct pg *p = st->impl;
+
+	if (!p)
+		return;
+	if (p->conn)
+		PQfinish(p->conn);
+	if (p->conninfo) {
+		sodium_memzero(p->conninfo, strlen(p->conninfo));
+		free(p->conninfo);
+	}
+	for (int i = 0; i < Q_N; i++)
+		free(p->sql[i]);
+	free(p);
+	st->impl = NULL;
+}
+
+static const struct ik_store_ops postgres_ops = {
+	.name = "postgres",
+	.init = pg_init,
+	.claim = pg_claim,
+	.finish = pg_finish,
+	.renotified = pg_renotified,
+	.release = pg_release,
+	.forget_failed = pg_forget_failed,
+	.get = pg_get,
+	.list = pg_list,
+	.close = pg_close,
+	.begin = pg_begin,
+	.commit = pg_commit,
+};
+
+/* Takes table=NAME out of the URL's query string (libpq does not know it)
+ * into p->table; the rest is what libpq parses.  IK_OK or IK_CONFIG. */
+static int
+split_table(struct pg *p, const char *url, ik_err *err)
+{
+	const char *q = strchr(url, '?');
+	struct ik_buf b = { 0 };
+	int first = 1;
+
+	snprintf(p->table, sizeof p->table, "idemkit_records");
+	if (strncmp(url, "postgres:", 9) == 0 && strncmp(url, "postgres://", 11) != 0)
+		url += 9;   /* bare postgres: -> libpq's environment */
+	ik_buf_add(&b, url, q ? (size_t)(q - url) : strlen(url));
+	while (q && *q) {
+		const char *amp = strchr(q + 1, '&'), *end = amp ? amp : q + strlen(q);
+		size_t n = (size_t)(end - (q + 1));
+		if (n > 6 && strncmp(q + 1, "table=", 6) == 0) {
+			size_t tn = n - 6;
+			const char *t = q + 7;
+			int okname = tn > 0 && tn <= 48 && (islower((unsigned char)t[0]) || t[0] == '_');
+			for (size_t i = 0; okname && i < tn; i++)
+				okname = islower((unsigned char)t[i]) || isdigit((unsigned char)t[i]) ||
+				         t[i] == '_';
+			if (!okname) {
+				ik_buf_free(&b);
+				return ik_errf(err, IK_CONFIG, "postgres: table=%.*s: want 1-48 of "
+				    "[a-z0-9_], not starting with a digit", (int)(tn > 48 ? 48 : tn), t);
+			}
+			memcpy(p->table, t, tn);
+			p->table[tn] = 0;
+		} else if (n) {
+			ik_buf_addstr(&b, first ? "?" : "&");
+			ik_buf_add(&b, q + 1, n);
+			first = 0;
+		}
+		q = amp;
+	}
+	if (!b.p && !(b.p = strdup("")))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	p->conninfo = b.p;
+	return IK_OK;
+}
+
+/* url is the whole store URL: postgres://..., postgresql://..., postgres:. */
+int
+ik_store_postgres_open(const char *url, struct ik_store *st, ik_err *err)
+{
+	struct pg *p;
+	char *perr = NULL;
+	PQconninfoOption *opts;
+	int rc;
+
+	if (!(p = calloc(1, sizeof *p)))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	st->impl = p;
+	st->ops = &postgres_ops;
+	if ((rc = split_table(p, url, err)))
+		goto fail;
+	snprintf(p->qtable, sizeof p->qtable, "\"%s\"", p->table);
+	/* Checked now so a bad URL is CONFIG before anything connects; libpq's
+	 * message names the bad part, never the password's value. */
+	if (*p->conninfo && !(opts = PQconninfoParse(p->conninfo, &perr))) {
+		char msg[256];
+		snprintf(msg, sizeof msg, "%s", perr ? perr : "out of memory");
+		trim(msg);
+		PQfreemem(perr);
+		rc = ik_errf(err, IK_CONFIG, "postgres: bad URL: %s", msg);
+		goto fail;
+	} else if (*p->conninfo)
+		PQconninfoFree(opts);
+	for (int i = 0; i < Q_N; i++)
+		if (!(p->sql[i] = with_table(p, sql_fmt[i]))) {
+			rc = ik_errf(err, IK_SOFTWARE, "out of memory");
+			goto fail;
+		}
+	return IK_OK;
+fail:
+	pg_close(st);
+	st->ops = NULL;
+	return rc;
+}
