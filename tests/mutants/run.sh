@@ -59,18 +59,25 @@ for name in "$@"; do
 		tail -5 "$log" | sed 's/^/    /'
 		broken=$((broken + 1)); bad="$bad $name"
 	else
-		# One tests/run.sh run per "# run:" line, against the mutated build.
-		set --
-		while IFS= read -r r; do set -- "$@" "$r"; done <<-RUNS
+		# The "# run:" lines in turn, against the mutated build; the first
+		# one that fails has caught the mutant (the rest need not run).
+		caught=
+		while IFS= read -r r; do
+			[ -n "$r" ] || continue
+			if ! (cd "$tree" && IDEMKIT_BIN="$tree/build/bin" IDEMKIT_TEST_BIN="$tree/build/test" \
+			    IDEMKIT_SRC="$tree" sh tests/run.sh "$r") >"$log" 2>&1 </dev/null; then
+				caught=$(grep -m1 '^not ok' "$log" || echo "(the run failed)")
+				caught="$r: $caught"
+				break
+			fi
+		done <<-RUNS
 		$runs
 		RUNS
-		if (cd "$tree" && IDEMKIT_BIN="$tree/build/bin" IDEMKIT_TEST_BIN="$tree/build/test" \
-		    IDEMKIT_SRC="$tree" sh tests/run.sh "$@") >"$log" 2>&1; then
+		if [ -z "$caught" ]; then
 			echo "SURVIVED $name: $defect"
 			survived=$((survived + 1)); bad="$bad $name"
 		else
-			first=$(grep -m1 '^not ok' "$log" || echo "(a run failed)")
-			echo "killed $name: $first"
+			echo "killed $name by $caught"
 			killed=$((killed + 1))
 		fi
 	fi
