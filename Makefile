@@ -18,20 +18,22 @@ VERSION := 0.1.0
 
 # pkg-config name : Debian package that provides it
 DEPS := libcurl:libcurl4-openssl-dev libcjson:libcjson-dev \
-        libsodium:libsodium-dev sqlite3:libsqlite3-dev \
-        libmicrohttpd:libmicrohttpd-dev
+        libsodium:libsodium-dev sqlite3:libsqlite3-dev
+# The simulator's own (sim/, below): never needed by the product.
+SIM_DEPS := libmicrohttpd:libmicrohttpd-dev
+PKG_CONFIG ?= pkg-config
 DEBS_RUN := bats pkg-config make gcc clang libclang-rt-14-dev sqlite3 mandoc \
             python3 python3-botocore shellcheck valgrind openssl curl procps util-linux
 PKGS := $(foreach d,$(DEPS),$(word 1,$(subst :, ,$(d))))
 
 NODEPS_GOALS := clean deps help
 ifeq ($(filter $(NODEPS_GOALS),$(MAKECMDGOALS)),)
-MISSING := $(foreach d,$(DEPS),$(if $(shell pkg-config --exists $(word 1,$(subst :, ,$(d))) 2>/dev/null && echo y),,$(word 2,$(subst :, ,$(d)))))
+MISSING := $(foreach d,$(DEPS),$(if $(shell $(PKG_CONFIG) --exists $(word 1,$(subst :, ,$(d))) 2>/dev/null && echo y),,$(word 2,$(subst :, ,$(d)))))
 ifneq ($(strip $(MISSING)),)
 $(error missing libraries; install them with: apt-get install $(MISSING)   (or, as root: make deps))
 endif
-PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS))
+PKG_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PKGS))
+PKG_LIBS   := $(shell $(PKG_CONFIG) --libs $(PKGS))
 endif
 
 IK_CFLAGS := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
@@ -56,7 +58,10 @@ LIBA     := $(O)/lib/libidemkit.a
 SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
              -fno-sanitize-recover=undefined
 
-all: $(BINS)
+all: product sim
+
+# The product alone: what `make install` ships; needs no libmicrohttpd.
+product: $(BINS)
 
 $(O)/obj/lib/%.o: lib/%.c
 	@mkdir -p $(@D)
@@ -160,27 +165,55 @@ demo: all
 demo-aws: all
 	IDEMKIT_BIN=$(CURDIR)/$(O)/bin DEMO_BACKEND=aws sh examples/demo.sh
 
-install: all
+install: product
 	mkdir -p $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7
 	for b in $(CMDS) $(SCRIPTS); do install -m 755 $(O)/bin/$$b $(DESTDIR)$(BINDIR)/$$b; done
-	for m in $(MANS); do s=$${m##*.}; install -m 644 $$m $(DESTDIR)$(MANDIR)/man$$s/; done
+	for m in $(PROD_MANS); do s=$${m##*.}; install -m 644 $$m $(DESTDIR)$(MANDIR)/man$$s/; done
 
 uninstall:
 	for b in $(CMDS) $(SCRIPTS); do rm -f $(DESTDIR)$(BINDIR)/$$b; done
-	for m in $(MANS); do s=$${m##*.}; rm -f $(DESTDIR)$(MANDIR)/man$$s/$${m##*/}; done
+	for m in $(PROD_MANS); do s=$${m##*.}; rm -f $(DESTDIR)$(MANDIR)/man$$s/$${m##*/}; done
 
 # Installs the build and test dependencies on Debian (run as root).
 deps:
 	apt-get update
 	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-	  $(foreach d,$(DEPS),$(word 2,$(subst :, ,$(d)))) $(DEBS_RUN)
+	  $(foreach d,$(DEPS) $(SIM_DEPS),$(word 2,$(subst :, ,$(d)))) $(DEBS_RUN)
 
 clean:
 	rm -rf build
 
 help:
-	@echo 'targets: all test sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean'
+	@echo 'targets: all product sim test sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean'
 
-.PHONY: all test sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean help
+.PHONY: all product sim test sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean help
 
--include $(LIB_OBJ:.o=.d) $(patsubst cmd/%.c,$(O)/obj/cmd/%.d,$(CMD_SRC)) $(UNITS:=.d)
+# ---- bank-sim, the test double (sim/) ------------------------------------
+# The core-banking and notification simulator the tests, the demo and the
+# bench talk to.  It links the product library (for the event parser, logs
+# and options) plus libmicrohttpd; the product never links it back.  It is
+# built into $(O)/bin beside the commands so the suites find it on PATH, and
+# `make install` leaves it out (with its man page).
+SIM_SRC   := $(wildcard sim/*.c)
+SIM_OBJ   := $(patsubst sim/%.c,$(O)/obj/sim/%.o,$(SIM_SRC))
+SIM_PKGS  := $(foreach d,$(SIM_DEPS),$(word 1,$(subst :, ,$(d))))
+SIM_MANS  := man/bank-sim.1
+PROD_MANS := $(filter-out $(SIM_MANS),$(MANS))
+ifeq ($(filter $(NODEPS_GOALS),$(MAKECMDGOALS)),)
+SIM_MISSING := $(foreach d,$(SIM_DEPS),$(if $(shell $(PKG_CONFIG) --exists $(word 1,$(subst :, ,$(d))) 2>/dev/null && echo y),,$(word 2,$(subst :, ,$(d)))))
+SIM_CFLAGS  := $(if $(SIM_MISSING),,$(shell $(PKG_CONFIG) --cflags $(SIM_PKGS)))
+SIM_LIBS    := $(if $(SIM_MISSING),,$(shell $(PKG_CONFIG) --libs $(SIM_PKGS)))
+endif
+
+sim: $(O)/bin/bank-sim
+
+$(O)/obj/sim/%.o: sim/%.c
+	@mkdir -p $(@D)
+	@if [ -n '$(strip $(SIM_MISSING))' ]; then echo 'bank-sim needs: apt-get install $(SIM_MISSING)   (or, as root: make deps)' >&2; exit 1; fi
+	$(CC) $(IK_CFLAGS) -Isim $(SIM_CFLAGS) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(O)/bin/bank-sim: $(SIM_OBJ) $(LIBA)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(IK_LDFLAGS) $(LDFLAGS) -o $@ $(SIM_OBJ) $(LIBA) $(SIM_LIBS) $(LDLIBS) -lpthread
+
+-include $(LIB_OBJ:.o=.d) $(patsubst cmd/%.c,$(O)/obj/cmd/%.d,$(CMD_SRC)) $(UNITS:=.d) $(SIM_OBJ:.o=.d)

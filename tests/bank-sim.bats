@@ -293,3 +293,54 @@ debit() {   # debit KEY BODY [curl options...]: "<status> <body>"
 	[ "$(bank_stat replays)" -eq 31 ]
 	[ "$(bank_stat attempts)" -eq 32 ]
 }
+
+# A pkg-config that knows every library but libmicrohttpd: what a machine
+# without libmicrohttpd-dev answers.
+no_mhd_pkg_config() {
+	cat >"$BATS_TEST_TMPDIR/pkg-config" <<'SH'
+#!/bin/sh
+for a in "$@"; do [ "$a" = libmicrohttpd ] && exit 1; done
+exec pkg-config "$@"
+SH
+	chmod 755 "$BATS_TEST_TMPDIR/pkg-config"
+}
+
+@test "layout: the product builds without libmicrohttpd; only bank-sim needs it" {
+	no_mhd_pkg_config
+	# Every product command's compile and link line, on a machine with no
+	# libmicrohttpd: none names it, and make does not refuse.
+	run make -s -n -C "$IDEMKIT_SRC" O="$BATS_TEST_TMPDIR/b" PKG_CONFIG="$BATS_TEST_TMPDIR/pkg-config" product
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"-o $BATS_TEST_TMPDIR/b/bin/charge-debit "* ]]
+	[[ "$output" != *microhttpd* ]]
+	[[ "$output" != *sim/* ]]
+	# The simulator there says what to install.
+	run make -s -C "$IDEMKIT_SRC" O="$BATS_TEST_TMPDIR/b" PKG_CONFIG="$BATS_TEST_TMPDIR/pkg-config" "$BATS_TEST_TMPDIR/b/obj/sim/bank-sim.o"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"bank-sim needs: apt-get install libmicrohttpd-dev"* ]]
+	# What was built links libmicrohttpd in bank-sim only, and the product
+	# library holds no simulator code.
+	for b in "$IDEMKIT_BIN"/*; do
+		file -b "$b" | grep -q ELF || continue
+		if [ "$(basename "$b")" = bank-sim ]; then
+			readelf -d "$b" | grep -q 'NEEDED.*libmicrohttpd'
+		else
+			run readelf -d "$b"
+			[[ "$output" != *microhttpd* ]] || { echo "$b links libmicrohttpd"; return 1; }
+		fi
+	done
+	run nm "$IDEMKIT_BIN/../lib/libidemkit.a"
+	[ "$status" -eq 0 ]
+	[[ "$output" != *MHD_* && "$output" != *banksim* && "$output" != *ik_ledger* ]]
+	[ -z "$(ls "$IDEMKIT_SRC"/lib/banksim* "$IDEMKIT_SRC"/cmd/bank-sim.c 2>/dev/null)" ]
+}
+
+@test "layout: make install leaves the test double and its man page out" {
+	dest=$BATS_TEST_TMPDIR/root
+	run make -s -C "$IDEMKIT_SRC" install DESTDIR="$dest" PREFIX=/opt/idemkit
+	[ "$status" -eq 0 ]
+	[ -x "$dest/opt/idemkit/bin/charge-debit" ]
+	[ ! -e "$dest/opt/idemkit/bin/bank-sim" ]
+	[ -f "$dest/opt/idemkit/share/man/man1/charge-debit.1" ]
+	[ ! -e "$dest/opt/idemkit/share/man/man1/bank-sim.1" ]
+}
