@@ -8,9 +8,13 @@
  *   2xx without a ref      SOFTWARE: never record money moved without the
  *                          bank's reference; the message is left, and the
  *                          retry with the same key gets the ref replayed
- *   400 402 403 404 422, other 4xx   DECLINED, with the bank's reason
- *   401 407 405            CONFIG (credentials, or not a debit endpoint)
- *   408 409 425 429 5xx, timeouts, connection errors   TEMPFAIL
+ *   --declined-status (402 422)                DECLINED, with the bank's reason
+ *   --retry-status (408 409 425 429 5xx), timeouts, connection errors
+ *                                              TEMPFAIL
+ *   any other status (401, 403, 404, other 4xx, 1xx, 3xx)
+ *                                              CONFIG: the message is left,
+ *                          the record stays claimable, an operator looks
+ * The status classes live in lib/bankapi.c (ik_bankapi_classify).
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -29,7 +33,8 @@
 
 static const char usage[] =
 	"usage: charge-debit [--stream] [--url URL] [--key-header NAME] [--cacert FILE]\n"
-	"                    [--connect-timeout DUR] [--timeout DUR] < envelope\n";
+	"                    [--connect-timeout DUR] [--timeout DUR]\n"
+	"                    [--declined-status LIST] [--retry-status LIST] < envelope\n";
 static const char options[] =
 	"  -s, --stream             many envelopes in, one out per line\n"
 	"  -u, --url URL            the debit endpoint (default $IDEMKIT_BANK_URL)\n"
@@ -39,6 +44,10 @@ static const char options[] =
 	"                           $IDEMKIT_BANK_CACERT)\n"
 	"  --connect-timeout DUR    default 3s\n"
 	"  --timeout DUR            whole request, default 10s\n"
+	"  --declined-status LIST   statuses that are the bank's refusal (default\n"
+	"                           402,422, $IDEMKIT_BANK_DECLINED)\n"
+	"  --retry-status LIST      transient statuses (default 408,409,425,429,5xx,\n"
+	"                           $IDEMKIT_BANK_RETRY); any other non-2xx is CONFIG\n"
 	"  -h, --help, -V, --version\n"
 	"Credentials: $IDEMKIT_BANK_TOKEN or $IDEMKIT_BANK_TOKEN_FILE (bearer),\n"
 	"$IDEMKIT_BANK_HMAC_KEY_FILE (X-Idemkit-Signature); never on the command line.\n";
@@ -50,21 +59,6 @@ struct ctx {
 	int opened;
 	ik_err open_err;
 };
-
-static int
-classify(long status)
-{
-	if (status >= 200 && status < 300)
-		return IK_OK;
-	if (status == 401 || status == 407 || status == 405)
-		return IK_CONFIG;
-	if (status == 408 || status == 409 || status == 425 || status == 429 ||
-	    (status >= 500 && status < 600))
-		return IK_TEMPFAIL;
-	if (status >= 400 && status < 500)
-		return IK_DECLINED;
-	return IK_CONFIG;   /* 1xx/3xx: not a debit endpoint (we never follow) */
-}
 
 static int
 record(cJSON *env, const struct ik_event *ev, int rc, const char *error,
@@ -133,7 +127,7 @@ debit(cJSON *env, void *arg)
 		return record(env, &ev, rc, err.msg, NULL, 0, 0);
 	}
 
-	rc = classify(res.status);
+	rc = ik_bankapi_classify(&c->api, res.status);
 	if (rc == IK_OK) {
 		ans = cJSON_ParseWithLength(res.body.p, res.body.len);
 		ref = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ans, "ref"));
@@ -164,7 +158,7 @@ debit(cJSON *env, void *arg)
 int
 main(int argc, char **argv)
 {
-	enum { O_CONNECT = 256, O_TIMEOUT };
+	enum { O_CONNECT = 256, O_TIMEOUT, O_DECLINED, O_RETRY };
 	static const struct option longopts[] = {
 		{ "stream", no_argument, NULL, 's' },
 		{ "url", required_argument, NULL, 'u' },
@@ -172,6 +166,8 @@ main(int argc, char **argv)
 		{ "cacert", required_argument, NULL, 'c' },
 		{ "connect-timeout", required_argument, NULL, O_CONNECT },
 		{ "timeout", required_argument, NULL, O_TIMEOUT },
+		{ "declined-status", required_argument, NULL, O_DECLINED },
+		{ "retry-status", required_argument, NULL, O_RETRY },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -199,6 +195,16 @@ main(int argc, char **argv)
 			if (ik_opt_duration("--timeout", optarg, 1, 3600000, &ms) < 0)
 				goto out;
 			c.opts.timeout_ms = (long)ms;
+			break;
+		case O_DECLINED:
+			if (ik_bankapi_opt_status("--declined-status", optarg) < 0)
+				goto out;
+			c.opts.declined = optarg;
+			break;
+		case O_RETRY:
+			if (ik_bankapi_opt_status("--retry-status", optarg) < 0)
+				goto out;
+			c.opts.retry = optarg;
 			break;
 		case 'h': rc = ik_help(usage, options, codes); goto out;
 		case 'V': rc = ik_version(); goto out;

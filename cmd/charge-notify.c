@@ -4,11 +4,14 @@
  * Only an envelope whose debit is OK is notified; any other passes through
  * untouched.  A failed notification never touches the debit: it is
  * recorded as NOTIFY_FAILED (the charge becomes DEBITED_NOTIFICATION_FAILED
- * and is re-driven separately).  Transient failures (408, 429, 5xx,
- * timeouts, connection errors) are retried in process, a bounded number of
- * times with exponential backoff and full jitter; other 4xx are not.
- * Configuration errors (no URL, unreadable token, TLS verification) are
- * CONFIG, so the message is left rather than recorded as a false failure.
+ * and is re-driven separately).  The statuses are classed as the debit's
+ * (lib/bankapi.c): the retry list (408 409 425 429 5xx), timeouts and
+ * connection errors are retried in process, a bounded number of times with
+ * exponential backoff and full jitter, then NOTIFY_FAILED; the declined
+ * list (402 422) is NOTIFY_FAILED at once; any other status (401, 403,
+ * 404, ...) and configuration errors (no URL, unreadable token, TLS
+ * verification) are CONFIG: the gateway is misconfigured, an operator is
+ * alarmed, and idemp-done still records the money moved.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -30,7 +33,8 @@
 static const char usage[] =
 	"usage: charge-notify [--stream] [--url URL] [--key-header NAME] [--cacert FILE]\n"
 	"                     [--connect-timeout DUR] [--timeout DUR] [--retries N]\n"
-	"                     [--backoff DUR] < envelope\n";
+	"                     [--backoff DUR] [--declined-status LIST]\n"
+	"                     [--retry-status LIST] < envelope\n";
 static const char options[] =
 	"  -s, --stream             many envelopes in, one out per line\n"
 	"  -u, --url URL            the notification endpoint (default $IDEMKIT_NOTIFY_URL)\n"
@@ -42,6 +46,10 @@ static const char options[] =
 	"  -r, --retries N          retries after the first attempt, default 3\n"
 	"  -b, --backoff DUR        first backoff, doubled each retry (jittered, at\n"
 	"                           most 10s), default 200ms\n"
+	"  --declined-status LIST   statuses that refuse the notification for good\n"
+	"                           (default 402,422, $IDEMKIT_NOTIFY_DECLINED)\n"
+	"  --retry-status LIST      statuses retried (default 408,409,425,429,5xx,\n"
+	"                           $IDEMKIT_NOTIFY_RETRY); any other non-2xx is CONFIG\n"
 	"  -h, --help, -V, --version\n"
 	"Credentials: $IDEMKIT_NOTIFY_TOKEN or $IDEMKIT_NOTIFY_TOKEN_FILE (bearer),\n"
 	"$IDEMKIT_NOTIFY_HMAC_KEY_FILE (X-Idemkit-Signature); never on the command line.\n";
@@ -57,13 +65,6 @@ struct ctx {
 	long retries;
 	int64_t backoff_ms;
 };
-
-static int
-transient(long status)
-{
-	return status == 408 || status == 425 || status == 429 ||
-	       (status >= 500 && status < 600);
-}
 
 /* Full jitter: a random sleep in [0, min(cap, base * 2^n)]. */
 static void
@@ -147,12 +148,17 @@ notify(cJSON *env, void *arg)
 			break;
 		}
 		if (rc == IK_OK) {
+			int cls = ik_bankapi_classify(&c->api, res.status);
 			ik_bankapi_reason(&res, reason);
 			if (reason[0])
 				snprintf(msg, sizeof msg, "HTTP %ld: %s", res.status, reason);
 			else
 				snprintf(msg, sizeof msg, "HTTP %ld", res.status);
-			again = transient(res.status);
+			if (cls == IK_CONFIG) {   /* not the gateway's word on this message */
+				rc = record(env, ev.charge_id, IK_CONFIG, msg, attempt);
+				break;
+			}
+			again = cls == IK_TEMPFAIL;
 		} else {
 			snprintf(msg, sizeof msg, "%s", err.msg);
 			again = rc == IK_TEMPFAIL;
@@ -180,7 +186,7 @@ notify(cJSON *env, void *arg)
 int
 main(int argc, char **argv)
 {
-	enum { O_CONNECT = 256, O_TIMEOUT };
+	enum { O_CONNECT = 256, O_TIMEOUT, O_DECLINED, O_RETRY };
 	static const struct option longopts[] = {
 		{ "stream", no_argument, NULL, 's' },
 		{ "url", required_argument, NULL, 'u' },
@@ -190,6 +196,8 @@ main(int argc, char **argv)
 		{ "timeout", required_argument, NULL, O_TIMEOUT },
 		{ "retries", required_argument, NULL, 'r' },
 		{ "backoff", required_argument, NULL, 'b' },
+		{ "declined-status", required_argument, NULL, O_DECLINED },
+		{ "retry-status", required_argument, NULL, O_RETRY },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -229,6 +237,16 @@ main(int argc, char **argv)
 		case 'b':
 			if (ik_opt_duration("--backoff", optarg, 0, 3600000, &c.backoff_ms) < 0)
 				goto out;
+			break;
+		case O_DECLINED:
+			if (ik_bankapi_opt_status("--declined-status", optarg) < 0)
+				goto out;
+			c.opts.declined = optarg;
+			break;
+		case O_RETRY:
+			if (ik_bankapi_opt_status("--retry-status", optarg) < 0)
+				goto out;
+			c.opts.retry = optarg;
 			break;
 		case 'h': rc = ik_help(usage, options, codes); goto out;
 		case 'V': rc = ik_version(); goto out;

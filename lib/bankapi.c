@@ -14,6 +14,7 @@
 #include <sodium.h>
 
 #include "bankapi.h"
+#include "cli.h"
 #include "outcome.h"
 
 #define SECRET_MAX 8192
@@ -76,6 +77,92 @@ token_ok(const char *s, size_t n)
 }
 
 int
+ik_bankapi_status_list(const char *list, unsigned char cls[600], int code,
+                       char *why, size_t whysz)
+{
+	const char *p = list;
+	long long n;
+	char tok[8];
+	size_t len;
+	int lo, hi, i;
+
+	for (;;) {
+		len = strcspn(p, ",");
+		if (len == 0 || len >= sizeof tok) {
+			snprintf(why, whysz, "\"%s\": a comma-separated list of statuses "
+			         "(400-599, or 4xx/5xx)", list);
+			return -1;
+		}
+		memcpy(tok, p, len);
+		tok[len] = '\0';
+		if (len == 3 && (tok[0] == '4' || tok[0] == '5') &&
+		    (strcmp(tok + 1, "xx") == 0 || strcmp(tok + 1, "XX") == 0)) {
+			lo = (tok[0] - '0') * 100;
+			hi = lo + 99;
+		} else if (ik_parse_int(tok, 400, 599, &n) == 0) {
+			lo = hi = (int)n;
+		} else {
+			snprintf(why, whysz, "\"%s\": %s is not a status from 400 to 599 "
+			         "(or 4xx/5xx)", list, tok);
+			return -1;
+		}
+		for (i = lo; i <= hi; i++)
+			cls[i] = (unsigned char)code;
+		if (!p[len])
+			return 0;
+		p += len + 1;
+	}
+}
+
+int
+ik_bankapi_opt_status(const char *opt, const char *list)
+{
+	unsigned char cls[600];
+	char why[160];
+
+	if (ik_bankapi_status_list(list, cls, IK_DECLINED, why, sizeof why) == 0)
+		return 0;
+	ik_warnx("%s: %s", opt, why);
+	return -1;
+}
+
+int
+ik_bankapi_classify(const struct ik_bankapi *a, long status)
+{
+	if (status >= 200 && status < 300)
+		return IK_OK;
+	if (status >= 100 && status < 600 && a->cls[status])
+		return a->cls[status];
+	return IK_CONFIG;   /* not a debit endpoint's answer, or not ours to guess */
+}
+
+/* The two lists; a status in both is a configuration error, not a guess. */
+static int
+open_classes(struct ik_bankapi *a, const struct ik_bankapi_opts *o, ik_err *err)
+{
+	unsigned char dec[600] = {0}, ret[600] = {0};
+	char name[64], why[160];
+	const char *v;
+	int i;
+
+	v = o->declined ? o->declined : env(a->prefix, "DECLINED", name, sizeof name);
+	if (ik_bankapi_status_list(v ? v : IK_BANKAPI_DECLINED_DEFAULT, dec, IK_DECLINED,
+	                           why, sizeof why) < 0)
+		return ik_errf(err, IK_CONFIG, "%s: %s", o->declined ? "--declined-status" : name, why);
+	v = o->retry ? o->retry : env(a->prefix, "RETRY", name, sizeof name);
+	if (ik_bankapi_status_list(v ? v : IK_BANKAPI_RETRY_DEFAULT, ret, IK_TEMPFAIL,
+	                           why, sizeof why) < 0)
+		return ik_errf(err, IK_CONFIG, "%s: %s", o->retry ? "--retry-status" : name, why);
+	for (i = 0; i < 600; i++) {
+		if (dec[i] && ret[i])
+			return ik_errf(err, IK_CONFIG, "status %d is in both the declined and "
+			               "the retry list", i);
+		a->cls[i] = dec[i] ? dec[i] : ret[i];
+	}
+	return IK_OK;
+}
+
+int
 ik_bankapi_open(struct ik_bankapi *a, const struct ik_bankapi_opts *o,
                 ik_err *err)
 {
@@ -98,6 +185,8 @@ ik_bankapi_open(struct ik_bankapi *a, const struct ik_bankapi_opts *o,
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	a->connect_timeout_ms = o->connect_timeout_ms;
 	a->timeout_ms = o->timeout_ms;
+	if ((rc = open_classes(a, o, err)) != IK_OK)
+		return rc;
 
 	if (!a->auth.len && (v = env(a->prefix, "TOKEN_FILE", name, sizeof name))) {
 		if ((rc = ik_read_file(v, SECRET_MAX, &tok, err)) != IK_OK) {

@@ -4,7 +4,14 @@
  *
  * Configuration comes from options and from IDEMKIT_<P>_* variables
  * (P = BANK or NOTIFY): _URL, _TOKEN, _TOKEN_FILE, _HMAC_KEY_FILE,
- * _KEY_HEADER, _CACERT.  Secrets never come from argv; IDEMKIT_<P>_TOKEN
+ * _KEY_HEADER, _CACERT, _DECLINED, _RETRY.
+ *
+ * The bank decides DECLINED only explicitly: the statuses in the declined
+ * list (default 402,422) are its refusals; those in the retry list
+ * (default 408,409,425,429,5xx) are transient; every other non-2xx
+ * (401, 403, 404, any 4xx not listed, 1xx, 3xx) is CONFIG: the request
+ * never reached a debit endpoint that would take it, so the message is
+ * left and an operator is alarmed, and nothing is recorded as failed.  Secrets never come from argv; IDEMKIT_<P>_TOKEN
  * is copied, then wiped from the environment (so /proc/PID/environ no
  * longer shows it); every copy is wiped on close.
  */
@@ -28,7 +35,12 @@ struct ik_bankapi_opts {
 	const char *cacert;        /* NULL: $IDEMKIT_<P>_CACERT, else the system's */
 	long connect_timeout_ms;   /* 0: 3000 */
 	long timeout_ms;           /* 0: 10000 */
+	const char *declined;      /* status list; NULL: $IDEMKIT_<P>_DECLINED, else 402,422 */
+	const char *retry;         /* NULL: $IDEMKIT_<P>_RETRY, else 408,409,425,429,5xx */
 };
+
+#define IK_BANKAPI_DECLINED_DEFAULT "402,422"
+#define IK_BANKAPI_RETRY_DEFAULT    "408,409,425,429,5xx"
 
 struct ik_bankapi {
 	const char *prefix;        /* "BANK", "NOTIFY" */
@@ -37,6 +49,7 @@ struct ik_bankapi {
 	struct ik_buf auth;        /* "Authorization: Bearer …" or empty; secret */
 	struct ik_buf hmac_key;    /* empty: no signature; secret */
 	struct ik_http *http;
+	unsigned char cls[600];    /* status -> IK_DECLINED / IK_TEMPFAIL, else 0 */
 };
 
 /* Takes the secrets out of the environment at once (call early in main,
@@ -54,6 +67,20 @@ void ik_bankapi_close(struct ik_bankapi *a);
  * token and the signature when configured.  As ik_http_do. */
 int ik_bankapi_post(struct ik_bankapi *a, const char *key, const char *body,
                     struct ik_http_res *res, ik_err *err);
+
+/* What status means: IK_OK (2xx), IK_DECLINED, IK_TEMPFAIL or IK_CONFIG,
+ * from the lists given to ik_bankapi_open. */
+int ik_bankapi_classify(const struct ik_bankapi *a, long status);
+
+/* Parses a status list ("402,422", "5xx" for 500-599, "4xx") into cls,
+ * marking each status with code.  0, or -1 with why filled (a status
+ * outside 400-599, a 2xx, garbage). */
+int ik_bankapi_status_list(const char *list, unsigned char cls[600], int code,
+                           char *why, size_t whysz);
+
+/* An option's status list, as ik_opt_duration: 0, or -1 after a one-line
+ * complaint naming the option (the command then exits 64). */
+int ik_bankapi_opt_status(const char *opt, const char *list);
 
 /* The business fields the bank is sent: chargeId, accountId, amount,
  * currency, chargeType.  NULL on ENOMEM. */

@@ -5,6 +5,7 @@
  * leak into the next.  Secrets pass through curl's own option copies and
  * our header list; the list entries are wiped before they are freed.
  */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,6 +215,75 @@ out:
 	curl_free(port);
 	curl_url_cleanup(u);
 	return rc;
+}
+
+static int
+is_loopback(const char *h)
+{
+	struct in_addr a4;
+	struct in6_addr a6;
+	char b[64];
+	size_t n = strlen(h);
+
+	if (strcasecmp(h, "localhost") == 0)
+		return 1;   /* libcurl resolves it to loopback itself, never via DNS */
+	if (inet_pton(AF_INET, h, &a4) == 1)
+		return (ntohl(a4.s_addr) >> 24) == 127;
+	if (n < 3 || n >= sizeof b || h[0] != '[' || h[n - 1] != ']')
+		return 0;
+	memcpy(b, h + 1, n - 2);
+	b[n - 2] = '\0';
+	if (inet_pton(AF_INET6, b, &a6) != 1)
+		return 0;
+	if (IN6_IS_ADDR_LOOPBACK(&a6))
+		return 1;
+	return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
+}
+
+int
+ik_http_url_parse(const char *url, struct ik_http_url *out, ik_err *err)
+{
+	CURLU *u;
+	char *scheme = NULL, *h = NULL, *path = NULL, *query = NULL;
+	int rc;
+
+	memset(out, 0, sizeof *out);
+	if ((rc = url_host(url, out->host, sizeof out->host, err)) != IK_OK)
+		return rc;
+	if (!(u = curl_url()))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	rc = IK_OK;
+	if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
+	    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+	    curl_url_get(u, CURLUPART_HOST, &h, 0) != CURLUE_OK ||
+	    curl_url_get(u, CURLUPART_PATH, &path, 0) != CURLUE_OK) {
+		rc = ik_errf(err, IK_CONFIG, "%s: malformed URL", out->host);
+		goto done;
+	}
+	curl_url_get(u, CURLUPART_QUERY, &query, 0);   /* absent: stays NULL */
+	out->https = strcasecmp(scheme, "https") == 0;
+	out->loopback = is_loopback(h);
+	if (!(out->path = malloc(strlen(path) + (query ? strlen(query) + 1 : 0) + 1))) {
+		rc = ik_errf(err, IK_SOFTWARE, "out of memory");
+		goto done;
+	}
+	strcpy(out->path, path);
+	if (query)
+		strcat(strcat(out->path, "?"), query);
+done:
+	curl_free(scheme);
+	curl_free(h);
+	curl_free(path);
+	curl_free(query);
+	curl_url_cleanup(u);
+	return rc;
+}
+
+void
+ik_http_url_free(struct ik_http_url *u)
+{
+	free(u->path);
+	u->path = NULL;
 }
 
 static int

@@ -64,6 +64,19 @@ int ik_http_do(struct ik_http *h, const struct ik_http_req *req,
  * absent.  Valid until the next ik_http_do or ik_http_res_free. */
 const char *ik_http_header(const struct ik_http_res *res, const char *name);
 
+/* What a caller checks in a URL before it sends anything there. */
+struct ik_http_url {
+	int https;                   /* else http */
+	int loopback;                /* localhost, 127.0.0.0/8, ::1 (or ::ffff:127.x) */
+	char host[256];              /* host[:port], for messages */
+	char *path;                  /* path, plus "?query" when there is one; malloc */
+};
+
+/* Parses url (http or https only).  IK_OK, IK_CONFIG (malformed, another
+ * scheme, no host) or IK_SOFTWARE; the message never holds the path. */
+int ik_http_url_parse(const char *url, struct ik_http_url *u, ik_err *err);
+void ik_http_url_free(struct ik_http_url *u);
+
 /* Wipes the body (it may hold credentials) and frees. */
 void ik_http_res_free(struct ik_http_res *res);
 

@@ -20,7 +20,7 @@ static const char USAGE[] =
 	"                [--tls-cert FILE --tls-key FILE] [--decline ACCOUNTS]\n"
 	"                [--latency DURATION] [--error-rate F] [--error-status N]\n"
 	"                [--seed N] [--hang] [--notify-fail-rate F] [--notify-fail]\n"
-	"                [--notify-hang] [--max-conns N]\n";
+	"                [--notify-fail-status N] [--notify-hang] [--max-conns N]\n";
 
 static const char OPTIONS[] =
 	"  --listen ADDR          numeric address to bind (default 127.0.0.1)\n"
@@ -37,8 +37,10 @@ static const char OPTIONS[] =
 	"  --error-status N       status of injected debit errors (default 503)\n"
 	"  --seed N               seed for the injected rates (default random)\n"
 	"  --hang                 never answer a debit (until the client gives up)\n"
-	"  --notify-fail-rate F   fraction (0..1) of notifications answered 503\n"
-	"  --notify-fail          every notification answered 503\n"
+	"  --notify-fail-rate F   fraction (0..1) of notifications answered\n"
+	"                         --notify-fail-status\n"
+	"  --notify-fail          every notification answered --notify-fail-status\n"
+	"  --notify-fail-status N status of injected notification failures (default 503)\n"
 	"  --notify-hang          never answer a notification\n"
 	"  --max-conns N          concurrent connections (default 256)\n"
 	"  --help, --version\n";
@@ -79,7 +81,7 @@ main(int argc, char **argv)
 {
 	enum { O_LISTEN = 256, O_PORT, O_PORTFILE, O_DB, O_TOKEN, O_HMAC, O_CERT,
 	       O_KEY, O_DECLINE, O_LATENCY, O_ERATE, O_ESTATUS, O_SEED, O_HANG,
-	       O_NRATE, O_NFAIL, O_NHANG, O_MAXC, O_HELP, O_VERSION };
+	       O_NRATE, O_NFAIL, O_NSTATUS, O_NHANG, O_MAXC, O_HELP, O_VERSION };
 	static const struct option lopts[] = {
 		{ "listen", required_argument, NULL, O_LISTEN },
 		{ "port", required_argument, NULL, O_PORT },
@@ -97,6 +99,7 @@ main(int argc, char **argv)
 		{ "hang", no_argument, NULL, O_HANG },
 		{ "notify-fail-rate", required_argument, NULL, O_NRATE },
 		{ "notify-fail", no_argument, NULL, O_NFAIL },
+		{ "notify-fail-status", required_argument, NULL, O_NSTATUS },
 		{ "notify-hang", no_argument, NULL, O_NHANG },
 		{ "max-conns", required_argument, NULL, O_MAXC },
 		{ "help", no_argument, NULL, O_HELP },
@@ -157,6 +160,11 @@ main(int argc, char **argv)
 				return ik_usage(USAGE);
 			break;
 		case O_NFAIL: cfg.faults.notify_fail_rate = 1; break;
+		case O_NSTATUS:
+			if (ik_parse_int(optarg, 100, 599, &n) < 0)
+				return ik_usage(USAGE);
+			cfg.faults.notify_fail_status = (int)n;
+			break;
 		case O_NHANG: cfg.faults.notify_hang = 1; break;
 		case O_MAXC:
 			if (ik_parse_int(optarg, 1, 100000, &n) < 0)

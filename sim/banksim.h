@@ -77,7 +77,8 @@ struct ik_banksim_faults {
 	double error_rate;         /* fraction of debits answered error_status */
 	int error_status;          /* default 503 */
 	int hang;                  /* debits are never answered */
-	double notify_fail_rate;   /* fraction of notifications answered 503 */
+	double notify_fail_rate;   /* fraction of notifications answered notify_fail_status */
+	int notify_fail_status;    /* default 503 */
 	int notify_hang;           /* notifications are never answered */
 	uint64_t seed;             /* for the rates; 0: random */
 };

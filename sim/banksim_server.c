@@ -156,6 +156,7 @@ faults_json(struct ik_banksim *b)
 	cJSON_AddNumberToObject(o, "errorStatus", b->f.error_status);
 	cJSON_AddBoolToObject(o, "hang", b->f.hang);
 	cJSON_AddNumberToObject(o, "notifyFailRate", b->f.notify_fail_rate);
+	cJSON_AddNumberToObject(o, "notifyFailStatus", b->f.notify_fail_status);
 	cJSON_AddBoolToObject(o, "notifyHang", b->f.notify_hang);
 	pthread_mutex_unlock(&b->mu);
 	return o;
@@ -427,7 +428,7 @@ notify(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
 {
 	cJSON *body, *o;
 	int64_t latency, n = 0;
-	int do_hang, fail;
+	int do_hang, fail, status;
 	ik_err e;
 
 	count(b, "notificationAttempts");
@@ -449,6 +450,7 @@ notify(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
 	latency = b->f.latency_ms;
 	do_hang = b->f.notify_hang;
 	fail = draw(b, b->f.notify_fail_rate);
+	status = b->f.notify_fail_status;
 	pthread_mutex_unlock(&b->mu);
 
 	nap(b, latency);
@@ -459,8 +461,8 @@ notify(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
 	}
 	if (fail) {
 		count(b, "notificationFailures");
-		*ret = reply_reason(c, 503, NULL, "injected notification failure");
-		return 503;
+		*ret = reply_reason(c, (unsigned)status, NULL, "injected notification failure");
+		return (unsigned)status;
 	}
 	if (ik_ledger_notify(b->ledger, key, r->body.p, &n, &e) != IK_OK) {
 		ik_log(IK_LOG_ERROR, "ledger", "error", e.msg, NULL);
@@ -488,7 +490,7 @@ control(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
 {
 	static const char *const known[] = { "decline", "latencyMs", "errorRate",
 		"errorStatus", "hang", "notifyFailRate", "notifyFail", "notifyHang",
-		"seed", NULL };
+		"notifyFailStatus", "seed", NULL };
 	struct ik_banksim_faults nf = {0};
 	cJSON *o = r->body.p ? cJSON_ParseWithLength(r->body.p, r->body.len) : NULL;
 	cJSON *it, *v;
@@ -538,6 +540,9 @@ control(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
 	if (!bad && (v = cJSON_GetObjectItemCaseSensitive(o, "errorStatus")) &&
 	    (!cJSON_IsNumber(v) || v->valueint < 100 || v->valueint > 599))
 		bad = "errorStatus: 100..599";
+	if (!bad && (v = cJSON_GetObjectItemCaseSensitive(o, "notifyFailStatus")) &&
+	    (!cJSON_IsNumber(v) || v->valueint < 100 || v->valueint > 599))
+		bad = "notifyFailStatus: 100..599";
 	if (!bad && (v = cJSON_GetObjectItemCaseSensitive(o, "seed")) &&
 	    (!cJSON_IsNumber(v) || v->valuedouble < 0))
 		bad = "seed: a non-negative number";
@@ -572,6 +577,8 @@ control(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
 		b->f.hang = cJSON_IsTrue(v);
 	if ((v = cJSON_GetObjectItemCaseSensitive(o, "notifyFailRate")))
 		b->f.notify_fail_rate = v->valuedouble;
+	if ((v = cJSON_GetObjectItemCaseSensitive(o, "notifyFailStatus")))
+		b->f.notify_fail_status = v->valueint;
 	if ((v = cJSON_GetObjectItemCaseSensitive(o, "notifyFail")))
 		b->f.notify_fail_rate = cJSON_IsTrue(v) ? 1 : 0;
 	if ((v = cJSON_GetObjectItemCaseSensitive(o, "notifyHang")))
@@ -779,6 +786,8 @@ ik_banksim_start(const struct ik_banksim_cfg *cfg, struct ik_banksim **out,
 	b->f.ndecline = 0;
 	if (!b->f.error_status)
 		b->f.error_status = 503;
+	if (!b->f.notify_fail_status)
+		b->f.notify_fail_status = 503;
 	for (i = 0; i < cfg->faults.ndecline; i++)
 		if (add_decline(&b->f.decline, &b->f.ndecline, cfg->faults.decline[i],
 		                strlen(cfg->faults.decline[i])) < 0) {

@@ -78,46 +78,108 @@ debit_run() {
 	[[ "$stderr" == *'"outcome":"DECLINED"'* ]]
 }
 
-@test "400, 403, 404, 422 are 20 DECLINED" {
-	bank_start
-	# 422: the same chargeId with a different amount.
-	debit_run "$(envelope CHG-1)"
-	debit_run "$(envelope CHG-1 ACC-1 9999)"
-	[ "$status" -eq 20 ]
-	[ "$(jget "$output" debit.error)" = "HTTP 422: idempotency key reused with a different request" ]
-	# 400: the key sent under another header name, so the bank has none.
-	debit_run "$(envelope CHG-2)" --key-header X-Request-Id
-	[ "$status" -eq 20 ]
-	[ "$(jget "$output" debit.error)" = "HTTP 400: missing or invalid Idempotency-Key header" ]
-	IDEMKIT_BANK_KEY_HEADER=X-Other debit_run "$(envelope CHG-2)"
-	[ "$status" -eq 20 ]
-	# 404
-	debit_run "$(envelope CHG-3)" --url "$BANK_URL/nope"
-	[ "$status" -eq 20 ]
-	[ "$(jget "$output" debit.error)" = "HTTP 404: no such endpoint" ]
-	# 403
-	bank_post /control '{"errorRate":1,"errorStatus":403}' >/dev/null
-	debit_run "$(envelope CHG-4)"
-	[ "$status" -eq 20 ]
-	[ "$(jget "$output" debit.error)" = "HTTP 403: injected failure" ]
+# Every status charge-debit(1) names, injected by bank-sim before its
+# ledger: each gives its exit code, outcome, status and error text, and
+# nothing is ever debited.
+DECLINED_STATUSES="402 422"
+CONFIG_STATUSES="300 301 302 400 401 403 404 405 406 407 410 411 412 413 414 415 416 417 418 421 426 428 431 451 499"
+TEMPFAIL_STATUSES="408 409 425 429 500 501 502 503 504 505 507 511 599"
+
+# expect_status_class CODE OUTCOME STATUS...: one debit per status.
+expect_status_class() {
+	local code=$1 outcome=$2 s; shift 2
+	for s in "$@"; do
+		bank_post /control "{\"errorStatus\":$s}" >/dev/null
+		debit_run "$(envelope CHG-S$s)"
+		[ "$status" -eq "$code" ] || { echo "HTTP $s: exit $status, want $code"; return 1; }
+		printf '%s' "$output" | python3 -c 'import json,sys
+d=json.load(sys.stdin)["debit"]; s=int(sys.argv[1])
+want={"outcome":sys.argv[2],"status":s,"error":"HTTP %d: injected failure" % s}
+got={k:d.get(k) for k in want}
+assert got==want and "ref" not in d, (got, want)' "$s" "$outcome" || return 1
+		[[ "$stderr" == *"\"outcome\":\"$outcome\""* ]]
+	done
+}
+
+@test "the bank's statuses: only 402 and 422 are DECLINED, other 4xx CONFIG, 408/409/425/429/5xx TEMPFAIL; nothing debited" {
+	bank_start --error-rate 1
+	expect_status_class 20 DECLINED $DECLINED_STATUSES
+	expect_status_class 78 CONFIG $CONFIG_STATUSES
+	expect_status_class 75 TEMPFAIL $TEMPFAIL_STATUSES
+	[ "$(bank_stat debits)" -eq 0 ]
+	[ -z "$(bank_get /ledger)" ]
+	# The bank recovers: the retry with the same key debits once.
+	bank_post /control '{"errorRate":0}' >/dev/null
+	debit_run "$(envelope CHG-S503)"
+	[ "$status" -eq 0 ]
 	[ "$(bank_stat debits)" -eq 1 ]
 }
 
-@test "408, 429, 500, 503 are 75 TEMPFAIL; nothing debited" {
-	bank_start --error-rate 1
-	for s in 408 429 500 503; do
-		bank_post /control "{\"errorStatus\":$s}" >/dev/null
-		debit_run "$(envelope CHG-T)"
-		[ "$status" -eq 75 ]
-		[ "$(jget "$output" debit.outcome)" = TEMPFAIL ]
-		[[ "$(jget "$output" debit.error)" == "HTTP $s"* ]]
-	done
-	[ "$(bank_stat debits)" -eq 0 ]
-	# The bank recovers: the retry with the same key debits once.
-	bank_post /control '{"errorRate":0}' >/dev/null
-	debit_run "$(envelope CHG-T)"
+@test "real refusals: a decline and a reused key are 20; a wrong path, a missing key header are 78" {
+	bank_start --decline ACC-9
+	debit_run "$(envelope CHG-9 ACC-9)"
+	[ "$status" -eq 20 ]
+	[ "$(jget "$output" debit.error)" = "HTTP 402: insufficient funds" ]
+	# 422: the same chargeId with a different amount.
+	debit_run "$(envelope CHG-1)"
 	[ "$status" -eq 0 ]
+	debit_run "$(envelope CHG-1 ACC-1 9999)"
+	[ "$status" -eq 20 ]
+	[ "$(jget "$output" debit.outcome)" = DECLINED ]
+	[ "$(jget "$output" debit.error)" = "HTTP 422: idempotency key reused with a different request" ]
+	# A wrong URL path is not the bank refusing a charge: 78, and the
+	# message stays for a retry once the URL is fixed.
+	debit_run "$(envelope CHG-3)" --url "$BANK_URL/nope"
+	[ "$status" -eq 78 ]
+	[ "$(jget "$output" debit.outcome)" = CONFIG ]
+	[ "$(jget "$output" debit.error)" = "HTTP 404: no such endpoint" ]
+	# 400: the key sent under another header name, so the bank has none.
+	debit_run "$(envelope CHG-2)" --key-header X-Request-Id
+	[ "$status" -eq 78 ]
+	[ "$(jget "$output" debit.error)" = "HTTP 400: missing or invalid Idempotency-Key header" ]
+	IDEMKIT_BANK_KEY_HEADER=X-Other debit_run "$(envelope CHG-2)"
+	[ "$status" -eq 78 ]
 	[ "$(bank_stat debits)" -eq 1 ]
+}
+
+@test "--declined-status and --retry-status (and IDEMKIT_BANK_DECLINED/RETRY) reclass statuses" {
+	bank_start --error-rate 1 --error-status 403
+	debit_run "$(envelope CHG-1)" --declined-status 402,403
+	[ "$status" -eq 20 ]
+	[ "$(jget "$output" debit.outcome)" = DECLINED ]
+	IDEMKIT_BANK_DECLINED=403 debit_run "$(envelope CHG-1)"
+	[ "$status" -eq 20 ]
+	# 402 no longer listed: CONFIG.
+	bank_post /control '{"errorStatus":402}' >/dev/null
+	debit_run "$(envelope CHG-1)" --declined-status 422
+	[ "$status" -eq 78 ]
+	bank_post /control '{"errorStatus":500}' >/dev/null
+	IDEMKIT_BANK_RETRY=503 debit_run "$(envelope CHG-1)"
+	[ "$status" -eq 78 ]
+	debit_run "$(envelope CHG-1)" --retry-status 503 --declined-status 500
+	[ "$status" -eq 20 ]
+	# The option wins over the variable.
+	IDEMKIT_BANK_RETRY=503 debit_run "$(envelope CHG-1)" --retry-status 500
+	[ "$status" -eq 75 ]
+	[ "$(bank_stat debits)" -eq 0 ]
+}
+
+@test "bad status lists: 64 as options, 78 from the environment or when both lists hold a status" {
+	for l in 200 abc 402,,422 600 39 "402 422" 6xx; do
+		run charge-debit --declined-status "$l"
+		[ "$status" -eq 64 ] || { echo "--declined-status $l: $status"; return 1; }
+		[[ "$output" == *"--declined-status"* ]]
+	done
+	run charge-debit --retry-status 2xx
+	[ "$status" -eq 64 ]
+	bank_start
+	IDEMKIT_BANK_DECLINED=nope debit_run "$(envelope CHG-1)"
+	[ "$status" -eq 78 ]
+	[[ "$(jget "$output" debit.error)" == "IDEMKIT_BANK_DECLINED: "* ]]
+	debit_run "$(envelope CHG-1)" --declined-status 402,409
+	[ "$status" -eq 78 ]
+	[ "$(jget "$output" debit.error)" = "status 409 is in both the declined and the retry list" ]
+	[ "$(bank_stat attempts)" -eq 0 ]
 }
 
 @test "a bank that hangs is a timeout: 75" {

@@ -79,15 +79,55 @@ notify_run() {
 	[ "$(bank_stat notificationFailures)" -gt 0 ]
 }
 
-@test "4xx is NOTIFY_FAILED at once, without a retry" {
+# notify_expect CODE OUTCOME ATTEMPTS STATUS...: one notification per
+# status, answered STATUS by bank-sim every time.
+notify_expect() {
+	local code=$1 outcome=$2 attempts=$3 s suffix; shift 3
+	for s in "$@"; do
+		bank_post /control "{\"notifyFailStatus\":$s}" >/dev/null
+		notify_run "$(debited "$(envelope CHG-N$s)")" --retries 1 --backoff 1ms
+		[ "$status" -eq "$code" ] || { echo "HTTP $s: exit $status, want $code"; return 1; }
+		suffix=
+		[ "$attempts" -eq 1 ] || suffix=" after $attempts attempts"
+		[ "$(jget "$output" notify.outcome)" = "$outcome" ]
+		[ "$(jget "$output" notify.attempts)" = "$attempts" ]
+		[ "$(jget "$output" notify.error)" = "HTTP $s: injected notification failure$suffix" ]
+		[ "$(jget "$output" debit.ref)" = TXN-00000042 ]
+	done
+}
+
+@test "gateway statuses: 402/422 NOTIFY_FAILED at once, 408/409/425/429/5xx retried then NOTIFY_FAILED, other 4xx CONFIG at once" {
+	bank_start --notify-fail
+	notify_expect 21 NOTIFY_FAILED 1 402 422
+	notify_expect 21 NOTIFY_FAILED 2 408 409 425 429 500 502 503 504 507
+	notify_expect 78 CONFIG 1 301 400 401 403 404 405 410 413 415 421 431 451
+	[ "$(bank_stat notifications)" -eq 0 ]
+	[ "$(bank_stat debits)" -eq 0 ]
+	# The lists are the gateway's own.
+	bank_post /control '{"notifyFailStatus":404}' >/dev/null
+	notify_run "$(debited "$(envelope CHG-L)")" --declined-status 404 --backoff 1ms
+	[ "$status" -eq 21 ]
+	IDEMKIT_NOTIFY_RETRY=404 notify_run "$(debited "$(envelope CHG-L)")" --retries 2 --backoff 1ms
+	[ "$status" -eq 21 ]
+	[ "$(jget "$output" notify.attempts)" = 3 ]
+	IDEMKIT_NOTIFY_DECLINED=x notify_run "$(debited "$(envelope CHG-L)")"
+	[ "$status" -eq 78 ]
+	[[ "$(jget "$output" notify.error)" == "IDEMKIT_NOTIFY_DECLINED: "* ]]
+	run charge-notify --retry-status 200
+	[ "$status" -eq 64 ]
+}
+
+@test "a wrong path or a missing key header is 78 CONFIG at once, without a retry" {
 	bank_start
 	notify_run "$(debited "$(envelope CHG-4)")" --url "$BANK_URL/nope" --backoff 10ms
-	[ "$status" -eq 21 ]
+	[ "$status" -eq 78 ]
+	[ "$(jget "$output" notify.outcome)" = CONFIG ]
 	[ "$(jget "$output" notify.error)" = "HTTP 404: no such endpoint" ]
 	[ "$(jget "$output" notify.attempts)" = 1 ]
 	notify_run "$(debited "$(envelope CHG-4)")" --key-header X-Other
-	[ "$status" -eq 21 ]
+	[ "$status" -eq 78 ]
 	[[ "$(jget "$output" notify.error)" == "HTTP 400: "* ]]
+	[ "$(bank_stat notificationAttempts)" -eq 1 ]   # the 404 never reached /notifications
 }
 
 @test "a hanging gateway times out and is retried, then NOTIFY_FAILED" {
@@ -118,7 +158,8 @@ notify_run() {
 	printf 'hk' >"$BATS_TEST_TMPDIR/hk"
 	bank_start --token-file "$BATS_TEST_TMPDIR/token" --hmac-key-file "$BATS_TEST_TMPDIR/hk"
 	notify_run "$(debited "$(envelope CHG-T)")" --retries 0
-	[ "$status" -eq 21 ]
+	[ "$status" -eq 78 ]
+	[ "$(jget "$output" notify.outcome)" = CONFIG ]
 	[[ "$(jget "$output" notify.error)" == "HTTP 401: "* ]]
 	IDEMKIT_NOTIFY_TOKEN=$tok IDEMKIT_NOTIFY_HMAC_KEY_FILE=$BATS_TEST_TMPDIR/hk \
 		notify_run "$(debited "$(envelope CHG-T)")"
