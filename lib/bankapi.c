@@ -162,6 +162,30 @@ open_classes(struct ik_bankapi *a, const struct ik_bankapi_opts *o, ik_err *err)
 	return IK_OK;
 }
 
+static int
+open_url(struct ik_bankapi *a, const struct ik_bankapi_opts *o, ik_err *err)
+{
+	struct ik_http_url u;
+	char name[64];
+	int rc;
+
+	if (o->url)
+		snprintf(name, sizeof name, "--url");
+	else
+		snprintf(name, sizeof name, "IDEMKIT_%s_URL", a->prefix);
+	if ((rc = ik_http_url_parse(a->url, &u, err)) != IK_OK)
+		return ik_errwrap(err, "%s", name);
+	if (!u.https && !u.loopback) {
+		rc = ik_errf(err, IK_CONFIG, "%s: plain http:// only to loopback (127.0.0.1, "
+		             "::1, localhost); use https:// for %s (nothing was sent)",
+		             name, u.host);
+		ik_http_url_free(&u);
+		return rc;
+	}
+	a->path = u.path;   /* taken over */
+	return IK_OK;
+}
+
 int
 ik_bankapi_open(struct ik_bankapi *a, const struct ik_bankapi_opts *o,
                 ik_err *err)
@@ -175,6 +199,8 @@ ik_bankapi_open(struct ik_bankapi *a, const struct ik_bankapi_opts *o,
 		return ik_errf(err, IK_CONFIG, "no URL: set IDEMKIT_%s_URL or --url", a->prefix);
 	if (!(a->url = strdup(v)))
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	if ((rc = open_url(a, o, err)) != IK_OK)
+		return rc;
 	v = o->key_header ? o->key_header : env(a->prefix, "KEY_HEADER", name, sizeof name);
 	if (!(a->key_header = strdup(v ? v : "Idempotency-Key")))
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
@@ -226,7 +252,8 @@ ik_bankapi_close(struct ik_bankapi *a)
 	free(a->url);
 	free(a->key_header);
 	free(a->cacert);
-	a->url = a->key_header = a->cacert = NULL;
+	free(a->path);
+	a->url = a->key_header = a->cacert = a->path = NULL;
 	wipe(&a->auth);
 	wipe(&a->hmac_key);
 }

@@ -45,6 +45,7 @@ struct ik_bankapi_opts {
 struct ik_bankapi {
 	const char *prefix;        /* "BANK", "NOTIFY" */
 	char *url, *key_header, *cacert;
+	char *path;                /* the URL's path[?query], as signed */
 	long connect_timeout_ms, timeout_ms;
 	struct ik_buf auth;        /* "Authorization: Bearer …" or empty; secret */
 	struct ik_buf hmac_key;    /* empty: no signature; secret */
@@ -56,9 +57,12 @@ struct ik_bankapi {
  * before anything can fail): IDEMKIT_<P>_TOKEN is copied and wiped. */
 void ik_bankapi_take_env(struct ik_bankapi *a, const char *prefix);
 
-/* Completes the configuration and opens the HTTP handle.  IK_OK, or
- * IK_CONFIG (no URL, unreadable token or key file, bad header name) or
- * IK_SOFTWARE, with err; never a secret in err. */
+/* Completes the configuration and opens the HTTP handle, without any
+ * network call.  IK_OK, or IK_CONFIG (no URL, a plain http:// URL to a host
+ * that is not loopback, unreadable token or key file, bad header name, bad
+ * status lists) or IK_SOFTWARE, with err; never a secret in err.
+ * A bearer token or an HMAC key never travels in cleartext: http:// is
+ * refused here, before any connection, unless the host is loopback. */
 int ik_bankapi_open(struct ik_bankapi *a, const struct ik_bankapi_opts *o,
                     ik_err *err);
 void ik_bankapi_close(struct ik_bankapi *a);

@@ -103,3 +103,42 @@ absent() {
 		fi
 	done
 }
+
+# conn_counter_start: a loopback listener that counts the connections it
+# accepts (into $CONN_DIR/count) and answers nothing useful.  Used as
+# http_proxy, it proves a command made no connection at all: libcurl
+# sends every http:// request through it, whatever the host.
+conn_counter_start() {
+	CONN_DIR=$BATS_TEST_TMPDIR/conn
+	mkdir -p "$CONN_DIR"
+	python3 -c '
+import socket, sys
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
+open(sys.argv[1] + "/port.tmp", "w").write(str(s.getsockname()[1]))
+import os; os.rename(sys.argv[1] + "/port.tmp", sys.argv[1] + "/port")
+n = 0
+while True:
+    c, _ = s.accept(); n += 1
+    open(sys.argv[1] + "/count", "w").write(str(n))
+    c.close()
+' "$CONN_DIR" 3>&- &
+	CONN_PID=$!
+	local i
+	for i in $(seq 100); do
+		[ -s "$CONN_DIR/port" ] && break
+		sleep 0.05
+	done
+	CONN_PORT=$(cat "$CONN_DIR/port")
+}
+
+conn_counter_stop() {
+	[ -n "${CONN_PID:-}" ] || return 0
+	kill "$CONN_PID" 2>/dev/null || true
+	wait "$CONN_PID" 2>/dev/null || true
+	CONN_PID=
+}
+
+# conn_count: how many connections the counter accepted.
+conn_count() {
+	cat "$CONN_DIR/count" 2>/dev/null || echo 0
+}

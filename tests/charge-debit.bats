@@ -7,6 +7,7 @@ load helper
 load bank_helper
 
 teardown() {
+	conn_counter_stop
 	bank_stop
 }
 
@@ -279,6 +280,41 @@ assert got==want and "ref" not in d, (got, want)' "$s" "$outcome" || return 1
 	[ "$status" -eq 0 ]
 	debit_run "$(envelope CHG-TLS2)" --cacert "$BATS_TEST_TMPDIR/missing.pem"
 	[ "$status" -eq 78 ]
+}
+
+@test "plain http:// to a host that is not loopback is 78 before any connection" {
+	conn_counter_start
+	export http_proxy=http://127.0.0.1:$CONN_PORT HTTP_PROXY=http://127.0.0.1:$CONN_PORT
+	unset no_proxy NO_PROXY
+	# The counter works: a loopback-allowed URL does reach it (as a proxy).
+	debit_run "$(envelope CHG-0)" --url http://127.0.0.1:9/debits --timeout 2s
+	[ "$status" -eq 75 ]
+	[ "$(conn_count)" -eq 1 ]
+	for u in http://192.0.2.1/debits http://192.0.2.1:8080/debits http://bank.example/debits \
+	         http://[2001:db8::1]/debits http://128.0.0.1/debits http://localhost.example/debits; do
+		IDEMKIT_BANK_URL=$u debit_run "$(envelope CHG-1)"
+		[ "$status" -eq 78 ] || { echo "$u: $status"; return 1; }
+		[ "$(jget "$output" debit.outcome)" = CONFIG ]
+		[[ "$(jget "$output" debit.error)" == "IDEMKIT_BANK_URL: plain http:// only to loopback"*"nothing was sent)" ]]
+		[[ "$(jget "$output" debit.error)" != *"/debits"* ]]
+	done
+	debit_run "$(envelope CHG-1)" --url http://192.0.2.1/debits
+	[ "$status" -eq 78 ]
+	[[ "$(jget "$output" debit.error)" == "--url: plain http:// only to loopback"* ]]
+	[ "$(conn_count)" -eq 1 ]
+}
+
+@test "plain http:// to loopback is allowed: 127.0.0.0/8, localhost, [::1]" {
+	bank_start
+	debit_run "$(envelope CHG-L1)" --url "http://localhost:$BANK_PORT/debits"
+	[ "$status" -eq 0 ]
+	debit_run "$(envelope CHG-L2)" --url "http://127.0.0.1:$BANK_PORT/debits"
+	[ "$status" -eq 0 ]
+	bank_stop
+	bank_start --listen ::1
+	debit_run "$(envelope CHG-L3)" --url "http://[::1]:$BANK_PORT/debits"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" debit.ref)" = TXN-00000003 ]   # the same ledger, restarted
 }
 
 @test "no URL configured: 78, recorded in the envelope" {

@@ -7,6 +7,7 @@ load helper
 load bank_helper
 
 teardown() {
+	conn_counter_stop
 	bank_stop
 }
 
@@ -136,6 +137,21 @@ notify_expect() {
 	[ "$status" -eq 21 ]
 	[[ "$(jget "$output" notify.error)" == *"imed out"*"after 2 attempts" ]]
 	[ "$(bank_stat hangs)" -eq 2 ]
+}
+
+@test "plain http:// to a host that is not loopback is 78 before any connection" {
+	conn_counter_start
+	export http_proxy=http://127.0.0.1:$CONN_PORT
+	unset no_proxy NO_PROXY
+	IDEMKIT_NOTIFY_URL=http://192.0.2.1/notifications notify_run "$(debited "$(envelope CHG-1)")"
+	[ "$status" -eq 78 ]
+	[ "$(jget "$output" notify.outcome)" = CONFIG ]
+	[ "$(jget "$output" notify.attempts)" = 0 ]
+	[[ "$(jget "$output" notify.error)" == "IDEMKIT_NOTIFY_URL: plain http:// only to loopback"* ]]
+	[ "$(conn_count)" -eq 0 ]
+	# The counter works: a loopback-allowed URL does reach it (as a proxy).
+	notify_run "$(debited "$(envelope CHG-1)")" --url http://127.0.0.1:9/n --retries 0 --timeout 1s
+	[ "$(conn_count)" -eq 1 ]
 }
 
 @test "configuration errors are 78, never a false NOTIFY_FAILED" {
