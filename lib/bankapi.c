@@ -259,33 +259,48 @@ ik_bankapi_close(struct ik_bankapi *a)
 }
 
 void
-ik_bankapi_sign(const unsigned char *key, size_t keylen, long long t,
-                const char *body, size_t len, char out[120])
+ik_bankapi_sign(const unsigned char *key, size_t keylen, const char *method,
+                const char *path, const char *idem_key, long long t,
+                const char *body, size_t len, char out[IK_BANKAPI_SIG_HEX])
 {
+	static const char scheme[] = "IDEMKIT-HMAC-SHA256\n";
 	unsigned char mac[crypto_auth_hmacsha256_BYTES];
+	unsigned char digest[crypto_hash_sha256_BYTES];
+	char bodyhex[2 * crypto_hash_sha256_BYTES + 1], ts[24];
+	const char *parts[4];
 	crypto_auth_hmacsha256_state st;
-	char ts[24], hex[2 * sizeof mac + 1];
-	int n = snprintf(ts, sizeof ts, "%lld", t);
+	size_t i;
 
+	crypto_hash_sha256(digest, (const unsigned char *)body, len);
+	ik_hex(digest, sizeof digest, bodyhex);
+	snprintf(ts, sizeof ts, "%lld", t);
+	parts[0] = method;
+	parts[1] = path;
+	parts[2] = idem_key;
+	parts[3] = ts;
 	crypto_auth_hmacsha256_init(&st, key, keylen);
-	crypto_auth_hmacsha256_update(&st, (const unsigned char *)ts, (size_t)n);
-	crypto_auth_hmacsha256_update(&st, (const unsigned char *)".", 1);
-	crypto_auth_hmacsha256_update(&st, (const unsigned char *)body, len);
+	crypto_auth_hmacsha256_update(&st, (const unsigned char *)scheme, sizeof scheme - 1);
+	for (i = 0; i < 4; i++) {
+		crypto_auth_hmacsha256_update(&st, (const unsigned char *)parts[i], strlen(parts[i]));
+		crypto_auth_hmacsha256_update(&st, (const unsigned char *)"\n", 1);
+	}
+	crypto_auth_hmacsha256_update(&st, (const unsigned char *)bodyhex, strlen(bodyhex));
 	crypto_auth_hmacsha256_final(&st, mac);
 	sodium_memzero(&st, sizeof st);
-	ik_hex(mac, sizeof mac, hex);
-	snprintf(out, 120, "t=%s,v1=%s", ts, hex);
+	ik_hex(mac, sizeof mac, out);
+	sodium_memzero(mac, sizeof mac);
 }
 
 int
 ik_bankapi_post(struct ik_bankapi *a, const char *key, const char *body,
                 struct ik_http_res *res, ik_err *err)
 {
-	struct ik_buf keyh = {0}, sigh = {0};
-	const char *hdrs[6];
-	char sig[120];
+	struct ik_buf keyh = {0}, sigh = {0}, tsh = {0};
+	const char *hdrs[8];
+	char sig[IK_BANKAPI_SIG_HEX], ts[24];
 	size_t len = strlen(body);
-	int n = 0, rc;
+	long long t;
+	int n = 0, rc = IK_OK;
 	struct ik_http_req req = {
 		.method = "POST", .url = a->url, .headers = hdrs,
 		.body = body, .body_len = len,
@@ -295,8 +310,8 @@ ik_bankapi_post(struct ik_bankapi *a, const char *key, const char *body,
 
 	if (ik_buf_addstr(&keyh, a->key_header) < 0 || ik_buf_addstr(&keyh, ": ") < 0 ||
 	    ik_buf_addstr(&keyh, key) < 0) {
-		ik_buf_free(&keyh);
-		return ik_errf(err, IK_SOFTWARE, "out of memory");
+		rc = ik_errf(err, IK_SOFTWARE, "out of memory");
+		goto out;
 	}
 	hdrs[n++] = "Content-Type: application/json";
 	hdrs[n++] = "Accept: application/json";
@@ -304,19 +319,25 @@ ik_bankapi_post(struct ik_bankapi *a, const char *key, const char *body,
 	if (a->auth.len)
 		hdrs[n++] = a->auth.p;
 	if (a->hmac_key.len) {
+		t = (long long)(ik_now_ms() / 1000);
+		snprintf(ts, sizeof ts, "%lld", t);
 		ik_bankapi_sign((const unsigned char *)a->hmac_key.p, a->hmac_key.len,
-		                (long long)(ik_now_ms() / 1000), body, len, sig);
-		if (ik_buf_addstr(&sigh, "X-Idemkit-Signature: ") < 0 ||
+		                req.method, a->path, key, t, body, len, sig);
+		if (ik_buf_addstr(&tsh, "X-Idemkit-Timestamp: ") < 0 ||
+		    ik_buf_addstr(&tsh, ts) < 0 ||
+		    ik_buf_addstr(&sigh, "X-Idemkit-Signature: v2=") < 0 ||
 		    ik_buf_addstr(&sigh, sig) < 0) {
-			ik_buf_free(&keyh);
-			ik_buf_free(&sigh);
-			return ik_errf(err, IK_SOFTWARE, "out of memory");
+			rc = ik_errf(err, IK_SOFTWARE, "out of memory");
+			goto out;
 		}
+		hdrs[n++] = tsh.p;
 		hdrs[n++] = sigh.p;
 	}
 	hdrs[n] = NULL;
 	rc = ik_http_do(a->http, &req, res, err);
+out:
 	ik_buf_free(&keyh);
+	ik_buf_free(&tsh);
 	wipe(&sigh);
 	sodium_memzero(sig, sizeof sig);
 	return rc;

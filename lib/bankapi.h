@@ -96,8 +96,17 @@ cJSON *ik_bankapi_event_json(const struct ik_event *ev);
 void ik_bankapi_reason(const struct ik_http_res *res,
                        char out[IK_BANKAPI_REASON_MAX + 1]);
 
-/* "t=<unix>,v1=<hex HMAC-SHA256 of '<unix>.<body>'>" into out (120 bytes). */
-void ik_bankapi_sign(const unsigned char *key, size_t keylen, long long t,
-                     const char *body, size_t len, char out[120]);
+/* The request signature, scheme IDEMKIT-HMAC-SHA256 (charge-debit(1)):
+ * the hex HMAC-SHA256, keyed with the HMAC key file's bytes, of
+ *   "IDEMKIT-HMAC-SHA256\n" METHOD "\n" PATH "\n" KEY "\n" T "\n" hex(SHA-256(body))
+ * with PATH the URL's path (and "?query" when there is one), KEY the
+ * idempotency key's value and T the X-Idemkit-Timestamp (unix seconds).
+ * Signing the key and the path means a captured request replayed under
+ * another Idempotency-Key, or to another endpoint, no longer verifies.
+ * Writes 64 hex digits and a NUL into out. */
+#define IK_BANKAPI_SIG_HEX (2 * 32 + 1)
+void ik_bankapi_sign(const unsigned char *key, size_t keylen, const char *method,
+                     const char *path, const char *idem_key, long long t,
+                     const char *body, size_t len, char out[IK_BANKAPI_SIG_HEX]);
 
 #endif

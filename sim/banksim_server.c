@@ -25,6 +25,7 @@
 #include <microhttpd.h>
 #include <sodium.h>
 
+#include "bankapi.h"
 #include "banksim.h"
 #include "log.h"
 #include "outcome.h"
@@ -286,44 +287,33 @@ check_token(struct ik_banksim *b, struct MHD_Connection *c)
 	return n == b->token.len && sodium_memcmp(h, b->token.p, n) == 0;
 }
 
-/* X-Idemkit-Signature: t=<unix>,v1=<hex hmac-sha256 of "<t>.<body>"> */
+/* X-Idemkit-Timestamp: <unix> and X-Idemkit-Signature: v2=<hex>, the
+ * scheme of charge-debit(1) (ik_bankapi_sign over method, path, the
+ * idempotency key, the timestamp and the body's SHA-256).  A timestamp more
+ * than HMAC_SKEW_S away is refused, so is a signature made for another key,
+ * path or body. */
 static int
-check_sig(struct ik_banksim *b, struct MHD_Connection *c, const struct ik_buf *body)
+check_sig(struct ik_banksim *b, struct MHD_Connection *c, const char *method,
+          const char *path, const char *key, const struct ik_buf *body)
 {
-	unsigned char want[crypto_auth_hmacsha256_BYTES], got[crypto_auth_hmacsha256_BYTES];
-	crypto_auth_hmacsha256_state st;
-	const char *h, *v;
-	char ts[24];
+	char want[IK_BANKAPI_SIG_HEX];
+	const char *h, *ts;
 	long long t;
-	size_t tl, glen = 0;
 	int ok;
 
 	if (!b->hmac.p)
 		return 1;
+	ts = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Idemkit-Timestamp");
 	h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Idemkit-Signature");
-	if (!h || strncmp(h, "t=", 2) != 0 || !(v = strstr(h, ",v1=")))
+	if (!ts || !h || strncmp(h, "v2=", 3) != 0 || strlen(h + 3) != sizeof want - 1)
 		return 0;
-	tl = (size_t)(v - (h + 2));
-	if (tl == 0 || tl >= sizeof ts)
-		return 0;
-	memcpy(ts, h + 2, tl);
-	ts[tl] = '\0';
 	if (ik_parse_int(ts, 0, 99999999999LL, &t) < 0 ||
 	    llabs(t - (long long)(ik_now_ms() / 1000)) > HMAC_SKEW_S)
 		return 0;
-	v += 4;
-	if (strlen(v) != 2 * sizeof got ||
-	    sodium_hex2bin(got, sizeof got, v, strlen(v), NULL, &glen, NULL) != 0 ||
-	    glen != sizeof got)
-		return 0;
-	crypto_auth_hmacsha256_init(&st, (const unsigned char *)b->hmac.p, b->hmac.len);
-	crypto_auth_hmacsha256_update(&st, (const unsigned char *)ts, tl);
-	crypto_auth_hmacsha256_update(&st, (const unsigned char *)".", 1);
-	crypto_auth_hmacsha256_update(&st, (const unsigned char *)(body->p ? body->p : ""),
-	                              body->len);
-	crypto_auth_hmacsha256_final(&st, want);
-	ok = sodium_memcmp(want, got, sizeof want) == 0;
-	sodium_memzero(&st, sizeof st);
+	ik_bankapi_sign((const unsigned char *)b->hmac.p, b->hmac.len, method, path,
+	                key ? key : "", t, body->p ? body->p : "", body->len, want);
+	ok = sodium_memcmp(want, h + 3, sizeof want - 1) == 0;
+	sodium_memzero(want, sizeof want);
 	return ok;
 }
 
@@ -615,7 +605,7 @@ route(struct ik_banksim *b, struct MHD_Connection *c, const char *url,
 	}
 	if (post && (strcmp(url, "/debits") == 0 || strcmp(url, "/notifications") == 0)) {
 		*keyp = idem_key(c);
-		if (!check_sig(b, c, &r->body)) {
+		if (!check_sig(b, c, method, url, *keyp, &r->body)) {
 			count(b, "unauthorized");
 			*ret = reply_reason(c, 401, NULL, "bad or missing signature");
 			return 401;

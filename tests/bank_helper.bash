@@ -142,3 +142,57 @@ conn_counter_stop() {
 conn_count() {
 	cat "$CONN_DIR/count" 2>/dev/null || echo 0
 }
+
+# capture_start: a loopback HTTP server that records every request as one
+# JSON line {method, path, headers, body} in $CAP_DIR/log and answers 201
+# {"ref":"TXN-CAP"}; sets CAP_URL.  capture_stop ends it.
+capture_start() {
+	CAP_DIR=$BATS_TEST_TMPDIR/cap
+	mkdir -p "$CAP_DIR"
+	python3 -c '
+import http.server, json, os, sys
+d = sys.argv[1]
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n).decode()
+        with open(d + "/log", "a") as f:
+            f.write(json.dumps({"method": "POST", "path": self.path,
+                                "headers": dict(self.headers.items()), "body": body}) + "\n")
+        out = b"{\"ref\":\"TXN-CAP\"}"
+        self.send_response(201)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+open(d + "/port.tmp", "w").write(str(s.server_address[1]))
+os.rename(d + "/port.tmp", d + "/port")
+s.serve_forever()
+' "$CAP_DIR" 3>&- &
+	CAP_PID=$!
+	local i
+	for i in $(seq 100); do
+		[ -s "$CAP_DIR/port" ] && break
+		sleep 0.05
+	done
+	CAP_URL=http://127.0.0.1:$(cat "$CAP_DIR/port")
+}
+
+capture_stop() {
+	[ -n "${CAP_PID:-}" ] || return 0
+	kill "$CAP_PID" 2>/dev/null || true
+	wait "$CAP_PID" 2>/dev/null || true
+	CAP_PID=
+}
+
+# hmac_v2 KEY METHOD PATH IDEMKEY UNIX BODY: the signature as charge-debit(1)
+# documents it, computed with openssl (not with our code).
+hmac_v2() {
+	local bh
+	bh=$(printf '%s' "$6" | openssl dgst -sha256 -r | cut -d' ' -f1)
+	printf 'IDEMKIT-HMAC-SHA256\n%s\n%s\n%s\n%s\n%s' "$2" "$3" "$4" "$5" "$bh" |
+		openssl dgst -sha256 -hmac "$1" -r | cut -d' ' -f1
+}
