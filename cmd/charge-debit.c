@@ -11,6 +11,8 @@
  *   --declined-status (402 422)                DECLINED, with the bank's reason
  *   --retry-status (408 409 425 429 5xx), timeouts, connection errors
  *                                              TEMPFAIL
+ *   (nothing sent) the claim's lease shorter than --timeout + --lease-margin
+ *                                              LEASE_SHORT
  *   any other status (401, 403, 404, other 4xx, 1xx, 3xx)
  *                                              CONFIG: the message is left,
  *                          the record stays claimable, an operator looks
@@ -34,7 +36,8 @@
 static const char usage[] =
 	"usage: charge-debit [--stream] [--url URL] [--key-header NAME] [--cacert FILE]\n"
 	"                    [--connect-timeout DUR] [--timeout DUR]\n"
-	"                    [--declined-status LIST] [--retry-status LIST] < envelope\n";
+	"                    [--declined-status LIST] [--retry-status LIST]\n"
+	"                    [--lease-margin DUR] < envelope\n";
 static const char options[] =
 	"  -s, --stream             many envelopes in, one out per line\n"
 	"  -u, --url URL            the debit endpoint (default $IDEMKIT_BANK_URL)\n"
@@ -48,16 +51,21 @@ static const char options[] =
 	"                           402,422, $IDEMKIT_BANK_DECLINED)\n"
 	"  --retry-status LIST      transient statuses (default 408,409,425,429,5xx,\n"
 	"                           $IDEMKIT_BANK_RETRY); any other non-2xx is CONFIG\n"
+	"  --lease-margin DUR       send nothing (LEASE_SHORT) when the claim's lease has\n"
+	"                           less than --timeout plus this left; default 2s\n"
 	"  -h, --help, -V, --version\n"
 	"Credentials: $IDEMKIT_BANK_TOKEN or $IDEMKIT_BANK_TOKEN_FILE (bearer),\n"
 	"$IDEMKIT_BANK_HMAC_KEY_FILE (X-Idemkit-Signature); never on the command line.\n";
-static const int codes[] = { 0, 10, 11, 12, 14, 20, 64, 65, 70, 75, 78, -1 };
+static const int codes[] = { IK_OK, IK_DUP_DONE, IK_DUP_IN_PROGRESS, IK_DUP_FAILED,
+	IK_PAYLOAD_MISMATCH, IK_LEASE_SHORT, IK_DECLINED, IK_USAGE, IK_DATAERR, IK_SOFTWARE,
+	IK_TEMPFAIL, IK_CONFIG, -1 };
 
 struct ctx {
 	struct ik_bankapi api;
 	struct ik_bankapi_opts opts;
 	int opened;
 	ik_err open_err;
+	int64_t lease_margin_ms;
 };
 
 static int
@@ -114,6 +122,9 @@ debit(cJSON *env, void *arg)
 	}
 	if (c->open_err.code)
 		return record(env, &ev, c->open_err.code, c->open_err.msg, NULL, 0, 0);
+	if ((rc = ik_bankapi_lease_check(env, c->opts.timeout_ms, c->lease_margin_ms,
+	                                 &err)) != IK_OK)
+		return record(env, &ev, rc, err.msg, NULL, 0, 0);
 
 	if (!(o = ik_bankapi_event_json(&ev)) || !(req = cJSON_PrintUnformatted(o))) {
 		cJSON_Delete(o);
@@ -158,7 +169,7 @@ debit(cJSON *env, void *arg)
 int
 main(int argc, char **argv)
 {
-	enum { O_CONNECT = 256, O_TIMEOUT, O_DECLINED, O_RETRY };
+	enum { O_CONNECT = 256, O_TIMEOUT, O_DECLINED, O_RETRY, O_MARGIN };
 	static const struct option longopts[] = {
 		{ "stream", no_argument, NULL, 's' },
 		{ "url", required_argument, NULL, 'u' },
@@ -168,11 +179,13 @@ main(int argc, char **argv)
 		{ "timeout", required_argument, NULL, O_TIMEOUT },
 		{ "declined-status", required_argument, NULL, O_DECLINED },
 		{ "retry-status", required_argument, NULL, O_RETRY },
+		{ "lease-margin", required_argument, NULL, O_MARGIN },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct ctx c = { .opts = { .connect_timeout_ms = 3000, .timeout_ms = 10000 } };
+	struct ctx c = { .opts = { .connect_timeout_ms = 3000, .timeout_ms = 10000 },
+	                 .lease_margin_ms = IK_BANKAPI_LEASE_MARGIN_MS };
 	struct ik_step st = { .name = "debit", .fn = debit, .ctx = &c };
 	int64_t ms;
 	int ch, rc = IK_USAGE;
@@ -205,6 +218,10 @@ main(int argc, char **argv)
 			if (ik_bankapi_opt_status("--retry-status", optarg) < 0)
 				goto out;
 			c.opts.retry = optarg;
+			break;
+		case O_MARGIN:
+			if (ik_opt_duration("--lease-margin", optarg, 0, 3600000, &c.lease_margin_ms) < 0)
+				goto out;
 			break;
 		case 'h': rc = ik_help(usage, options, codes); goto out;
 		case 'V': rc = ik_version(); goto out;

@@ -34,7 +34,7 @@ static const char usage[] =
 	"usage: charge-notify [--stream] [--url URL] [--key-header NAME] [--cacert FILE]\n"
 	"                     [--connect-timeout DUR] [--timeout DUR] [--retries N]\n"
 	"                     [--backoff DUR] [--declined-status LIST]\n"
-	"                     [--retry-status LIST] < envelope\n";
+	"                     [--retry-status LIST] [--lease-margin DUR] < envelope\n";
 static const char options[] =
 	"  -s, --stream             many envelopes in, one out per line\n"
 	"  -u, --url URL            the notification endpoint (default $IDEMKIT_NOTIFY_URL)\n"
@@ -50,10 +50,15 @@ static const char options[] =
 	"                           (default 402,422, $IDEMKIT_NOTIFY_DECLINED)\n"
 	"  --retry-status LIST      statuses retried (default 408,409,425,429,5xx,\n"
 	"                           $IDEMKIT_NOTIFY_RETRY); any other non-2xx is CONFIG\n"
+	"  --lease-margin DUR       send nothing (LEASE_SHORT) when the claim's lease has\n"
+	"                           less than the attempts' timeouts and backoffs plus\n"
+	"                           this left; default 2s\n"
 	"  -h, --help, -V, --version\n"
 	"Credentials: $IDEMKIT_NOTIFY_TOKEN or $IDEMKIT_NOTIFY_TOKEN_FILE (bearer),\n"
 	"$IDEMKIT_NOTIFY_HMAC_KEY_FILE (X-Idemkit-Signature); never on the command line.\n";
-static const int codes[] = { 0, 10, 11, 12, 14, 20, 21, 64, 65, 70, 75, 78, -1 };
+static const int codes[] = { IK_OK, IK_DUP_DONE, IK_DUP_IN_PROGRESS, IK_DUP_FAILED,
+	IK_PAYLOAD_MISMATCH, IK_LEASE_SHORT, IK_DECLINED, IK_NOTIFY_FAILED, IK_USAGE,
+	IK_DATAERR, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1 };
 
 #define BACKOFF_CAP_MS 10000
 
@@ -64,20 +69,44 @@ struct ctx {
 	ik_err open_err;
 	long retries;
 	int64_t backoff_ms;
+	int64_t lease_margin_ms;
 };
+
+/* The n-th backoff's ceiling (n from 0): min(cap, base * 2^n). */
+static int64_t
+backoff_ceil(const struct ctx *c, int n)
+{
+	int64_t ceil = c->backoff_ms;
+
+	while (n-- > 0 && ceil < BACKOFF_CAP_MS)
+		ceil *= 2;
+	return ceil > BACKOFF_CAP_MS ? BACKOFF_CAP_MS : ceil;
+}
+
+/* The most the attempts from attempt (1-based) on can take: each one's
+ * timeout and every backoff between them. */
+static int64_t
+budget(const struct ctx *c, int attempt)
+{
+	int64_t ms = 0;
+	int k;
+
+	for (k = attempt; k <= c->retries + 1; k++) {
+		ms += c->opts.timeout_ms;
+		if (k <= c->retries)
+			ms += backoff_ceil(c, k - 1);
+	}
+	return ms;
+}
 
 /* Full jitter: a random sleep in [0, min(cap, base * 2^n)]. */
 static void
 backoff(const struct ctx *c, int n)
 {
-	int64_t ceil = c->backoff_ms;
+	int64_t ceil = backoff_ceil(c, n);
 	int64_t ms;
 	struct timespec ts;
 
-	while (n-- > 0 && ceil < BACKOFF_CAP_MS)
-		ceil *= 2;
-	if (ceil > BACKOFF_CAP_MS)
-		ceil = BACKOFF_CAP_MS;
 	ms = ceil > 0 ? (int64_t)randombytes_uniform((uint32_t)ceil + 1) : 0;
 	ts.tv_sec = ms / 1000;
 	ts.tv_nsec = (long)(ms % 1000) * 1000000L;
@@ -142,6 +171,13 @@ notify(cJSON *env, void *arg)
 	for (attempt = 1;; attempt++) {
 		int again;
 
+		/* Right before each call: this attempt and all it may still
+		 * retry must fit in the lease. */
+		if ((rc = ik_bankapi_lease_check(env, budget(c, attempt), c->lease_margin_ms,
+		                                 &err)) != IK_OK) {
+			rc = record(env, ev.charge_id, rc, err.msg, attempt - 1);
+			break;
+		}
 		rc = ik_bankapi_post(&c->api, key, req, &res, &err);
 		if (rc == IK_OK && res.status >= 200 && res.status < 300) {
 			rc = record(env, ev.charge_id, IK_OK, NULL, attempt);
@@ -186,7 +222,7 @@ notify(cJSON *env, void *arg)
 int
 main(int argc, char **argv)
 {
-	enum { O_CONNECT = 256, O_TIMEOUT, O_DECLINED, O_RETRY };
+	enum { O_CONNECT = 256, O_TIMEOUT, O_DECLINED, O_RETRY, O_MARGIN };
 	static const struct option longopts[] = {
 		{ "stream", no_argument, NULL, 's' },
 		{ "url", required_argument, NULL, 'u' },
@@ -198,12 +234,14 @@ main(int argc, char **argv)
 		{ "backoff", required_argument, NULL, 'b' },
 		{ "declined-status", required_argument, NULL, O_DECLINED },
 		{ "retry-status", required_argument, NULL, O_RETRY },
+		{ "lease-margin", required_argument, NULL, O_MARGIN },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct ctx c = { .opts = { .connect_timeout_ms = 3000, .timeout_ms = 10000 },
-	                 .retries = 3, .backoff_ms = 200 };
+	                 .retries = 3, .backoff_ms = 200,
+	                 .lease_margin_ms = IK_BANKAPI_LEASE_MARGIN_MS };
 	struct ik_step st = { .name = "notify", .fn = notify, .ctx = &c };
 	long long n;
 	int64_t ms;
@@ -247,6 +285,10 @@ main(int argc, char **argv)
 			if (ik_bankapi_opt_status("--retry-status", optarg) < 0)
 				goto out;
 			c.opts.retry = optarg;
+			break;
+		case O_MARGIN:
+			if (ik_opt_duration("--lease-margin", optarg, 0, 3600000, &c.lease_margin_ms) < 0)
+				goto out;
 			break;
 		case 'h': rc = ik_help(usage, options, codes); goto out;
 		case 'V': rc = ik_version(); goto out;

@@ -115,6 +115,32 @@ ik_bankapi_status_list(const char *list, unsigned char cls[600], int code,
 }
 
 int
+ik_bankapi_lease_check(const cJSON *env, int64_t need_ms, int64_t margin_ms,
+                       ik_err *err)
+{
+	const cJSON *until = cJSON_GetObjectItemCaseSensitive(
+		cJSON_GetObjectItemCaseSensitive(env, "claim"), "leaseUntil");
+	double u;
+	int64_t left;
+
+	if (!until || cJSON_IsNull(until))
+		return IK_OK;
+	u = until->valuedouble;
+	if (!cJSON_IsNumber(until) || !(u >= 0 && u < 9e15))
+		return ik_errf(err, IK_DATAERR, "claim.leaseUntil: not epoch milliseconds");
+	left = (int64_t)u - ik_now_ms();
+	if (left >= need_ms + margin_ms)
+		return IK_OK;
+	if (left < 0)
+		return ik_errf(err, IK_LEASE_SHORT, "the claim's lease ended %lldms ago; the call "
+		               "needs %lldms plus a %lldms margin: nothing was sent",
+		               (long long)-left, (long long)need_ms, (long long)margin_ms);
+	return ik_errf(err, IK_LEASE_SHORT, "the claim's lease has %lldms left; the call "
+	               "needs %lldms plus a %lldms margin: nothing was sent",
+	               (long long)left, (long long)need_ms, (long long)margin_ms);
+}
+
+int
 ik_bankapi_opt_status(const char *opt, const char *list)
 {
 	unsigned char cls[600];

@@ -82,6 +82,18 @@ int ik_bankapi_classify(const struct ik_bankapi *a, long status);
 int ik_bankapi_status_list(const char *list, unsigned char cls[600], int code,
                            char *why, size_t whysz);
 
+/* No bank call on a dying lease.  IK_OK when env's claim has no
+ * leaseUntil (the re-notify path: no claim to protect) or has at least
+ * need_ms + margin_ms left on it now; else IK_LEASE_SHORT, with err saying
+ * how much was left and how much was needed (nothing must be sent then).
+ * IK_DATAERR when claim.leaseUntil is not a number.  need_ms is the most
+ * the call can take (its timeout, with its retries and backoffs); the
+ * margin covers what must still happen under the lease after it: writing
+ * the envelope and idemp-done's fenced write. */
+#define IK_BANKAPI_LEASE_MARGIN_MS 2000
+int ik_bankapi_lease_check(const cJSON *env, int64_t need_ms, int64_t margin_ms,
+                           ik_err *err);
+
 /* An option's status list, as ik_opt_duration: 0, or -1 after a one-line
  * complaint naming the option (the command then exits 64). */
 int ik_bankapi_opt_status(const char *opt, const char *list);

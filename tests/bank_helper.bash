@@ -87,6 +87,14 @@ envelope() {
 		"$1" "$b" "${4:-ACQUIRED}" "$1"
 }
 
+# leased ID MS [ACCOUNT]: an ACQUIRED envelope whose claim's lease ends MS
+# milliseconds from now (claim.leaseUntil, epoch ms).
+leased() {
+	local until
+	until=$(( $(date +%s%3N) + $2 ))
+	envelope "$1" "${3:-ACC-1}" | sed "s/\"claim\":{/\"claim\":{\"leaseUntil\":$until,/"
+}
+
 # debited ENVELOPE_JSON: the envelope after a successful debit.
 debited() {
 	printf '%s' "$1" | sed 's/}$/,"debit":{"outcome":"OK","ref":"TXN-00000042"}}/'

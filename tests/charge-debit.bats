@@ -317,6 +317,57 @@ assert got==want and "ref" not in d, (got, want)' "$s" "$outcome" || return 1
 	[ "$(jget "$output" debit.ref)" = TXN-00000003 ]   # the same ledger, restarted
 }
 
+@test "a lease ending in 1s with a 10s timeout: 15 LEASE_SHORT, nothing sent to the bank" {
+	bank_start
+	debit_run "$(leased CHG-1 1000)" --timeout 10s
+	[ "$status" -eq 15 ]
+	[ "$(jget "$output" debit.outcome)" = LEASE_SHORT ]
+	[[ "$(jget "$output" debit.error)" =~ ^"the claim's lease has "[0-9]+"ms left; the call needs 10000ms plus a 2000ms margin: nothing was sent"$ ]]
+	[[ "$stderr" == *'"outcome":"LEASE_SHORT"'* ]]
+	# A lease already over.
+	debit_run "$(leased CHG-1 -5000)"
+	[ "$status" -eq 15 ]
+	[[ "$(jget "$output" debit.error)" =~ ^"the claim's lease ended "[0-9]+"ms ago" ]]
+	[ "$(bank_stat attempts)" -eq 0 ]
+	[ -z "$(bank_get /ledger)" ]
+	# In --stream the outcome is in the envelope only.
+	run --separate-stderr charge-debit --stream < <(leased CHG-1 1000; leased CHG-2 60000)
+	[ "$status" -eq 0 ]
+	[ "$(jget "${lines[0]}" debit.outcome)" = LEASE_SHORT ]
+	[ "$(jget "${lines[1]}" debit.outcome)" = OK ]
+	[ "$(bank_stat attempts)" -eq 1 ]
+}
+
+@test "the lease must cover the timeout plus the margin (--lease-margin, default 2s)" {
+	bank_start
+	# 11s left: more than the 10s timeout, less than timeout + 2s margin.
+	debit_run "$(leased CHG-1 11000)" --timeout 10s
+	[ "$status" -eq 15 ]
+	[[ "$(jget "$output" debit.error)" == *"needs 10000ms plus a 2000ms margin"* ]]
+	# 3s left: more than a 500ms timeout alone, less than 500ms + a 5s margin.
+	debit_run "$(leased CHG-1 3000)" --timeout 500ms --lease-margin 5s
+	[ "$status" -eq 15 ]
+	[[ "$(jget "$output" debit.error)" == *"needs 500ms plus a 5000ms margin"* ]]
+	[ "$(bank_stat attempts)" -eq 0 ]
+	debit_run "$(leased CHG-1 15000)" --timeout 10s --lease-margin 10s
+	[ "$status" -eq 15 ]
+	debit_run "$(leased CHG-1 15000)" --timeout 10s --lease-margin 0
+	[ "$status" -eq 0 ]
+	debit_run "$(leased CHG-2 20000)" --timeout 10s
+	[ "$status" -eq 0 ]
+	# No leaseUntil in the claim: nothing to check.
+	debit_run "$(envelope CHG-3)"
+	[ "$status" -eq 0 ]
+	[ "$(bank_stat debits)" -eq 3 ]
+	# A leaseUntil that is not a number is a malformed envelope.
+	debit_run "$(envelope CHG-4 | sed 's/"claim":{/"claim":{"leaseUntil":"soon",/')"
+	[ "$status" -eq 65 ]
+	[ "$(jget "$output" debit.error)" = "claim.leaseUntil: not epoch milliseconds" ]
+	run charge-debit --lease-margin soon
+	[ "$status" -eq 64 ]
+	[ "$(bank_stat attempts)" -eq 3 ]
+}
+
 @test "no URL configured: 78, recorded in the envelope" {
 	unset IDEMKIT_BANK_URL
 	debit_run "$(envelope CHG-U)"

@@ -154,6 +154,33 @@ notify_expect() {
 	[ "$(conn_count)" -eq 1 ]
 }
 
+@test "the lease must cover every attempt, its backoffs and the margin: else 15 LEASE_SHORT, nothing sent" {
+	bank_start
+	# 4 attempts x 2s + backoffs 10+20+40ms + 2s margin = 10.07s; 6s left
+	# covers one attempt and its margin, not the retries.
+	notify_run "$(debited "$(leased CHG-1 6000)")" --timeout 2s --retries 3 --backoff 10ms
+	[ "$status" -eq 15 ]
+	[ "$(jget "$output" notify.outcome)" = LEASE_SHORT ]
+	[ "$(jget "$output" notify.attempts)" = 0 ]
+	[[ "$(jget "$output" notify.error)" =~ ^"the claim's lease has "[0-9]+"ms left; the call needs 8070ms plus a 2000ms margin: nothing was sent"$ ]]
+	[ "$(jget "$output" debit.ref)" = TXN-00000042 ]
+	# A lease ending in 1s, the default 10s timeout.
+	notify_run "$(debited "$(leased CHG-1 1000)")"
+	[ "$status" -eq 15 ]
+	[ "$(bank_stat notificationAttempts)" -eq 0 ]
+	# Enough left; or the margin given up; or no leaseUntil (the re-notify path).
+	notify_run "$(debited "$(leased CHG-1 15000)")" --timeout 2s --retries 3 --backoff 10ms
+	[ "$status" -eq 0 ]
+	notify_run "$(debited "$(leased CHG-2 15000)")" --timeout 2s --retries 3 --backoff 10ms --lease-margin 10s
+	[ "$status" -eq 15 ]
+	[[ "$(jget "$output" notify.error)" == *"needs 8070ms plus a 10000ms margin"* ]]
+	notify_run "$(debited "$(leased CHG-2 15000)")" --timeout 2s --retries 3 --backoff 10ms --lease-margin 0
+	[ "$status" -eq 0 ]
+	notify_run "$(debited "$(envelope CHG-3)")"
+	[ "$status" -eq 0 ]
+	[ "$(bank_stat notificationAttempts)" -eq 3 ]
+}
+
 @test "configuration errors are 78, never a false NOTIFY_FAILED" {
 	unset IDEMKIT_NOTIFY_URL
 	notify_run "$(debited "$(envelope CHG-C)")"
