@@ -34,11 +34,13 @@
 #include "util.h"
 
 static const char usage[] =
-	"usage: charge-debit [--stream] [--url URL] [--key-header NAME] [--cacert FILE]\n"
-	"                    [--connect-timeout DUR] [--timeout DUR]\n"
+	"usage: charge-debit [--check] [--stream] [--url URL] [--key-header NAME]\n"
+	"                    [--cacert FILE] [--connect-timeout DUR] [--timeout DUR]\n"
 	"                    [--declined-status LIST] [--retry-status LIST]\n"
 	"                    [--lease-margin DUR] < envelope\n";
 static const char options[] =
+	"  --check                  check the configuration (URL, credentials files,\n"
+	"                           lists) without any network call: 0, or 78 and why\n"
 	"  -s, --stream             many envelopes in, one out per line\n"
 	"  -u, --url URL            the debit endpoint (default $IDEMKIT_BANK_URL)\n"
 	"  -k, --key-header NAME    idempotency-key header (default Idempotency-Key,\n"
@@ -169,7 +171,7 @@ debit(cJSON *env, void *arg)
 int
 main(int argc, char **argv)
 {
-	enum { O_CONNECT = 256, O_TIMEOUT, O_DECLINED, O_RETRY, O_MARGIN };
+	enum { O_CONNECT = 256, O_TIMEOUT, O_DECLINED, O_RETRY, O_MARGIN, O_CHECK };
 	static const struct option longopts[] = {
 		{ "stream", no_argument, NULL, 's' },
 		{ "url", required_argument, NULL, 'u' },
@@ -180,6 +182,7 @@ main(int argc, char **argv)
 		{ "declined-status", required_argument, NULL, O_DECLINED },
 		{ "retry-status", required_argument, NULL, O_RETRY },
 		{ "lease-margin", required_argument, NULL, O_MARGIN },
+		{ "check", no_argument, NULL, O_CHECK },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -188,7 +191,8 @@ main(int argc, char **argv)
 	                 .lease_margin_ms = IK_BANKAPI_LEASE_MARGIN_MS };
 	struct ik_step st = { .name = "debit", .fn = debit, .ctx = &c };
 	int64_t ms;
-	int ch, rc = IK_USAGE;
+	int ch, check = 0, rc = IK_USAGE;
+	ik_err err;
 
 	ik_cli_init(argv[0]);
 	/* First thing: the token leaves the environment before anything else. */
@@ -219,6 +223,7 @@ main(int argc, char **argv)
 				goto out;
 			c.opts.retry = optarg;
 			break;
+		case O_CHECK: check = 1; break;
 		case O_MARGIN:
 			if (ik_opt_duration("--lease-margin", optarg, 0, 3600000, &c.lease_margin_ms) < 0)
 				goto out;
@@ -230,6 +235,10 @@ main(int argc, char **argv)
 	}
 	if (optind != argc) {
 		rc = ik_usage(usage);
+		goto out;
+	}
+	if (check) {   /* what charge-worker asks before it receives anything */
+		rc = ik_bankapi_open(&c.api, &c.opts, &err) == IK_OK ? IK_OK : ik_fail(&err);
 		goto out;
 	}
 	rc = ik_step_run(&st);

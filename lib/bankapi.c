@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <sodium.h>
 
@@ -235,6 +236,9 @@ ik_bankapi_open(struct ik_bankapi *a, const struct ik_bankapi_opts *o,
 	v = o->cacert ? o->cacert : env(a->prefix, "CACERT", name, sizeof name);
 	if (v && !(a->cacert = strdup(v)))
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	if (v && access(v, R_OK) != 0)
+		return ik_errf(err, IK_CONFIG, "%s %s: not readable",
+		               o->cacert ? "--cacert" : name, v);
 	a->connect_timeout_ms = o->connect_timeout_ms;
 	a->timeout_ms = o->timeout_ms;
 	if ((rc = open_classes(a, o, err)) != IK_OK)

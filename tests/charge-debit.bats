@@ -429,3 +429,50 @@ assert got==want and "ref" not in d, (got, want)' "$s" "$outcome" || return 1
 	[ "$status" -eq 11 ]
 	[ "$(bank_stat attempts)" -eq 1 ]
 }
+
+@test "--check: the configuration without any network call, 0 or 78 with the reason" {
+	conn_counter_start
+	export http_proxy=http://127.0.0.1:$CONN_PORT https_proxy=http://127.0.0.1:$CONN_PORT
+	unset no_proxy NO_PROXY
+	printf 'tok\n' >"$BATS_TEST_TMPDIR/token"
+	printf 'hk' >"$BATS_TEST_TMPDIR/hk"
+	self_signed "$BATS_TEST_TMPDIR"
+	# Good: stdin is not read, nothing is printed, nothing is connected.
+	run --separate-stderr charge-debit --check --url https://bank.example/debits </dev/null
+	[ "$status" -eq 0 ]
+	[ -z "$output" ] && [ -z "$stderr" ]
+	IDEMKIT_BANK_URL=http://127.0.0.1:9/debits IDEMKIT_BANK_TOKEN_FILE=$BATS_TEST_TMPDIR/token \
+		IDEMKIT_BANK_HMAC_KEY_FILE=$BATS_TEST_TMPDIR/hk IDEMKIT_BANK_CACERT=$BATS_TEST_TMPDIR/cert.pem \
+		run charge-debit --check
+	[ "$status" -eq 0 ]
+	# Each broken setting: 78 and the reason on stderr.
+	unset IDEMKIT_BANK_URL
+	run charge-debit --check
+	[ "$status" -eq 78 ]
+	[ "$output" = "charge-debit: no URL: set IDEMKIT_BANK_URL or --url" ]
+	export IDEMKIT_BANK_URL=https://bank.example/debits
+	run charge-debit --check --url http://192.0.2.1/debits
+	[ "$status" -eq 78 ]
+	[[ "$output" == "charge-debit: --url: plain http:// only to loopback"* ]]
+	run charge-debit --check --url 'ftp://bank.example/x'
+	[ "$status" -eq 78 ]
+	[[ "$output" == *"scheme"* ]]
+	IDEMKIT_BANK_TOKEN_FILE=$BATS_TEST_TMPDIR/missing run charge-debit --check
+	[ "$status" -eq 78 ]
+	[[ "$output" == *"IDEMKIT_BANK_TOKEN_FILE"* ]]
+	IDEMKIT_BANK_HMAC_KEY_FILE=$BATS_TEST_TMPDIR/missing run charge-debit --check
+	[ "$status" -eq 78 ]
+	[[ "$output" == *"IDEMKIT_BANK_HMAC_KEY_FILE"* ]]
+	run charge-debit --check --cacert "$BATS_TEST_TMPDIR/missing.pem"
+	[ "$status" -eq 78 ]
+	[[ "$output" == *"--cacert $BATS_TEST_TMPDIR/missing.pem: not readable"* ]]
+	IDEMKIT_BANK_RETRY=teapot run charge-debit --check
+	[ "$status" -eq 78 ]
+	[[ "$output" == *"IDEMKIT_BANK_RETRY: "* ]]
+	run charge-debit --check --key-header 'Bad Header'
+	[ "$status" -eq 78 ]
+	# Options are still parsed first: 64.
+	run charge-debit --check --timeout soon
+	[ "$status" -eq 64 ]
+	[ "$(conn_count)" -eq 0 ]
+}

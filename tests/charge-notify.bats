@@ -248,3 +248,28 @@ notify_expect() {
 	run bank_get /notifications
 	[[ "$output" == *'"key":"CHG-W:notify"'* ]]
 }
+
+@test "--check: the gateway configuration without any network call, 0 or 78 with the reason" {
+	conn_counter_start
+	export http_proxy=http://127.0.0.1:$CONN_PORT https_proxy=http://127.0.0.1:$CONN_PORT
+	unset no_proxy NO_PROXY
+	run --separate-stderr charge-notify --check </dev/null
+	[ "$status" -eq 78 ]
+	[ "$stderr" = "charge-notify: no URL: set IDEMKIT_NOTIFY_URL or --url" ]
+	export IDEMKIT_NOTIFY_URL=https://notify.example/n
+	run --separate-stderr charge-notify --check </dev/null
+	[ "$status" -eq 0 ]
+	[ -z "$output" ] && [ -z "$stderr" ]
+	IDEMKIT_NOTIFY_URL=http://192.0.2.1/n run charge-notify --check
+	[ "$status" -eq 78 ]
+	[[ "$output" == "charge-notify: IDEMKIT_NOTIFY_URL: plain http:// only to loopback"* ]]
+	IDEMKIT_NOTIFY_TOKEN_FILE=$BATS_TEST_TMPDIR/missing run charge-notify --check
+	[ "$status" -eq 78 ]
+	[[ "$output" == *"IDEMKIT_NOTIFY_TOKEN_FILE"* ]]
+	IDEMKIT_NOTIFY_DECLINED=402,503 run charge-notify --check
+	[ "$status" -eq 78 ]
+	[[ "$output" == *"status 503 is in both"* ]]
+	run charge-notify --check --retries many
+	[ "$status" -eq 64 ]
+	[ "$(conn_count)" -eq 0 ]
+}
