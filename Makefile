@@ -22,7 +22,7 @@ DEPS := libcurl:libcurl4-openssl-dev libcjson:libcjson-dev \
 # The simulator's own (sim/, below): never needed by the product.
 SIM_DEPS := libmicrohttpd:libmicrohttpd-dev
 PKG_CONFIG ?= pkg-config
-DEBS_RUN := bats pkg-config make gcc clang libclang-rt-14-dev sqlite3 mandoc \
+DEBS_RUN := libjq-dev bats pkg-config make gcc clang libclang-rt-14-dev sqlite3 mandoc \
             python3 python3-botocore shellcheck valgrind openssl curl procps util-linux
 PKGS := $(foreach d,$(DEPS),$(word 1,$(subst :, ,$(d))))
 
@@ -34,6 +34,11 @@ $(error missing libraries; install them with: apt-get install $(MISSING)   (or, 
 endif
 PKG_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PKGS))
 PKG_LIBS   := $(shell $(PKG_CONFIG) --libs $(PKGS))
+# libjq (the bank request/response mapping): Debian's libjq-dev ships no
+# pkg-config file, so it is found by its header and linked as -ljq.
+ifeq ($(shell printf '\043include <jq.h>\n' | $(CC) $(CPPFLAGS) -E - >/dev/null 2>&1 && echo y),)
+$(error missing libraries; install them with: apt-get install libjq-dev   (or, as root: make deps))
+endif
 endif
 
 IK_CFLAGS := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
@@ -41,7 +46,7 @@ IK_CFLAGS := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
              -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
              -Wno-unused-parameter -MMD -MP
 IK_LDFLAGS := -Wl,--as-needed
-LDLIBS += $(PKG_LIBS) -lm
+LDLIBS += $(PKG_LIBS) -ljq -lm
 
 LIB_SRC  := $(wildcard lib/*.c)
 LIB_OBJ  := $(patsubst lib/%.c,$(O)/obj/lib/%.o,$(LIB_SRC))

@@ -33,9 +33,9 @@
 static const char usage[] =
 	"usage: charge-notify [--check] [--stream] [--url URL] [--key-header NAME]\n"
 	"                     [--cacert FILE] [--connect-timeout DUR] [--timeout DUR]\n"
-	"                     [--retries N]\n"
-	"                     [--backoff DUR] [--declined-status LIST]\n"
-	"                     [--retry-status LIST] [--lease-margin DUR] < envelope\n";
+	"                     [--retries N] [--backoff DUR] [--declined-status LIST]\n"
+	"                     [--retry-status LIST] [--lease-margin DUR]\n"
+	"                     [--request FILTER] [--reason FILTER] < envelope\n";
 static const char options[] =
 	"  --check                  check the configuration (URL, credentials files,\n"
 	"                           lists) without any network call: 0, or 78 and why\n"
@@ -56,6 +56,11 @@ static const char options[] =
 	"  --lease-margin DUR       send nothing (LEASE_SHORT) when the claim's lease has\n"
 	"                           less than the attempts' timeouts and backoffs plus\n"
 	"                           this left; default 2s\n"
+	"  --request FILTER         jq program building the request body from the event\n"
+	"                           ($key, $amountMajor, $attempt, $ref; default the\n"
+	"                           built-in body, $IDEMKIT_NOTIFY_REQUEST)\n"
+	"  --reason FILTER          jq program taking the reason out of a refusal\n"
+	"                           (default .reason/.message/.error, $IDEMKIT_NOTIFY_REASON)\n"
 	"  -h, --help, -V, --version\n"
 	"Credentials: $IDEMKIT_NOTIFY_TOKEN or $IDEMKIT_NOTIFY_TOKEN_FILE (bearer),\n"
 	"$IDEMKIT_NOTIFY_HMAC_KEY_FILE (X-Idemkit-Signature); never on the command line.\n";
@@ -162,14 +167,14 @@ notify(cJSON *env, void *arg)
 	if (c->open_err.code)
 		return record(env, ev.charge_id, c->open_err.code, c->open_err.msg, 0);
 
-	if (!(o = ik_bankapi_event_json(&ev)) ||
-	    (ref && !cJSON_AddStringToObject(o, "debitRef", ref)) ||
-	    !(req = cJSON_PrintUnformatted(o))) {
-		cJSON_Delete(o);
-		return record(env, ev.charge_id, IK_SOFTWARE, "out of memory", 0);
-	}
-	cJSON_Delete(o);
 	snprintf(key, sizeof key, "%s:notify", ev.charge_id);
+	o = cJSON_Parse(body);   /* valid: ik_event_parse said so */
+	rc = ik_bankapi_body(&c->api, o, &ev, key,
+	                     cJSON_GetObjectItemCaseSensitive(ik_env_result(env, "claim"), "attempt"),
+	                     ref, &req, &err);
+	cJSON_Delete(o);
+	if (rc != IK_OK)
+		return record(env, ev.charge_id, rc, err.msg, 0);
 
 	for (attempt = 1;; attempt++) {
 		int again;
@@ -188,7 +193,7 @@ notify(cJSON *env, void *arg)
 		}
 		if (rc == IK_OK) {
 			int cls = ik_bankapi_classify(&c->api, res.status);
-			ik_bankapi_reason(&res, reason);
+			ik_bankapi_reason(&c->api, &res, reason);
 			if (reason[0])
 				snprintf(msg, sizeof msg, "HTTP %ld: %s", res.status, reason);
 			else
@@ -225,7 +230,7 @@ notify(cJSON *env, void *arg)
 int
 main(int argc, char **argv)
 {
-	enum { O_CONNECT = 256, O_TIMEOUT, O_DECLINED, O_RETRY, O_MARGIN, O_CHECK };
+	enum { O_CONNECT = 256, O_TIMEOUT, O_DECLINED, O_RETRY, O_MARGIN, O_CHECK, O_REQUEST, O_REF, O_REASON };
 	static const struct option longopts[] = {
 		{ "stream", no_argument, NULL, 's' },
 		{ "url", required_argument, NULL, 'u' },
@@ -239,6 +244,8 @@ main(int argc, char **argv)
 		{ "retry-status", required_argument, NULL, O_RETRY },
 		{ "lease-margin", required_argument, NULL, O_MARGIN },
 		{ "check", no_argument, NULL, O_CHECK },
+		{ "request", required_argument, NULL, O_REQUEST },
+		{ "reason", required_argument, NULL, O_REASON },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -292,6 +299,8 @@ main(int argc, char **argv)
 			c.opts.retry = optarg;
 			break;
 		case O_CHECK: check = 1; break;
+		case O_REQUEST: c.opts.request = optarg; break;
+		case O_REASON: c.opts.reason = optarg; break;
 		case O_MARGIN:
 			if (ik_opt_duration("--lease-margin", optarg, 0, 3600000, &c.lease_margin_ms) < 0)
 				goto out;

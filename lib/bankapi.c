@@ -163,6 +163,22 @@ ik_bankapi_classify(const struct ik_bankapi *a, long status)
 	return IK_CONFIG;   /* not a debit endpoint's answer, or not ours to guess */
 }
 
+/* One jq program, from its option or IDEMKIT_<P>_<NAME>; none: NULL. */
+static int
+open_jq(struct ik_bankapi *a, const char *opt, const char *name, const char *optname,
+        struct ik_jq **q, ik_err *err)
+{
+	static const char *const vars[] = { "key", "amountMajor", "attempt", "ref", NULL };
+	char var[64];
+	const char *v = opt ? opt : env(a->prefix, name, var, sizeof var);
+
+	if (!v)
+		return IK_OK;
+	if (!opt)
+		snprintf(var, sizeof var, "IDEMKIT_%s_%s", a->prefix, name);
+	return ik_jq_compile(opt ? optname : var, v, vars, q, err);
+}
+
 /* The two lists; a status in both is a configuration error, not a guess. */
 static int
 open_classes(struct ik_bankapi *a, const struct ik_bankapi_opts *o, ik_err *err)
@@ -241,7 +257,10 @@ ik_bankapi_open(struct ik_bankapi *a, const struct ik_bankapi_opts *o,
 		               o->cacert ? "--cacert" : name, v);
 	a->connect_timeout_ms = o->connect_timeout_ms;
 	a->timeout_ms = o->timeout_ms;
-	if ((rc = open_classes(a, o, err)) != IK_OK)
+	if ((rc = open_classes(a, o, err)) != IK_OK ||
+	    (rc = open_jq(a, o->request, "REQUEST", "--request", &a->request, err)) != IK_OK ||
+	    (rc = open_jq(a, o->ref, "REF", "--ref", &a->ref, err)) != IK_OK ||
+	    (rc = open_jq(a, o->reason, "REASON", "--reason", &a->reason, err)) != IK_OK)
 		return rc;
 
 	if (!a->auth.len && (v = env(a->prefix, "TOKEN_FILE", name, sizeof name))) {
@@ -286,6 +305,10 @@ ik_bankapi_close(struct ik_bankapi *a)
 	a->url = a->key_header = a->cacert = a->path = NULL;
 	wipe(&a->auth);
 	wipe(&a->hmac_key);
+	ik_jq_free(a->request);
+	ik_jq_free(a->ref);
+	ik_jq_free(a->reason);
+	a->request = a->ref = a->reason = NULL;
 }
 
 void
@@ -373,8 +396,38 @@ out:
 	return rc;
 }
 
-cJSON *
-ik_bankapi_event_json(const struct ik_event *ev)
+/* ISO 4217 currencies whose minor unit is not 2 (the list of 2024). */
+static const struct { char code[4]; int exp; } minor_units[] = {
+	{ "BIF", 0 }, { "CLP", 0 }, { "DJF", 0 }, { "GNF", 0 }, { "ISK", 0 },
+	{ "JPY", 0 }, { "KMF", 0 }, { "KRW", 0 }, { "PYG", 0 }, { "RWF", 0 },
+	{ "UGX", 0 }, { "UYI", 0 }, { "VND", 0 }, { "VUV", 0 }, { "XAF", 0 },
+	{ "XOF", 0 }, { "XPF", 0 },
+	{ "BHD", 3 }, { "IQD", 3 }, { "JOD", 3 }, { "KWD", 3 }, { "LYD", 3 },
+	{ "OMR", 3 }, { "TND", 3 },
+	{ "CLF", 4 }, { "UYW", 4 },
+};
+
+void
+ik_bankapi_amount_major(long long amount, const char *currency, char out[32])
+{
+	long long scale = 1, a = amount < 0 ? -amount : amount;
+	size_t i;
+	int exp = 2;
+
+	for (i = 0; i < sizeof minor_units / sizeof minor_units[0]; i++)
+		if (strcmp(minor_units[i].code, currency) == 0)
+			exp = minor_units[i].exp;
+	for (i = 0; i < (size_t)exp; i++)
+		scale *= 10;
+	if (exp == 0)
+		snprintf(out, 32, "%s%lld", amount < 0 ? "-" : "", a);
+	else
+		snprintf(out, 32, "%s%lld.%0*lld", amount < 0 ? "-" : "", a / scale, exp,
+		         a % scale);
+}
+
+static cJSON *
+default_body(const struct ik_event *ev, const char *ref)
 {
 	cJSON *o = cJSON_CreateObject();
 
@@ -385,25 +438,117 @@ ik_bankapi_event_json(const struct ik_event *ev)
 	    /* amount <= 10^12 < 2^53: exact as a double, printed as an integer */
 	    !cJSON_AddNumberToObject(o, "amount", (double)ev->amount) ||
 	    !cJSON_AddStringToObject(o, "currency", ev->currency) ||
-	    !cJSON_AddStringToObject(o, "chargeType", ev->charge_type)) {
+	    !cJSON_AddStringToObject(o, "chargeType", ev->charge_type) ||
+	    (ref && !cJSON_AddStringToObject(o, "debitRef", ref))) {
 		cJSON_Delete(o);
 		return NULL;
 	}
 	return o;
 }
 
+int
+ik_bankapi_body(struct ik_bankapi *a, const cJSON *event, const struct ik_event *ev,
+                const char *key, const cJSON *attempt, const char *ref,
+                char **body, ik_err *err)
+{
+	char major[32];
+	cJSON *vars = NULL, *out = NULL;
+	int rc;
+
+	*body = NULL;
+	if (!a->request) {
+		if (!(out = default_body(ev, ref)))
+			return ik_errf(err, IK_SOFTWARE, "out of memory");
+	} else {
+		ik_bankapi_amount_major(ev->amount, ev->currency, major);
+		if (!(vars = cJSON_CreateObject()) ||
+		    !cJSON_AddStringToObject(vars, "key", key) ||
+		    !cJSON_AddStringToObject(vars, "amountMajor", major) ||
+		    !cJSON_AddItemToObject(vars, "attempt", cJSON_IsNumber(attempt) ?
+		                           cJSON_CreateNumber(attempt->valuedouble) : cJSON_CreateNull()) ||
+		    !cJSON_AddItemToObject(vars, "ref", ref ? cJSON_CreateString(ref) : cJSON_CreateNull())) {
+			cJSON_Delete(vars);
+			return ik_errf(err, IK_SOFTWARE, "out of memory");
+		}
+		rc = ik_jq_run(a->request, event, vars, &out, err);
+		cJSON_Delete(vars);
+		if (rc != IK_OK)
+			return rc;
+		if (!out)
+			return ik_errf(err, IK_CONFIG, "IDEMKIT_%s_REQUEST: the program yielded "
+			               "nothing for this event", a->prefix);
+	}
+	*body = cJSON_PrintUnformatted(out);
+	cJSON_Delete(out);
+	return *body ? IK_OK : ik_errf(err, IK_SOFTWARE, "out of memory");
+}
+
+static int
+ref_ok(const char *s)
+{
+	size_t n = strlen(s), i;
+
+	for (i = 0; i < n; i++)
+		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+			return 0;
+	return n > 0 && n <= 128;
+}
+
+int
+ik_bankapi_ref(struct ik_bankapi *a, const struct ik_http_res *res, char **ref,
+               char *warn, size_t warnsz)
+{
+	cJSON *ans = cJSON_ParseWithLength(res->body.p, res->body.len), *v = NULL;
+	const cJSON *got;
+	ik_err e = {0};
+	char num[32];
+
+	*ref = NULL;
+	warn[0] = '\0';
+	if (a->ref) {
+		if (ik_jq_run(a->ref, ans, NULL, &v, &e) != IK_OK)
+			snprintf(warn, warnsz, "%s", e.msg);
+		got = v;
+	} else {
+		got = cJSON_GetObjectItemCaseSensitive(ans, "ref");
+	}
+	if (cJSON_IsNumber(got) && got->valuedouble == (double)(long long)got->valuedouble) {
+		snprintf(num, sizeof num, "%lld", (long long)got->valuedouble);
+		if (!(*ref = strdup(num)))
+			goto nomem;
+	} else if (cJSON_IsString(got) && ref_ok(got->valuestring)) {
+		if (!(*ref = strdup(got->valuestring)))
+			goto nomem;
+	} else if (!warn[0]) {
+		snprintf(warn, warnsz, "HTTP %ld without a reference%s", res->status,
+		         !ans ? " (the body is not JSON)" : got && !cJSON_IsNull(got) ?
+		         " (not 1-128 printable characters)" : "");
+	}
+	cJSON_Delete(v);
+	cJSON_Delete(ans);
+	return 0;
+nomem:
+	cJSON_Delete(v);
+	cJSON_Delete(ans);
+	return -1;
+}
+
 void
-ik_bankapi_reason(const struct ik_http_res *res, char out[IK_BANKAPI_REASON_MAX + 1])
+ik_bankapi_reason(struct ik_bankapi *a, const struct ik_http_res *res,
+                  char out[IK_BANKAPI_REASON_MAX + 1])
 {
 	static const char *const fields[] = { "reason", "message", "error", NULL };
 	const char *s = NULL;
-	cJSON *o = NULL;
+	cJSON *o = NULL, *v = NULL;
+	ik_err e;
 	size_t i, n = 0;
 
 	out[0] = '\0';
 	if (!res->body.p || !res->body.len)
 		return;
 	o = cJSON_ParseWithLength(res->body.p, res->body.len);
+	if (a->reason && o && ik_jq_run(a->reason, o, NULL, &v, &e) == IK_OK)
+		s = cJSON_GetStringValue(v);
 	for (i = 0; o && fields[i] && !s; i++)
 		s = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, fields[i]));
 	if (!s && !o)
@@ -411,5 +556,6 @@ ik_bankapi_reason(const struct ik_http_res *res, char out[IK_BANKAPI_REASON_MAX 
 	for (; s && s[n] && s[n] != '\n' && s[n] != '\r' && n < IK_BANKAPI_REASON_MAX; n++)
 		out[n] = (unsigned char)s[n] < 0x20 || s[n] == 0x7f ? '?' : s[n];
 	out[n] = '\0';
+	cJSON_Delete(v);
 	cJSON_Delete(o);
 }

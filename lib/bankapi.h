@@ -4,7 +4,13 @@
  *
  * Configuration comes from options and from IDEMKIT_<P>_* variables
  * (P = BANK or NOTIFY): _URL, _TOKEN, _TOKEN_FILE, _HMAC_KEY_FILE,
- * _KEY_HEADER, _CACERT, _DECLINED, _RETRY.
+ * _KEY_HEADER, _CACERT, _DECLINED, _RETRY, _REQUEST, _REF, _REASON.
+ *
+ * A bank is integrated by configuration: jq programs (jqprog.h) build the
+ * request body from the event (with $key, $amountMajor, $attempt, $ref),
+ * take the reference out of a 2xx body, and the reason out of a refusal.
+ * A 2xx is the bank's word that the money moved: a reference that cannot
+ * be found is a warning, never a failure.
  *
  * The bank decides DECLINED only explicitly: the statuses in the declined
  * list (default 402,422) are its refusals; those in the retry list
@@ -25,6 +31,7 @@
 #include "err.h"
 #include "event.h"
 #include "http.h"
+#include "jqprog.h"
 #include "util.h"
 
 #define IK_BANKAPI_REASON_MAX 200
@@ -37,6 +44,9 @@ struct ik_bankapi_opts {
 	long timeout_ms;           /* 0: 10000 */
 	const char *declined;      /* status list; NULL: $IDEMKIT_<P>_DECLINED, else 402,422 */
 	const char *retry;         /* NULL: $IDEMKIT_<P>_RETRY, else 408,409,425,429,5xx */
+	const char *request;       /* jq; NULL: $IDEMKIT_<P>_REQUEST, else the default body */
+	const char *ref;           /* jq; NULL: $IDEMKIT_<P>_REF, else .ref */
+	const char *reason;        /* jq; NULL: $IDEMKIT_<P>_REASON, else .reason/.message/.error/text */
 };
 
 #define IK_BANKAPI_DECLINED_DEFAULT "402,422"
@@ -51,6 +61,7 @@ struct ik_bankapi {
 	struct ik_buf hmac_key;    /* empty: no signature; secret */
 	struct ik_http *http;
 	unsigned char cls[600];    /* status -> IK_DECLINED / IK_TEMPFAIL, else 0 */
+	struct ik_jq *request, *ref, *reason;   /* NULL: the defaults */
 };
 
 /* Takes the secrets out of the environment at once (call early in main,
@@ -98,14 +109,33 @@ int ik_bankapi_lease_check(const cJSON *env, int64_t need_ms, int64_t margin_ms,
  * complaint naming the option (the command then exits 64). */
 int ik_bankapi_opt_status(const char *opt, const char *list);
 
-/* The business fields the bank is sent: chargeId, accountId, amount,
- * currency, chargeType.  NULL on ENOMEM. */
-cJSON *ik_bankapi_event_json(const struct ik_event *ev);
+/* The amount in major units as an exact decimal string, from ISO 4217's
+ * minor-unit exponent of currency (2500 INR "25.00", 2500 JPY "2500",
+ * 2500 BHD "2.500"; an unknown code has 2), in integer arithmetic. */
+void ik_bankapi_amount_major(long long amount, const char *currency, char out[32]);
 
-/* The reason in an error answer ("reason", "message" or "error" of a JSON
- * body, else the body's first line), bounded to IK_BANKAPI_REASON_MAX and
+/* The request body for ev: the --request program run on event (the parsed
+ * body, unknown fields included) with $key, $amountMajor, $attempt
+ * (claim.attempt or null) and $ref (the debit's ref or null); without one,
+ * {chargeId, accountId, amount, currency, chargeType} plus debitRef when
+ * ref is set.  *body is malloc'd.  IK_OK, IK_CONFIG (the program failed or
+ * yielded nothing) or IK_SOFTWARE. */
+int ik_bankapi_body(struct ik_bankapi *a, const cJSON *event, const struct ik_event *ev,
+                    const char *key, const cJSON *attempt, const char *ref,
+                    char **body, ik_err *err);
+
+/* The bank's reference in a 2xx answer: the --ref program (default .ref)
+ * on the JSON body; a string of 1-128 printable characters, or an integer,
+ * is the ref (*ref, malloc'd); anything else leaves *ref NULL and says why
+ * in warn ("" when a ref was found).  Never fails but on ENOMEM (-1). */
+int ik_bankapi_ref(struct ik_bankapi *a, const struct ik_http_res *res, char **ref,
+                   char *warn, size_t warnsz);
+
+/* The reason in an error answer: the --reason program's string when one
+ * is set and yields one, else "reason", "message" or "error" of a JSON
+ * body, else the body's first line; bounded to IK_BANKAPI_REASON_MAX and
  * with control characters replaced; "" when there is none. */
-void ik_bankapi_reason(const struct ik_http_res *res,
+void ik_bankapi_reason(struct ik_bankapi *a, const struct ik_http_res *res,
                        char out[IK_BANKAPI_REASON_MAX + 1]);
 
 /* The request signature, scheme IDEMKIT-HMAC-SHA256 (charge-debit(1)):

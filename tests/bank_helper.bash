@@ -87,6 +87,14 @@ envelope() {
 		"$1" "$b" "${4:-ACQUIRED}" "$1"
 }
 
+# envelope_of EVENT_JSON [ATTEMPT]: an ACQUIRED envelope around any event body.
+envelope_of() {
+	local b
+	b=$(printf '%s' "$1" | sed 's/"/\\"/g')
+	printf '{"v":1,"messageId":"m-x","body":"%s","claim":{"outcome":"ACQUIRED","attempt":%s}}\n' \
+		"$b" "${2:-1}"
+}
+
 # leased ID MS [ACCOUNT]: an ACQUIRED envelope whose claim's lease ends MS
 # milliseconds from now (claim.leaseUntil, epoch ms).
 leased() {

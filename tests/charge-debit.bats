@@ -7,6 +7,7 @@ load helper
 load bank_helper
 
 teardown() {
+	capture_stop
 	conn_counter_stop
 	bank_stop
 }
@@ -201,12 +202,99 @@ assert got==want and "ref" not in d, (got, want)' "$s" "$outcome" || return 1
 	[ "$(jget "$output" debit.outcome)" = TEMPFAIL ]
 }
 
-@test "2xx without a reference: 70, never a recorded debit without the bank's ref" {
+@test "2xx without a reference: still OK (the money moved), ref null and a warning, never SOFTWARE" {
 	bank_start --error-rate 1 --error-status 200
 	debit_run "$(envelope CHG-N)"
-	[ "$status" -eq 70 ]
-	[ "$(jget "$output" debit.outcome)" = SOFTWARE ]
-	[ "$(jget "$output" debit.error)" = "HTTP 200 without a reference" ]
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" debit.outcome)" = OK ]
+	[ "$(jget "$output" debit)" = '{"outcome": "OK", "ref": null, "status": 200, "warning": "HTTP 200 without a reference"}' ]
+	[[ "$stderr" == *'"level":"warn"'*'"outcome":"OK"'*'"warning":"HTTP 200 without a reference"'* ]]
+}
+
+@test "--ref FILTER / IDEMKIT_BANK_REF: the reference from any field; none is OK with a warning" {
+	bank_start
+	debit_run "$(envelope CHG-1)" --ref '"X-" + .status + "-" + .ref'
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" debit.ref)" = X-DEBITED-TXN-00000001 ]
+	IDEMKIT_BANK_REF=.createdAt debit_run "$(envelope CHG-1)"
+	[ "$status" -eq 0 ]
+	[[ "$(jget "$output" debit.ref)" =~ ^[0-9]{13}$ ]]
+	[ "$(jget "$output" debit.replayed)" = True ]
+	debit_run "$(envelope CHG-1)" --ref .Data.PaymentId
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" debit.ref)" = "" ]
+	[ "$(jget "$output" debit.warning)" = "HTTP 200 without a reference" ]
+	debit_run "$(envelope CHG-1)" --ref '.ref | error("no such bank")'
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" debit.outcome)" = OK ]
+	[[ "$(jget "$output" debit.warning)" == "--ref: jq error: "* ]]
+	[[ "$stderr" == *'"warning":"--ref: jq error:'* ]]
+	# A ref that is not one printable line is not taken.
+	debit_run "$(envelope CHG-1)" --ref '"a\nb"'
+	[ "$status" -eq 0 ]
+	[[ "$(jget "$output" debit.warning)" == *"not 1-128 printable characters"* ]]
+	[ "$(bank_stat debits)" -eq 1 ]
+}
+
+@test "--request FILTER: the body from the event with \$key, \$amountMajor (ISO 4217 exponent), \$attempt" {
+	capture_start
+	prog='{debtor: .accountId, amount: $amountMajor, ccy: .currency, key: $key, try: $attempt, due: .dueDate, extra: .x}'
+	for c in "INR 2500 25.00" "JPY 2500 2500" "BHD 2500 2.500" "KWD 1 0.001" "OMR 2500 2.500" \
+	         "INR 1000000000000 10000000000.00" "INR 5 0.05" "USD 100 1.00" "ISK 7 7"; do
+		set -- $c
+		ev='{"chargeId":"CHG-'$1'","accountId":"ACC-7","amount":'$2',"currency":"'$1'","chargeType":"FEE","dueDate":"2026-11-30","x":[1]}'
+		debit_run "$(envelope_of "$ev" 3)" --url "$CAP_URL/pay" --request "$prog"
+		[ "$status" -eq 0 ] || { echo "$c: $status $output"; return 1; }
+		[ "$(jget "$output" debit.ref)" = TXN-CAP ]
+		got=$(tail -1 "$CAP_DIR/log")
+		[ "$(jget "$got" body)" = '{"debtor":"ACC-7","amount":"'$3'","ccy":"'$1'","key":"CHG-'$1'","try":3,"due":"2026-11-30","extra":[1]}' ] ||
+			{ echo "$c: $(jget "$got" body)"; return 1; }
+		[ "$(jget "$got" headers.Idempotency-Key)" = "CHG-$1" ]
+	done
+	# From the environment; no claim attempt is null.
+	IDEMKIT_BANK_REQUEST='{a: $attempt, r: $ref}' debit_run "$(envelope CHG-E)" --url "$CAP_URL/pay"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$(tail -1 "$CAP_DIR/log")" body)" = '{"a":null,"r":null}' ]
+	# The default body is unchanged.
+	debit_run "$(envelope CHG-D)" --url "$CAP_URL/pay"
+	[ "$(jget "$(tail -1 "$CAP_DIR/log")" body)" = '{"chargeId":"CHG-D","accountId":"ACC-1","amount":2500,"currency":"INR","chargeType":"SMS_ALERT_FEE"}' ]
+}
+
+@test "a request program that does not compile, fails or yields nothing is 78; nothing is sent" {
+	bank_start
+	run charge-debit --check --request '{a: }'
+	[ "$status" -eq 78 ]
+	[[ "$output" == "charge-debit: --request: not a jq program: "* ]]
+	IDEMKIT_BANK_REQUEST='.[' run charge-debit --check
+	[ "$status" -eq 78 ]
+	[[ "$output" == "charge-debit: IDEMKIT_BANK_REQUEST: not a jq program: "* ]]
+	run charge-debit --check --ref '|'
+	[ "$status" -eq 78 ]
+	run charge-debit --check --reason ')'
+	[ "$status" -eq 78 ]
+	debit_run "$(envelope CHG-1)" --request '{a: }'
+	[ "$status" -eq 78 ]
+	[ "$(jget "$output" debit.outcome)" = CONFIG ]
+	debit_run "$(envelope CHG-1)" --request 'error("no mapping for " + .currency)'
+	[ "$status" -eq 78 ]
+	[ "$(jget "$output" debit.error)" = "--request: jq error: no mapping for INR" ]
+	debit_run "$(envelope CHG-1)" --request 'empty'
+	[ "$status" -eq 78 ]
+	[ "$(jget "$output" debit.error)" = "IDEMKIT_BANK_REQUEST: the program yielded nothing for this event" ]
+	# A trailing comment does not swallow the wrapper.
+	run charge-debit --check --request '. # the event as is'
+	[ "$status" -eq 0 ]
+	[ "$(bank_stat attempts)" -eq 0 ]
+}
+
+@test "--reason FILTER / IDEMKIT_BANK_REASON: the decline's reason from the bank's own field" {
+	bank_start --decline ACC-9
+	debit_run "$(envelope CHG-9 ACC-9)" --reason '"code " + .status'
+	[ "$status" -eq 20 ]
+	[ "$(jget "$output" debit.error)" = "HTTP 402: code DECLINED" ]
+	IDEMKIT_BANK_REASON=.nothing debit_run "$(envelope CHG-9 ACC-9)"
+	[ "$status" -eq 20 ]
+	[ "$(jget "$output" debit.error)" = "HTTP 402: insufficient funds" ]
 }
 
 @test "401: 78 CONFIG; token from the environment or a file works" {

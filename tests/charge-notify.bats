@@ -7,6 +7,7 @@ load helper
 load bank_helper
 
 teardown() {
+	capture_stop
 	conn_counter_stop
 	bank_stop
 }
@@ -272,4 +273,24 @@ notify_expect() {
 	run charge-notify --check --retries many
 	[ "$status" -eq 64 ]
 	[ "$(conn_count)" -eq 0 ]
+}
+
+@test "--request / IDEMKIT_NOTIFY_REQUEST: the gateway's body with \$ref, \$key, \$amountMajor; --reason" {
+	capture_start
+	prog='{to: .accountId, text: "Debited \($amountMajor) \(.currency), ref \($ref)", id: $key}'
+	notify_run "$(debited "$(envelope CHG-1)")" --url "$CAP_URL/sms" --request "$prog"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$(tail -1 "$CAP_DIR/log")" body)" = '{"to":"ACC-1","text":"Debited 25.00 INR, ref TXN-00000042","id":"CHG-1:notify"}' ]
+	IDEMKIT_NOTIFY_REQUEST='{r: $ref}' notify_run "$(debited "$(envelope CHG-2)")" --url "$CAP_URL/sms"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$(tail -1 "$CAP_DIR/log")" body)" = '{"r":"TXN-00000042"}' ]
+	notify_run "$(debited "$(envelope CHG-3)")" --url "$CAP_URL/sms" --request 'error("x")'
+	[ "$status" -eq 78 ]
+	[ "$(jget "$output" notify.error)" = "--request: jq error: x" ]
+	[ "$(wc -l <"$CAP_DIR/log")" -eq 2 ]
+	capture_stop
+	bank_start --notify-fail --notify-fail-status 422
+	IDEMKIT_NOTIFY_REASON='"gateway: " + .reason' notify_run "$(debited "$(envelope CHG-4)")"
+	[ "$status" -eq 21 ]
+	[ "$(jget "$output" notify.error)" = "HTTP 422: gateway: injected notification failure" ]
 }
