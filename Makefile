@@ -20,7 +20,7 @@ VERSION := 0.1.0
 DEPS := libcurl:libcurl4-openssl-dev libcjson:libcjson-dev \
         libsodium:libsodium-dev sqlite3:libsqlite3-dev
 # The simulator's own (sim/, below): never needed by the product.
-SIM_DEPS := libmicrohttpd:libmicrohttpd-dev
+SIM_DEPS := libmicrohttpd:libmicrohttpd-dev gnutls:libgnutls28-dev
 PKG_CONFIG ?= pkg-config
 DEBS_RUN := libjq-dev bats pkg-config make gcc clang libclang-rt-14-dev sqlite3 mandoc \
             python3 python3-botocore shellcheck valgrind openssl curl procps util-linux
@@ -206,8 +206,8 @@ SIM_MANS  := man/bank-sim.1
 PROD_MANS := $(filter-out $(SIM_MANS),$(MANS))
 ifeq ($(filter $(NODEPS_GOALS),$(MAKECMDGOALS)),)
 SIM_MISSING := $(foreach d,$(SIM_DEPS),$(if $(shell $(PKG_CONFIG) --exists $(word 1,$(subst :, ,$(d))) 2>/dev/null && echo y),,$(word 2,$(subst :, ,$(d)))))
-SIM_CFLAGS  := $(if $(SIM_MISSING),,$(shell $(PKG_CONFIG) --cflags $(SIM_PKGS)))
-SIM_LIBS    := $(if $(SIM_MISSING),,$(shell $(PKG_CONFIG) --libs $(SIM_PKGS)))
+SIM_CFLAGS  := $(if $(strip $(SIM_MISSING)),,$(shell $(PKG_CONFIG) --cflags $(SIM_PKGS)))
+SIM_LIBS    := $(if $(strip $(SIM_MISSING)),,$(shell $(PKG_CONFIG) --libs $(SIM_PKGS)))
 endif
 
 sim: $(O)/bin/bank-sim

@@ -37,7 +37,8 @@ static const char usage[] =
 	"                    [--cacert FILE] [--connect-timeout DUR] [--timeout DUR]\n"
 	"                    [--declined-status LIST] [--retry-status LIST]\n"
 	"                    [--lease-margin DUR] [--request FILTER] [--ref FILTER]\n"
-	"                    [--reason FILTER] < envelope\n";
+	"                    [--reason FILTER]\n"
+	"                    [--client-cert FILE --client-key FILE] < envelope\n";
 static const char options[] =
 	"  --check                  check the configuration (URL, credentials files,\n"
 	"                           lists) without any network call: 0, or 78 and why\n"
@@ -62,6 +63,9 @@ static const char options[] =
 	"                           body (default .ref, $IDEMKIT_BANK_REF)\n"
 	"  --reason FILTER          jq program taking the reason out of a refusal\n"
 	"                           (default .reason/.message/.error, $IDEMKIT_BANK_REASON)\n"
+	"  --client-cert FILE       mutual TLS: PEM certificate ($IDEMKIT_BANK_CLIENT_CERT)\n"
+	"  --client-key FILE        its PEM key, mode 0600 or stricter\n"
+	"                           ($IDEMKIT_BANK_CLIENT_KEY)\n"
 	"  -h, --help, -V, --version\n"
 	"Credentials: $IDEMKIT_BANK_TOKEN or $IDEMKIT_BANK_TOKEN_FILE (bearer),\n"
 	"$IDEMKIT_BANK_HMAC_KEY_FILE (X-Idemkit-Signature); never on the command line.\n";
@@ -199,7 +203,7 @@ debit(cJSON *env, void *arg)
 int
 main(int argc, char **argv)
 {
-	enum { O_CONNECT = 256, O_TIMEOUT, O_DECLINED, O_RETRY, O_MARGIN, O_CHECK, O_REQUEST, O_REF, O_REASON };
+	enum { O_CONNECT = 256, O_TIMEOUT, O_DECLINED, O_RETRY, O_MARGIN, O_CHECK, O_REQUEST, O_REF, O_REASON, O_CCERT, O_CKEY };
 	static const struct option longopts[] = {
 		{ "stream", no_argument, NULL, 's' },
 		{ "url", required_argument, NULL, 'u' },
@@ -214,6 +218,8 @@ main(int argc, char **argv)
 		{ "request", required_argument, NULL, O_REQUEST },
 		{ "ref", required_argument, NULL, O_REF },
 		{ "reason", required_argument, NULL, O_REASON },
+		{ "client-cert", required_argument, NULL, O_CCERT },
+		{ "client-key", required_argument, NULL, O_CKEY },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -258,6 +264,8 @@ main(int argc, char **argv)
 		case O_REQUEST: c.opts.request = optarg; break;
 		case O_REF: c.opts.ref = optarg; break;
 		case O_REASON: c.opts.reason = optarg; break;
+		case O_CCERT: c.opts.client_cert = optarg; break;
+		case O_CKEY: c.opts.client_key = optarg; break;
 		case O_MARGIN:
 			if (ik_opt_duration("--lease-margin", optarg, 0, 3600000, &c.lease_margin_ms) < 0)
 				goto out;

@@ -35,7 +35,8 @@ static const char usage[] =
 	"                     [--cacert FILE] [--connect-timeout DUR] [--timeout DUR]\n"
 	"                     [--retries N] [--backoff DUR] [--declined-status LIST]\n"
 	"                     [--retry-status LIST] [--lease-margin DUR]\n"
-	"                     [--request FILTER] [--reason FILTER] < envelope\n";
+	"                     [--request FILTER] [--reason FILTER]\n"
+	"                     [--client-cert FILE --client-key FILE] < envelope\n";
 static const char options[] =
 	"  --check                  check the configuration (URL, credentials files,\n"
 	"                           lists) without any network call: 0, or 78 and why\n"
@@ -61,6 +62,9 @@ static const char options[] =
 	"                           built-in body, $IDEMKIT_NOTIFY_REQUEST)\n"
 	"  --reason FILTER          jq program taking the reason out of a refusal\n"
 	"                           (default .reason/.message/.error, $IDEMKIT_NOTIFY_REASON)\n"
+	"  --client-cert FILE       mutual TLS: PEM certificate ($IDEMKIT_NOTIFY_CLIENT_CERT)\n"
+	"  --client-key FILE        its PEM key, mode 0600 or stricter\n"
+	"                           ($IDEMKIT_NOTIFY_CLIENT_KEY)\n"
 	"  -h, --help, -V, --version\n"
 	"Credentials: $IDEMKIT_NOTIFY_TOKEN or $IDEMKIT_NOTIFY_TOKEN_FILE (bearer),\n"
 	"$IDEMKIT_NOTIFY_HMAC_KEY_FILE (X-Idemkit-Signature); never on the command line.\n";
@@ -230,7 +234,7 @@ notify(cJSON *env, void *arg)
 int
 main(int argc, char **argv)
 {
-	enum { O_CONNECT = 256, O_TIMEOUT, O_DECLINED, O_RETRY, O_MARGIN, O_CHECK, O_REQUEST, O_REF, O_REASON };
+	enum { O_CONNECT = 256, O_TIMEOUT, O_DECLINED, O_RETRY, O_MARGIN, O_CHECK, O_REQUEST, O_REF, O_REASON, O_CCERT, O_CKEY };
 	static const struct option longopts[] = {
 		{ "stream", no_argument, NULL, 's' },
 		{ "url", required_argument, NULL, 'u' },
@@ -246,6 +250,8 @@ main(int argc, char **argv)
 		{ "check", no_argument, NULL, O_CHECK },
 		{ "request", required_argument, NULL, O_REQUEST },
 		{ "reason", required_argument, NULL, O_REASON },
+		{ "client-cert", required_argument, NULL, O_CCERT },
+		{ "client-key", required_argument, NULL, O_CKEY },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -301,6 +307,8 @@ main(int argc, char **argv)
 		case O_CHECK: check = 1; break;
 		case O_REQUEST: c.opts.request = optarg; break;
 		case O_REASON: c.opts.reason = optarg; break;
+		case O_CCERT: c.opts.client_cert = optarg; break;
+		case O_CKEY: c.opts.client_key = optarg; break;
 		case O_MARGIN:
 			if (ik_opt_duration("--lease-margin", optarg, 0, 3600000, &c.lease_margin_ms) < 0)
 				goto out;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <sodium.h>
@@ -163,6 +164,41 @@ ik_bankapi_classify(const struct ik_bankapi *a, long status)
 	return IK_CONFIG;   /* not a debit endpoint's answer, or not ours to guess */
 }
 
+/* Mutual TLS: a certificate and its key, both or neither; the key file
+ * must not be readable by group or others (an ssh-style rule: a key the
+ * whole host can read is no longer the worker's). */
+static int
+open_client_cert(struct ik_bankapi *a, const struct ik_bankapi_opts *o, ik_err *err)
+{
+	char cn[64], kn[64];
+	const char *cert = o->client_cert ? o->client_cert : env(a->prefix, "CLIENT_CERT", cn, sizeof cn);
+	const char *key = o->client_key ? o->client_key : env(a->prefix, "CLIENT_KEY", kn, sizeof kn);
+	struct stat st;
+
+	if (o->client_cert)
+		snprintf(cn, sizeof cn, "--client-cert");
+	else
+		snprintf(cn, sizeof cn, "IDEMKIT_%s_CLIENT_CERT", a->prefix);
+	if (o->client_key)
+		snprintf(kn, sizeof kn, "--client-key");
+	else
+		snprintf(kn, sizeof kn, "IDEMKIT_%s_CLIENT_KEY", a->prefix);
+	if (!cert && !key)
+		return IK_OK;
+	if (!cert || !key)
+		return ik_errf(err, IK_CONFIG, "mutual TLS needs both %s and %s", cn, kn);
+	if (access(cert, R_OK) != 0)
+		return ik_errf(err, IK_CONFIG, "%s %s: not readable", cn, cert);
+	if (stat(key, &st) != 0 || access(key, R_OK) != 0)
+		return ik_errf(err, IK_CONFIG, "%s %s: not readable", kn, key);
+	if (st.st_mode & (S_IRWXG | S_IRWXO))
+		return ik_errf(err, IK_CONFIG, "%s %s: readable by group or others (mode %03o); "
+		               "chmod 600 it", kn, key, (unsigned)(st.st_mode & 0777));
+	if (!(a->client_cert = strdup(cert)) || !(a->client_key = strdup(key)))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	return IK_OK;
+}
+
 /* One jq program, from its option or IDEMKIT_<P>_<NAME>; none: NULL. */
 static int
 open_jq(struct ik_bankapi *a, const char *opt, const char *name, const char *optname,
@@ -258,6 +294,7 @@ ik_bankapi_open(struct ik_bankapi *a, const struct ik_bankapi_opts *o,
 	a->connect_timeout_ms = o->connect_timeout_ms;
 	a->timeout_ms = o->timeout_ms;
 	if ((rc = open_classes(a, o, err)) != IK_OK ||
+	    (rc = open_client_cert(a, o, err)) != IK_OK ||
 	    (rc = open_jq(a, o->request, "REQUEST", "--request", &a->request, err)) != IK_OK ||
 	    (rc = open_jq(a, o->ref, "REF", "--ref", &a->ref, err)) != IK_OK ||
 	    (rc = open_jq(a, o->reason, "REASON", "--reason", &a->reason, err)) != IK_OK)
@@ -302,7 +339,9 @@ ik_bankapi_close(struct ik_bankapi *a)
 	free(a->key_header);
 	free(a->cacert);
 	free(a->path);
-	a->url = a->key_header = a->cacert = a->path = NULL;
+	free(a->client_cert);
+	free(a->client_key);
+	a->url = a->key_header = a->cacert = a->path = a->client_cert = a->client_key = NULL;
 	wipe(&a->auth);
 	wipe(&a->hmac_key);
 	ik_jq_free(a->request);
@@ -359,6 +398,7 @@ ik_bankapi_post(struct ik_bankapi *a, const char *key, const char *body,
 		.body = body, .body_len = len,
 		.connect_timeout_ms = a->connect_timeout_ms, .timeout_ms = a->timeout_ms,
 		.max_body = 1u << 20, .cacert = a->cacert,
+		.client_cert = a->client_cert, .client_key = a->client_key,
 	};
 
 	if (ik_buf_addstr(&keyh, a->key_header) < 0 || ik_buf_addstr(&keyh, ": ") < 0 ||

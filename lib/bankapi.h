@@ -4,7 +4,8 @@
  *
  * Configuration comes from options and from IDEMKIT_<P>_* variables
  * (P = BANK or NOTIFY): _URL, _TOKEN, _TOKEN_FILE, _HMAC_KEY_FILE,
- * _KEY_HEADER, _CACERT, _DECLINED, _RETRY, _REQUEST, _REF, _REASON.
+ * _KEY_HEADER, _CACERT, _CLIENT_CERT, _CLIENT_KEY, _DECLINED, _RETRY,
+ * _REQUEST, _REF, _REASON.
  *
  * A bank is integrated by configuration: jq programs (jqprog.h) build the
  * request body from the event (with $key, $amountMajor, $attempt, $ref),
@@ -40,6 +41,9 @@ struct ik_bankapi_opts {
 	const char *url;           /* NULL: $IDEMKIT_<P>_URL */
 	const char *key_header;    /* NULL: $IDEMKIT_<P>_KEY_HEADER, else Idempotency-Key */
 	const char *cacert;        /* NULL: $IDEMKIT_<P>_CACERT, else the system's */
+	const char *client_cert;   /* mutual TLS; NULL: $IDEMKIT_<P>_CLIENT_CERT */
+	const char *client_key;    /* NULL: $IDEMKIT_<P>_CLIENT_KEY; never readable by
+	                              group or others */
 	long connect_timeout_ms;   /* 0: 3000 */
 	long timeout_ms;           /* 0: 10000 */
 	const char *declined;      /* status list; NULL: $IDEMKIT_<P>_DECLINED, else 402,422 */
@@ -54,7 +58,7 @@ struct ik_bankapi_opts {
 
 struct ik_bankapi {
 	const char *prefix;        /* "BANK", "NOTIFY" */
-	char *url, *key_header, *cacert;
+	char *url, *key_header, *cacert, *client_cert, *client_key;
 	char *path;                /* the URL's path[?query], as signed */
 	long connect_timeout_ms, timeout_ms;
 	struct ik_buf auth;        /* "Authorization: Bearer …" or empty; secret */

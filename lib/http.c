@@ -309,6 +309,29 @@ classify(CURLcode rc)
 	}
 }
 
+/* A handshake the server refused because of our certificate (TLS alerts
+ * 116 certificate_required, 42 bad_certificate, 48 unknown_ca, 46
+ * certificate_unknown, 45 certificate_expired, 44 certificate_revoked, as
+ * OpenSSL names them): a configuration error, not a transient one.  Other
+ * handshake failures stay transient.  libcurl gives one code for all of
+ * them (35, or 56 when TLS 1.3 sends the alert after the handshake), so
+ * the alert is read from its message. */
+static int
+tls_refused(CURLcode rc, const char *msg)
+{
+	static const char *const alerts[] = { "alert certificate required",
+		"alert bad certificate", "alert unknown ca", "alert certificate unknown",
+		"alert certificate expired", "alert certificate revoked", NULL };
+	size_t i;
+
+	if (rc != CURLE_SSL_CONNECT_ERROR && rc != CURLE_RECV_ERROR && rc != CURLE_SEND_ERROR)
+		return 0;
+	for (i = 0; alerts[i]; i++)
+		if (strstr(msg, alerts[i]))
+			return 1;
+	return 0;
+}
+
 #define SET(opt, val) do { \
 	if ((cc = curl_easy_setopt(c, opt, val)) != CURLE_OK) goto curl_fail; \
 } while (0)
@@ -364,6 +387,12 @@ ik_http_do(struct ik_http *h, const struct ik_http_req *req,
 	SET(CURLOPT_SSL_VERIFYHOST, 2L);
 	if (req->cacert)
 		SET(CURLOPT_CAINFO, req->cacert);
+	if (req->client_cert) {
+		SET(CURLOPT_SSLCERT, req->client_cert);
+		SET(CURLOPT_SSLCERTTYPE, "PEM");
+		SET(CURLOPT_SSLKEY, req->client_key);
+		SET(CURLOPT_SSLKEYTYPE, "PEM");
+	}
 	if (req->no_proxy)
 		SET(CURLOPT_PROXY, "");
 	SET(CURLOPT_CONNECTTIMEOUT_MS, req->connect_timeout_ms > 0 ? req->connect_timeout_ms : 3000L);
@@ -422,7 +451,7 @@ ik_http_do(struct ik_http *h, const struct ik_http_req *req,
 curl_fail:
 	curl_easy_reset(c);
 	slist_wipe_free(hl);
-	return ik_errf(err, classify(cc), "%s: %s", host,
+	return ik_errf(err, tls_refused(cc, errbuf) ? IK_CONFIG : classify(cc), "%s: %s", host,
 	               errbuf[0] ? errbuf : curl_easy_strerror(cc));
 nomem:
 	slist_wipe_free(hl);

@@ -10,7 +10,9 @@
  *   IK_TEMPFAIL  could not connect, timed out, transport error, response
  *                larger than the cap;
  *   IK_CONFIG    malformed URL, unsupported scheme, TLS certificate
- *                verification failure, unreadable CA file;
+ *                verification failure, unreadable CA file, a client
+ *                certificate that cannot be used, or a handshake the server
+ *                refused for our certificate (missing, unknown CA, bad);
  *   IK_SOFTWARE  out of memory, libcurl lacking a needed feature.
  * The message names the host and curl's reason; never a header value, the
  * URL's path or query, or a secret.
@@ -38,6 +40,8 @@ struct ik_http_req {
 	long timeout_ms;             /* total; 0: 10000 */
 	size_t max_body;             /* 0: IK_HTTP_MAX_BODY */
 	const char *cacert;          /* CA bundle file; NULL: the system's */
+	const char *client_cert;     /* PEM client certificate (mutual TLS), or NULL */
+	const char *client_key;      /* its PEM private key, with client_cert */
 	int no_proxy;                /* bypass any proxy (metadata endpoints) */
 	/* SigV4 signing by libcurl: "aws:amz:REGION:SERVICE", or NULL. */
 	const char *sigv4;

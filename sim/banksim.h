@@ -90,6 +90,7 @@ struct ik_banksim_cfg {
 	const char *token_file;    /* NULL: no bearer token required */
 	const char *hmac_key_file; /* NULL: no signature required */
 	const char *tls_cert, *tls_key;  /* PEM files; both or neither */
+	const char *tls_client_ca; /* PEM CA: require client certificates it signed */
 	unsigned max_conns;        /* 0: 256 */
 	struct ik_banksim_faults faults;  /* copied; decline list duplicated */
 };

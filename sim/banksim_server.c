@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include <gnutls/gnutls.h>
 #include <microhttpd.h>
 #include <sodium.h>
 
@@ -41,7 +42,7 @@ struct ik_banksim {
 	pthread_mutex_t mu;            /* guards f and rng */
 	struct ik_banksim_faults f;
 	uint64_t rng;
-	struct ik_buf token, hmac, cert, key;
+	struct ik_buf token, hmac, cert, key, client_ca;
 	atomic_int stopping;
 	int port;
 	char url[96];
@@ -268,6 +269,26 @@ hang(struct ik_banksim *b, struct MHD_Connection *c)
 }
 
 /* ---- auth ---- */
+
+/* With --tls-client-ca, libmicrohttpd asks for a client certificate in
+ * the handshake and GnuTLS checks it against that CA here; a request
+ * without a valid one is answered 403 and nothing else is looked at. */
+static int
+check_client_cert(struct ik_banksim *b, struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci;
+	unsigned status = 1;
+
+	if (!b->client_ca.p)
+		return 1;
+	ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+	if (!ci || !ci->tls_session)
+		return 0;
+	if (gnutls_certificate_verify_peers2((gnutls_session_t)ci->tls_session, &status) !=
+	    GNUTLS_E_SUCCESS)
+		return 0;
+	return status == 0;
+}
 
 static int
 check_token(struct ik_banksim *b, struct MHD_Connection *c)
@@ -590,6 +611,11 @@ route(struct ik_banksim *b, struct MHD_Connection *c, const char *url,
 	int post = strcmp(method, "POST") == 0, get = strcmp(method, "GET") == 0;
 	ik_err e;
 
+	if (!check_client_cert(b, c)) {
+		count(b, "unauthorized");
+		*ret = reply_reason(c, 403, NULL, "client certificate required");
+		return 403;
+	}
 	if (strcmp(url, "/health") == 0 && get) {
 		*ret = reply(c, 200, "application/json", "{\"status\":\"UP\"}", 0);
 		return 200;
@@ -765,6 +791,8 @@ ik_banksim_start(const struct ik_banksim_cfg *cfg, struct ik_banksim **out,
 	}
 	if (!!cfg->tls_cert != !!cfg->tls_key)
 		return ik_errf(err, IK_CONFIG, "TLS needs both a certificate and a key");
+	if (cfg->tls_client_ca && !cfg->tls_cert)
+		return ik_errf(err, IK_CONFIG, "--tls-client-ca needs --tls-cert and --tls-key");
 	if (cfg->tls_cert && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
 		return ik_errf(err, IK_CONFIG, "this libmicrohttpd has no TLS support");
 
@@ -789,7 +817,8 @@ ik_banksim_start(const struct ik_banksim_cfg *cfg, struct ik_banksim **out,
 	if ((cfg->token_file && (rc = read_secret(cfg->token_file, "token file", &b->token, err)) != IK_OK) ||
 	    (cfg->hmac_key_file && (rc = read_secret(cfg->hmac_key_file, "HMAC key file", &b->hmac, err)) != IK_OK) ||
 	    (cfg->tls_cert && (rc = read_secret(cfg->tls_cert, "TLS certificate", &b->cert, err)) != IK_OK) ||
-	    (cfg->tls_key && (rc = read_secret(cfg->tls_key, "TLS key", &b->key, err)) != IK_OK))
+	    (cfg->tls_key && (rc = read_secret(cfg->tls_key, "TLS key", &b->key, err)) != IK_OK) ||
+	    (cfg->tls_client_ca && (rc = read_secret(cfg->tls_client_ca, "TLS client CA", &b->client_ca, err)) != IK_OK))
 		goto fail;
 	if ((rc = ik_ledger_open(cfg->db_path, &b->ledger, err)) != IK_OK)
 		goto fail;
@@ -804,6 +833,8 @@ ik_banksim_start(const struct ik_banksim_cfg *cfg, struct ik_banksim **out,
 		flags |= MHD_USE_TLS;
 		opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_CERT, 0, b->cert.p };
 		opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_KEY, 0, b->key.p };
+		if (b->client_ca.p)
+			opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_TRUST, 0, b->client_ca.p };
 	}
 	opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_END, 0, NULL };
 
@@ -853,6 +884,7 @@ ik_banksim_stop(struct ik_banksim *b)
 	wipe(&b->hmac);
 	wipe(&b->cert);
 	wipe(&b->key);
+	wipe(&b->client_ca);
 	pthread_mutex_destroy(&b->mu);
 	free(b);
 }

@@ -212,3 +212,20 @@ hmac_v2() {
 	printf 'IDEMKIT-HMAC-SHA256\n%s\n%s\n%s\n%s\n%s' "$2" "$3" "$4" "$5" "$bh" |
 		openssl dgst -sha256 -hmac "$1" -r | cut -d' ' -f1
 }
+
+# mtls_certs DIR: a client CA (ca.pem), a client certificate it signed
+# (client.pem, client.key, mode 0600) and one it did not (other.pem,
+# other.key), beside the server's self_signed cert.pem/key.pem.
+mtls_certs() {
+	local d=$1
+	self_signed "$d"
+	openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=test-client-ca \
+		-keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null
+	openssl req -newkey rsa:2048 -nodes -subj /CN=idemkit-worker \
+		-keyout "$d/client.key" -out "$d/client.csr" 2>/dev/null
+	openssl x509 -req -in "$d/client.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" \
+		-CAcreateserial -days 2 -out "$d/client.pem" 2>/dev/null
+	openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=stranger \
+		-keyout "$d/other.key" -out "$d/other.pem" 2>/dev/null
+	chmod 600 "$d"/*.key
+}

@@ -564,3 +564,93 @@ assert got==want and "ref" not in d, (got, want)' "$s" "$outcome" || return 1
 	[ "$status" -eq 64 ]
 	[ "$(conn_count)" -eq 0 ]
 }
+
+@test "mutual TLS: the client certificate the bank's CA signed is accepted; none or another is CONFIG" {
+	mtls_certs "$BATS_TEST_TMPDIR"
+	d=$BATS_TEST_TMPDIR
+	bank_start --tls-cert "$d/cert.pem" --tls-key "$d/key.pem" --tls-client-ca "$d/ca.pem"
+	export IDEMKIT_BANK_CACERT=$d/cert.pem
+	BANK_AUTH=(--cacert "$d/cert.pem" --cert "$d/client.pem" --key "$d/client.key")
+	debit_run "$(envelope CHG-M1)" --client-cert "$d/client.pem" --client-key "$d/client.key"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" debit.ref)" = TXN-00000001 ]
+	IDEMKIT_BANK_CLIENT_CERT=$d/client.pem IDEMKIT_BANK_CLIENT_KEY=$d/client.key debit_run "$(envelope CHG-M2)"
+	[ "$status" -eq 0 ]
+	debit_run "$(envelope CHG-M3)"
+	[ "$status" -eq 78 ]
+	[ "$(jget "$output" debit.error)" = "HTTP 403: client certificate required" ]
+	debit_run "$(envelope CHG-M3)" --client-cert "$d/other.pem" --client-key "$d/other.key"
+	[ "$status" -eq 78 ]
+	[ "$(bank_stat debits)" -eq 2 ]
+}
+
+@test "mutual TLS: a key readable by group or others, half a pair, an unreadable file are 78 before any call" {
+	mtls_certs "$BATS_TEST_TMPDIR"
+	d=$BATS_TEST_TMPDIR
+	export IDEMKIT_BANK_URL=https://bank.example/debits
+	run charge-debit --check --client-cert "$d/client.pem" --client-key "$d/client.key"
+	[ "$status" -eq 0 ]
+	chmod 640 "$d/client.key"
+	run charge-debit --check --client-cert "$d/client.pem" --client-key "$d/client.key"
+	[ "$status" -eq 78 ]
+	[ "$output" = "charge-debit: --client-key $d/client.key: readable by group or others (mode 640); chmod 600 it" ]
+	chmod 604 "$d/client.key"
+	IDEMKIT_BANK_CLIENT_CERT=$d/client.pem IDEMKIT_BANK_CLIENT_KEY=$d/client.key run charge-debit --check
+	[ "$status" -eq 78 ]
+	[[ "$output" == *"IDEMKIT_BANK_CLIENT_KEY $d/client.key: readable by group or others (mode 604)"* ]]
+	run charge-debit --check --client-cert "$d/client.pem"
+	[ "$status" -eq 78 ]
+	[[ "$output" == *"mutual TLS needs both --client-cert and IDEMKIT_BANK_CLIENT_KEY"* ]]
+	run charge-debit --check --client-cert "$d/missing.pem" --client-key "$d/other.key"
+	[ "$status" -eq 78 ]
+	[[ "$output" == *"--client-cert $d/missing.pem: not readable"* ]]
+	debit_run "$(envelope CHG-1)" --client-key "$d/other.key"
+	[ "$status" -eq 78 ]
+	[ "$(jget "$output" debit.outcome)" = CONFIG ]
+}
+
+@test "mutual TLS: a handshake the server refuses for a missing or unknown certificate is CONFIG, not TEMPFAIL" {
+	mtls_certs "$BATS_TEST_TMPDIR"
+	d=$BATS_TEST_TMPDIR
+	# A TLS server that requires a client certificate in the handshake
+	# (Python's ssl, CERT_REQUIRED) and answers 201 with a ref.
+	python3 -c '
+import http.server, ssl, sys, os
+d = sys.argv[1]
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        out = b"{\"ref\":\"TXN-MTLS\"}"
+        self.send_response(201); self.send_header("Content-Length", str(len(out))); self.end_headers()
+        self.wfile.write(out)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(d + "/cert.pem", d + "/key.pem")
+ctx.verify_mode = ssl.CERT_REQUIRED
+ctx.load_verify_locations(d + "/ca.pem")
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+s.socket = ctx.wrap_socket(s.socket, server_side=True)
+open(d + "/port.tmp", "w").write(str(s.server_address[1])); os.rename(d + "/port.tmp", d + "/port")
+s.serve_forever()
+' "$d" 2>"$d/server.log" 3>&- &
+	SPID=$!
+	for i in $(seq 100); do [ -s "$d/port" ] && break; sleep 0.05; done
+	port=$(cat "$d/port")
+	export IDEMKIT_BANK_URL=https://127.0.0.1:$port/debits IDEMKIT_BANK_CACERT=$d/cert.pem
+	debit_run "$(envelope CHG-H1)"
+	st1=$status out1=$output
+	debit_run "$(envelope CHG-H2)" --client-cert "$d/other.pem" --client-key "$d/other.key"
+	st2=$status out2=$output
+	debit_run "$(envelope CHG-H3)" --client-cert "$d/client.pem" --client-key "$d/client.key"
+	st3=$status out3=$output
+	kill "$SPID"; wait "$SPID" 2>/dev/null || true
+	[ "$st1" -eq 78 ] || { echo "$out1"; return 1; }
+	[ "$(jget "$out1" debit.outcome)" = CONFIG ]
+	[[ "$(jget "$out1" debit.error)" == "127.0.0.1:$port: "*"alert"* ]]
+	[ "$st2" -eq 78 ] || { echo "$out2"; return 1; }
+	[[ "$(jget "$out2" debit.error)" == *"alert"* ]]
+	# With the right certificate the handshake passes.
+	[ "$st3" -eq 0 ] || { echo "$out3"; return 1; }
+	[ "$(jget "$out3" debit.ref)" = TXN-MTLS ]
+}
