@@ -66,8 +66,10 @@ static const char options[] =
 	"  --client-key FILE        its PEM key, mode 0600 or stricter\n"
 	"                           ($IDEMKIT_NOTIFY_CLIENT_KEY)\n"
 	"  -h, --help, -V, --version\n"
-	"Credentials: $IDEMKIT_NOTIFY_TOKEN or $IDEMKIT_NOTIFY_TOKEN_FILE (bearer),\n"
-	"$IDEMKIT_NOTIFY_HMAC_KEY_FILE (X-Idemkit-Signature); never on the command line.\n";
+	"Credentials: $IDEMKIT_NOTIFY_TOKEN or $IDEMKIT_NOTIFY_TOKEN_FILE (bearer), or\n"
+	"OAuth2 client credentials ($IDEMKIT_NOTIFY_OAUTH_TOKEN_URL, _CLIENT_ID,\n"
+	"_CLIENT_SECRET_FILE, _SCOPE); $IDEMKIT_NOTIFY_HMAC_KEY_FILE (X-Idemkit-Timestamp\n"
+	"and X-Idemkit-Signature); never on the command line.\n";
 static const int codes[] = { IK_OK, IK_DUP_DONE, IK_DUP_IN_PROGRESS, IK_DUP_FAILED,
 	IK_PAYLOAD_MISMATCH, IK_LEASE_SHORT, IK_DECLINED, IK_NOTIFY_FAILED, IK_USAGE,
 	IK_DATAERR, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1 };

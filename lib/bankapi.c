@@ -199,6 +199,162 @@ open_client_cert(struct ik_bankapi *a, const struct ik_bankapi_opts *o, ik_err *
 	return IK_OK;
 }
 
+static int
+open_oauth(struct ik_bankapi *a, ik_err *err)
+{
+	char n1[64], n2[64];
+	const char *url = env(a->prefix, "OAUTH_TOKEN_URL", n1, sizeof n1), *v;
+	struct ik_http_url u;
+	int rc;
+
+	if (!url)
+		return IK_OK;
+	if (a->auth.len)
+		return ik_errf(err, IK_CONFIG, "%s and a static bearer token (IDEMKIT_%s_TOKEN"
+		               "[_FILE]) are both set: choose one", n1, a->prefix);
+	if ((rc = ik_http_url_parse(url, &u, err)) != IK_OK)
+		return ik_errwrap(err, "%s", n1);
+	ik_http_url_free(&u);
+	if (!u.https && !u.loopback)
+		return ik_errf(err, IK_CONFIG, "%s: plain http:// only to loopback; use https:// "
+		               "for %s (nothing was sent)", n1, u.host);
+	if (!(v = env(a->prefix, "OAUTH_CLIENT_ID", n2, sizeof n2)))
+		return ik_errf(err, IK_CONFIG, "%s needs %s", n1, n2);
+	if (!(a->oauth_url = strdup(url)) || !(a->oauth_id = strdup(v)))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	if ((v = env(a->prefix, "OAUTH_SCOPE", n2, sizeof n2)) && !(a->oauth_scope = strdup(v)))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	if (!(v = env(a->prefix, "OAUTH_CLIENT_SECRET_FILE", n2, sizeof n2)))
+		return ik_errf(err, IK_CONFIG, "%s needs %s", n1, n2);
+	if (ik_read_file(v, SECRET_MAX, &a->oauth_secret, err) != IK_OK)
+		return ik_errwrap(err, "%s", n2);
+	if (!a->oauth_secret.len)
+		return ik_errf(err, IK_CONFIG, "%s %s: empty", n2, v);
+	return IK_OK;
+}
+
+/* application/x-www-form-urlencoded, as RFC 6749 2.3.1 wants the client
+ * id and secret before they are put in the Basic credentials. */
+static int
+form_encode(struct ik_buf *b, const char *s, size_t n)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	char e[3];
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		if (isalnum(ch) || ch == '-' || ch == '.' || ch == '_' || ch == '~') {
+			if (ik_buf_add(b, &s[i], 1) < 0)
+				return -1;
+		} else {
+			e[0] = '%';
+			e[1] = hex[ch >> 4];
+			e[2] = hex[ch & 15];
+			if (ik_buf_add(b, e, 3) < 0)
+				return -1;
+		}
+	}
+	return 0;
+}
+
+/* POST grant_type=client_credentials to the token endpoint; on success
+ * a->auth holds the new bearer line. */
+static int
+oauth_fetch(struct ik_bankapi *a, ik_err *err)
+{
+	struct ik_buf cred = {0}, basic = {0}, form = {0};
+	struct ik_http_res res = {0};
+	const char *hdrs[4];
+	cJSON *o = NULL;
+	const cJSON *tok = NULL, *exp;
+	char *b64 = NULL;
+	size_t b64len;
+	double ttl;
+	int rc = IK_OK;
+	struct ik_http_req req = {
+		.method = "POST", .url = a->oauth_url, .headers = hdrs,
+		.connect_timeout_ms = a->connect_timeout_ms, .timeout_ms = a->timeout_ms,
+		.max_body = 1u << 16, .cacert = a->cacert,
+		.client_cert = a->client_cert, .client_key = a->client_key,
+	};
+
+	wipe(&a->auth);
+	a->oauth_refresh_at = 0;
+	if (form_encode(&cred, a->oauth_id, strlen(a->oauth_id)) < 0 ||
+	    ik_buf_add(&cred, ":", 1) < 0 ||
+	    form_encode(&cred, a->oauth_secret.p, a->oauth_secret.len) < 0)
+		goto nomem;
+	b64len = sodium_base64_ENCODED_LEN(cred.len, sodium_base64_VARIANT_ORIGINAL);
+	if (!(b64 = malloc(b64len)))
+		goto nomem;
+	sodium_bin2base64(b64, b64len, (const unsigned char *)cred.p, cred.len,
+	                  sodium_base64_VARIANT_ORIGINAL);
+	if (ik_buf_addstr(&basic, "Authorization: Basic ") < 0 || ik_buf_addstr(&basic, b64) < 0 ||
+	    ik_buf_addstr(&form, "grant_type=client_credentials") < 0 ||
+	    (a->oauth_scope && (ik_buf_addstr(&form, "&scope=") < 0 ||
+	                        form_encode(&form, a->oauth_scope, strlen(a->oauth_scope)) < 0)) ||
+	    ik_buf_add(&form, "", 1) < 0)
+		goto nomem;
+	hdrs[0] = "Content-Type: application/x-www-form-urlencoded";
+	hdrs[1] = "Accept: application/json";
+	hdrs[2] = basic.p;
+	hdrs[3] = NULL;
+	req.body = form.p;
+	req.body_len = form.len - 1;
+	if ((rc = ik_http_do(a->http, &req, &res, err)) != IK_OK) {
+		ik_errwrap(err, "OAuth2 token");
+		goto out;
+	}
+	if (res.status == 400 || res.status == 401 || res.status == 403) {
+		/* invalid_client, invalid_scope, unauthorized_client: ours to fix */
+		o = cJSON_ParseWithLength(res.body.p, res.body.len);
+		rc = ik_errf(err, IK_CONFIG, "OAuth2 token: HTTP %ld%s%.60s", res.status,
+		             cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "error")) ? ": " : "",
+		             cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "error")) ?
+		             cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "error")) : "");
+		goto out;
+	}
+	if (res.status < 200 || res.status >= 300) {
+		rc = ik_errf(err, ik_bankapi_classify(a, res.status) == IK_TEMPFAIL ? IK_TEMPFAIL :
+		             IK_CONFIG, "OAuth2 token: HTTP %ld", res.status);
+		goto out;
+	}
+	o = cJSON_ParseWithLength(res.body.p, res.body.len);
+	tok = cJSON_GetObjectItemCaseSensitive(o, "access_token");
+	exp = cJSON_GetObjectItemCaseSensitive(o, "expires_in");
+	if (!cJSON_IsString(tok) || !token_ok(tok->valuestring, strlen(tok->valuestring))) {
+		rc = ik_errf(err, IK_CONFIG, "OAuth2 token: HTTP %ld without a usable access_token",
+		             res.status);
+		goto out;
+	}
+	if (ik_buf_addstr(&a->auth, "Authorization: Bearer ") < 0 ||
+	    ik_buf_addstr(&a->auth, tok->valuestring) < 0)
+		goto nomem;
+	/* Reused until shortly before it expires: a minute early, or at half
+	 * its life when that is short; no expires_in: until the bank says 401. */
+	ttl = cJSON_IsNumber(exp) && exp->valuedouble >= 0 ? exp->valuedouble * 1000 : 1e15;
+	if (ttl > 1e15)
+		ttl = 1e15;
+	a->oauth_refresh_at = ik_now_ms() + (int64_t)(ttl >= 120000 ? ttl - 60000 : ttl / 2);
+	goto out;
+nomem:
+	rc = ik_errf(err, IK_SOFTWARE, "out of memory");
+out:
+	if (o && tok && cJSON_IsString(tok))
+		sodium_memzero(tok->valuestring, strlen(tok->valuestring));
+	cJSON_Delete(o);
+	ik_http_res_free(&res);
+	wipe(&cred);
+	wipe(&basic);
+	if (b64) {
+		sodium_memzero(b64, b64len);
+		free(b64);
+	}
+	ik_buf_free(&form);
+	return rc;
+}
+
 /* One jq program, from its option or IDEMKIT_<P>_<NAME>; none: NULL. */
 static int
 open_jq(struct ik_bankapi *a, const char *opt, const char *name, const char *optname,
@@ -327,6 +483,8 @@ ik_bankapi_open(struct ik_bankapi *a, const struct ik_bankapi_opts *o,
 			return ik_errf(err, IK_CONFIG, "IDEMKIT_%s_HMAC_KEY_FILE %s: empty",
 			               a->prefix, v);
 	}
+	if ((rc = open_oauth(a, err)) != IK_OK)
+		return rc;
 	return ik_http_open(&a->http, err);
 }
 
@@ -348,6 +506,11 @@ ik_bankapi_close(struct ik_bankapi *a)
 	ik_jq_free(a->ref);
 	ik_jq_free(a->reason);
 	a->request = a->ref = a->reason = NULL;
+	free(a->oauth_url);
+	free(a->oauth_id);
+	free(a->oauth_scope);
+	a->oauth_url = a->oauth_id = a->oauth_scope = NULL;
+	wipe(&a->oauth_secret);
 }
 
 void
@@ -383,9 +546,33 @@ ik_bankapi_sign(const unsigned char *key, size_t keylen, const char *method,
 	sodium_memzero(mac, sizeof mac);
 }
 
+static int post_once(struct ik_bankapi *a, const char *key, const char *body,
+                     struct ik_http_res *res, ik_err *err);
+
 int
 ik_bankapi_post(struct ik_bankapi *a, const char *key, const char *body,
                 struct ik_http_res *res, ik_err *err)
+{
+	int rc;
+
+	if (!a->oauth_url)
+		return post_once(a, key, body, res, err);
+	if ((!a->auth.len || ik_now_ms() >= a->oauth_refresh_at) &&
+	    (rc = oauth_fetch(a, err)) != IK_OK)
+		return rc;
+	rc = post_once(a, key, body, res, err);
+	if (rc != IK_OK || res->status != 401)
+		return rc;
+	/* Revoked or expired early: one new token, one more try (a 401 was
+	 * not processed, and the idempotency key covers the rest). */
+	if ((rc = oauth_fetch(a, err)) != IK_OK)
+		return rc;
+	return post_once(a, key, body, res, err);
+}
+
+static int
+post_once(struct ik_bankapi *a, const char *key, const char *body,
+          struct ik_http_res *res, ik_err *err)
 {
 	struct ik_buf keyh = {0}, sigh = {0}, tsh = {0};
 	const char *hdrs[8];

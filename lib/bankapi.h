@@ -5,7 +5,11 @@
  * Configuration comes from options and from IDEMKIT_<P>_* variables
  * (P = BANK or NOTIFY): _URL, _TOKEN, _TOKEN_FILE, _HMAC_KEY_FILE,
  * _KEY_HEADER, _CACERT, _CLIENT_CERT, _CLIENT_KEY, _DECLINED, _RETRY,
- * _REQUEST, _REF, _REASON.
+ * _REQUEST, _REF, _REASON, and OAuth2 client credentials (RFC 6749 4.4,
+ * client authentication with HTTP Basic): _OAUTH_TOKEN_URL,
+ * _OAUTH_CLIENT_ID, _OAUTH_CLIENT_SECRET_FILE, _OAUTH_SCOPE.  The access
+ * token is fetched on the first call, reused until shortly before its
+ * expires_in, and fetched again once when the bank answers 401.
  *
  * A bank is integrated by configuration: jq programs (jqprog.h) build the
  * request body from the event (with $key, $amountMajor, $attempt, $ref),
@@ -66,6 +70,9 @@ struct ik_bankapi {
 	struct ik_http *http;
 	unsigned char cls[600];    /* status -> IK_DECLINED / IK_TEMPFAIL, else 0 */
 	struct ik_jq *request, *ref, *reason;   /* NULL: the defaults */
+	char *oauth_url, *oauth_id, *oauth_scope;  /* oauth_url NULL: no OAuth2 */
+	struct ik_buf oauth_secret;               /* the client secret; secret */
+	int64_t oauth_refresh_at;                 /* epoch ms; 0: no token yet */
 };
 
 /* Takes the secrets out of the environment at once (call early in main,
@@ -83,7 +90,10 @@ int ik_bankapi_open(struct ik_bankapi *a, const struct ik_bankapi_opts *o,
 void ik_bankapi_close(struct ik_bankapi *a);
 
 /* POST body (JSON) to the URL with the key header = key, the bearer
- * token and the signature when configured.  As ik_http_do. */
+ * token and the signature when configured.  As ik_http_do.  With OAuth2,
+ * first gets a token when there is none or it is about to expire (the
+ * token endpoint's refusal (400, 401) is IK_CONFIG, 429/5xx IK_TEMPFAIL),
+ * and on a 401 from the bank gets a new one and sends once more. */
 int ik_bankapi_post(struct ik_bankapi *a, const char *key, const char *body,
                     struct ik_http_res *res, ik_err *err);
 

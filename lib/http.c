@@ -309,11 +309,13 @@ classify(CURLcode rc)
 	}
 }
 
-/* A handshake the server refused because of our certificate (TLS alerts
- * 116 certificate_required, 42 bad_certificate, 48 unknown_ca, 46
- * certificate_unknown, 45 certificate_expired, 44 certificate_revoked, as
- * OpenSSL names them): a configuration error, not a transient one.  Other
- * handshake failures stay transient.  libcurl gives one code for all of
+/* A handshake the server refused with a TLS alert (116
+ * certificate_required, 42 bad_certificate, 48 unknown_ca, 46
+ * certificate_unknown, 45 certificate_expired, 44 certificate_revoked, 40
+ * handshake_failure: what TLS 1.2 servers send for a missing certificate
+ * or no common cipher, as OpenSSL names them): the two ends' configuration
+ * disagrees, retrying will not help.  A reset or a timeout mid-handshake
+ * stays transient.  libcurl gives one code for all of
  * them (35, or 56 when TLS 1.3 sends the alert after the handshake), so
  * the alert is read from its message. */
 static int
@@ -321,7 +323,8 @@ tls_refused(CURLcode rc, const char *msg)
 {
 	static const char *const alerts[] = { "alert certificate required",
 		"alert bad certificate", "alert unknown ca", "alert certificate unknown",
-		"alert certificate expired", "alert certificate revoked", NULL };
+		"alert certificate expired", "alert certificate revoked",
+		"alert handshake failure", NULL };
 	size_t i;
 
 	if (rc != CURLE_SSL_CONNECT_ERROR && rc != CURLE_RECV_ERROR && rc != CURLE_SEND_ERROR)

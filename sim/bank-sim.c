@@ -18,7 +18,8 @@ static const char USAGE[] =
 	"usage: bank-sim [--listen ADDR] [--port N] [--port-file FILE] [--db FILE]\n"
 	"                [--token-file FILE] [--hmac-key-file FILE]\n"
 	"                [--tls-cert FILE --tls-key FILE] [--tls-client-ca FILE]\n"
-	"                [--decline ACCOUNTS]\n"
+	"                [--oauth-client-id ID --oauth-client-secret-file FILE]\n"
+	"                [--oauth-expires-in N] [--decline ACCOUNTS]\n"
 	"                [--latency DURATION] [--error-rate F] [--error-status N]\n"
 	"                [--seed N] [--hang] [--notify-fail-rate F] [--notify-fail]\n"
 	"                [--notify-fail-status N] [--notify-hang] [--max-conns N]\n";
@@ -33,6 +34,10 @@ static const char OPTIONS[] =
 	"                         notifications, HMAC-SHA256 keyed with FILE\n"
 	"  --tls-cert FILE, --tls-key FILE  serve HTTPS with these PEM files\n"
 	"  --tls-client-ca FILE   require client certificates signed by this PEM CA\n"
+	"  --oauth-client-id ID, --oauth-client-secret-file FILE\n"
+	"                         OAuth2 client credentials: POST /oauth/token issues\n"
+	"                         the bearer tokens every endpoint but /health wants\n"
+	"  --oauth-expires-in N   the tokens' lifetime in seconds (default 3600)\n"
 	"  --decline ACCOUNTS     comma-separated accounts answered 402\n"
 	"  --latency DURATION     delay before each POST answer (e.g. 200ms)\n"
 	"  --error-rate F         fraction (0..1) of debits answered --error-status\n"
@@ -82,7 +87,7 @@ int
 main(int argc, char **argv)
 {
 	enum { O_LISTEN = 256, O_PORT, O_PORTFILE, O_DB, O_TOKEN, O_HMAC, O_CERT,
-	       O_KEY, O_CLIENTCA, O_DECLINE, O_LATENCY, O_ERATE, O_ESTATUS, O_SEED, O_HANG,
+	       O_KEY, O_CLIENTCA, O_OID, O_OSECRET, O_OTTL, O_DECLINE, O_LATENCY, O_ERATE, O_ESTATUS, O_SEED, O_HANG,
 	       O_NRATE, O_NFAIL, O_NSTATUS, O_NHANG, O_MAXC, O_HELP, O_VERSION };
 	static const struct option lopts[] = {
 		{ "listen", required_argument, NULL, O_LISTEN },
@@ -94,6 +99,9 @@ main(int argc, char **argv)
 		{ "tls-cert", required_argument, NULL, O_CERT },
 		{ "tls-key", required_argument, NULL, O_KEY },
 		{ "tls-client-ca", required_argument, NULL, O_CLIENTCA },
+		{ "oauth-client-id", required_argument, NULL, O_OID },
+		{ "oauth-client-secret-file", required_argument, NULL, O_OSECRET },
+		{ "oauth-expires-in", required_argument, NULL, O_OTTL },
 		{ "decline", required_argument, NULL, O_DECLINE },
 		{ "latency", required_argument, NULL, O_LATENCY },
 		{ "error-rate", required_argument, NULL, O_ERATE },
@@ -134,6 +142,13 @@ main(int argc, char **argv)
 		case O_CERT: cfg.tls_cert = optarg; break;
 		case O_KEY: cfg.tls_key = optarg; break;
 		case O_CLIENTCA: cfg.tls_client_ca = optarg; break;
+		case O_OID: cfg.oauth_client_id = optarg; break;
+		case O_OSECRET: cfg.oauth_client_secret_file = optarg; break;
+		case O_OTTL:
+			if (ik_parse_int(optarg, 0, 86400 * 366, &n) < 0)
+				return ik_usage(USAGE);
+			cfg.oauth_expires_in = n;
+			break;
 		case O_DECLINE:
 			if (ik_banksim_set_decline(&cfg.faults, optarg) < 0) {
 				ik_warnx("out of memory");

@@ -43,6 +43,11 @@ struct ik_banksim {
 	struct ik_banksim_faults f;
 	uint64_t rng;
 	struct ik_buf token, hmac, cert, key, client_ca;
+	char *oauth_id;                /* NULL: no OAuth2 */
+	struct ik_buf oauth_secret;
+	int64_t oauth_ttl_s;
+	struct issued { char v[65]; int64_t until; } *toks;   /* guarded by mu */
+	size_t ntoks;
 	atomic_int stopping;
 	int port;
 	char url[96];
@@ -160,6 +165,7 @@ faults_json(struct ik_banksim *b)
 	cJSON_AddNumberToObject(o, "notifyFailRate", b->f.notify_fail_rate);
 	cJSON_AddNumberToObject(o, "notifyFailStatus", b->f.notify_fail_status);
 	cJSON_AddBoolToObject(o, "notifyHang", b->f.notify_hang);
+	cJSON_AddBoolToObject(o, "oauthReject", b->f.oauth_reject);
 	pthread_mutex_unlock(&b->mu);
 	return o;
 }
@@ -290,13 +296,86 @@ check_client_cert(struct ik_banksim *b, struct MHD_Connection *c)
 	return status == 0;
 }
 
+/* An issued, unexpired token (and not all refused by /control). */
+static int
+oauth_token_ok(struct ik_banksim *b, const char *t)
+{
+	int64_t now = ik_now_ms();
+	size_t i;
+	int ok = 0;
+
+	if (strlen(t) != 64)
+		return 0;
+	pthread_mutex_lock(&b->mu);
+	for (i = 0; !b->f.oauth_reject && i < b->ntoks && !ok; i++)
+		ok = b->toks[i].until > now && sodium_memcmp(b->toks[i].v, t, 64) == 0;
+	pthread_mutex_unlock(&b->mu);
+	return ok;
+}
+
+/* POST /oauth/token: RFC 6749 4.4, the client authenticated with HTTP
+ * Basic (id and secret form-encoded, then base64). */
+static unsigned
+oauth_token(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
+            enum MHD_Result *ret)
+{
+	const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+	unsigned char raw[1024];
+	unsigned char rnd[32];
+	size_t n = 0, idl = strlen(b->oauth_id);
+	struct issued t, *nt;
+	cJSON *o;
+	int ok;
+
+	if (!h || strncasecmp(h, "Basic ", 6) != 0 ||
+	    sodium_base642bin(raw, sizeof raw - 1, h + 6, strlen(h + 6), NULL, &n, NULL,
+	                      sodium_base64_VARIANT_ORIGINAL) != 0)
+		n = 0;
+	raw[n] = '\0';
+	ok = n == idl + 1 + b->oauth_secret.len && memcmp(raw, b->oauth_id, idl) == 0 &&
+	     raw[idl] == ':' &&
+	     sodium_memcmp(raw + idl + 1, b->oauth_secret.p, b->oauth_secret.len) == 0;
+	sodium_memzero(raw, sizeof raw);
+	if (!ok) {
+		count(b, "tokenRefusals");
+		*ret = reply_json(c, 401, cJSON_Parse("{\"error\":\"invalid_client\"}"), 0);
+		return 401;
+	}
+	if (!r->body.p || !strstr(r->body.p, "grant_type=client_credentials")) {
+		*ret = reply_json(c, 400, cJSON_Parse("{\"error\":\"unsupported_grant_type\"}"), 0);
+		return 400;
+	}
+	randombytes_buf(rnd, sizeof rnd);
+	ik_hex(rnd, sizeof rnd, t.v);
+	t.until = ik_now_ms() + b->oauth_ttl_s * 1000;
+	pthread_mutex_lock(&b->mu);
+	if ((nt = realloc(b->toks, (b->ntoks + 1) * sizeof *nt))) {
+		b->toks = nt;
+		b->toks[b->ntoks++] = t;
+	}
+	pthread_mutex_unlock(&b->mu);
+	if (!nt) {
+		*ret = reply_reason(c, 500, NULL, "out of memory");
+		return 500;
+	}
+	count(b, "tokensIssued");
+	if ((o = cJSON_CreateObject())) {
+		cJSON_AddStringToObject(o, "access_token", t.v);
+		cJSON_AddStringToObject(o, "token_type", "Bearer");
+		cJSON_AddNumberToObject(o, "expires_in", (double)b->oauth_ttl_s);
+	}
+	sodium_memzero(&t, sizeof t);
+	*ret = reply_json(c, 200, o, 0);
+	return 200;
+}
+
 static int
 check_token(struct ik_banksim *b, struct MHD_Connection *c)
 {
 	const char *h;
 	size_t n;
 
-	if (!b->token.p)
+	if (!b->token.p && !b->oauth_id)
 		return 1;
 	h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
 	if (!h || strncasecmp(h, "Bearer ", 7) != 0)
@@ -305,6 +384,8 @@ check_token(struct ik_banksim *b, struct MHD_Connection *c)
 	while (*h == ' ')
 		h++;
 	n = strlen(h);
+	if (b->oauth_id)
+		return oauth_token_ok(b, h);
 	return n == b->token.len && sodium_memcmp(h, b->token.p, n) == 0;
 }
 
@@ -501,7 +582,7 @@ control(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
 {
 	static const char *const known[] = { "decline", "latencyMs", "errorRate",
 		"errorStatus", "hang", "notifyFailRate", "notifyFail", "notifyHang",
-		"notifyFailStatus", "seed", NULL };
+		"notifyFailStatus", "oauthReject", "revokeTokens", "seed", NULL };
 	struct ik_banksim_faults nf = {0};
 	cJSON *o = r->body.p ? cJSON_ParseWithLength(r->body.p, r->body.len) : NULL;
 	cJSON *it, *v;
@@ -557,8 +638,9 @@ control(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
 	if (!bad && (v = cJSON_GetObjectItemCaseSensitive(o, "seed")) &&
 	    (!cJSON_IsNumber(v) || v->valuedouble < 0))
 		bad = "seed: a non-negative number";
-	for (i = 0; !bad && i < 3; i++) {
-		static const char *const bools[] = { "hang", "notifyFail", "notifyHang" };
+	for (i = 0; !bad && i < 5; i++) {
+		static const char *const bools[] = { "hang", "notifyFail", "notifyHang",
+			"oauthReject", "revokeTokens" };
 		v = cJSON_GetObjectItemCaseSensitive(o, bools[i]);
 		if (v && !cJSON_IsBool(v))
 			bad = "hang, notifyFail, notifyHang: true or false";
@@ -594,6 +676,12 @@ control(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
 		b->f.notify_fail_rate = cJSON_IsTrue(v) ? 1 : 0;
 	if ((v = cJSON_GetObjectItemCaseSensitive(o, "notifyHang")))
 		b->f.notify_hang = cJSON_IsTrue(v);
+	if ((v = cJSON_GetObjectItemCaseSensitive(o, "oauthReject")))
+		b->f.oauth_reject = cJSON_IsTrue(v);
+	if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "revokeTokens"))) {
+		sodium_memzero(b->toks, b->ntoks * sizeof *b->toks);
+		b->ntoks = 0;
+	}
 	if ((v = cJSON_GetObjectItemCaseSensitive(o, "seed")))
 		seed_rng(b, (uint64_t)v->valuedouble);
 	pthread_mutex_unlock(&b->mu);
@@ -620,6 +708,8 @@ route(struct ik_banksim *b, struct MHD_Connection *c, const char *url,
 		*ret = reply(c, 200, "application/json", "{\"status\":\"UP\"}", 0);
 		return 200;
 	}
+	if (b->oauth_id && post && strcmp(url, "/oauth/token") == 0)
+		return oauth_token(b, c, r, ret);
 	if (!check_token(b, c)) {
 		count(b, "unauthorized");
 		*ret = reply_reason(c, 401, NULL, "unauthorized");
@@ -820,6 +910,20 @@ ik_banksim_start(const struct ik_banksim_cfg *cfg, struct ik_banksim **out,
 	    (cfg->tls_key && (rc = read_secret(cfg->tls_key, "TLS key", &b->key, err)) != IK_OK) ||
 	    (cfg->tls_client_ca && (rc = read_secret(cfg->tls_client_ca, "TLS client CA", &b->client_ca, err)) != IK_OK))
 		goto fail;
+	if (cfg->oauth_client_id) {
+		if (!cfg->oauth_client_secret_file) {
+			rc = ik_errf(err, IK_CONFIG, "--oauth-client-id needs --oauth-client-secret-file");
+			goto fail;
+		}
+		if ((rc = read_secret(cfg->oauth_client_secret_file, "OAuth2 client secret file",
+		                      &b->oauth_secret, err)) != IK_OK)
+			goto fail;
+		if (!(b->oauth_id = strdup(cfg->oauth_client_id))) {
+			rc = ik_errf(err, IK_SOFTWARE, "out of memory");
+			goto fail;
+		}
+		b->oauth_ttl_s = cfg->oauth_expires_in > 0 ? cfg->oauth_expires_in : 3600;
+	}
 	if ((rc = ik_ledger_open(cfg->db_path, &b->ledger, err)) != IK_OK)
 		goto fail;
 
@@ -885,6 +989,11 @@ ik_banksim_stop(struct ik_banksim *b)
 	wipe(&b->cert);
 	wipe(&b->key);
 	wipe(&b->client_ca);
+	wipe(&b->oauth_secret);
+	free(b->oauth_id);
+	if (b->toks)
+		sodium_memzero(b->toks, b->ntoks * sizeof *b->toks);
+	free(b->toks);
 	pthread_mutex_destroy(&b->mu);
 	free(b);
 }

@@ -63,6 +63,17 @@ bank_stat() {
 
 BANK_AUTH=()
 
+# ledger_debits: how many debits bank-sim's ledger holds (read from its file).
+ledger_debits() {
+	sqlite3 "$BANK_DIR/ledger.db" "SELECT count(*) FROM debits"
+}
+
+# ledger_counter NAME: a counter read from bank-sim's ledger file itself
+# (no HTTP, so no bearer token is needed or spent).
+ledger_counter() {
+	sqlite3 "$BANK_DIR/ledger.db" "SELECT coalesce((SELECT n FROM counters WHERE name = '$1'), 0)"
+}
+
 EVENT='{"chargeId":"CHG-1","accountId":"ACC-1","amount":2500,"currency":"INR","chargeType":"SMS_ALERT_FEE"}'
 
 # event ID [ACCOUNT] [AMOUNT]: a ChargeDueEvent body.

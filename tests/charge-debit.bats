@@ -628,6 +628,7 @@ class H(http.server.BaseHTTPRequestHandler):
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 ctx.load_cert_chain(d + "/cert.pem", d + "/key.pem")
 ctx.verify_mode = ssl.CERT_REQUIRED
+ctx.maximum_version = ssl.TLSVersion.TLSv1_2   # the refusal inside the handshake, every time
 ctx.load_verify_locations(d + "/ca.pem")
 s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
 s.socket = ctx.wrap_socket(s.socket, server_side=True)
@@ -653,4 +654,94 @@ s.serve_forever()
 	# With the right certificate the handshake passes.
 	[ "$st3" -eq 0 ] || { echo "$out3"; return 1; }
 	[ "$(jget "$out3" debit.ref)" = TXN-MTLS ]
+}
+
+# oauth_env: bank-sim's OAuth2 client credentials for charge-debit.
+oauth_setup() {
+	OSECRET=sec-$RANDOM$RANDOM$RANDOM
+	printf '%s\n' "$OSECRET" >"$BATS_TEST_TMPDIR/osecret"
+	bank_start --oauth-client-id worker-1 --oauth-client-secret-file "$BATS_TEST_TMPDIR/osecret" "$@"
+	export IDEMKIT_BANK_OAUTH_TOKEN_URL=$BANK_URL/oauth/token IDEMKIT_BANK_OAUTH_CLIENT_ID=worker-1 \
+		IDEMKIT_BANK_OAUTH_CLIENT_SECRET_FILE=$BATS_TEST_TMPDIR/osecret
+	oauth_auth
+}
+
+# oauth_auth: BANK_AUTH with a fresh token of the test's own.
+oauth_auth() {
+	BANK_AUTH=(-H "Authorization: Bearer $(curl -sS -u "worker-1:$OSECRET" -d grant_type=client_credentials \
+		"$BANK_URL/oauth/token" | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')")
+}
+
+@test "OAuth2 client credentials: one token per process, reused across a stream; secrets never shown" {
+	oauth_setup
+	run --separate-stderr charge-debit --stream < <(envelope O1; envelope O2; envelope O3)
+	[ "$status" -eq 0 ]
+	for i in 0 1 2; do [ "$(jget "${lines[$i]}" debit.outcome)" = OK ]; done
+	# One for the test's own BANK_AUTH, one for charge-debit.
+	[ "$(ledger_counter tokensIssued)" -eq 2 ]
+	[ "$(bank_get /ledger "${BANK_AUTH[@]}" | wc -l)" -eq 3 ]
+	printf '%s\n' "$output" "$stderr" >"$BATS_TEST_TMPDIR/seen"
+	absent "$OSECRET" "$BATS_TEST_TMPDIR/seen" "$BANK_DIR/err" "$BANK_DIR/out"
+	absent "${BANK_AUTH[1]#Authorization: Bearer }" "$BATS_TEST_TMPDIR/seen"
+	# Without a token the bank refuses: the bearer really is OAuth2's.
+	run --separate-stderr env -u IDEMKIT_BANK_OAUTH_TOKEN_URL charge-debit <<<"$(envelope O4)"
+	[ "$status" -eq 78 ]
+	[ "$(jget "$output" debit.error)" = "HTTP 401: unauthorized" ]
+}
+
+@test "OAuth2: a token is fetched again shortly before its expires_in" {
+	# 1 s tokens, refreshed at half life; each debit takes 600 ms.
+	oauth_setup --oauth-expires-in 1 --latency 600ms
+	run --separate-stderr charge-debit --stream < <(envelope E1; envelope E2; envelope E3)
+	[ "$status" -eq 0 ]
+	for i in 0 1 2; do [ "$(jget "${lines[$i]}" debit.outcome)" = OK ] || { echo "${lines[$i]}"; return 1; }; done
+	[ "$(ledger_counter unauthorized)" -eq 0 ]
+	[ "$(ledger_counter tokensIssued)" -eq 4 ]
+}
+
+@test "OAuth2: a 401 from the bank refreshes the token once, then CONFIG" {
+	oauth_setup
+	# Tokens revoked behind the client's back: one refresh, then OK.
+	run --separate-stderr charge-debit --stream < <(envelope R1
+		for i in $(seq 200); do [ "$(ledger_debits)" -ge 1 ] && break; sleep 0.05; done
+		bank_post /control '{"revokeTokens":true}' "${BANK_AUTH[@]}" >/dev/null
+		envelope R2)
+	[ "$status" -eq 0 ]
+	[ "$(jget "${lines[0]}" debit.outcome)" = OK ]
+	[ "$(jget "${lines[1]}" debit.outcome)" = OK ] || { echo "${lines[1]}"; return 1; }
+	[ "$(ledger_counter tokensIssued)" -eq 3 ]
+	# Every token refused: a fresh token, one refresh, then 78.
+	oauth_auth
+	r=$(bank_post /control '{"oauthReject":true}' "${BANK_AUTH[@]}")
+	[ "$(jget "$r" oauthReject)" = True ] || { echo "$r"; return 1; }
+	debit_run "$(envelope R3)"
+	[ "$status" -eq 78 ]
+	[ "$(jget "$output" debit.error)" = "HTTP 401: unauthorized" ]
+	[ "$(ledger_counter tokensIssued)" -eq 6 ]
+	[ "$(ledger_debits)" -eq 2 ]
+}
+
+@test "OAuth2: a refused client, a missing secret file, a token URL over plain http are 78; nothing debited" {
+	oauth_setup
+	printf 'wrong' >"$BATS_TEST_TMPDIR/wrong"
+	IDEMKIT_BANK_OAUTH_CLIENT_SECRET_FILE=$BATS_TEST_TMPDIR/wrong debit_run "$(envelope F1)"
+	[ "$status" -eq 78 ]
+	[ "$(jget "$output" debit.error)" = "OAuth2 token: HTTP 401: invalid_client" ]
+	[[ "$(jget "$output" debit.error)" != *wrong* ]]
+	IDEMKIT_BANK_OAUTH_CLIENT_SECRET_FILE=$BATS_TEST_TMPDIR/missing run charge-debit --check
+	[ "$status" -eq 78 ]
+	[[ "$output" == *"IDEMKIT_BANK_OAUTH_CLIENT_SECRET_FILE"* ]]
+	IDEMKIT_BANK_OAUTH_CLIENT_ID= run charge-debit --check
+	[ "$status" -eq 78 ]
+	[[ "$output" == *"IDEMKIT_BANK_OAUTH_TOKEN_URL needs IDEMKIT_BANK_OAUTH_CLIENT_ID"* ]]
+	IDEMKIT_BANK_OAUTH_TOKEN_URL=http://192.0.2.1/token run charge-debit --check
+	[ "$status" -eq 78 ]
+	[[ "$output" == *"IDEMKIT_BANK_OAUTH_TOKEN_URL: plain http:// only to loopback"* ]]
+	IDEMKIT_BANK_TOKEN=static run charge-debit --check
+	[ "$status" -eq 78 ]
+	[[ "$output" == *"choose one"* ]]
+	run charge-debit --check
+	[ "$status" -eq 0 ]
+	[ -z "$(bank_get /ledger "${BANK_AUTH[@]}")" ]
+	[ "$(ledger_counter tokenRefusals)" -eq 1 ]
 }
