@@ -514,6 +514,141 @@ debit(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
 	return 201;
 }
 
+/* ---- the second API shape: an open-banking style payment ---- */
+
+#define OB_PATH "/open-banking/v3.1/pisp/domestic-payments"
+
+static enum MHD_Result
+ob_error(struct MHD_Connection *c, unsigned status, const char *code, const char *msg)
+{
+	cJSON *o = cJSON_CreateObject(), *a, *e;
+
+	if (o && (a = cJSON_AddArrayToObject(o, "Errors")) && (e = cJSON_CreateObject())) {
+		cJSON_AddStringToObject(e, "ErrorCode", code);
+		cJSON_AddStringToObject(e, "Message", msg);
+		cJSON_AddItemToArray(a, e);
+	}
+	return reply_json(c, status, o, 0);
+}
+
+/* "25.00" in INR -> 2500: exactly the currency's ISO 4217 exponent of
+ * decimals (what ik_bankapi_amount_major writes), digits only. */
+static int
+ob_amount(const char *s, const char *currency, long long *out)
+{
+	char one[32];
+	const char *dot = strchr(s, '.'), *p;
+	size_t want, got = dot ? strlen(dot + 1) : 0;
+	long long v = 0;
+
+	ik_bankapi_amount_major(1, currency, one);
+	want = strchr(one, '.') ? strlen(strchr(one, '.') + 1) : 0;
+	if (got != want || !*s || s[0] == '.' || (dot && !dot[1]))
+		return -1;
+	for (p = s; *p; p++) {
+		if (*p == '.')
+			continue;
+		if (*p < '0' || *p > '9' || v > 100000000000000LL)
+			return -1;
+		v = v * 10 + (*p - '0');
+	}
+	*out = v;
+	return 0;
+}
+
+/* POST OB_PATH with x-idempotency-key: the payment's fields map onto the
+ * same ledger as /debits, so a charge is one debit whichever shape sent it. */
+static unsigned
+ob_payment(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
+           const char *key, enum MHD_Result *ret)
+{
+	cJSON *o = r->body.p ? cJSON_ParseWithLength(r->body.p, r->body.len) : NULL;
+	cJSON *ini = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "Data"),
+	                                              "Initiation");
+	cJSON *amt = cJSON_GetObjectItemCaseSensitive(ini, "InstructedAmount");
+	const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ini, "InstructionIdentification"));
+	const char *acc = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+		cJSON_GetObjectItemCaseSensitive(ini, "DebtorAccount"), "Identification"));
+	const char *typ = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+		cJSON_GetObjectItemCaseSensitive(ini, "RemittanceInformation"), "Reference"));
+	const char *a = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(amt, "Amount"));
+	const char *cur = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(amt, "Currency"));
+	struct ik_ledger_debit d;
+	struct ik_event ev;
+	long long minor;
+	char *txt;
+	int fail, status, dec, n;
+	int64_t latency;
+	cJSON *out, *data, *evo;
+	ik_err e;
+
+	count(b, "attempts");
+	if (!key) {
+		cJSON_Delete(o);
+		count(b, "badRequests");
+		*ret = ob_error(c, 400, "UK.OBIE.Header.Missing", "x-idempotency-key is missing or invalid");
+		return 400;
+	}
+	evo = NULL;
+	txt = NULL;
+	n = -1;
+	if (id && acc && typ && a && cur && strlen(cur) == 3 && ob_amount(a, cur, &minor) == 0 &&
+	    (evo = cJSON_CreateObject()) &&
+	    cJSON_AddStringToObject(evo, "chargeId", id) &&
+	    cJSON_AddStringToObject(evo, "accountId", acc) &&
+	    cJSON_AddNumberToObject(evo, "amount", (double)minor) &&
+	    cJSON_AddStringToObject(evo, "currency", cur) &&
+	    cJSON_AddStringToObject(evo, "chargeType", typ) &&
+	    (txt = cJSON_PrintUnformatted(evo)))
+		n = (int)strlen(txt);
+	cJSON_Delete(evo);
+	cJSON_Delete(o);
+	if (n < 0 || ik_event_parse(txt, (size_t)n, &ev, &e) != IK_OK) {
+		free(txt);
+		count(b, "badRequests");
+		*ret = ob_error(c, 400, "UK.OBIE.Field.Invalid",
+		                n < 0 ? "Data.Initiation: a field is missing, or the amount is not "
+		                "a decimal string with the currency's minor-unit digits" : e.msg);
+		return 400;
+	}
+	free(txt);
+	pthread_mutex_lock(&b->mu);
+	latency = b->f.latency_ms;
+	fail = draw(b, b->f.error_rate);
+	status = b->f.error_status;
+	dec = declined(&b->f, ev.account_id);
+	pthread_mutex_unlock(&b->mu);
+	nap(b, latency);
+	if (fail) {
+		count(b, "errors");
+		*ret = ob_error(c, (unsigned)status, "UK.OBIE.UnexpectedError", "injected failure");
+		return (unsigned)status;
+	}
+	if (ik_ledger_debit(b->ledger, key, &ev, dec, &d, &e) != IK_OK) {
+		*ret = ob_error(c, 503, "UK.OBIE.UnexpectedError", "ledger unavailable");
+		return 503;
+	}
+	if (d.res == IK_LEDGER_DECLINED) {
+		*ret = ob_error(c, 422, "UK.OBIE.Rules.InsufficientFunds", "insufficient funds");
+		return 422;
+	}
+	if (d.res == IK_LEDGER_MISMATCH) {
+		*ret = ob_error(c, 422, "UK.OBIE.Resource.ConsentMismatch",
+		                "x-idempotency-key reused with a different payment");
+		return 422;
+	}
+	if (!(out = cJSON_CreateObject()) || !(data = cJSON_AddObjectToObject(out, "Data"))) {
+		cJSON_Delete(out);
+		*ret = reply(c, 500, "application/json", "{}", 0);
+		return 500;
+	}
+	cJSON_AddStringToObject(data, "DomesticPaymentId", d.ref);
+	cJSON_AddStringToObject(data, "Status", "AcceptedSettlementCompleted");
+	cJSON_AddNumberToObject(data, "CreationDateTime", (double)d.created_at);
+	*ret = reply_json(c, d.res == IK_LEDGER_REPLAY ? 200 : 201, out, d.res == IK_LEDGER_REPLAY);
+	return d.res == IK_LEDGER_REPLAY ? 200 : 201;
+}
+
 static unsigned
 notify(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
        const char *key, enum MHD_Result *ret)
@@ -727,6 +862,17 @@ route(struct ik_banksim *b, struct MHD_Connection *c, const char *url,
 			return 401;
 		}
 		return url[1] == 'd' ? debit(b, c, r, *keyp, ret) : notify(b, c, r, *keyp, ret);
+	}
+	if (post && strcmp(url, OB_PATH) == 0) {
+		*keyp = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-idempotency-key");
+		if (*keyp && (!**keyp || strlen(*keyp) > 255 || strpbrk(*keyp, " \t")))
+			*keyp = NULL;
+		if (!check_sig(b, c, method, url, *keyp, &r->body)) {
+			count(b, "unauthorized");
+			*ret = ob_error(c, 401, "UK.OBIE.Signature.Invalid", "bad or missing signature");
+			return 401;
+		}
+		return ob_payment(b, c, r, *keyp, ret);
 	}
 	if (post && strcmp(url, "/control") == 0)
 		return control(b, c, r, ret);

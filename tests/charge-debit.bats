@@ -745,3 +745,65 @@ oauth_auth() {
 	[ -z "$(bank_get /ledger "${BANK_AUTH[@]}")" ]
 	[ "$(ledger_counter tokenRefusals)" -eq 1 ]
 }
+
+# bank_env FILE: load examples/banks/FILE as an operator would, pointed at
+# this test's bank-sim (its port instead of 8080, paths from the source tree).
+bank_env() {
+	sed -e "s/127\.0\.0\.1:8080/127.0.0.1:$BANK_PORT/g" -e "s#=examples/#=$IDEMKIT_SRC/examples/#" \
+		"$IDEMKIT_SRC/examples/banks/$1" >"$BATS_TEST_TMPDIR/$1"
+	set -a
+	. "$BATS_TEST_TMPDIR/$1"
+	set +a
+}
+
+@test "examples/banks/open-banking.env: charge-debit against the open-banking shape with only the environment (INR, JPY, BHD)" {
+	bank_start --oauth-client-id idemkit-demo \
+		--oauth-client-secret-file "$IDEMKIT_SRC/examples/banks/demo-client-secret" --decline ACC-9
+	bank_env open-banking.env
+	run charge-debit --check
+	[ "$status" -eq 0 ]
+	for c in "INR 2500 2500" "JPY 2500 2500" "BHD 2500 2500" "JPY 7 7" "BHD 1 1"; do
+		set -- $c
+		ev='{"chargeId":"OB-'$1'-'$2'","accountId":"ACC-7","amount":'$2',"currency":"'$1'","chargeType":"LOCKER_RENT"}'
+		debit_run "$(envelope_of "$ev")"
+		[ "$status" -eq 0 ] || { echo "$c: $output"; return 1; }
+		[[ "$(jget "$output" debit.ref)" == TXN-* ]]
+		# The ledger holds the amount in minor units again: the mapping is exact.
+		[ "$(sqlite3 "$BANK_DIR/ledger.db" "SELECT amount || ' ' || currency FROM debits WHERE key = 'OB-$1-$2'")" = "$3 $1" ]
+	done
+	# A replay answers the original payment id; the decline's reason is the bank's.
+	ev='{"chargeId":"OB-JPY-2500","accountId":"ACC-7","amount":2500,"currency":"JPY","chargeType":"LOCKER_RENT"}'
+	debit_run "$(envelope_of "$ev")"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" debit.replayed)" = True ]
+	debit_run "$(envelope_of '{"chargeId":"OB-9","accountId":"ACC-9","amount":100,"currency":"INR","chargeType":"FEE"}')"
+	[ "$status" -eq 20 ]
+	[ "$(jget "$output" debit.error)" = "HTTP 422: insufficient funds" ]
+	[ "$(ledger_debits)" -eq 5 ]
+	[ "$(ledger_counter tokensIssued)" -eq 7 ]   # one per charge-debit process (7 calls)
+}
+
+@test "open-banking shape: bank-sim refuses a wrong amount format, a missing key; the bank-sim shape's env file works as is" {
+	bank_start
+	ob() {
+		curl -sS -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' "$@" \
+			"$BANK_URL/open-banking/v3.1/pisp/domestic-payments"
+	}
+	body() {
+		printf '{"Data":{"Initiation":{"InstructionIdentification":"OB-1","InstructedAmount":{"Amount":"%s","Currency":"%s"},"DebtorAccount":{"Identification":"ACC-1"},"RemittanceInformation":{"Reference":"FEE"}}}}' "$1" "$2"
+	}
+	[ "$(ob -H 'x-idempotency-key: OB-1' --data-binary "$(body 25 INR)")" = 400 ]
+	[ "$(ob -H 'x-idempotency-key: OB-1' --data-binary "$(body 25.0 INR)")" = 400 ]
+	[ "$(ob -H 'x-idempotency-key: OB-1' --data-binary "$(body 25.00 JPY)")" = 400 ]
+	[ "$(ob -H 'x-idempotency-key: OB-1' --data-binary "$(body 2.5e1 INR)")" = 400 ]
+	[ "$(ob --data-binary "$(body 25.00 INR)")" = 400 ]
+	[ "$(ob -H 'x-idempotency-key: OB-1' --data-binary "$(body 25.00 INR)")" = 201 ]
+	[ "$(ledger_debits)" -eq 1 ]
+	bank_env bank-sim.env
+	debit_run "$(envelope CHG-E1)"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" debit.ref)" = TXN-00000002 ]
+	run --separate-stderr charge-notify <<<"$(debited "$(envelope CHG-E1)")"
+	[ "$status" -eq 0 ]
+	[[ "$(bank_get /notifications)" == *'"debitRef":"TXN-00000042"'* ]]
+}
