@@ -145,7 +145,6 @@ debit(cJSON *env, void *arg)
 	char reason[IK_BANKAPI_REASON_MAX + 1], msg[IK_BANKAPI_REASON_MAX + 64];
 	const char *body = ik_env_body(env);
 	char *req = NULL;
-	cJSON *event;
 	ik_err err = {0};
 	int rc;
 
@@ -165,11 +164,9 @@ debit(cJSON *env, void *arg)
 	if (c->open_err.code)
 		return record(env, &ev, c->open_err.code, c->open_err.msg, NULL, 0, 0, NULL);
 
-	event = cJSON_Parse(body);   /* valid: ik_event_parse said so */
-	rc = ik_bankapi_body(&c->api, event, &ev, ev.charge_id,
+	rc = ik_bankapi_body(&c->api, body, &ev, ev.charge_id,
 	                     cJSON_GetObjectItemCaseSensitive(ik_env_result(env, "claim"), "attempt"),
 	                     NULL, &req, &err);
-	cJSON_Delete(event);
 	if (rc != IK_OK)
 		return record(env, &ev, rc, err.msg, NULL, 0, 0, NULL);
 	/* Right before the call: nothing goes out on a dying lease. */

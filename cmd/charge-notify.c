@@ -155,7 +155,6 @@ notify(cJSON *env, void *arg)
 	char key[IK_CHARGE_ID_MAX + sizeof ":notify"];
 	const char *body = ik_env_body(env), *ref;
 	char *req = NULL;
-	cJSON *o;
 	ik_err err = {0};
 	int rc = IK_OK, attempt;
 
@@ -174,11 +173,9 @@ notify(cJSON *env, void *arg)
 		return record(env, ev.charge_id, c->open_err.code, c->open_err.msg, 0);
 
 	snprintf(key, sizeof key, "%s:notify", ev.charge_id);
-	o = cJSON_Parse(body);   /* valid: ik_event_parse said so */
-	rc = ik_bankapi_body(&c->api, o, &ev, key,
+	rc = ik_bankapi_body(&c->api, body, &ev, key,
 	                     cJSON_GetObjectItemCaseSensitive(ik_env_result(env, "claim"), "attempt"),
 	                     ref, &req, &err);
-	cJSON_Delete(o);
 	if (rc != IK_OK)
 		return record(env, ev.charge_id, rc, err.msg, 0);
 

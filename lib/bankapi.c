@@ -674,40 +674,43 @@ default_body(const struct ik_event *ev, const char *ref)
 }
 
 int
-ik_bankapi_body(struct ik_bankapi *a, const cJSON *event, const struct ik_event *ev,
+ik_bankapi_body(struct ik_bankapi *a, const char *event, const struct ik_event *ev,
                 const char *key, const cJSON *attempt, const char *ref,
                 char **body, ik_err *err)
 {
 	char major[32];
-	cJSON *vars = NULL, *out = NULL;
+	cJSON *vars, *out;
+	char *vtext;
 	int rc;
 
 	*body = NULL;
 	if (!a->request) {
 		if (!(out = default_body(ev, ref)))
 			return ik_errf(err, IK_SOFTWARE, "out of memory");
-	} else {
-		ik_bankapi_amount_major(ev->amount, ev->currency, major);
-		if (!(vars = cJSON_CreateObject()) ||
-		    !cJSON_AddStringToObject(vars, "key", key) ||
-		    !cJSON_AddStringToObject(vars, "amountMajor", major) ||
-		    !cJSON_AddItemToObject(vars, "attempt", cJSON_IsNumber(attempt) ?
-		                           cJSON_CreateNumber(attempt->valuedouble) : cJSON_CreateNull()) ||
-		    !cJSON_AddItemToObject(vars, "ref", ref ? cJSON_CreateString(ref) : cJSON_CreateNull())) {
-			cJSON_Delete(vars);
-			return ik_errf(err, IK_SOFTWARE, "out of memory");
-		}
-		rc = ik_jq_run(a->request, event, vars, &out, err);
-		cJSON_Delete(vars);
-		if (rc != IK_OK)
-			return rc;
-		if (!out)
-			return ik_errf(err, IK_CONFIG, "IDEMKIT_%s_REQUEST: the program yielded "
-			               "nothing for this event", a->prefix);
+		*body = cJSON_PrintUnformatted(out);
+		cJSON_Delete(out);
+		return *body ? IK_OK : ik_errf(err, IK_SOFTWARE, "out of memory");
 	}
-	*body = cJSON_PrintUnformatted(out);
-	cJSON_Delete(out);
-	return *body ? IK_OK : ik_errf(err, IK_SOFTWARE, "out of memory");
+	ik_bankapi_amount_major(ev->amount, ev->currency, major);
+	vtext = NULL;
+	if ((vars = cJSON_CreateObject()) &&
+	    cJSON_AddStringToObject(vars, "key", key) &&
+	    cJSON_AddStringToObject(vars, "amountMajor", major) &&
+	    cJSON_AddItemToObject(vars, "attempt", cJSON_IsNumber(attempt) ?
+	                          cJSON_CreateNumber(attempt->valuedouble) : cJSON_CreateNull()) &&
+	    cJSON_AddItemToObject(vars, "ref", ref ? cJSON_CreateString(ref) : cJSON_CreateNull()))
+		vtext = cJSON_PrintUnformatted(vars);
+	cJSON_Delete(vars);
+	if (!vtext)
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	rc = ik_jq_run(a->request, event, strlen(event), vtext, body, err);
+	free(vtext);
+	if (rc != IK_OK)
+		return rc;
+	if (!*body)
+		return ik_errf(err, IK_CONFIG, "IDEMKIT_%s_REQUEST: the program yielded "
+		               "nothing for this event", a->prefix);
+	return IK_OK;
 }
 
 static int
@@ -728,13 +731,15 @@ ik_bankapi_ref(struct ik_bankapi *a, const struct ik_http_res *res, char **ref,
 	cJSON *ans = cJSON_ParseWithLength(res->body.p, res->body.len), *v = NULL;
 	const cJSON *got;
 	ik_err e = {0};
-	char num[32];
+	char num[32], *text = NULL;
 
 	*ref = NULL;
 	warn[0] = '\0';
 	if (a->ref) {
-		if (ik_jq_run(a->ref, ans, NULL, &v, &e) != IK_OK)
+		if (ans && ik_jq_run(a->ref, res->body.p, res->body.len, NULL, &text, &e) != IK_OK)
 			snprintf(warn, warnsz, "%s", e.msg);
+		v = text ? cJSON_Parse(text) : NULL;
+		free(text);
 		got = v;
 	} else {
 		got = cJSON_GetObjectItemCaseSensitive(ans, "ref");
@@ -767,6 +772,7 @@ ik_bankapi_reason(struct ik_bankapi *a, const struct ik_http_res *res,
 	static const char *const fields[] = { "reason", "message", "error", NULL };
 	const char *s = NULL;
 	cJSON *o = NULL, *v = NULL;
+	char *text = NULL;
 	ik_err e;
 	size_t i, n = 0;
 
@@ -774,8 +780,10 @@ ik_bankapi_reason(struct ik_bankapi *a, const struct ik_http_res *res,
 	if (!res->body.p || !res->body.len)
 		return;
 	o = cJSON_ParseWithLength(res->body.p, res->body.len);
-	if (a->reason && o && ik_jq_run(a->reason, o, NULL, &v, &e) == IK_OK)
+	if (a->reason && o && ik_jq_run(a->reason, res->body.p, res->body.len, NULL, &text, &e) == IK_OK &&
+	    text && (v = cJSON_Parse(text)))
 		s = cJSON_GetStringValue(v);
+	free(text);
 	for (i = 0; o && fields[i] && !s; i++)
 		s = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, fields[i]));
 	if (!s && !o)

@@ -128,13 +128,13 @@ int ik_bankapi_opt_status(const char *opt, const char *list);
  * 2500 BHD "2.500"; an unknown code has 2), in integer arithmetic. */
 void ik_bankapi_amount_major(long long amount, const char *currency, char out[32]);
 
-/* The request body for ev: the --request program run on event (the parsed
- * body, unknown fields included) with $key, $amountMajor, $attempt
+/* The request body for ev: the --request program run on event (the
+ * message body's JSON text, unknown fields included) with $key, $amountMajor, $attempt
  * (claim.attempt or null) and $ref (the debit's ref or null); without one,
  * {chargeId, accountId, amount, currency, chargeType} plus debitRef when
  * ref is set.  *body is malloc'd.  IK_OK, IK_CONFIG (the program failed or
  * yielded nothing) or IK_SOFTWARE. */
-int ik_bankapi_body(struct ik_bankapi *a, const cJSON *event, const struct ik_event *ev,
+int ik_bankapi_body(struct ik_bankapi *a, const char *event, const struct ik_event *ev,
                     const char *key, const cJSON *attempt, const char *ref,
                     char **body, ik_err *err);
 

@@ -1,8 +1,8 @@
 /* jqprog.c: jq programs through libjq; see jqprog.h.
  *
- * Values cross between cJSON and jv as JSON text: the programs map small
- * bodies, and one conversion rule is easier to trust than two walkers.
- * Amounts stay exact: they are integers below 2^53.
+ * Values cross as JSON text: the callers hold text (the message body, the
+ * bank's answer) and send text, so no tree is built twice.  Amounts stay
+ * exact: they are integers below 2^53.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +32,22 @@ on_error(void *arg, jv msg)
 	jv_free(msg);
 }
 
+/* Whether program names $var (a longer name sharing the prefix, or one
+ * inside a string, only costs an unused binding). */
+static int
+mentions(const char *program, const char *var)
+{
+	const char *p = program;
+	size_t n = strlen(var);
+
+	while ((p = strchr(p, '$'))) {
+		p++;
+		if (strncmp(p, var, n) == 0)
+			return 1;
+	}
+	return 0;
+}
+
 int
 ik_jq_compile(const char *what, const char *program, const char *const *vars,
               struct ik_jq **out, ik_err *err)
@@ -50,10 +66,13 @@ ik_jq_compile(const char *what, const char *program, const char *const *vars,
 		return ik_errf(err, IK_SOFTWARE, "%s: jq_init failed", what);
 	}
 	jq_set_error_cb(q->jq, on_error, q);
+	/* Only the variables the program names: each binding costs a lookup
+	 * on every run. */
 	for (i = 0; vars && vars[i]; i++)
-		if (ik_buf_addstr(&w, ".v.") < 0 || ik_buf_addstr(&w, vars[i]) < 0 ||
+		if (mentions(program, vars[i]) &&
+		    (ik_buf_addstr(&w, ".v.") < 0 || ik_buf_addstr(&w, vars[i]) < 0 ||
 		    ik_buf_addstr(&w, " as $") < 0 || ik_buf_addstr(&w, vars[i]) < 0 ||
-		    ik_buf_addstr(&w, " | ") < 0)
+		    ik_buf_addstr(&w, " | ") < 0))
 			goto nomem;
 	/* The newline ends a trailing comment in the user's program. */
 	if (ik_buf_addstr(&w, ".e | (") < 0 || ik_buf_addstr(&w, program) < 0 ||
@@ -76,38 +95,35 @@ nomem:
 }
 
 int
-ik_jq_run(struct ik_jq *q, const cJSON *input, const cJSON *vars, cJSON **out,
-          ik_err *err)
+ik_jq_run(struct ik_jq *q, const char *input, size_t len, const char *vars_json,
+          char **out, ik_err *err)
 {
-	cJSON *wrap = cJSON_CreateObject(), *nul = cJSON_CreateNull();
-	char *text = NULL;
+	struct ik_buf w = {0};
 	jv in, r, s, m;
 	int rc = IK_OK;
 
 	*out = NULL;
-	if (!wrap || !nul ||
-	    !cJSON_AddItemReferenceToObject(wrap, "e", (cJSON *)(input ? input : nul)) ||
-	    !cJSON_AddItemReferenceToObject(wrap, "v", (cJSON *)(vars ? vars : nul)) ||
-	    !(text = cJSON_PrintUnformatted(wrap))) {
-		cJSON_Delete(wrap);
-		cJSON_Delete(nul);
+	if (ik_buf_addstr(&w, "{\"e\":") < 0 ||
+	    (input ? ik_buf_add(&w, input, len) : ik_buf_addstr(&w, "null")) < 0 ||
+	    ik_buf_addstr(&w, ",\"v\":") < 0 ||
+	    ik_buf_addstr(&w, vars_json ? vars_json : "null") < 0 ||
+	    ik_buf_addstr(&w, "}") < 0) {
+		ik_buf_free(&w);
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	}
-	cJSON_Delete(wrap);   /* references only: input and vars stay the caller's */
-	cJSON_Delete(nul);
-	in = jv_parse(text);
-	free(text);
+	in = jv_parse_sized(w.p, (int)w.len);
+	ik_buf_free(&w);
 	if (!jv_is_valid(in)) {
 		jv_free(in);
-		return ik_errf(err, IK_SOFTWARE, "%s: input does not convert", q->what);
+		return ik_errf(err, IK_CONFIG, "%s: the input is not JSON", q->what);
 	}
 	q->msg[0] = '\0';
 	jq_start(q->jq, in, 0);
 	r = jq_next(q->jq);
 	if (jv_is_valid(r)) {
 		s = jv_dump_string(r, 0);
-		if (!(*out = cJSON_Parse(jv_string_value(s))))
-			rc = ik_errf(err, IK_SOFTWARE, "%s: output does not convert", q->what);
+		if (!(*out = strdup(jv_string_value(s))))
+			rc = ik_errf(err, IK_SOFTWARE, "out of memory");
 		jv_free(s);
 	} else if (jv_invalid_has_msg(jv_copy(r))) {
 		m = jv_invalid_get_msg(r);

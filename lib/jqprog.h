@@ -12,7 +12,7 @@
 #ifndef IK_JQPROG_H
 #define IK_JQPROG_H
 
-#include <cjson/cJSON.h>
+#include <stddef.h>
 
 #include "err.h"
 
@@ -24,12 +24,14 @@ struct ik_jq;
 int ik_jq_compile(const char *what, const char *program, const char *const *vars,
                   struct ik_jq **out, ik_err *err);
 
-/* Runs the program on input with vars (an object NAME -> value; missing
- * names are null).  *out gets the first output (caller frees), or NULL
- * when the program yields nothing.
- * IK_OK, or IK_CONFIG with jq's runtime error, or IK_SOFTWARE. */
-int ik_jq_run(struct ik_jq *q, const cJSON *input, const cJSON *vars,
-              cJSON **out, ik_err *err);
+/* Runs the program on input, JSON text of len bytes (NULL: null), with
+ * vars_json (JSON text of an object NAME -> value, or NULL).  *out gets the
+ * first output as compact JSON text (malloc'd), or NULL when the program
+ * yields nothing.  IK_OK, IK_CONFIG with jq's runtime error (or when input
+ * is not JSON), or IK_SOFTWARE.  Text in and out: the callers hold JSON
+ * text already (the message body, the bank's answer) and send text. */
+int ik_jq_run(struct ik_jq *q, const char *input, size_t len, const char *vars_json,
+              char **out, ik_err *err);
 
 void ik_jq_free(struct ik_jq *q);
 
