@@ -38,8 +38,8 @@ static const char usage[] =
 	"                     [--request FILTER] [--reason FILTER]\n"
 	"                     [--client-cert FILE --client-key FILE] < envelope\n";
 static const char options[] =
-	"  --check                  check the configuration (URL, credentials files,\n"
-	"                           lists) without any network call: 0, or 78 and why\n"
+	"  --check                  check the configuration (URL, files, status lists,\n"
+	"                           jq programs) with no network call: 0, or 78 and why\n"
 	"  -s, --stream             many envelopes in, one out per line\n"
 	"  -u, --url URL            the notification endpoint (default $IDEMKIT_NOTIFY_URL)\n"
 	"  -k, --key-header NAME    idempotency-key header (default Idempotency-Key,\n"

@@ -37,7 +37,7 @@ static const char OPTIONS[] =
 	"  --oauth-client-id ID, --oauth-client-secret-file FILE\n"
 	"                         OAuth2 client credentials: POST /oauth/token issues\n"
 	"                         the bearer tokens every endpoint but /health wants\n"
-	"  --oauth-expires-in N   the tokens' lifetime in seconds (default 3600)\n"
+	"  --oauth-expires-in N   lifetime in seconds of what it issues (default 3600)\n"
 	"  --decline ACCOUNTS     comma-separated accounts answered 402\n"
 	"  --latency DURATION     delay before each POST answer (e.g. 200ms)\n"
 	"  --error-rate F         fraction (0..1) of debits answered --error-status\n"

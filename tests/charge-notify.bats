@@ -294,3 +294,26 @@ notify_expect() {
 	[ "$status" -eq 21 ]
 	[ "$(jget "$output" notify.error)" = "HTTP 422: gateway: injected notification failure" ]
 }
+
+@test "IDEMKIT_NOTIFY_* OAuth2 and mutual TLS: the gateway's own credentials" {
+	mtls_certs "$BATS_TEST_TMPDIR"
+	d=$BATS_TEST_TMPDIR
+	printf 'nsecret\n' >"$d/nsecret"
+	bank_start --tls-cert "$d/cert.pem" --tls-key "$d/key.pem" --tls-client-ca "$d/ca.pem" \
+		--oauth-client-id notifier --oauth-client-secret-file "$d/nsecret"
+	export IDEMKIT_NOTIFY_CACERT=$d/cert.pem IDEMKIT_NOTIFY_OAUTH_TOKEN_URL=$BANK_URL/oauth/token \
+		IDEMKIT_NOTIFY_OAUTH_CLIENT_ID=notifier IDEMKIT_NOTIFY_OAUTH_CLIENT_SECRET_FILE=$d/nsecret
+	# No client certificate: the token endpoint itself says 403: CONFIG.
+	notify_run "$(debited "$(envelope CHG-1)")"
+	[ "$status" -eq 78 ]
+	[ "$(jget "$output" notify.error)" = "OAuth2 token: HTTP 403" ]
+	export IDEMKIT_NOTIFY_CLIENT_CERT=$d/client.pem IDEMKIT_NOTIFY_CLIENT_KEY=$d/client.key
+	run --separate-stderr charge-notify --stream < <(debited "$(envelope CHG-1)"; echo; debited "$(envelope CHG-2)"; echo)
+	[ "$status" -eq 0 ]
+	[ "$(jget "${lines[0]}" notify.outcome)" = OK ]
+	[ "$(jget "${lines[1]}" notify.outcome)" = OK ]
+	[ "$(ledger_counter tokensIssued)" -eq 1 ]
+	[ "$(sqlite3 "$BANK_DIR/ledger.db" 'SELECT count(*) FROM notifications')" -eq 2 ]
+	printf '%s\n' "$output" "$stderr" >"$d/seen"
+	absent nsecret "$d/seen"
+}
