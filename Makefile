@@ -19,14 +19,18 @@ VERSION := 0.1.0
 # pkg-config name : Debian package that provides it
 DEPS := libcurl:libcurl4-openssl-dev libcjson:libcjson-dev \
         libsodium:libsodium-dev sqlite3:libsqlite3-dev \
-        libmicrohttpd:libmicrohttpd-dev hiredis:libhiredis-dev libpq:libpq-dev
+        hiredis:libhiredis-dev libpq:libpq-dev
+# The simulator's own (sim/, below): never needed by the product.
+SIM_DEPS := libmicrohttpd:libmicrohttpd-dev gnutls:libgnutls28-dev
+PKG_CONFIG ?= pkg-config
 PKGS := $(foreach d,$(DEPS),$(word 1,$(subst :, ,$(d))))
 
 # Debian packages per kind of target; mk/deps.sh installs the missing ones
 # (CMD:PACKAGE: only when CMD is not on PATH already).  `make demo` and
 # `make test` call it first, so each works on a fresh machine by itself.
-DEBS_BUILD := make gcc pkg-config $(foreach d,$(DEPS),$(word 2,$(subst :, ,$(d))))
-DEBS_DEMO  := python3 curl procps util-linux
+DEBS_BUILD := make gcc pkg-config libjq-dev $(foreach d,$(DEPS),$(word 2,$(subst :, ,$(d))))
+DEBS_SIM   := $(foreach d,$(SIM_DEPS),$(word 2,$(subst :, ,$(d))))
+DEBS_DEMO  := $(DEBS_SIM) python3 curl procps util-linux
 DEBS_TEST  := $(DEBS_DEMO) bats clang libclang-rt-14-dev sqlite3 mandoc python3-botocore \
               shellcheck valgrind openssl redis-server postgresql node:nodejs npm:npm \
               java:openjdk-17-jre-headless
@@ -34,12 +38,17 @@ DEBS_TEST  := $(DEBS_DEMO) bats clang libclang-rt-14-dev sqlite3 mandoc python3-
 # The README's two commands and `deps` need no libraries to parse this file.
 NODEPS_GOALS := clean deps help demo test
 ifeq ($(filter $(NODEPS_GOALS),$(MAKECMDGOALS)),)
-MISSING := $(foreach d,$(DEPS),$(if $(shell pkg-config --exists $(word 1,$(subst :, ,$(d))) 2>/dev/null && echo y),,$(word 2,$(subst :, ,$(d)))))
+MISSING := $(foreach d,$(DEPS),$(if $(shell $(PKG_CONFIG) --exists $(word 1,$(subst :, ,$(d))) 2>/dev/null && echo y),,$(word 2,$(subst :, ,$(d)))))
 ifneq ($(strip $(MISSING)),)
 $(error missing libraries; install them with: apt-get install $(MISSING)   (or: make test, make demo, make deps, which install them as root))
 endif
-PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS))
+PKG_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PKGS))
+PKG_LIBS   := $(shell $(PKG_CONFIG) --libs $(PKGS))
+# libjq (the bank request/response mapping): Debian's libjq-dev ships no
+# pkg-config file, so it is found by its header and linked as -ljq.
+ifeq ($(shell printf '\043include <jq.h>\n' | $(CC) $(CPPFLAGS) -E - >/dev/null 2>&1 && echo y),)
+$(error missing libraries; install them with: apt-get install libjq-dev   (or, as root: make deps))
+endif
 endif
 
 # -Werror in a git checkout (developers, CI); a packager's build from a
@@ -51,7 +60,7 @@ IK_CFLAGS := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
              -Wall -Wextra $(WERROR) -Wshadow -Wstrict-prototypes \
              -Wno-unused-parameter -MMD -MP
 IK_LDFLAGS := -Wl,--as-needed
-LDLIBS += $(PKG_LIBS) -lm
+LDLIBS += $(PKG_LIBS) -ljq -lm
 
 LIB_SRC  := $(wildcard lib/*.c)
 LIB_OBJ  := $(patsubst lib/%.c,$(O)/obj/lib/%.o,$(LIB_SRC))
@@ -68,7 +77,10 @@ LIBA     := $(O)/lib/libidemkit.a
 SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
              -fno-sanitize-recover=undefined
 
-all: $(BINS)
+all: product sim
+
+# The product alone: what `make install` ships; needs no libmicrohttpd.
+product: $(BINS)
 
 $(O)/obj/lib/%.o: lib/%.c
 	@mkdir -p $(@D)
@@ -203,25 +215,53 @@ demo-aws: all $(NODE_STAMP)
 demo-postgres: all
 	IDEMKIT_BIN=$(CURDIR)/$(O)/bin DEMO_BACKEND=postgres sh examples/demo.sh
 
-install: all
+install: product
 	mkdir -p $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7
 	for b in $(CMDS) $(SCRIPTS); do install -m 755 $(O)/bin/$$b $(DESTDIR)$(BINDIR)/$$b; done
-	for m in $(MANS); do s=$${m##*.}; install -m 644 $$m $(DESTDIR)$(MANDIR)/man$$s/; done
+	for m in $(PROD_MANS); do s=$${m##*.}; install -m 644 $$m $(DESTDIR)$(MANDIR)/man$$s/; done
 
 uninstall:
 	for b in $(CMDS) $(SCRIPTS); do rm -f $(DESTDIR)$(BINDIR)/$$b; done
-	for m in $(MANS); do s=$${m##*.}; rm -f $(DESTDIR)$(MANDIR)/man$$s/$${m##*/}; done
+	for m in $(PROD_MANS); do s=$${m##*.}; rm -f $(DESTDIR)$(MANDIR)/man$$s/$${m##*/}; done
 
 # Installs the build and test dependencies on Debian (run as root).
 deps:
-	sh mk/deps.sh $(DEBS_BUILD) $(DEBS_TEST)
+	sh mk/deps.sh $(DEBS_BUILD) $(DEBS_SIM) $(DEBS_TEST)
 
 clean:
 	rm -rf build
 
 help:
-	@echo 'targets: all test check demo demo-embedded demo-postgres mutants sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean'
+	@echo 'targets: all product sim test check demo demo-embedded demo-postgres mutants sanitize faults fuzz fuzz-short valgrind bench demo-aws install uninstall deps clean'
 
-.PHONY: all test check check-build mutants demo-embedded demo-postgres sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean help
+.PHONY: all product sim test check check-build mutants demo-embedded demo-postgres sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean help
 
--include $(LIB_OBJ:.o=.d) $(patsubst cmd/%.c,$(O)/obj/cmd/%.d,$(CMD_SRC)) $(UNITS:=.d)
+# ---- bank-sim, the test double (sim/) ------------------------------------
+# The core-banking and notification simulator the tests, the demo and the
+# bench talk to.  It links the product library (for the event parser, logs
+# and options) plus libmicrohttpd; the product never links it back.  It is
+# built into $(O)/bin beside the commands so the suites find it on PATH, and
+# `make install` leaves it out (with its man page).
+SIM_SRC   := $(wildcard sim/*.c)
+SIM_OBJ   := $(patsubst sim/%.c,$(O)/obj/sim/%.o,$(SIM_SRC))
+SIM_PKGS  := $(foreach d,$(SIM_DEPS),$(word 1,$(subst :, ,$(d))))
+SIM_MANS  := man/bank-sim.1
+PROD_MANS := $(filter-out $(SIM_MANS),$(MANS))
+ifeq ($(filter $(NODEPS_GOALS),$(MAKECMDGOALS)),)
+SIM_MISSING := $(foreach d,$(SIM_DEPS),$(if $(shell $(PKG_CONFIG) --exists $(word 1,$(subst :, ,$(d))) 2>/dev/null && echo y),,$(word 2,$(subst :, ,$(d)))))
+SIM_CFLAGS  := $(if $(strip $(SIM_MISSING)),,$(shell $(PKG_CONFIG) --cflags $(SIM_PKGS)))
+SIM_LIBS    := $(if $(strip $(SIM_MISSING)),,$(shell $(PKG_CONFIG) --libs $(SIM_PKGS)))
+endif
+
+sim: $(O)/bin/bank-sim
+
+$(O)/obj/sim/%.o: sim/%.c
+	@mkdir -p $(@D)
+	@if [ -n '$(strip $(SIM_MISSING))' ]; then echo 'bank-sim needs: apt-get install $(SIM_MISSING)   (or, as root: make deps)' >&2; exit 1; fi
+	$(CC) $(IK_CFLAGS) -Isim $(SIM_CFLAGS) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(O)/bin/bank-sim: $(SIM_OBJ) $(LIBA)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(IK_LDFLAGS) $(LDFLAGS) -o $@ $(SIM_OBJ) $(LIBA) $(SIM_LIBS) $(LDLIBS) -lpthread
+
+-include $(LIB_OBJ:.o=.d) $(patsubst cmd/%.c,$(O)/obj/cmd/%.d,$(CMD_SRC)) $(UNITS:=.d) $(SIM_OBJ:.o=.d)

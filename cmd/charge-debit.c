@@ -4,13 +4,18 @@
  * Only an envelope whose claim is ACQUIRED is debited; any other passes
  * through untouched.  The bank's answer is written into the envelope as
  * "debit" and, in one-shot mode, is the exit code:
- *   2xx with a ref         OK (replayed: true when the bank says so)
- *   2xx without a ref      SOFTWARE: never record money moved without the
- *                          bank's reference; the message is left, and the
- *                          retry with the same key gets the ref replayed
- *   400 402 403 404 422, other 4xx   DECLINED, with the bank's reason
- *   401 407 405            CONFIG (credentials, or not a debit endpoint)
- *   408 409 425 429 5xx, timeouts, connection errors   TEMPFAIL
+ *   2xx                    OK, the money moved (replayed: true when the bank
+ *                          says so), with the ref --ref finds, or ref null
+ *                          and a warning: never a failure after a 2xx
+ *   --declined-status (402 422)                DECLINED, with the bank's reason
+ *   --retry-status (408 409 425 429 5xx), timeouts, connection errors
+ *                                              TEMPFAIL
+ *   (nothing sent) the claim's lease shorter than --timeout + --lease-margin
+ *                                              LEASE_SHORT
+ *   any other status (401, 403, 404, other 4xx, 1xx, 3xx)
+ *                                              CONFIG: the message is left,
+ *                          the record stays claimable, an operator looks
+ * The status classes live in lib/bankapi.c (ik_bankapi_classify).
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -28,9 +33,15 @@
 #include "util.h"
 
 static const char usage[] =
-	"usage: charge-debit [--stream] [--url URL] [--key-header NAME] [--cacert FILE]\n"
-	"                    [--connect-timeout DUR] [--timeout DUR] < envelope\n";
+	"usage: charge-debit [--check] [--stream] [--url URL] [--key-header NAME]\n"
+	"                    [--cacert FILE] [--connect-timeout DUR] [--timeout DUR]\n"
+	"                    [--declined-status LIST] [--retry-status LIST]\n"
+	"                    [--lease-margin DUR] [--request FILTER] [--ref FILTER]\n"
+	"                    [--reason FILTER]\n"
+	"                    [--client-cert FILE --client-key FILE] < envelope\n";
 static const char options[] =
+	"  --check                  check the configuration (URL, files, status lists,\n"
+	"                           jq programs) with no network call: 0, or 78 and why\n"
 	"  -s, --stream             many envelopes in, one out per line\n"
 	"  -u, --url URL            the debit endpoint (default $IDEMKIT_BANK_URL)\n"
 	"  -k, --key-header NAME    idempotency-key header (default Idempotency-Key,\n"
@@ -39,36 +50,42 @@ static const char options[] =
 	"                           $IDEMKIT_BANK_CACERT)\n"
 	"  --connect-timeout DUR    default 3s\n"
 	"  --timeout DUR            whole request, default 10s\n"
+	"  --declined-status LIST   statuses that are the bank's refusal (default\n"
+	"                           402,422, $IDEMKIT_BANK_DECLINED)\n"
+	"  --retry-status LIST      transient statuses (default 408,409,425,429,5xx,\n"
+	"                           $IDEMKIT_BANK_RETRY); any other non-2xx is CONFIG\n"
+	"  --lease-margin DUR       send nothing (LEASE_SHORT) when the claim's lease has\n"
+	"                           less than --timeout plus this left; default 2s\n"
+	"  --request FILTER         jq program building the request body from the event\n"
+	"                           ($key, $amountMajor, $attempt, $ref; default the\n"
+	"                           built-in body, $IDEMKIT_BANK_REQUEST)\n"
+	"  --ref FILTER             jq program taking the bank's reference out of a 2xx\n"
+	"                           body (default .ref, $IDEMKIT_BANK_REF)\n"
+	"  --reason FILTER          jq program taking the reason out of a refusal\n"
+	"                           (default .reason/.message/.error, $IDEMKIT_BANK_REASON)\n"
+	"  --client-cert FILE       mutual TLS: PEM certificate ($IDEMKIT_BANK_CLIENT_CERT)\n"
+	"  --client-key FILE        its PEM key, mode 0600 or stricter\n"
+	"                           ($IDEMKIT_BANK_CLIENT_KEY)\n"
 	"  -h, --help, -V, --version\n"
-	"Credentials: $IDEMKIT_BANK_TOKEN or $IDEMKIT_BANK_TOKEN_FILE (bearer),\n"
-	"$IDEMKIT_BANK_HMAC_KEY_FILE (X-Idemkit-Signature); never on the command line.\n";
-static const int codes[] = { 0, 10, 11, 12, 14, 20, 64, 65, 70, 75, 78, -1 };
+	"Credentials: $IDEMKIT_BANK_TOKEN or $IDEMKIT_BANK_TOKEN_FILE (bearer), or\n"
+	"OAuth2 client credentials ($IDEMKIT_BANK_OAUTH_TOKEN_URL, _CLIENT_ID,\n"
+	"_CLIENT_SECRET_FILE, _SCOPE); $IDEMKIT_BANK_HMAC_KEY_FILE (X-Idemkit-Timestamp\n"
+	"and X-Idemkit-Signature); never on the command line.\n";
+static const int codes[] = { IK_OK, IK_DUP_DONE, IK_DUP_IN_PROGRESS, IK_DUP_FAILED,
+	IK_PAYLOAD_MISMATCH, IK_LEASE_SHORT, IK_DECLINED, IK_USAGE, IK_DATAERR, IK_SOFTWARE,
+	IK_TEMPFAIL, IK_CONFIG, -1 };
 
 struct ctx {
 	struct ik_bankapi api;
 	struct ik_bankapi_opts opts;
 	int opened;
 	ik_err open_err;
+	int64_t lease_margin_ms;
 };
 
 static int
-classify(long status)
-{
-	if (status >= 200 && status < 300)
-		return IK_OK;
-	if (status == 401 || status == 407 || status == 405)
-		return IK_CONFIG;
-	if (status == 408 || status == 409 || status == 425 || status == 429 ||
-	    (status >= 500 && status < 600))
-		return IK_TEMPFAIL;
-	if (status >= 400 && status < 500)
-		return IK_DECLINED;
-	return IK_CONFIG;   /* 1xx/3xx: not a debit endpoint (we never follow) */
-}
-
-static int
 record(cJSON *env, const struct ik_event *ev, int rc, const char *error,
-       const char *ref, int replayed, long status)
+       const char *ref, int replayed, long status, const char *warning)
 {
 	cJSON *r = ik_env_set_result(env, "debit", rc);
 	char st[16];
@@ -77,18 +94,45 @@ record(cJSON *env, const struct ik_event *ev, int rc, const char *error,
 		return IK_SOFTWARE;
 	if (ref)
 		cJSON_AddStringToObject(r, "ref", ref);
+	else if (rc == IK_OK)
+		cJSON_AddNullToObject(r, "ref");   /* the money moved; the bank gave no ref */
 	if (replayed)
 		cJSON_AddBoolToObject(r, "replayed", 1);
 	if (status)
 		cJSON_AddNumberToObject(r, "status", (double)status);
 	if (error)
 		cJSON_AddStringToObject(r, "error", error);
+	if (warning)
+		cJSON_AddStringToObject(r, "warning", warning);
 	snprintf(st, sizeof st, "%ld", status);
-	ik_log(rc == IK_OK ? IK_LOG_INFO : IK_LOG_WARN, "debit", "step", "debit",
+	ik_log(rc == IK_OK && !warning ? IK_LOG_INFO : IK_LOG_WARN, "debit", "step", "debit",
 	       "chargeId", ev ? ev->charge_id : NULL,
 	       "messageId", ik_env_str(env, "messageId"), "outcome", ik_code_name(rc),
 	       "ref", ref, "replayed", replayed ? "true" : NULL,
-	       "status#", status ? st : NULL, "error", error, NULL);
+	       "status#", status ? st : NULL, "error", error, "warning", warning, NULL);
+	return rc;
+}
+
+/* What a 2xx says: the money moved, with the bank's ref when it gave one. */
+static int
+debited(struct ctx *c, cJSON *env, const struct ik_event *ev,
+        const struct ik_http_res *res)
+{
+	char warn[sizeof(ik_err){0}.msg], *ref = NULL;
+	cJSON *ans;
+	const char *h;
+	int replayed, rc;
+
+	if (ik_bankapi_ref(&c->api, res, &ref, warn, sizeof warn) < 0)
+		return record(env, ev, IK_SOFTWARE, "out of memory", NULL, 0, 0, NULL);
+	ans = cJSON_ParseWithLength(res->body.p, res->body.len);
+	h = ik_http_header(res, "Idempotent-Replayed");
+	replayed = (h && strcasecmp(h, "true") == 0) ||
+	           cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ans, "replayed"));
+	cJSON_Delete(ans);
+	rc = record(env, ev, IK_OK, NULL, ref, replayed, ref ? 0 : res->status,
+	            warn[0] ? warn : NULL);
+	free(ref);
 	return rc;
 }
 
@@ -99,11 +143,10 @@ debit(cJSON *env, void *arg)
 	struct ik_http_res res = {0};
 	struct ik_event ev;
 	char reason[IK_BANKAPI_REASON_MAX + 1], msg[IK_BANKAPI_REASON_MAX + 64];
-	const char *body = ik_env_body(env), *ref, *h;
+	const char *body = ik_env_body(env);
 	char *req = NULL;
-	cJSON *o, *ans = NULL;
 	ik_err err = {0};
-	int rc, replayed;
+	int rc;
 
 	if (ik_env_step_code(env, "claim") != IK_OK) {
 		if (!ik_env_result(env, "claim"))
@@ -112,50 +155,45 @@ debit(cJSON *env, void *arg)
 		return ik_env_outcome(env);
 	}
 	if ((rc = ik_event_parse(body, strlen(body), &ev, &err)) != IK_OK)
-		return record(env, NULL, rc, err.msg, NULL, 0, 0);
+		return record(env, NULL, rc, err.msg, NULL, 0, 0, NULL);
 	if (!c->opened) {
 		c->opened = 1;
 		if (ik_bankapi_open(&c->api, &c->opts, &c->open_err) != IK_OK)
 			ik_warnx("%s", c->open_err.msg);
 	}
 	if (c->open_err.code)
-		return record(env, &ev, c->open_err.code, c->open_err.msg, NULL, 0, 0);
+		return record(env, &ev, c->open_err.code, c->open_err.msg, NULL, 0, 0, NULL);
 
-	if (!(o = ik_bankapi_event_json(&ev)) || !(req = cJSON_PrintUnformatted(o))) {
-		cJSON_Delete(o);
-		return record(env, &ev, IK_SOFTWARE, "out of memory", NULL, 0, 0);
+	rc = ik_bankapi_body(&c->api, body, &ev, ev.charge_id,
+	                     cJSON_GetObjectItemCaseSensitive(ik_env_result(env, "claim"), "attempt"),
+	                     NULL, &req, &err);
+	if (rc != IK_OK)
+		return record(env, &ev, rc, err.msg, NULL, 0, 0, NULL);
+	/* Right before the call: nothing goes out on a dying lease. */
+	if ((rc = ik_bankapi_lease_check(env, c->opts.timeout_ms, c->lease_margin_ms,
+	                                 &err)) != IK_OK) {
+		free(req);
+		return record(env, &ev, rc, err.msg, NULL, 0, 0, NULL);
 	}
-	cJSON_Delete(o);
 	rc = ik_bankapi_post(&c->api, ev.charge_id, req, &res, &err);
 	free(req);
 	if (rc != IK_OK) {
 		ik_http_res_free(&res);
-		return record(env, &ev, rc, err.msg, NULL, 0, 0);
+		return record(env, &ev, rc, err.msg, NULL, 0, 0, NULL);
 	}
 
-	rc = classify(res.status);
+	rc = ik_bankapi_classify(&c->api, res.status);
 	if (rc == IK_OK) {
-		ans = cJSON_ParseWithLength(res.body.p, res.body.len);
-		ref = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ans, "ref"));
-		h = ik_http_header(&res, "Idempotent-Replayed");
-		replayed = (h && strcasecmp(h, "true") == 0) ||
-		           cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ans, "replayed"));
-		if (ref && *ref && strlen(ref) <= 128) {
-			rc = record(env, &ev, IK_OK, NULL, ref, replayed, 0);
-		} else {
-			snprintf(msg, sizeof msg, "HTTP %ld without a reference", res.status);
-			rc = record(env, &ev, IK_SOFTWARE, msg, NULL, 0, res.status);
-		}
-		cJSON_Delete(ans);
+		rc = debited(c, env, &ev, &res);
 	} else {
-		ik_bankapi_reason(&res, reason);
+		ik_bankapi_reason(&c->api, &res, reason);
 		if (res.status == 401 && !reason[0])
 			snprintf(reason, sizeof reason, "bad credentials");
 		if (reason[0])
 			snprintf(msg, sizeof msg, "HTTP %ld: %s", res.status, reason);
 		else
 			snprintf(msg, sizeof msg, "HTTP %ld", res.status);
-		rc = record(env, &ev, rc, msg, NULL, 0, res.status);
+		rc = record(env, &ev, rc, msg, NULL, 0, res.status, NULL);
 	}
 	ik_http_res_free(&res);
 	return rc;
@@ -164,7 +202,7 @@ debit(cJSON *env, void *arg)
 int
 main(int argc, char **argv)
 {
-	enum { O_CONNECT = 256, O_TIMEOUT };
+	enum { O_CONNECT = 256, O_TIMEOUT, O_DECLINED, O_RETRY, O_MARGIN, O_CHECK, O_REQUEST, O_REF, O_REASON, O_CCERT, O_CKEY };
 	static const struct option longopts[] = {
 		{ "stream", no_argument, NULL, 's' },
 		{ "url", required_argument, NULL, 'u' },
@@ -172,14 +210,25 @@ main(int argc, char **argv)
 		{ "cacert", required_argument, NULL, 'c' },
 		{ "connect-timeout", required_argument, NULL, O_CONNECT },
 		{ "timeout", required_argument, NULL, O_TIMEOUT },
+		{ "declined-status", required_argument, NULL, O_DECLINED },
+		{ "retry-status", required_argument, NULL, O_RETRY },
+		{ "lease-margin", required_argument, NULL, O_MARGIN },
+		{ "check", no_argument, NULL, O_CHECK },
+		{ "request", required_argument, NULL, O_REQUEST },
+		{ "ref", required_argument, NULL, O_REF },
+		{ "reason", required_argument, NULL, O_REASON },
+		{ "client-cert", required_argument, NULL, O_CCERT },
+		{ "client-key", required_argument, NULL, O_CKEY },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct ctx c = { .opts = { .connect_timeout_ms = 3000, .timeout_ms = 10000 } };
+	struct ctx c = { .opts = { .connect_timeout_ms = 3000, .timeout_ms = 10000 },
+	                 .lease_margin_ms = IK_BANKAPI_LEASE_MARGIN_MS };
 	struct ik_step st = { .name = "debit", .fn = debit, .ctx = &c };
 	int64_t ms;
-	int ch, rc = IK_USAGE;
+	int ch, check = 0, rc = IK_USAGE;
+	ik_err err;
 
 	ik_cli_init(argv[0]);
 	/* First thing: the token leaves the environment before anything else. */
@@ -200,6 +249,26 @@ main(int argc, char **argv)
 				goto out;
 			c.opts.timeout_ms = (long)ms;
 			break;
+		case O_DECLINED:
+			if (ik_bankapi_opt_status("--declined-status", optarg) < 0)
+				goto out;
+			c.opts.declined = optarg;
+			break;
+		case O_RETRY:
+			if (ik_bankapi_opt_status("--retry-status", optarg) < 0)
+				goto out;
+			c.opts.retry = optarg;
+			break;
+		case O_CHECK: check = 1; break;
+		case O_REQUEST: c.opts.request = optarg; break;
+		case O_REF: c.opts.ref = optarg; break;
+		case O_REASON: c.opts.reason = optarg; break;
+		case O_CCERT: c.opts.client_cert = optarg; break;
+		case O_CKEY: c.opts.client_key = optarg; break;
+		case O_MARGIN:
+			if (ik_opt_duration("--lease-margin", optarg, 0, 3600000, &c.lease_margin_ms) < 0)
+				goto out;
+			break;
 		case 'h': rc = ik_help(usage, options, codes); goto out;
 		case 'V': rc = ik_version(); goto out;
 		default: rc = ik_usage(usage); goto out;
@@ -207,6 +276,10 @@ main(int argc, char **argv)
 	}
 	if (optind != argc) {
 		rc = ik_usage(usage);
+		goto out;
+	}
+	if (check) {   /* what charge-worker asks before it receives anything */
+		rc = ik_bankapi_open(&c.api, &c.opts, &err) == IK_OK ? IK_OK : ik_fail(&err);
 		goto out;
 	}
 	rc = ik_step_run(&st);

@@ -4,11 +4,14 @@
  * Only an envelope whose debit is OK is notified; any other passes through
  * untouched.  A failed notification never touches the debit: it is
  * recorded as NOTIFY_FAILED (the charge becomes DEBITED_NOTIFICATION_FAILED
- * and is re-driven separately).  Transient failures (408, 429, 5xx,
- * timeouts, connection errors) are retried in process, a bounded number of
- * times with exponential backoff and full jitter; other 4xx are not.
- * Configuration errors (no URL, unreadable token, TLS verification) are
- * CONFIG, so the message is left rather than recorded as a false failure.
+ * and is re-driven separately).  The statuses are classed as the debit's
+ * (lib/bankapi.c): the retry list (408 409 425 429 5xx), timeouts and
+ * connection errors are retried in process, a bounded number of times with
+ * exponential backoff and full jitter, then NOTIFY_FAILED; the declined
+ * list (402 422) is NOTIFY_FAILED at once; any other status (401, 403,
+ * 404, ...) and configuration errors (no URL, unreadable token, TLS
+ * verification) are CONFIG: the gateway is misconfigured, an operator is
+ * alarmed, and idemp-done still records the money moved.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -28,10 +31,15 @@
 #include "util.h"
 
 static const char usage[] =
-	"usage: charge-notify [--stream] [--url URL] [--key-header NAME] [--cacert FILE]\n"
-	"                     [--connect-timeout DUR] [--timeout DUR] [--retries N]\n"
-	"                     [--backoff DUR] < envelope\n";
+	"usage: charge-notify [--check] [--stream] [--url URL] [--key-header NAME]\n"
+	"                     [--cacert FILE] [--connect-timeout DUR] [--timeout DUR]\n"
+	"                     [--retries N] [--backoff DUR] [--declined-status LIST]\n"
+	"                     [--retry-status LIST] [--lease-margin DUR]\n"
+	"                     [--request FILTER] [--reason FILTER]\n"
+	"                     [--client-cert FILE --client-key FILE] < envelope\n";
 static const char options[] =
+	"  --check                  check the configuration (URL, files, status lists,\n"
+	"                           jq programs) with no network call: 0, or 78 and why\n"
 	"  -s, --stream             many envelopes in, one out per line\n"
 	"  -u, --url URL            the notification endpoint (default $IDEMKIT_NOTIFY_URL)\n"
 	"  -k, --key-header NAME    idempotency-key header (default Idempotency-Key,\n"
@@ -42,10 +50,29 @@ static const char options[] =
 	"  -r, --retries N          retries after the first attempt, default 3\n"
 	"  -b, --backoff DUR        first backoff, doubled each retry (jittered, at\n"
 	"                           most 10s), default 200ms\n"
+	"  --declined-status LIST   statuses that refuse the notification for good\n"
+	"                           (default 402,422, $IDEMKIT_NOTIFY_DECLINED)\n"
+	"  --retry-status LIST      statuses retried (default 408,409,425,429,5xx,\n"
+	"                           $IDEMKIT_NOTIFY_RETRY); any other non-2xx is CONFIG\n"
+	"  --lease-margin DUR       send nothing (LEASE_SHORT) when the claim's lease has\n"
+	"                           less than the attempts' timeouts and backoffs plus\n"
+	"                           this left; default 2s\n"
+	"  --request FILTER         jq program building the request body from the event\n"
+	"                           ($key, $amountMajor, $attempt, $ref; default the\n"
+	"                           built-in body, $IDEMKIT_NOTIFY_REQUEST)\n"
+	"  --reason FILTER          jq program taking the reason out of a refusal\n"
+	"                           (default .reason/.message/.error, $IDEMKIT_NOTIFY_REASON)\n"
+	"  --client-cert FILE       mutual TLS: PEM certificate ($IDEMKIT_NOTIFY_CLIENT_CERT)\n"
+	"  --client-key FILE        its PEM key, mode 0600 or stricter\n"
+	"                           ($IDEMKIT_NOTIFY_CLIENT_KEY)\n"
 	"  -h, --help, -V, --version\n"
-	"Credentials: $IDEMKIT_NOTIFY_TOKEN or $IDEMKIT_NOTIFY_TOKEN_FILE (bearer),\n"
-	"$IDEMKIT_NOTIFY_HMAC_KEY_FILE (X-Idemkit-Signature); never on the command line.\n";
-static const int codes[] = { 0, 10, 11, 12, 14, 20, 21, 64, 65, 70, 75, 78, -1 };
+	"Credentials: $IDEMKIT_NOTIFY_TOKEN or $IDEMKIT_NOTIFY_TOKEN_FILE (bearer), or\n"
+	"OAuth2 client credentials ($IDEMKIT_NOTIFY_OAUTH_TOKEN_URL, _CLIENT_ID,\n"
+	"_CLIENT_SECRET_FILE, _SCOPE); $IDEMKIT_NOTIFY_HMAC_KEY_FILE (X-Idemkit-Timestamp\n"
+	"and X-Idemkit-Signature); never on the command line.\n";
+static const int codes[] = { IK_OK, IK_DUP_DONE, IK_DUP_IN_PROGRESS, IK_DUP_FAILED,
+	IK_PAYLOAD_MISMATCH, IK_LEASE_SHORT, IK_DECLINED, IK_NOTIFY_FAILED, IK_USAGE,
+	IK_DATAERR, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1 };
 
 #define BACKOFF_CAP_MS 10000
 
@@ -56,27 +83,44 @@ struct ctx {
 	ik_err open_err;
 	long retries;
 	int64_t backoff_ms;
+	int64_t lease_margin_ms;
 };
 
-static int
-transient(long status)
+/* The n-th backoff's ceiling (n from 0): min(cap, base * 2^n). */
+static int64_t
+backoff_ceil(const struct ctx *c, int n)
 {
-	return status == 408 || status == 425 || status == 429 ||
-	       (status >= 500 && status < 600);
+	int64_t ceil = c->backoff_ms;
+
+	while (n-- > 0 && ceil < BACKOFF_CAP_MS)
+		ceil *= 2;
+	return ceil > BACKOFF_CAP_MS ? BACKOFF_CAP_MS : ceil;
+}
+
+/* The most the attempts from attempt (1-based) on can take: each one's
+ * timeout and every backoff between them. */
+static int64_t
+budget(const struct ctx *c, int attempt)
+{
+	int64_t ms = 0;
+	int k;
+
+	for (k = attempt; k <= c->retries + 1; k++) {
+		ms += c->opts.timeout_ms;
+		if (k <= c->retries)
+			ms += backoff_ceil(c, k - 1);
+	}
+	return ms;
 }
 
 /* Full jitter: a random sleep in [0, min(cap, base * 2^n)]. */
 static void
 backoff(const struct ctx *c, int n)
 {
-	int64_t ceil = c->backoff_ms;
+	int64_t ceil = backoff_ceil(c, n);
 	int64_t ms;
 	struct timespec ts;
 
-	while (n-- > 0 && ceil < BACKOFF_CAP_MS)
-		ceil *= 2;
-	if (ceil > BACKOFF_CAP_MS)
-		ceil = BACKOFF_CAP_MS;
 	ms = ceil > 0 ? (int64_t)randombytes_uniform((uint32_t)ceil + 1) : 0;
 	ts.tv_sec = ms / 1000;
 	ts.tv_nsec = (long)(ms % 1000) * 1000000L;
@@ -111,7 +155,6 @@ notify(cJSON *env, void *arg)
 	char key[IK_CHARGE_ID_MAX + sizeof ":notify"];
 	const char *body = ik_env_body(env), *ref;
 	char *req = NULL;
-	cJSON *o;
 	ik_err err = {0};
 	int rc = IK_OK, attempt;
 
@@ -129,30 +172,40 @@ notify(cJSON *env, void *arg)
 	if (c->open_err.code)
 		return record(env, ev.charge_id, c->open_err.code, c->open_err.msg, 0);
 
-	if (!(o = ik_bankapi_event_json(&ev)) ||
-	    (ref && !cJSON_AddStringToObject(o, "debitRef", ref)) ||
-	    !(req = cJSON_PrintUnformatted(o))) {
-		cJSON_Delete(o);
-		return record(env, ev.charge_id, IK_SOFTWARE, "out of memory", 0);
-	}
-	cJSON_Delete(o);
 	snprintf(key, sizeof key, "%s:notify", ev.charge_id);
+	rc = ik_bankapi_body(&c->api, body, &ev, key,
+	                     cJSON_GetObjectItemCaseSensitive(ik_env_result(env, "claim"), "attempt"),
+	                     ref, &req, &err);
+	if (rc != IK_OK)
+		return record(env, ev.charge_id, rc, err.msg, 0);
 
 	for (attempt = 1;; attempt++) {
 		int again;
 
+		/* Right before each call: this attempt and all it may still
+		 * retry must fit in the lease. */
+		if ((rc = ik_bankapi_lease_check(env, budget(c, attempt), c->lease_margin_ms,
+		                                 &err)) != IK_OK) {
+			rc = record(env, ev.charge_id, rc, err.msg, attempt - 1);
+			break;
+		}
 		rc = ik_bankapi_post(&c->api, key, req, &res, &err);
 		if (rc == IK_OK && res.status >= 200 && res.status < 300) {
 			rc = record(env, ev.charge_id, IK_OK, NULL, attempt);
 			break;
 		}
 		if (rc == IK_OK) {
-			ik_bankapi_reason(&res, reason);
+			int cls = ik_bankapi_classify(&c->api, res.status);
+			ik_bankapi_reason(&c->api, &res, reason);
 			if (reason[0])
 				snprintf(msg, sizeof msg, "HTTP %ld: %s", res.status, reason);
 			else
 				snprintf(msg, sizeof msg, "HTTP %ld", res.status);
-			again = transient(res.status);
+			if (cls == IK_CONFIG) {   /* not the gateway's word on this message */
+				rc = record(env, ev.charge_id, IK_CONFIG, msg, attempt);
+				break;
+			}
+			again = cls == IK_TEMPFAIL;
 		} else {
 			snprintf(msg, sizeof msg, "%s", err.msg);
 			again = rc == IK_TEMPFAIL;
@@ -180,7 +233,7 @@ notify(cJSON *env, void *arg)
 int
 main(int argc, char **argv)
 {
-	enum { O_CONNECT = 256, O_TIMEOUT };
+	enum { O_CONNECT = 256, O_TIMEOUT, O_DECLINED, O_RETRY, O_MARGIN, O_CHECK, O_REQUEST, O_REF, O_REASON, O_CCERT, O_CKEY };
 	static const struct option longopts[] = {
 		{ "stream", no_argument, NULL, 's' },
 		{ "url", required_argument, NULL, 'u' },
@@ -190,16 +243,26 @@ main(int argc, char **argv)
 		{ "timeout", required_argument, NULL, O_TIMEOUT },
 		{ "retries", required_argument, NULL, 'r' },
 		{ "backoff", required_argument, NULL, 'b' },
+		{ "declined-status", required_argument, NULL, O_DECLINED },
+		{ "retry-status", required_argument, NULL, O_RETRY },
+		{ "lease-margin", required_argument, NULL, O_MARGIN },
+		{ "check", no_argument, NULL, O_CHECK },
+		{ "request", required_argument, NULL, O_REQUEST },
+		{ "reason", required_argument, NULL, O_REASON },
+		{ "client-cert", required_argument, NULL, O_CCERT },
+		{ "client-key", required_argument, NULL, O_CKEY },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct ctx c = { .opts = { .connect_timeout_ms = 3000, .timeout_ms = 10000 },
-	                 .retries = 3, .backoff_ms = 200 };
+	                 .retries = 3, .backoff_ms = 200,
+	                 .lease_margin_ms = IK_BANKAPI_LEASE_MARGIN_MS };
 	struct ik_step st = { .name = "notify", .fn = notify, .ctx = &c };
 	long long n;
 	int64_t ms;
-	int ch, rc = IK_USAGE;
+	int ch, check = 0, rc = IK_USAGE;
+	ik_err err;
 
 	ik_cli_init(argv[0]);
 	ik_bankapi_take_env(&c.api, "NOTIFY");
@@ -230,6 +293,25 @@ main(int argc, char **argv)
 			if (ik_opt_duration("--backoff", optarg, 0, 3600000, &c.backoff_ms) < 0)
 				goto out;
 			break;
+		case O_DECLINED:
+			if (ik_bankapi_opt_status("--declined-status", optarg) < 0)
+				goto out;
+			c.opts.declined = optarg;
+			break;
+		case O_RETRY:
+			if (ik_bankapi_opt_status("--retry-status", optarg) < 0)
+				goto out;
+			c.opts.retry = optarg;
+			break;
+		case O_CHECK: check = 1; break;
+		case O_REQUEST: c.opts.request = optarg; break;
+		case O_REASON: c.opts.reason = optarg; break;
+		case O_CCERT: c.opts.client_cert = optarg; break;
+		case O_CKEY: c.opts.client_key = optarg; break;
+		case O_MARGIN:
+			if (ik_opt_duration("--lease-margin", optarg, 0, 3600000, &c.lease_margin_ms) < 0)
+				goto out;
+			break;
 		case 'h': rc = ik_help(usage, options, codes); goto out;
 		case 'V': rc = ik_version(); goto out;
 		default: rc = ik_usage(usage); goto out;
@@ -237,6 +319,10 @@ main(int argc, char **argv)
 	}
 	if (optind != argc) {
 		rc = ik_usage(usage);
+		goto out;
+	}
+	if (check) {   /* what charge-worker asks before it receives anything */
+		rc = ik_bankapi_open(&c.api, &c.opts, &err) == IK_OK ? IK_OK : ik_fail(&err);
 		goto out;
 	}
 	rc = ik_step_run(&st);

@@ -10,10 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <sodium.h>
 
 #include "bankapi.h"
+#include "cli.h"
 #include "outcome.h"
 
 #define SECRET_MAX 8192
@@ -76,6 +79,349 @@ token_ok(const char *s, size_t n)
 }
 
 int
+ik_bankapi_status_list(const char *list, unsigned char cls[600], int code,
+                       char *why, size_t whysz)
+{
+	const char *p = list;
+	long long n;
+	char tok[8];
+	size_t len;
+	int lo, hi, i;
+
+	for (;;) {
+		len = strcspn(p, ",");
+		if (len == 0 || len >= sizeof tok) {
+			snprintf(why, whysz, "\"%s\": a comma-separated list of statuses "
+			         "(400-599, or 4xx/5xx)", list);
+			return -1;
+		}
+		memcpy(tok, p, len);
+		tok[len] = '\0';
+		if (len == 3 && (tok[0] == '4' || tok[0] == '5') &&
+		    (strcmp(tok + 1, "xx") == 0 || strcmp(tok + 1, "XX") == 0)) {
+			lo = (tok[0] - '0') * 100;
+			hi = lo + 99;
+		} else if (ik_parse_int(tok, 400, 599, &n) == 0) {
+			lo = hi = (int)n;
+		} else {
+			snprintf(why, whysz, "\"%s\": %s is not a status from 400 to 599 "
+			         "(or 4xx/5xx)", list, tok);
+			return -1;
+		}
+		for (i = lo; i <= hi; i++)
+			cls[i] = (unsigned char)code;
+		if (!p[len])
+			return 0;
+		p += len + 1;
+	}
+}
+
+int
+ik_bankapi_lease_check(const cJSON *env, int64_t need_ms, int64_t margin_ms,
+                       ik_err *err)
+{
+	const cJSON *until = cJSON_GetObjectItemCaseSensitive(
+		cJSON_GetObjectItemCaseSensitive(env, "claim"), "leaseUntil");
+	double u;
+	int64_t left;
+
+	if (!until || cJSON_IsNull(until))
+		return IK_OK;
+	u = until->valuedouble;
+	if (!cJSON_IsNumber(until) || !(u >= 0 && u < 9e15))
+		return ik_errf(err, IK_DATAERR, "claim.leaseUntil: not epoch milliseconds");
+	left = (int64_t)u - ik_now_ms();
+	if (left >= need_ms + margin_ms)
+		return IK_OK;
+	if (left < 0)
+		return ik_errf(err, IK_LEASE_SHORT, "the claim's lease ended %lldms ago; the call "
+		               "needs %lldms plus a %lldms margin: nothing was sent",
+		               (long long)-left, (long long)need_ms, (long long)margin_ms);
+	return ik_errf(err, IK_LEASE_SHORT, "the claim's lease has %lldms left; the call "
+	               "needs %lldms plus a %lldms margin: nothing was sent",
+	               (long long)left, (long long)need_ms, (long long)margin_ms);
+}
+
+int
+ik_bankapi_opt_status(const char *opt, const char *list)
+{
+	unsigned char cls[600];
+	char why[160];
+
+	if (ik_bankapi_status_list(list, cls, IK_DECLINED, why, sizeof why) == 0)
+		return 0;
+	ik_warnx("%s: %s", opt, why);
+	return -1;
+}
+
+int
+ik_bankapi_classify(const struct ik_bankapi *a, long status)
+{
+	if (status >= 200 && status < 300)
+		return IK_OK;
+	if (status >= 100 && status < 600 && a->cls[status])
+		return a->cls[status];
+	return IK_CONFIG;   /* not a debit endpoint's answer, or not ours to guess */
+}
+
+/* Mutual TLS: a certificate and its key, both or neither; the key file
+ * must not be readable by group or others (an ssh-style rule: a key the
+ * whole host can read is no longer the worker's). */
+static int
+open_client_cert(struct ik_bankapi *a, const struct ik_bankapi_opts *o, ik_err *err)
+{
+	char cn[64], kn[64];
+	const char *cert = o->client_cert ? o->client_cert : env(a->prefix, "CLIENT_CERT", cn, sizeof cn);
+	const char *key = o->client_key ? o->client_key : env(a->prefix, "CLIENT_KEY", kn, sizeof kn);
+	struct stat st;
+
+	if (o->client_cert)
+		snprintf(cn, sizeof cn, "--client-cert");
+	else
+		snprintf(cn, sizeof cn, "IDEMKIT_%s_CLIENT_CERT", a->prefix);
+	if (o->client_key)
+		snprintf(kn, sizeof kn, "--client-key");
+	else
+		snprintf(kn, sizeof kn, "IDEMKIT_%s_CLIENT_KEY", a->prefix);
+	if (!cert && !key)
+		return IK_OK;
+	if (!cert || !key)
+		return ik_errf(err, IK_CONFIG, "mutual TLS needs both %s and %s", cn, kn);
+	if (access(cert, R_OK) != 0)
+		return ik_errf(err, IK_CONFIG, "%s %s: not readable", cn, cert);
+	if (stat(key, &st) != 0 || access(key, R_OK) != 0)
+		return ik_errf(err, IK_CONFIG, "%s %s: not readable", kn, key);
+	if (st.st_mode & (S_IRWXG | S_IRWXO))
+		return ik_errf(err, IK_CONFIG, "%s %s: readable by group or others (mode %03o); "
+		               "chmod 600 it", kn, key, (unsigned)(st.st_mode & 0777));
+	if (!(a->client_cert = strdup(cert)) || !(a->client_key = strdup(key)))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	return IK_OK;
+}
+
+static int
+open_oauth(struct ik_bankapi *a, ik_err *err)
+{
+	char n1[64], n2[64];
+	const char *url = env(a->prefix, "OAUTH_TOKEN_URL", n1, sizeof n1), *v;
+	struct ik_http_url u;
+	int rc;
+
+	if (!url)
+		return IK_OK;
+	if (a->auth.len)
+		return ik_errf(err, IK_CONFIG, "%s and a static bearer token (IDEMKIT_%s_TOKEN"
+		               "[_FILE]) are both set: choose one", n1, a->prefix);
+	if ((rc = ik_http_url_parse(url, &u, err)) != IK_OK)
+		return ik_errwrap(err, "%s", n1);
+	ik_http_url_free(&u);
+	if (!u.https && !u.loopback)
+		return ik_errf(err, IK_CONFIG, "%s: plain http:// only to loopback; use https:// "
+		               "for %s (nothing was sent)", n1, u.host);
+	if (!(v = env(a->prefix, "OAUTH_CLIENT_ID", n2, sizeof n2)))
+		return ik_errf(err, IK_CONFIG, "%s needs %s", n1, n2);
+	if (!(a->oauth_url = strdup(url)) || !(a->oauth_id = strdup(v)))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	if ((v = env(a->prefix, "OAUTH_SCOPE", n2, sizeof n2)) && !(a->oauth_scope = strdup(v)))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	if (!(v = env(a->prefix, "OAUTH_CLIENT_SECRET_FILE", n2, sizeof n2)))
+		return ik_errf(err, IK_CONFIG, "%s needs %s", n1, n2);
+	if (ik_read_file(v, SECRET_MAX, &a->oauth_secret, err) != IK_OK)
+		return ik_errwrap(err, "%s", n2);
+	if (!a->oauth_secret.len)
+		return ik_errf(err, IK_CONFIG, "%s %s: empty", n2, v);
+	return IK_OK;
+}
+
+/* application/x-www-form-urlencoded, as RFC 6749 2.3.1 wants the client
+ * id and secret before they are put in the Basic credentials. */
+static int
+form_encode(struct ik_buf *b, const char *s, size_t n)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	char e[3];
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		if (isalnum(ch) || ch == '-' || ch == '.' || ch == '_' || ch == '~') {
+			if (ik_buf_add(b, &s[i], 1) < 0)
+				return -1;
+		} else {
+			e[0] = '%';
+			e[1] = hex[ch >> 4];
+			e[2] = hex[ch & 15];
+			if (ik_buf_add(b, e, 3) < 0)
+				return -1;
+		}
+	}
+	return 0;
+}
+
+/* POST grant_type=client_credentials to the token endpoint; on success
+ * a->auth holds the new bearer line. */
+static int
+oauth_fetch(struct ik_bankapi *a, ik_err *err)
+{
+	struct ik_buf cred = {0}, basic = {0}, form = {0};
+	struct ik_http_res res = {0};
+	const char *hdrs[4];
+	cJSON *o = NULL;
+	const cJSON *tok = NULL, *exp;
+	char *b64 = NULL;
+	size_t b64len;
+	double ttl;
+	int rc = IK_OK;
+	struct ik_http_req req = {
+		.method = "POST", .url = a->oauth_url, .headers = hdrs,
+		.connect_timeout_ms = a->connect_timeout_ms, .timeout_ms = a->timeout_ms,
+		.max_body = 1u << 16, .cacert = a->cacert,
+		.client_cert = a->client_cert, .client_key = a->client_key,
+	};
+
+	wipe(&a->auth);
+	a->oauth_refresh_at = 0;
+	if (form_encode(&cred, a->oauth_id, strlen(a->oauth_id)) < 0 ||
+	    ik_buf_add(&cred, ":", 1) < 0 ||
+	    form_encode(&cred, a->oauth_secret.p, a->oauth_secret.len) < 0)
+		goto nomem;
+	b64len = sodium_base64_ENCODED_LEN(cred.len, sodium_base64_VARIANT_ORIGINAL);
+	if (!(b64 = malloc(b64len)))
+		goto nomem;
+	sodium_bin2base64(b64, b64len, (const unsigned char *)cred.p, cred.len,
+	                  sodium_base64_VARIANT_ORIGINAL);
+	if (ik_buf_addstr(&basic, "Authorization: Basic ") < 0 || ik_buf_addstr(&basic, b64) < 0 ||
+	    ik_buf_addstr(&form, "grant_type=client_credentials") < 0 ||
+	    (a->oauth_scope && (ik_buf_addstr(&form, "&scope=") < 0 ||
+	                        form_encode(&form, a->oauth_scope, strlen(a->oauth_scope)) < 0)) ||
+	    ik_buf_add(&form, "", 1) < 0)
+		goto nomem;
+	hdrs[0] = "Content-Type: application/x-www-form-urlencoded";
+	hdrs[1] = "Accept: application/json";
+	hdrs[2] = basic.p;
+	hdrs[3] = NULL;
+	req.body = form.p;
+	req.body_len = form.len - 1;
+	if ((rc = ik_http_do(a->http, &req, &res, err)) != IK_OK) {
+		ik_errwrap(err, "OAuth2 token");
+		goto out;
+	}
+	if (res.status == 400 || res.status == 401 || res.status == 403) {
+		/* invalid_client, invalid_scope, unauthorized_client: ours to fix */
+		o = cJSON_ParseWithLength(res.body.p, res.body.len);
+		rc = ik_errf(err, IK_CONFIG, "OAuth2 token: HTTP %ld%s%.60s", res.status,
+		             cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "error")) ? ": " : "",
+		             cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "error")) ?
+		             cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "error")) : "");
+		goto out;
+	}
+	if (res.status < 200 || res.status >= 300) {
+		rc = ik_errf(err, ik_bankapi_classify(a, res.status) == IK_TEMPFAIL ? IK_TEMPFAIL :
+		             IK_CONFIG, "OAuth2 token: HTTP %ld", res.status);
+		goto out;
+	}
+	o = cJSON_ParseWithLength(res.body.p, res.body.len);
+	tok = cJSON_GetObjectItemCaseSensitive(o, "access_token");
+	exp = cJSON_GetObjectItemCaseSensitive(o, "expires_in");
+	if (!cJSON_IsString(tok) || !token_ok(tok->valuestring, strlen(tok->valuestring))) {
+		rc = ik_errf(err, IK_CONFIG, "OAuth2 token: HTTP %ld without a usable access_token",
+		             res.status);
+		goto out;
+	}
+	if (ik_buf_addstr(&a->auth, "Authorization: Bearer ") < 0 ||
+	    ik_buf_addstr(&a->auth, tok->valuestring) < 0)
+		goto nomem;
+	/* Reused until shortly before it expires: a minute early, or at half
+	 * its life when that is short; no expires_in: until the bank says 401. */
+	ttl = cJSON_IsNumber(exp) && exp->valuedouble >= 0 ? exp->valuedouble * 1000 : 1e15;
+	if (ttl > 1e15)
+		ttl = 1e15;
+	a->oauth_refresh_at = ik_now_ms() + (int64_t)(ttl >= 120000 ? ttl - 60000 : ttl / 2);
+	goto out;
+nomem:
+	rc = ik_errf(err, IK_SOFTWARE, "out of memory");
+out:
+	if (o && tok && cJSON_IsString(tok))
+		sodium_memzero(tok->valuestring, strlen(tok->valuestring));
+	cJSON_Delete(o);
+	ik_http_res_free(&res);
+	wipe(&cred);
+	wipe(&basic);
+	if (b64) {
+		sodium_memzero(b64, b64len);
+		free(b64);
+	}
+	ik_buf_free(&form);
+	return rc;
+}
+
+/* One jq program, from its option or IDEMKIT_<P>_<NAME>; none: NULL. */
+static int
+open_jq(struct ik_bankapi *a, const char *opt, const char *name, const char *optname,
+        struct ik_jq **q, ik_err *err)
+{
+	static const char *const vars[] = { "key", "amountMajor", "attempt", "ref", NULL };
+	char var[64];
+	const char *v = opt ? opt : env(a->prefix, name, var, sizeof var);
+
+	if (!v)
+		return IK_OK;
+	if (!opt)
+		snprintf(var, sizeof var, "IDEMKIT_%s_%s", a->prefix, name);
+	return ik_jq_compile(opt ? optname : var, v, vars, q, err);
+}
+
+/* The two lists; a status in both is a configuration error, not a guess. */
+static int
+open_classes(struct ik_bankapi *a, const struct ik_bankapi_opts *o, ik_err *err)
+{
+	unsigned char dec[600] = {0}, ret[600] = {0};
+	char name[64], why[160];
+	const char *v;
+	int i;
+
+	v = o->declined ? o->declined : env(a->prefix, "DECLINED", name, sizeof name);
+	if (ik_bankapi_status_list(v ? v : IK_BANKAPI_DECLINED_DEFAULT, dec, IK_DECLINED,
+	                           why, sizeof why) < 0)
+		return ik_errf(err, IK_CONFIG, "%s: %s", o->declined ? "--declined-status" : name, why);
+	v = o->retry ? o->retry : env(a->prefix, "RETRY", name, sizeof name);
+	if (ik_bankapi_status_list(v ? v : IK_BANKAPI_RETRY_DEFAULT, ret, IK_TEMPFAIL,
+	                           why, sizeof why) < 0)
+		return ik_errf(err, IK_CONFIG, "%s: %s", o->retry ? "--retry-status" : name, why);
+	for (i = 0; i < 600; i++) {
+		if (dec[i] && ret[i])
+			return ik_errf(err, IK_CONFIG, "status %d is in both the declined and "
+			               "the retry list", i);
+		a->cls[i] = dec[i] ? dec[i] : ret[i];
+	}
+	return IK_OK;
+}
+
+static int
+open_url(struct ik_bankapi *a, const struct ik_bankapi_opts *o, ik_err *err)
+{
+	struct ik_http_url u;
+	char name[64];
+	int rc;
+
+	if (o->url)
+		snprintf(name, sizeof name, "--url");
+	else
+		snprintf(name, sizeof name, "IDEMKIT_%s_URL", a->prefix);
+	if ((rc = ik_http_url_parse(a->url, &u, err)) != IK_OK)
+		return ik_errwrap(err, "%s", name);
+	if (!u.https && !u.loopback) {
+		rc = ik_errf(err, IK_CONFIG, "%s: plain http:// only to loopback (127.0.0.1, "
+		             "::1, localhost); use https:// for %s (nothing was sent)",
+		             name, u.host);
+		ik_http_url_free(&u);
+		return rc;
+	}
+	a->path = u.path;   /* taken over */
+	return IK_OK;
+}
+
+int
 ik_bankapi_open(struct ik_bankapi *a, const struct ik_bankapi_opts *o,
                 ik_err *err)
 {
@@ -88,6 +434,8 @@ ik_bankapi_open(struct ik_bankapi *a, const struct ik_bankapi_opts *o,
 		return ik_errf(err, IK_CONFIG, "no URL: set IDEMKIT_%s_URL or --url", a->prefix);
 	if (!(a->url = strdup(v)))
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	if ((rc = open_url(a, o, err)) != IK_OK)
+		return rc;
 	v = o->key_header ? o->key_header : env(a->prefix, "KEY_HEADER", name, sizeof name);
 	if (!(a->key_header = strdup(v ? v : "Idempotency-Key")))
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
@@ -96,8 +444,17 @@ ik_bankapi_open(struct ik_bankapi *a, const struct ik_bankapi_opts *o,
 	v = o->cacert ? o->cacert : env(a->prefix, "CACERT", name, sizeof name);
 	if (v && !(a->cacert = strdup(v)))
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	if (v && access(v, R_OK) != 0)
+		return ik_errf(err, IK_CONFIG, "%s %s: not readable",
+		               o->cacert ? "--cacert" : name, v);
 	a->connect_timeout_ms = o->connect_timeout_ms;
 	a->timeout_ms = o->timeout_ms;
+	if ((rc = open_classes(a, o, err)) != IK_OK ||
+	    (rc = open_client_cert(a, o, err)) != IK_OK ||
+	    (rc = open_jq(a, o->request, "REQUEST", "--request", &a->request, err)) != IK_OK ||
+	    (rc = open_jq(a, o->ref, "REF", "--ref", &a->ref, err)) != IK_OK ||
+	    (rc = open_jq(a, o->reason, "REASON", "--reason", &a->reason, err)) != IK_OK)
+		return rc;
 
 	if (!a->auth.len && (v = env(a->prefix, "TOKEN_FILE", name, sizeof name))) {
 		if ((rc = ik_read_file(v, SECRET_MAX, &tok, err)) != IK_OK) {
@@ -126,6 +483,8 @@ ik_bankapi_open(struct ik_bankapi *a, const struct ik_bankapi_opts *o,
 			return ik_errf(err, IK_CONFIG, "IDEMKIT_%s_HMAC_KEY_FILE %s: empty",
 			               a->prefix, v);
 	}
+	if ((rc = open_oauth(a, err)) != IK_OK)
+		return rc;
 	return ik_http_open(&a->http, err);
 }
 
@@ -137,50 +496,102 @@ ik_bankapi_close(struct ik_bankapi *a)
 	free(a->url);
 	free(a->key_header);
 	free(a->cacert);
-	a->url = a->key_header = a->cacert = NULL;
+	free(a->path);
+	free(a->client_cert);
+	free(a->client_key);
+	a->url = a->key_header = a->cacert = a->path = a->client_cert = a->client_key = NULL;
 	wipe(&a->auth);
 	wipe(&a->hmac_key);
+	ik_jq_free(a->request);
+	ik_jq_free(a->ref);
+	ik_jq_free(a->reason);
+	a->request = a->ref = a->reason = NULL;
+	free(a->oauth_url);
+	free(a->oauth_id);
+	free(a->oauth_scope);
+	a->oauth_url = a->oauth_id = a->oauth_scope = NULL;
+	wipe(&a->oauth_secret);
 }
 
 void
-ik_bankapi_sign(const unsigned char *key, size_t keylen, long long t,
-                const char *body, size_t len, char out[120])
+ik_bankapi_sign(const unsigned char *key, size_t keylen, const char *method,
+                const char *path, const char *idem_key, long long t,
+                const char *body, size_t len, char out[IK_BANKAPI_SIG_HEX])
 {
+	static const char scheme[] = "IDEMKIT-HMAC-SHA256\n";
 	unsigned char mac[crypto_auth_hmacsha256_BYTES];
+	unsigned char digest[crypto_hash_sha256_BYTES];
+	char bodyhex[2 * crypto_hash_sha256_BYTES + 1], ts[24];
+	const char *parts[4];
 	crypto_auth_hmacsha256_state st;
-	char ts[24], hex[2 * sizeof mac + 1];
-	int n = snprintf(ts, sizeof ts, "%lld", t);
+	size_t i;
 
+	crypto_hash_sha256(digest, (const unsigned char *)body, len);
+	ik_hex(digest, sizeof digest, bodyhex);
+	snprintf(ts, sizeof ts, "%lld", t);
+	parts[0] = method;
+	parts[1] = path;
+	parts[2] = idem_key;
+	parts[3] = ts;
 	crypto_auth_hmacsha256_init(&st, key, keylen);
-	crypto_auth_hmacsha256_update(&st, (const unsigned char *)ts, (size_t)n);
-	crypto_auth_hmacsha256_update(&st, (const unsigned char *)".", 1);
-	crypto_auth_hmacsha256_update(&st, (const unsigned char *)body, len);
+	crypto_auth_hmacsha256_update(&st, (const unsigned char *)scheme, sizeof scheme - 1);
+	for (i = 0; i < 4; i++) {
+		crypto_auth_hmacsha256_update(&st, (const unsigned char *)parts[i], strlen(parts[i]));
+		crypto_auth_hmacsha256_update(&st, (const unsigned char *)"\n", 1);
+	}
+	crypto_auth_hmacsha256_update(&st, (const unsigned char *)bodyhex, strlen(bodyhex));
 	crypto_auth_hmacsha256_final(&st, mac);
 	sodium_memzero(&st, sizeof st);
-	ik_hex(mac, sizeof mac, hex);
-	snprintf(out, 120, "t=%s,v1=%s", ts, hex);
+	ik_hex(mac, sizeof mac, out);
+	sodium_memzero(mac, sizeof mac);
 }
+
+static int post_once(struct ik_bankapi *a, const char *key, const char *body,
+                     struct ik_http_res *res, ik_err *err);
 
 int
 ik_bankapi_post(struct ik_bankapi *a, const char *key, const char *body,
                 struct ik_http_res *res, ik_err *err)
 {
-	struct ik_buf keyh = {0}, sigh = {0};
-	const char *hdrs[6];
-	char sig[120];
+	int rc;
+
+	if (!a->oauth_url)
+		return post_once(a, key, body, res, err);
+	if ((!a->auth.len || ik_now_ms() >= a->oauth_refresh_at) &&
+	    (rc = oauth_fetch(a, err)) != IK_OK)
+		return rc;
+	rc = post_once(a, key, body, res, err);
+	if (rc != IK_OK || res->status != 401)
+		return rc;
+	/* Revoked or expired early: one new token, one more try (a 401 was
+	 * not processed, and the idempotency key covers the rest). */
+	if ((rc = oauth_fetch(a, err)) != IK_OK)
+		return rc;
+	return post_once(a, key, body, res, err);
+}
+
+static int
+post_once(struct ik_bankapi *a, const char *key, const char *body,
+          struct ik_http_res *res, ik_err *err)
+{
+	struct ik_buf keyh = {0}, sigh = {0}, tsh = {0};
+	const char *hdrs[8];
+	char sig[IK_BANKAPI_SIG_HEX], ts[24];
 	size_t len = strlen(body);
-	int n = 0, rc;
+	long long t;
+	int n = 0, rc = IK_OK;
 	struct ik_http_req req = {
 		.method = "POST", .url = a->url, .headers = hdrs,
 		.body = body, .body_len = len,
 		.connect_timeout_ms = a->connect_timeout_ms, .timeout_ms = a->timeout_ms,
 		.max_body = 1u << 20, .cacert = a->cacert,
+		.client_cert = a->client_cert, .client_key = a->client_key,
 	};
 
 	if (ik_buf_addstr(&keyh, a->key_header) < 0 || ik_buf_addstr(&keyh, ": ") < 0 ||
 	    ik_buf_addstr(&keyh, key) < 0) {
-		ik_buf_free(&keyh);
-		return ik_errf(err, IK_SOFTWARE, "out of memory");
+		rc = ik_errf(err, IK_SOFTWARE, "out of memory");
+		goto out;
 	}
 	hdrs[n++] = "Content-Type: application/json";
 	hdrs[n++] = "Accept: application/json";
@@ -188,26 +599,62 @@ ik_bankapi_post(struct ik_bankapi *a, const char *key, const char *body,
 	if (a->auth.len)
 		hdrs[n++] = a->auth.p;
 	if (a->hmac_key.len) {
+		t = (long long)(ik_now_ms() / 1000);
+		snprintf(ts, sizeof ts, "%lld", t);
 		ik_bankapi_sign((const unsigned char *)a->hmac_key.p, a->hmac_key.len,
-		                (long long)(ik_now_ms() / 1000), body, len, sig);
-		if (ik_buf_addstr(&sigh, "X-Idemkit-Signature: ") < 0 ||
+		                req.method, a->path, key, t, body, len, sig);
+		if (ik_buf_addstr(&tsh, "X-Idemkit-Timestamp: ") < 0 ||
+		    ik_buf_addstr(&tsh, ts) < 0 ||
+		    ik_buf_addstr(&sigh, "X-Idemkit-Signature: v2=") < 0 ||
 		    ik_buf_addstr(&sigh, sig) < 0) {
-			ik_buf_free(&keyh);
-			ik_buf_free(&sigh);
-			return ik_errf(err, IK_SOFTWARE, "out of memory");
+			rc = ik_errf(err, IK_SOFTWARE, "out of memory");
+			goto out;
 		}
+		hdrs[n++] = tsh.p;
 		hdrs[n++] = sigh.p;
 	}
 	hdrs[n] = NULL;
 	rc = ik_http_do(a->http, &req, res, err);
+out:
 	ik_buf_free(&keyh);
+	ik_buf_free(&tsh);
 	wipe(&sigh);
 	sodium_memzero(sig, sizeof sig);
 	return rc;
 }
 
-cJSON *
-ik_bankapi_event_json(const struct ik_event *ev)
+/* ISO 4217 currencies whose minor unit is not 2 (the list of 2024). */
+static const struct { char code[4]; int exp; } minor_units[] = {
+	{ "BIF", 0 }, { "CLP", 0 }, { "DJF", 0 }, { "GNF", 0 }, { "ISK", 0 },
+	{ "JPY", 0 }, { "KMF", 0 }, { "KRW", 0 }, { "PYG", 0 }, { "RWF", 0 },
+	{ "UGX", 0 }, { "UYI", 0 }, { "VND", 0 }, { "VUV", 0 }, { "XAF", 0 },
+	{ "XOF", 0 }, { "XPF", 0 },
+	{ "BHD", 3 }, { "IQD", 3 }, { "JOD", 3 }, { "KWD", 3 }, { "LYD", 3 },
+	{ "OMR", 3 }, { "TND", 3 },
+	{ "CLF", 4 }, { "UYW", 4 },
+};
+
+void
+ik_bankapi_amount_major(long long amount, const char *currency, char out[32])
+{
+	long long scale = 1, a = amount < 0 ? -amount : amount;
+	size_t i;
+	int exp = 2;
+
+	for (i = 0; i < sizeof minor_units / sizeof minor_units[0]; i++)
+		if (strcmp(minor_units[i].code, currency) == 0)
+			exp = minor_units[i].exp;
+	for (i = 0; i < (size_t)exp; i++)
+		scale *= 10;
+	if (exp == 0)
+		snprintf(out, 32, "%s%lld", amount < 0 ? "-" : "", a);
+	else
+		snprintf(out, 32, "%s%lld.%0*lld", amount < 0 ? "-" : "", a / scale, exp,
+		         a % scale);
+}
+
+static cJSON *
+default_body(const struct ik_event *ev, const char *ref)
 {
 	cJSON *o = cJSON_CreateObject();
 
@@ -218,25 +665,125 @@ ik_bankapi_event_json(const struct ik_event *ev)
 	    /* amount <= 10^12 < 2^53: exact as a double, printed as an integer */
 	    !cJSON_AddNumberToObject(o, "amount", (double)ev->amount) ||
 	    !cJSON_AddStringToObject(o, "currency", ev->currency) ||
-	    !cJSON_AddStringToObject(o, "chargeType", ev->charge_type)) {
+	    !cJSON_AddStringToObject(o, "chargeType", ev->charge_type) ||
+	    (ref && !cJSON_AddStringToObject(o, "debitRef", ref))) {
 		cJSON_Delete(o);
 		return NULL;
 	}
 	return o;
 }
 
+int
+ik_bankapi_body(struct ik_bankapi *a, const char *event, const struct ik_event *ev,
+                const char *key, const cJSON *attempt, const char *ref,
+                char **body, ik_err *err)
+{
+	char major[32];
+	cJSON *vars, *out;
+	char *vtext;
+	int rc;
+
+	*body = NULL;
+	if (!a->request) {
+		if (!(out = default_body(ev, ref)))
+			return ik_errf(err, IK_SOFTWARE, "out of memory");
+		*body = cJSON_PrintUnformatted(out);
+		cJSON_Delete(out);
+		return *body ? IK_OK : ik_errf(err, IK_SOFTWARE, "out of memory");
+	}
+	ik_bankapi_amount_major(ev->amount, ev->currency, major);
+	vtext = NULL;
+	if ((vars = cJSON_CreateObject()) &&
+	    cJSON_AddStringToObject(vars, "key", key) &&
+	    cJSON_AddStringToObject(vars, "amountMajor", major) &&
+	    cJSON_AddItemToObject(vars, "attempt", cJSON_IsNumber(attempt) ?
+	                          cJSON_CreateNumber(attempt->valuedouble) : cJSON_CreateNull()) &&
+	    cJSON_AddItemToObject(vars, "ref", ref ? cJSON_CreateString(ref) : cJSON_CreateNull()))
+		vtext = cJSON_PrintUnformatted(vars);
+	cJSON_Delete(vars);
+	if (!vtext)
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	rc = ik_jq_run(a->request, event, strlen(event), vtext, body, err);
+	free(vtext);
+	if (rc != IK_OK)
+		return rc;
+	if (!*body)
+		return ik_errf(err, IK_CONFIG, "IDEMKIT_%s_REQUEST: the program yielded "
+		               "nothing for this event", a->prefix);
+	return IK_OK;
+}
+
+static int
+ref_ok(const char *s)
+{
+	size_t n = strlen(s), i;
+
+	for (i = 0; i < n; i++)
+		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+			return 0;
+	return n > 0 && n <= 128;
+}
+
+int
+ik_bankapi_ref(struct ik_bankapi *a, const struct ik_http_res *res, char **ref,
+               char *warn, size_t warnsz)
+{
+	cJSON *ans = cJSON_ParseWithLength(res->body.p, res->body.len), *v = NULL;
+	const cJSON *got;
+	ik_err e = {0};
+	char num[32], *text = NULL;
+
+	*ref = NULL;
+	warn[0] = '\0';
+	if (a->ref) {
+		if (ans && ik_jq_run(a->ref, res->body.p, res->body.len, NULL, &text, &e) != IK_OK)
+			snprintf(warn, warnsz, "%s", e.msg);
+		v = text ? cJSON_Parse(text) : NULL;
+		free(text);
+		got = v;
+	} else {
+		got = cJSON_GetObjectItemCaseSensitive(ans, "ref");
+	}
+	if (cJSON_IsNumber(got) && got->valuedouble == (double)(long long)got->valuedouble) {
+		snprintf(num, sizeof num, "%lld", (long long)got->valuedouble);
+		if (!(*ref = strdup(num)))
+			goto nomem;
+	} else if (cJSON_IsString(got) && ref_ok(got->valuestring)) {
+		if (!(*ref = strdup(got->valuestring)))
+			goto nomem;
+	} else if (!warn[0]) {
+		snprintf(warn, warnsz, "HTTP %ld without a reference%s", res->status,
+		         !ans ? " (the body is not JSON)" : got && !cJSON_IsNull(got) ?
+		         " (not 1-128 printable characters)" : "");
+	}
+	cJSON_Delete(v);
+	cJSON_Delete(ans);
+	return 0;
+nomem:
+	cJSON_Delete(v);
+	cJSON_Delete(ans);
+	return -1;
+}
+
 void
-ik_bankapi_reason(const struct ik_http_res *res, char out[IK_BANKAPI_REASON_MAX + 1])
+ik_bankapi_reason(struct ik_bankapi *a, const struct ik_http_res *res,
+                  char out[IK_BANKAPI_REASON_MAX + 1])
 {
 	static const char *const fields[] = { "reason", "message", "error", NULL };
 	const char *s = NULL;
-	cJSON *o = NULL;
+	cJSON *o = NULL, *v = NULL;
+	char *text = NULL;
+	ik_err e;
 	size_t i, n = 0;
 
 	out[0] = '\0';
 	if (!res->body.p || !res->body.len)
 		return;
 	o = cJSON_ParseWithLength(res->body.p, res->body.len);
+	if (a->reason && o && ik_jq_run(a->reason, res->body.p, res->body.len, NULL, &text, &e) == IK_OK &&
+	    text && (v = cJSON_Parse(text)))
+		s = cJSON_GetStringValue(v);
+	free(text);
 	for (i = 0; o && fields[i] && !s; i++)
 		s = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, fields[i]));
 	if (!s && !o)
@@ -244,5 +791,6 @@ ik_bankapi_reason(const struct ik_http_res *res, char out[IK_BANKAPI_REASON_MAX 
 	for (; s && s[n] && s[n] != '\n' && s[n] != '\r' && n < IK_BANKAPI_REASON_MAX; n++)
 		out[n] = (unsigned char)s[n] < 0x20 || s[n] == 0x7f ? '?' : s[n];
 	out[n] = '\0';
+	cJSON_Delete(v);
 	cJSON_Delete(o);
 }

@@ -4,7 +4,25 @@
  *
  * Configuration comes from options and from IDEMKIT_<P>_* variables
  * (P = BANK or NOTIFY): _URL, _TOKEN, _TOKEN_FILE, _HMAC_KEY_FILE,
- * _KEY_HEADER, _CACERT.  Secrets never come from argv; IDEMKIT_<P>_TOKEN
+ * _KEY_HEADER, _CACERT, _CLIENT_CERT, _CLIENT_KEY, _DECLINED, _RETRY,
+ * _REQUEST, _REF, _REASON, and OAuth2 client credentials (RFC 6749 4.4,
+ * client authentication with HTTP Basic): _OAUTH_TOKEN_URL,
+ * _OAUTH_CLIENT_ID, _OAUTH_CLIENT_SECRET_FILE, _OAUTH_SCOPE.  The access
+ * token is fetched on the first call, reused until shortly before its
+ * expires_in, and fetched again once when the bank answers 401.
+ *
+ * A bank is integrated by configuration: jq programs (jqprog.h) build the
+ * request body from the event (with $key, $amountMajor, $attempt, $ref),
+ * take the reference out of a 2xx body, and the reason out of a refusal.
+ * A 2xx is the bank's word that the money moved: a reference that cannot
+ * be found is a warning, never a failure.
+ *
+ * The bank decides DECLINED only explicitly: the statuses in the declined
+ * list (default 402,422) are its refusals; those in the retry list
+ * (default 408,409,425,429,5xx) are transient; every other non-2xx
+ * (401, 403, 404, any 4xx not listed, 1xx, 3xx) is CONFIG: the request
+ * never reached a debit endpoint that would take it, so the message is
+ * left and an operator is alarmed, and nothing is recorded as failed.  Secrets never come from argv; IDEMKIT_<P>_TOKEN
  * is copied, then wiped from the environment (so /proc/PID/environ no
  * longer shows it); every copy is wiped on close.
  */
@@ -18,6 +36,7 @@
 #include "err.h"
 #include "event.h"
 #include "http.h"
+#include "jqprog.h"
 #include "util.h"
 
 #define IK_BANKAPI_REASON_MAX 200
@@ -26,47 +45,124 @@ struct ik_bankapi_opts {
 	const char *url;           /* NULL: $IDEMKIT_<P>_URL */
 	const char *key_header;    /* NULL: $IDEMKIT_<P>_KEY_HEADER, else Idempotency-Key */
 	const char *cacert;        /* NULL: $IDEMKIT_<P>_CACERT, else the system's */
+	const char *client_cert;   /* mutual TLS; NULL: $IDEMKIT_<P>_CLIENT_CERT */
+	const char *client_key;    /* NULL: $IDEMKIT_<P>_CLIENT_KEY; never readable by
+	                              group or others */
 	long connect_timeout_ms;   /* 0: 3000 */
 	long timeout_ms;           /* 0: 10000 */
+	const char *declined;      /* status list; NULL: $IDEMKIT_<P>_DECLINED, else 402,422 */
+	const char *retry;         /* NULL: $IDEMKIT_<P>_RETRY, else 408,409,425,429,5xx */
+	const char *request;       /* jq; NULL: $IDEMKIT_<P>_REQUEST, else the default body */
+	const char *ref;           /* jq; NULL: $IDEMKIT_<P>_REF, else .ref */
+	const char *reason;        /* jq; NULL: $IDEMKIT_<P>_REASON, else .reason/.message/.error/text */
 };
+
+#define IK_BANKAPI_DECLINED_DEFAULT "402,422"
+#define IK_BANKAPI_RETRY_DEFAULT    "408,409,425,429,5xx"
 
 struct ik_bankapi {
 	const char *prefix;        /* "BANK", "NOTIFY" */
-	char *url, *key_header, *cacert;
+	char *url, *key_header, *cacert, *client_cert, *client_key;
+	char *path;                /* the URL's path[?query], as signed */
 	long connect_timeout_ms, timeout_ms;
 	struct ik_buf auth;        /* "Authorization: Bearer …" or empty; secret */
 	struct ik_buf hmac_key;    /* empty: no signature; secret */
 	struct ik_http *http;
+	unsigned char cls[600];    /* status -> IK_DECLINED / IK_TEMPFAIL, else 0 */
+	struct ik_jq *request, *ref, *reason;   /* NULL: the defaults */
+	char *oauth_url, *oauth_id, *oauth_scope;  /* oauth_url NULL: no OAuth2 */
+	struct ik_buf oauth_secret;               /* the client secret; secret */
+	int64_t oauth_refresh_at;                 /* epoch ms; 0: no token yet */
 };
 
 /* Takes the secrets out of the environment at once (call early in main,
  * before anything can fail): IDEMKIT_<P>_TOKEN is copied and wiped. */
 void ik_bankapi_take_env(struct ik_bankapi *a, const char *prefix);
 
-/* Completes the configuration and opens the HTTP handle.  IK_OK, or
- * IK_CONFIG (no URL, unreadable token or key file, bad header name) or
- * IK_SOFTWARE, with err; never a secret in err. */
+/* Completes the configuration and opens the HTTP handle, without any
+ * network call.  IK_OK, or IK_CONFIG (no URL, a plain http:// URL to a host
+ * that is not loopback, unreadable token or key file, bad header name, bad
+ * status lists) or IK_SOFTWARE, with err; never a secret in err.
+ * A bearer token or an HMAC key never travels in cleartext: http:// is
+ * refused here, before any connection, unless the host is loopback. */
 int ik_bankapi_open(struct ik_bankapi *a, const struct ik_bankapi_opts *o,
                     ik_err *err);
 void ik_bankapi_close(struct ik_bankapi *a);
 
 /* POST body (JSON) to the URL with the key header = key, the bearer
- * token and the signature when configured.  As ik_http_do. */
+ * token and the signature when configured.  As ik_http_do.  With OAuth2,
+ * first gets a token when there is none or it is about to expire (the
+ * token endpoint's refusal (400, 401) is IK_CONFIG, 429/5xx IK_TEMPFAIL),
+ * and on a 401 from the bank gets a new one and sends once more. */
 int ik_bankapi_post(struct ik_bankapi *a, const char *key, const char *body,
                     struct ik_http_res *res, ik_err *err);
 
-/* The business fields the bank is sent: chargeId, accountId, amount,
- * currency, chargeType.  NULL on ENOMEM. */
-cJSON *ik_bankapi_event_json(const struct ik_event *ev);
+/* What status means: IK_OK (2xx), IK_DECLINED, IK_TEMPFAIL or IK_CONFIG,
+ * from the lists given to ik_bankapi_open. */
+int ik_bankapi_classify(const struct ik_bankapi *a, long status);
 
-/* The reason in an error answer ("reason", "message" or "error" of a JSON
- * body, else the body's first line), bounded to IK_BANKAPI_REASON_MAX and
+/* Parses a status list ("402,422", "5xx" for 500-599, "4xx") into cls,
+ * marking each status with code.  0, or -1 with why filled (a status
+ * outside 400-599, a 2xx, garbage). */
+int ik_bankapi_status_list(const char *list, unsigned char cls[600], int code,
+                           char *why, size_t whysz);
+
+/* No bank call on a dying lease.  IK_OK when env's claim has no
+ * leaseUntil (the re-notify path: no claim to protect) or has at least
+ * need_ms + margin_ms left on it now; else IK_LEASE_SHORT, with err saying
+ * how much was left and how much was needed (nothing must be sent then).
+ * IK_DATAERR when claim.leaseUntil is not a number.  need_ms is the most
+ * the call can take (its timeout, with its retries and backoffs); the
+ * margin covers what must still happen under the lease after it: writing
+ * the envelope and idemp-done's fenced write. */
+#define IK_BANKAPI_LEASE_MARGIN_MS 2000
+int ik_bankapi_lease_check(const cJSON *env, int64_t need_ms, int64_t margin_ms,
+                           ik_err *err);
+
+/* An option's status list, as ik_opt_duration: 0, or -1 after a one-line
+ * complaint naming the option (the command then exits 64). */
+int ik_bankapi_opt_status(const char *opt, const char *list);
+
+/* The amount in major units as an exact decimal string, from ISO 4217's
+ * minor-unit exponent of currency (2500 INR "25.00", 2500 JPY "2500",
+ * 2500 BHD "2.500"; an unknown code has 2), in integer arithmetic. */
+void ik_bankapi_amount_major(long long amount, const char *currency, char out[32]);
+
+/* The request body for ev: the --request program run on event (the
+ * message body's JSON text, unknown fields included) with $key, $amountMajor, $attempt
+ * (claim.attempt or null) and $ref (the debit's ref or null); without one,
+ * {chargeId, accountId, amount, currency, chargeType} plus debitRef when
+ * ref is set.  *body is malloc'd.  IK_OK, IK_CONFIG (the program failed or
+ * yielded nothing) or IK_SOFTWARE. */
+int ik_bankapi_body(struct ik_bankapi *a, const char *event, const struct ik_event *ev,
+                    const char *key, const cJSON *attempt, const char *ref,
+                    char **body, ik_err *err);
+
+/* The bank's reference in a 2xx answer: the --ref program (default .ref)
+ * on the JSON body; a string of 1-128 printable characters, or an integer,
+ * is the ref (*ref, malloc'd); anything else leaves *ref NULL and says why
+ * in warn ("" when a ref was found).  Never fails but on ENOMEM (-1). */
+int ik_bankapi_ref(struct ik_bankapi *a, const struct ik_http_res *res, char **ref,
+                   char *warn, size_t warnsz);
+
+/* The reason in an error answer: the --reason program's string when one
+ * is set and yields one, else "reason", "message" or "error" of a JSON
+ * body, else the body's first line; bounded to IK_BANKAPI_REASON_MAX and
  * with control characters replaced; "" when there is none. */
-void ik_bankapi_reason(const struct ik_http_res *res,
+void ik_bankapi_reason(struct ik_bankapi *a, const struct ik_http_res *res,
                        char out[IK_BANKAPI_REASON_MAX + 1]);
 
-/* "t=<unix>,v1=<hex HMAC-SHA256 of '<unix>.<body>'>" into out (120 bytes). */
-void ik_bankapi_sign(const unsigned char *key, size_t keylen, long long t,
-                     const char *body, size_t len, char out[120]);
+/* The request signature, scheme IDEMKIT-HMAC-SHA256 (charge-debit(1)):
+ * the hex HMAC-SHA256, keyed with the HMAC key file's bytes, of
+ *   "IDEMKIT-HMAC-SHA256\n" METHOD "\n" PATH "\n" KEY "\n" T "\n" hex(SHA-256(body))
+ * with PATH the URL's path (and "?query" when there is one), KEY the
+ * idempotency key's value and T the X-Idemkit-Timestamp (unix seconds).
+ * Signing the key and the path means a captured request replayed under
+ * another Idempotency-Key, or to another endpoint, no longer verifies.
+ * Writes 64 hex digits and a NUL into out. */
+#define IK_BANKAPI_SIG_HEX (2 * 32 + 1)
+void ik_bankapi_sign(const unsigned char *key, size_t keylen, const char *method,
+                     const char *path, const char *idem_key, long long t,
+                     const char *body, size_t len, char out[IK_BANKAPI_SIG_HEX]);
 
 #endif

@@ -5,6 +5,7 @@
  * leak into the next.  Secrets pass through curl's own option copies and
  * our header list; the list entries are wiped before they are freed.
  */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,6 +218,75 @@ out:
 }
 
 static int
+is_loopback(const char *h)
+{
+	struct in_addr a4;
+	struct in6_addr a6;
+	char b[64];
+	size_t n = strlen(h);
+
+	if (strcasecmp(h, "localhost") == 0)
+		return 1;   /* libcurl resolves it to loopback itself, never via DNS */
+	if (inet_pton(AF_INET, h, &a4) == 1)
+		return (ntohl(a4.s_addr) >> 24) == 127;
+	if (n < 3 || n >= sizeof b || h[0] != '[' || h[n - 1] != ']')
+		return 0;
+	memcpy(b, h + 1, n - 2);
+	b[n - 2] = '\0';
+	if (inet_pton(AF_INET6, b, &a6) != 1)
+		return 0;
+	if (IN6_IS_ADDR_LOOPBACK(&a6))
+		return 1;
+	return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
+}
+
+int
+ik_http_url_parse(const char *url, struct ik_http_url *out, ik_err *err)
+{
+	CURLU *u;
+	char *scheme = NULL, *h = NULL, *path = NULL, *query = NULL;
+	int rc;
+
+	memset(out, 0, sizeof *out);
+	if ((rc = url_host(url, out->host, sizeof out->host, err)) != IK_OK)
+		return rc;
+	if (!(u = curl_url()))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	rc = IK_OK;
+	if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
+	    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+	    curl_url_get(u, CURLUPART_HOST, &h, 0) != CURLUE_OK ||
+	    curl_url_get(u, CURLUPART_PATH, &path, 0) != CURLUE_OK) {
+		rc = ik_errf(err, IK_CONFIG, "%s: malformed URL", out->host);
+		goto done;
+	}
+	curl_url_get(u, CURLUPART_QUERY, &query, 0);   /* absent: stays NULL */
+	out->https = strcasecmp(scheme, "https") == 0;
+	out->loopback = is_loopback(h);
+	if (!(out->path = malloc(strlen(path) + (query ? strlen(query) + 1 : 0) + 1))) {
+		rc = ik_errf(err, IK_SOFTWARE, "out of memory");
+		goto done;
+	}
+	strcpy(out->path, path);
+	if (query)
+		strcat(strcat(out->path, "?"), query);
+done:
+	curl_free(scheme);
+	curl_free(h);
+	curl_free(path);
+	curl_free(query);
+	curl_url_cleanup(u);
+	return rc;
+}
+
+void
+ik_http_url_free(struct ik_http_url *u)
+{
+	free(u->path);
+	u->path = NULL;
+}
+
+static int
 classify(CURLcode rc)
 {
 	switch (rc) {
@@ -237,6 +307,32 @@ classify(CURLcode rc)
 	default:
 		return IK_TEMPFAIL;
 	}
+}
+
+/* A handshake the server refused with a TLS alert (116
+ * certificate_required, 42 bad_certificate, 48 unknown_ca, 46
+ * certificate_unknown, 45 certificate_expired, 44 certificate_revoked, 40
+ * handshake_failure: what TLS 1.2 servers send for a missing certificate
+ * or no common cipher, as OpenSSL names them): the two ends' configuration
+ * disagrees, retrying will not help.  A reset or a timeout mid-handshake
+ * stays transient.  libcurl gives one code for all of
+ * them (35, or 56 when TLS 1.3 sends the alert after the handshake), so
+ * the alert is read from its message. */
+static int
+tls_refused(CURLcode rc, const char *msg)
+{
+	static const char *const alerts[] = { "alert certificate required",
+		"alert bad certificate", "alert unknown ca", "alert certificate unknown",
+		"alert certificate expired", "alert certificate revoked",
+		"alert handshake failure", NULL };
+	size_t i;
+
+	if (rc != CURLE_SSL_CONNECT_ERROR && rc != CURLE_RECV_ERROR && rc != CURLE_SEND_ERROR)
+		return 0;
+	for (i = 0; alerts[i]; i++)
+		if (strstr(msg, alerts[i]))
+			return 1;
+	return 0;
 }
 
 #define SET(opt, val) do { \
@@ -294,6 +390,12 @@ ik_http_do(struct ik_http *h, const struct ik_http_req *req,
 	SET(CURLOPT_SSL_VERIFYHOST, 2L);
 	if (req->cacert)
 		SET(CURLOPT_CAINFO, req->cacert);
+	if (req->client_cert) {
+		SET(CURLOPT_SSLCERT, req->client_cert);
+		SET(CURLOPT_SSLCERTTYPE, "PEM");
+		SET(CURLOPT_SSLKEY, req->client_key);
+		SET(CURLOPT_SSLKEYTYPE, "PEM");
+	}
 	if (req->no_proxy)
 		SET(CURLOPT_PROXY, "");
 	SET(CURLOPT_CONNECTTIMEOUT_MS, req->connect_timeout_ms > 0 ? req->connect_timeout_ms : 3000L);
@@ -352,7 +454,7 @@ ik_http_do(struct ik_http *h, const struct ik_http_req *req,
 curl_fail:
 	curl_easy_reset(c);
 	slist_wipe_free(hl);
-	return ik_errf(err, classify(cc), "%s: %s", host,
+	return ik_errf(err, tls_refused(cc, errbuf) ? IK_CONFIG : classify(cc), "%s: %s", host,
 	               errbuf[0] ? errbuf : curl_easy_strerror(cc));
 nomem:
 	slist_wipe_free(hl);

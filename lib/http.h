@@ -10,7 +10,9 @@
  *   IK_TEMPFAIL  could not connect, timed out, transport error, response
  *                larger than the cap;
  *   IK_CONFIG    malformed URL, unsupported scheme, TLS certificate
- *                verification failure, unreadable CA file;
+ *                verification failure, unreadable CA file, a client
+ *                certificate that cannot be used, or a handshake the server
+ *                refused for our certificate (missing, unknown CA, bad);
  *   IK_SOFTWARE  out of memory, libcurl lacking a needed feature.
  * The message names the host and curl's reason; never a header value, the
  * URL's path or query, or a secret.
@@ -38,6 +40,8 @@ struct ik_http_req {
 	long timeout_ms;             /* total; 0: 10000 */
 	size_t max_body;             /* 0: IK_HTTP_MAX_BODY */
 	const char *cacert;          /* CA bundle file; NULL: the system's */
+	const char *client_cert;     /* PEM client certificate (mutual TLS), or NULL */
+	const char *client_key;      /* its PEM private key, with client_cert */
 	int no_proxy;                /* bypass any proxy (metadata endpoints) */
 	/* SigV4 signing by libcurl: "aws:amz:REGION:SERVICE", or NULL. */
 	const char *sigv4;
@@ -63,6 +67,19 @@ int ik_http_do(struct ik_http *h, const struct ik_http_req *req,
 /* The value of response header name (case-insensitive), trimmed; NULL when
  * absent.  Valid until the next ik_http_do or ik_http_res_free. */
 const char *ik_http_header(const struct ik_http_res *res, const char *name);
+
+/* What a caller checks in a URL before it sends anything there. */
+struct ik_http_url {
+	int https;                   /* else http */
+	int loopback;                /* localhost, 127.0.0.0/8, ::1 (or ::ffff:127.x) */
+	char host[256];              /* host[:port], for messages */
+	char *path;                  /* path, plus "?query" when there is one; malloc */
+};
+
+/* Parses url (http or https only).  IK_OK, IK_CONFIG (malformed, another
+ * scheme, no host) or IK_SOFTWARE; the message never holds the path. */
+int ik_http_url_parse(const char *url, struct ik_http_url *u, ik_err *err);
+void ik_http_url_free(struct ik_http_url *u);
 
 /* Wipes the body (it may hold credentials) and frees. */
 void ik_http_res_free(struct ik_http_res *res);

@@ -2,10 +2,12 @@
 # bank-sim: the ledger's idempotency, the faults, auth, TLS, and the
 # exit codes it documents (0 on SIGTERM, 64 usage, 78 config).
 
+bats_require_minimum_version 1.5.0
 load helper
 load bank_helper
 
 teardown() {
+	capture_stop
 	bank_stop
 }
 
@@ -248,22 +250,76 @@ debit() {   # debit KEY BODY [curl options...]: "<status> <body>"
 	absent "$tok" "$BANK_DIR/err" "$BANK_DIR/out"
 }
 
-@test "auth: HMAC signature over t.body checked when a key is configured" {
+@test "auth: the HMAC signature covers method, path, key, timestamp and the body's SHA-256" {
 	printf 'k3y-%s' "$RANDOM" >"$BATS_TEST_TMPDIR/hk"
 	key=$(cat "$BATS_TEST_TMPDIR/hk")
 	bank_start --hmac-key-file "$BATS_TEST_TMPDIR/hk"
 	t=$(date +%s)
-	sig=$(printf '%s.%s' "$t" "$EVENT" | openssl dgst -sha256 -hmac "$key" -r | cut -d' ' -f1)
+	sig=$(hmac_v2 "$key" POST /debits CHG-1 "$t" "$EVENT")
 	run debit CHG-1 "$EVENT"
 	[[ "$output" == '401 '*signature* ]]
-	run debit CHG-1 "$EVENT" -H "X-Idemkit-Signature: t=$t,v1=0000${sig:4}"
+	# A wrong digest, the old body-only v1 form, no timestamp header.
+	run debit CHG-1 "$EVENT" -H "X-Idemkit-Timestamp: $t" -H "X-Idemkit-Signature: v2=0000${sig:4}"
 	[[ "$output" == 401* ]]
+	v1=$(printf '%s.%s' "$t" "$EVENT" | openssl dgst -sha256 -hmac "$key" -r | cut -d' ' -f1)
+	run debit CHG-1 "$EVENT" -H "X-Idemkit-Signature: t=$t,v1=$v1"
+	[[ "$output" == 401* ]]
+	run debit CHG-1 "$EVENT" -H "X-Idemkit-Signature: v2=$sig"
+	[[ "$output" == 401* ]]
+	# Stale: correctly signed an hour ago.
 	old=$((t - 3600))
-	osig=$(printf '%s.%s' "$old" "$EVENT" | openssl dgst -sha256 -hmac "$key" -r | cut -d' ' -f1)
-	run debit CHG-1 "$EVENT" -H "X-Idemkit-Signature: t=$old,v1=$osig"
+	run debit CHG-1 "$EVENT" -H "X-Idemkit-Timestamp: $old" \
+		-H "X-Idemkit-Signature: v2=$(hmac_v2 "$key" POST /debits CHG-1 "$old" "$EVENT")"
 	[[ "$output" == 401* ]]
-	run debit CHG-1 "$EVENT" -H "X-Idemkit-Signature: t=$t,v1=$sig"
+	# Signed for another path, key or body.
+	run debit CHG-1 "$EVENT" -H "X-Idemkit-Timestamp: $t" \
+		-H "X-Idemkit-Signature: v2=$(hmac_v2 "$key" POST /notifications CHG-1 "$t" "$EVENT")"
+	[[ "$output" == 401* ]]
+	run debit CHG-1 "$EVENT" -H "X-Idemkit-Timestamp: $t" \
+		-H "X-Idemkit-Signature: v2=$(hmac_v2 "$key" POST /debits CHG-2 "$t" "$EVENT")"
+	[[ "$output" == 401* ]]
+	run debit CHG-1 "$EVENT" -H "X-Idemkit-Timestamp: $t" \
+		-H "X-Idemkit-Signature: v2=$(hmac_v2 "$key" POST /debits CHG-1 "$t" "$EVENT ")"
+	[[ "$output" == 401* ]]
+	[ "$(bank_stat attempts)" -eq 0 ]
+	run debit CHG-1 "$EVENT" -H "X-Idemkit-Timestamp: $t" -H "X-Idemkit-Signature: v2=$sig"
 	[[ "$output" == 201* ]]
+	[ "$(bank_stat debits)" -eq 1 ]
+}
+
+@test "auth: a request charge-debit signed, replayed with another Idempotency-Key, is refused" {
+	printf 'k3y-%s' "$RANDOM" >"$BATS_TEST_TMPDIR/hk"
+	key=$(cat "$BATS_TEST_TMPDIR/hk")
+	capture_start
+	# Capture what charge-debit really sends for CHG-1.
+	IDEMKIT_BANK_HMAC_KEY_FILE=$BATS_TEST_TMPDIR/hk \
+		run --separate-stderr charge-debit --url "$CAP_URL/debits" <<<"$(envelope CHG-1)"
+	[ "$status" -eq 0 ]
+	capture_stop
+	req=$(head -1 "$CAP_DIR/log")
+	h() { jget "$req" "headers.$1"; }
+	body=$(jget "$req" body)
+	ts=$(h X-Idemkit-Timestamp)
+	sig=$(h X-Idemkit-Signature)
+	[ "$(jget "$req" path)" = /debits ]
+	[ "$(h Idempotency-Key)" = CHG-1 ]
+	# It is exactly the documented scheme.
+	[ "$sig" = "v2=$(hmac_v2 "$key" POST /debits CHG-1 "$ts" "$body")" ]
+	bank_start --hmac-key-file "$BATS_TEST_TMPDIR/hk"
+	replay() {
+		curl -sS --max-time 5 -o /dev/null -w '%{http_code}' -H "Content-Type: application/json" \
+			-H "Idempotency-Key: $1" -H "X-Idemkit-Timestamp: $ts" -H "X-Idemkit-Signature: $sig" \
+			--data-binary "$body" "$BANK_URL/debits"
+	}
+	# The captured request replayed as it was: the bank's own idempotency.
+	[ "$(replay CHG-1)" = 201 ]
+	[ "$(replay CHG-1)" = 200 ]
+	# The same bytes under another key: not a second, validly signed debit.
+	[ "$(replay CHG-2)" = 401 ]
+	[ "$(replay CHG-1:notify)" = 401 ]
+	[ "$(bank_stat debits)" -eq 1 ]
+	[ "$(bank_get /ledger | wc -l)" -eq 1 ]
+	[[ "$(bank_get /ledger)" == *'"key":"CHG-1"'* ]]
 }
 
 @test "TLS: serves HTTPS; verification fails without the CA and passes with it" {
@@ -292,4 +348,55 @@ debit() {   # debit KEY BODY [curl options...]: "<status> <body>"
 	[ "$(bank_stat debits)" -eq 1 ]
 	[ "$(bank_stat replays)" -eq 31 ]
 	[ "$(bank_stat attempts)" -eq 32 ]
+}
+
+# A pkg-config that knows every library but libmicrohttpd: what a machine
+# without libmicrohttpd-dev answers.
+no_mhd_pkg_config() {
+	cat >"$BATS_TEST_TMPDIR/pkg-config" <<'SH'
+#!/bin/sh
+for a in "$@"; do [ "$a" = libmicrohttpd ] && exit 1; done
+exec pkg-config "$@"
+SH
+	chmod 755 "$BATS_TEST_TMPDIR/pkg-config"
+}
+
+@test "layout: the product builds without libmicrohttpd; only bank-sim needs it" {
+	no_mhd_pkg_config
+	# Every product command's compile and link line, on a machine with no
+	# libmicrohttpd: none names it, and make does not refuse.
+	run make -s -n -C "$IDEMKIT_SRC" O="$BATS_TEST_TMPDIR/b" PKG_CONFIG="$BATS_TEST_TMPDIR/pkg-config" product
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"-o $BATS_TEST_TMPDIR/b/bin/charge-debit "* ]]
+	[[ "$output" != *microhttpd* ]]
+	[[ "$output" != *sim/* ]]
+	# The simulator there says what to install.
+	run make -s -C "$IDEMKIT_SRC" O="$BATS_TEST_TMPDIR/b" PKG_CONFIG="$BATS_TEST_TMPDIR/pkg-config" "$BATS_TEST_TMPDIR/b/obj/sim/bank-sim.o"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"bank-sim needs: apt-get install libmicrohttpd-dev"* ]]
+	# What was built links libmicrohttpd in bank-sim only, and the product
+	# library holds no simulator code.
+	for b in "$IDEMKIT_BIN"/*; do
+		file -b "$b" | grep -q ELF || continue
+		if [ "$(basename "$b")" = bank-sim ]; then
+			readelf -d "$b" | grep -q 'NEEDED.*libmicrohttpd'
+		else
+			run readelf -d "$b"
+			[[ "$output" != *microhttpd* ]] || { echo "$b links libmicrohttpd"; return 1; }
+		fi
+	done
+	run nm "$IDEMKIT_BIN/../lib/libidemkit.a"
+	[ "$status" -eq 0 ]
+	[[ "$output" != *MHD_* && "$output" != *banksim* && "$output" != *ik_ledger* ]]
+	[ -z "$(ls "$IDEMKIT_SRC"/lib/banksim* "$IDEMKIT_SRC"/cmd/bank-sim.c 2>/dev/null)" ]
+}
+
+@test "layout: make install leaves the test double and its man page out" {
+	dest=$BATS_TEST_TMPDIR/root
+	run make -s -C "$IDEMKIT_SRC" install DESTDIR="$dest" PREFIX=/opt/idemkit
+	[ "$status" -eq 0 ]
+	[ -x "$dest/opt/idemkit/bin/charge-debit" ]
+	[ ! -e "$dest/opt/idemkit/bin/bank-sim" ]
+	[ -f "$dest/opt/idemkit/share/man/man1/charge-debit.1" ]
+	[ ! -e "$dest/opt/idemkit/share/man/man1/bank-sim.1" ]
 }

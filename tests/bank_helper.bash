@@ -63,6 +63,17 @@ bank_stat() {
 
 BANK_AUTH=()
 
+# ledger_debits: how many debits bank-sim's ledger holds (read from its file).
+ledger_debits() {
+	sqlite3 "$BANK_DIR/ledger.db" "SELECT count(*) FROM debits"
+}
+
+# ledger_counter NAME: a counter read from bank-sim's ledger file itself
+# (no HTTP, so no bearer token is needed or spent).
+ledger_counter() {
+	sqlite3 "$BANK_DIR/ledger.db" "SELECT coalesce((SELECT n FROM counters WHERE name = '$1'), 0)"
+}
+
 EVENT='{"chargeId":"CHG-1","accountId":"ACC-1","amount":2500,"currency":"INR","chargeType":"SMS_ALERT_FEE"}'
 
 # event ID [ACCOUNT] [AMOUNT]: a ChargeDueEvent body.
@@ -87,6 +98,22 @@ envelope() {
 		"$1" "$b" "${4:-ACQUIRED}" "$1"
 }
 
+# envelope_of EVENT_JSON [ATTEMPT]: an ACQUIRED envelope around any event body.
+envelope_of() {
+	local b
+	b=$(printf '%s' "$1" | sed 's/"/\\"/g')
+	printf '{"v":1,"messageId":"m-x","body":"%s","claim":{"outcome":"ACQUIRED","attempt":%s}}\n' \
+		"$b" "${2:-1}"
+}
+
+# leased ID MS [ACCOUNT]: an ACQUIRED envelope whose claim's lease ends MS
+# milliseconds from now (claim.leaseUntil, epoch ms).
+leased() {
+	local until
+	until=$(( $(date +%s%3N) + $2 ))
+	envelope "$1" "${3:-ACC-1}" | sed "s/\"claim\":{/\"claim\":{\"leaseUntil\":$until,/"
+}
+
 # debited ENVELOPE_JSON: the envelope after a successful debit.
 debited() {
 	printf '%s' "$1" | sed 's/}$/,"debit":{"outcome":"OK","ref":"TXN-00000042"}}/'
@@ -102,4 +129,114 @@ absent() {
 			return 1
 		fi
 	done
+}
+
+# conn_counter_start: a loopback listener that counts the connections it
+# accepts (into $CONN_DIR/count) and answers nothing useful.  Used as
+# http_proxy, it proves a command made no connection at all: libcurl
+# sends every http:// request through it, whatever the host.
+conn_counter_start() {
+	CONN_DIR=$BATS_TEST_TMPDIR/conn
+	mkdir -p "$CONN_DIR"
+	python3 -c '
+import socket, sys
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
+open(sys.argv[1] + "/port.tmp", "w").write(str(s.getsockname()[1]))
+import os; os.rename(sys.argv[1] + "/port.tmp", sys.argv[1] + "/port")
+n = 0
+while True:
+    c, _ = s.accept(); n += 1
+    open(sys.argv[1] + "/count", "w").write(str(n))
+    c.close()
+' "$CONN_DIR" 3>&- &
+	CONN_PID=$!
+	local i
+	for i in $(seq 100); do
+		[ -s "$CONN_DIR/port" ] && break
+		sleep 0.05
+	done
+	CONN_PORT=$(cat "$CONN_DIR/port")
+}
+
+conn_counter_stop() {
+	[ -n "${CONN_PID:-}" ] || return 0
+	kill "$CONN_PID" 2>/dev/null || true
+	wait "$CONN_PID" 2>/dev/null || true
+	CONN_PID=
+}
+
+# conn_count: how many connections the counter accepted.
+conn_count() {
+	cat "$CONN_DIR/count" 2>/dev/null || echo 0
+}
+
+# capture_start: a loopback HTTP server that records every request as one
+# JSON line {method, path, headers, body} in $CAP_DIR/log and answers 201
+# {"ref":"TXN-CAP"}; sets CAP_URL.  capture_stop ends it.
+capture_start() {
+	CAP_DIR=$BATS_TEST_TMPDIR/cap
+	mkdir -p "$CAP_DIR"
+	python3 -c '
+import http.server, json, os, sys
+d = sys.argv[1]
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n).decode()
+        with open(d + "/log", "a") as f:
+            f.write(json.dumps({"method": "POST", "path": self.path,
+                                "headers": dict(self.headers.items()), "body": body}) + "\n")
+        out = b"{\"ref\":\"TXN-CAP\"}"
+        self.send_response(201)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+open(d + "/port.tmp", "w").write(str(s.server_address[1]))
+os.rename(d + "/port.tmp", d + "/port")
+s.serve_forever()
+' "$CAP_DIR" 3>&- &
+	CAP_PID=$!
+	local i
+	for i in $(seq 100); do
+		[ -s "$CAP_DIR/port" ] && break
+		sleep 0.05
+	done
+	CAP_URL=http://127.0.0.1:$(cat "$CAP_DIR/port")
+}
+
+capture_stop() {
+	[ -n "${CAP_PID:-}" ] || return 0
+	kill "$CAP_PID" 2>/dev/null || true
+	wait "$CAP_PID" 2>/dev/null || true
+	CAP_PID=
+}
+
+# hmac_v2 KEY METHOD PATH IDEMKEY UNIX BODY: the signature as charge-debit(1)
+# documents it, computed with openssl (not with our code).
+hmac_v2() {
+	local bh
+	bh=$(printf '%s' "$6" | openssl dgst -sha256 -r | cut -d' ' -f1)
+	printf 'IDEMKIT-HMAC-SHA256\n%s\n%s\n%s\n%s\n%s' "$2" "$3" "$4" "$5" "$bh" |
+		openssl dgst -sha256 -hmac "$1" -r | cut -d' ' -f1
+}
+
+# mtls_certs DIR: a client CA (ca.pem), a client certificate it signed
+# (client.pem, client.key, mode 0600) and one it did not (other.pem,
+# other.key), beside the server's self_signed cert.pem/key.pem.
+mtls_certs() {
+	local d=$1
+	self_signed "$d"
+	openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=test-client-ca \
+		-keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null
+	openssl req -newkey rsa:2048 -nodes -subj /CN=idemkit-worker \
+		-keyout "$d/client.key" -out "$d/client.csr" 2>/dev/null
+	openssl x509 -req -in "$d/client.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" \
+		-CAcreateserial -days 2 -out "$d/client.pem" 2>/dev/null
+	openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=stranger \
+		-keyout "$d/other.key" -out "$d/other.pem" 2>/dev/null
+	chmod 600 "$d"/*.key
 }

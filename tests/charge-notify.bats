@@ -7,6 +7,8 @@ load helper
 load bank_helper
 
 teardown() {
+	capture_stop
+	conn_counter_stop
 	bank_stop
 }
 
@@ -79,15 +81,55 @@ notify_run() {
 	[ "$(bank_stat notificationFailures)" -gt 0 ]
 }
 
-@test "4xx is NOTIFY_FAILED at once, without a retry" {
+# notify_expect CODE OUTCOME ATTEMPTS STATUS...: one notification per
+# status, answered STATUS by bank-sim every time.
+notify_expect() {
+	local code=$1 outcome=$2 attempts=$3 s suffix; shift 3
+	for s in "$@"; do
+		bank_post /control "{\"notifyFailStatus\":$s}" >/dev/null
+		notify_run "$(debited "$(envelope CHG-N$s)")" --retries 1 --backoff 1ms
+		[ "$status" -eq "$code" ] || { echo "HTTP $s: exit $status, want $code"; return 1; }
+		suffix=
+		[ "$attempts" -eq 1 ] || suffix=" after $attempts attempts"
+		[ "$(jget "$output" notify.outcome)" = "$outcome" ]
+		[ "$(jget "$output" notify.attempts)" = "$attempts" ]
+		[ "$(jget "$output" notify.error)" = "HTTP $s: injected notification failure$suffix" ]
+		[ "$(jget "$output" debit.ref)" = TXN-00000042 ]
+	done
+}
+
+@test "gateway statuses: 402/422 NOTIFY_FAILED at once, 408/409/425/429/5xx retried then NOTIFY_FAILED, other 4xx CONFIG at once" {
+	bank_start --notify-fail
+	notify_expect 21 NOTIFY_FAILED 1 402 422
+	notify_expect 21 NOTIFY_FAILED 2 408 409 425 429 500 502 503 504 507
+	notify_expect 78 CONFIG 1 301 400 401 403 404 405 410 413 415 421 431 451
+	[ "$(bank_stat notifications)" -eq 0 ]
+	[ "$(bank_stat debits)" -eq 0 ]
+	# The lists are the gateway's own.
+	bank_post /control '{"notifyFailStatus":404}' >/dev/null
+	notify_run "$(debited "$(envelope CHG-L)")" --declined-status 404 --backoff 1ms
+	[ "$status" -eq 21 ]
+	IDEMKIT_NOTIFY_RETRY=404 notify_run "$(debited "$(envelope CHG-L)")" --retries 2 --backoff 1ms
+	[ "$status" -eq 21 ]
+	[ "$(jget "$output" notify.attempts)" = 3 ]
+	IDEMKIT_NOTIFY_DECLINED=x notify_run "$(debited "$(envelope CHG-L)")"
+	[ "$status" -eq 78 ]
+	[[ "$(jget "$output" notify.error)" == "IDEMKIT_NOTIFY_DECLINED: "* ]]
+	run charge-notify --retry-status 200
+	[ "$status" -eq 64 ]
+}
+
+@test "a wrong path or a missing key header is 78 CONFIG at once, without a retry" {
 	bank_start
 	notify_run "$(debited "$(envelope CHG-4)")" --url "$BANK_URL/nope" --backoff 10ms
-	[ "$status" -eq 21 ]
+	[ "$status" -eq 78 ]
+	[ "$(jget "$output" notify.outcome)" = CONFIG ]
 	[ "$(jget "$output" notify.error)" = "HTTP 404: no such endpoint" ]
 	[ "$(jget "$output" notify.attempts)" = 1 ]
 	notify_run "$(debited "$(envelope CHG-4)")" --key-header X-Other
-	[ "$status" -eq 21 ]
+	[ "$status" -eq 78 ]
 	[[ "$(jget "$output" notify.error)" == "HTTP 400: "* ]]
+	[ "$(bank_stat notificationAttempts)" -eq 1 ]   # the 404 never reached /notifications
 }
 
 @test "a hanging gateway times out and is retried, then NOTIFY_FAILED" {
@@ -96,6 +138,48 @@ notify_run() {
 	[ "$status" -eq 21 ]
 	[[ "$(jget "$output" notify.error)" == *"imed out"*"after 2 attempts" ]]
 	[ "$(bank_stat hangs)" -eq 2 ]
+}
+
+@test "plain http:// to a host that is not loopback is 78 before any connection" {
+	conn_counter_start
+	export http_proxy=http://127.0.0.1:$CONN_PORT
+	unset no_proxy NO_PROXY
+	IDEMKIT_NOTIFY_URL=http://192.0.2.1/notifications notify_run "$(debited "$(envelope CHG-1)")"
+	[ "$status" -eq 78 ]
+	[ "$(jget "$output" notify.outcome)" = CONFIG ]
+	[ "$(jget "$output" notify.attempts)" = 0 ]
+	[[ "$(jget "$output" notify.error)" == "IDEMKIT_NOTIFY_URL: plain http:// only to loopback"* ]]
+	[ "$(conn_count)" -eq 0 ]
+	# The counter works: a loopback-allowed URL does reach it (as a proxy).
+	notify_run "$(debited "$(envelope CHG-1)")" --url http://127.0.0.1:9/n --retries 0 --timeout 1s
+	[ "$(conn_count)" -eq 1 ]
+}
+
+@test "the lease must cover every attempt, its backoffs and the margin: else 15 LEASE_SHORT, nothing sent" {
+	bank_start
+	# 4 attempts x 2s + backoffs 10+20+40ms + 2s margin = 10.07s; 6s left
+	# covers one attempt and its margin, not the retries.
+	notify_run "$(debited "$(leased CHG-1 6000)")" --timeout 2s --retries 3 --backoff 10ms
+	[ "$status" -eq 15 ]
+	[ "$(jget "$output" notify.outcome)" = LEASE_SHORT ]
+	[ "$(jget "$output" notify.attempts)" = 0 ]
+	[[ "$(jget "$output" notify.error)" =~ ^"the claim's lease has "[0-9]+"ms left; the call needs 8070ms plus a 2000ms margin: nothing was sent"$ ]]
+	[ "$(jget "$output" debit.ref)" = TXN-00000042 ]
+	# A lease ending in 1s, the default 10s timeout.
+	notify_run "$(debited "$(leased CHG-1 1000)")"
+	[ "$status" -eq 15 ]
+	[ "$(bank_stat notificationAttempts)" -eq 0 ]
+	# Enough left; or the margin given up; or no leaseUntil (the re-notify path).
+	notify_run "$(debited "$(leased CHG-1 15000)")" --timeout 2s --retries 3 --backoff 10ms
+	[ "$status" -eq 0 ]
+	notify_run "$(debited "$(leased CHG-2 15000)")" --timeout 2s --retries 3 --backoff 10ms --lease-margin 10s
+	[ "$status" -eq 15 ]
+	[[ "$(jget "$output" notify.error)" == *"needs 8070ms plus a 10000ms margin"* ]]
+	notify_run "$(debited "$(leased CHG-2 15000)")" --timeout 2s --retries 3 --backoff 10ms --lease-margin 0
+	[ "$status" -eq 0 ]
+	notify_run "$(debited "$(envelope CHG-3)")"
+	[ "$status" -eq 0 ]
+	[ "$(bank_stat notificationAttempts)" -eq 3 ]
 }
 
 @test "configuration errors are 78, never a false NOTIFY_FAILED" {
@@ -118,7 +202,8 @@ notify_run() {
 	printf 'hk' >"$BATS_TEST_TMPDIR/hk"
 	bank_start --token-file "$BATS_TEST_TMPDIR/token" --hmac-key-file "$BATS_TEST_TMPDIR/hk"
 	notify_run "$(debited "$(envelope CHG-T)")" --retries 0
-	[ "$status" -eq 21 ]
+	[ "$status" -eq 78 ]
+	[ "$(jget "$output" notify.outcome)" = CONFIG ]
 	[[ "$(jget "$output" notify.error)" == "HTTP 401: "* ]]
 	IDEMKIT_NOTIFY_TOKEN=$tok IDEMKIT_NOTIFY_HMAC_KEY_FILE=$BATS_TEST_TMPDIR/hk \
 		notify_run "$(debited "$(envelope CHG-T)")"
@@ -163,4 +248,72 @@ notify_run() {
 	[ "$(jget "$output" notify.outcome)" = OK ]
 	run bank_get /notifications
 	[[ "$output" == *'"key":"CHG-W:notify"'* ]]
+}
+
+@test "--check: the gateway configuration without any network call, 0 or 78 with the reason" {
+	conn_counter_start
+	export http_proxy=http://127.0.0.1:$CONN_PORT https_proxy=http://127.0.0.1:$CONN_PORT
+	unset no_proxy NO_PROXY
+	run --separate-stderr charge-notify --check </dev/null
+	[ "$status" -eq 78 ]
+	[ "$stderr" = "charge-notify: no URL: set IDEMKIT_NOTIFY_URL or --url" ]
+	export IDEMKIT_NOTIFY_URL=https://notify.example/n
+	run --separate-stderr charge-notify --check </dev/null
+	[ "$status" -eq 0 ]
+	[ -z "$output" ] && [ -z "$stderr" ]
+	IDEMKIT_NOTIFY_URL=http://192.0.2.1/n run charge-notify --check
+	[ "$status" -eq 78 ]
+	[[ "$output" == "charge-notify: IDEMKIT_NOTIFY_URL: plain http:// only to loopback"* ]]
+	IDEMKIT_NOTIFY_TOKEN_FILE=$BATS_TEST_TMPDIR/missing run charge-notify --check
+	[ "$status" -eq 78 ]
+	[[ "$output" == *"IDEMKIT_NOTIFY_TOKEN_FILE"* ]]
+	IDEMKIT_NOTIFY_DECLINED=402,503 run charge-notify --check
+	[ "$status" -eq 78 ]
+	[[ "$output" == *"status 503 is in both"* ]]
+	run charge-notify --check --retries many
+	[ "$status" -eq 64 ]
+	[ "$(conn_count)" -eq 0 ]
+}
+
+@test "--request / IDEMKIT_NOTIFY_REQUEST: the gateway's body with \$ref, \$key, \$amountMajor; --reason" {
+	capture_start
+	prog='{to: .accountId, text: "Debited \($amountMajor) \(.currency), ref \($ref)", id: $key}'
+	notify_run "$(debited "$(envelope CHG-1)")" --url "$CAP_URL/sms" --request "$prog"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$(tail -1 "$CAP_DIR/log")" body)" = '{"to":"ACC-1","text":"Debited 25.00 INR, ref TXN-00000042","id":"CHG-1:notify"}' ]
+	IDEMKIT_NOTIFY_REQUEST='{r: $ref}' notify_run "$(debited "$(envelope CHG-2)")" --url "$CAP_URL/sms"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$(tail -1 "$CAP_DIR/log")" body)" = '{"r":"TXN-00000042"}' ]
+	notify_run "$(debited "$(envelope CHG-3)")" --url "$CAP_URL/sms" --request 'error("x")'
+	[ "$status" -eq 78 ]
+	[ "$(jget "$output" notify.error)" = "--request: jq error: x" ]
+	[ "$(wc -l <"$CAP_DIR/log")" -eq 2 ]
+	capture_stop
+	bank_start --notify-fail --notify-fail-status 422
+	IDEMKIT_NOTIFY_REASON='"gateway: " + .reason' notify_run "$(debited "$(envelope CHG-4)")"
+	[ "$status" -eq 21 ]
+	[ "$(jget "$output" notify.error)" = "HTTP 422: gateway: injected notification failure" ]
+}
+
+@test "IDEMKIT_NOTIFY_* OAuth2 and mutual TLS: the gateway's own credentials" {
+	mtls_certs "$BATS_TEST_TMPDIR"
+	d=$BATS_TEST_TMPDIR
+	printf 'nsecret\n' >"$d/nsecret"
+	bank_start --tls-cert "$d/cert.pem" --tls-key "$d/key.pem" --tls-client-ca "$d/ca.pem" \
+		--oauth-client-id notifier --oauth-client-secret-file "$d/nsecret"
+	export IDEMKIT_NOTIFY_CACERT=$d/cert.pem IDEMKIT_NOTIFY_OAUTH_TOKEN_URL=$BANK_URL/oauth/token \
+		IDEMKIT_NOTIFY_OAUTH_CLIENT_ID=notifier IDEMKIT_NOTIFY_OAUTH_CLIENT_SECRET_FILE=$d/nsecret
+	# No client certificate: the token endpoint itself says 403: CONFIG.
+	notify_run "$(debited "$(envelope CHG-1)")"
+	[ "$status" -eq 78 ]
+	[ "$(jget "$output" notify.error)" = "OAuth2 token: HTTP 403" ]
+	export IDEMKIT_NOTIFY_CLIENT_CERT=$d/client.pem IDEMKIT_NOTIFY_CLIENT_KEY=$d/client.key
+	run --separate-stderr charge-notify --stream < <(debited "$(envelope CHG-1)"; echo; debited "$(envelope CHG-2)"; echo)
+	[ "$status" -eq 0 ]
+	[ "$(jget "${lines[0]}" notify.outcome)" = OK ]
+	[ "$(jget "${lines[1]}" notify.outcome)" = OK ]
+	[ "$(ledger_counter tokensIssued)" -eq 1 ]
+	[ "$(sqlite3 "$BANK_DIR/ledger.db" 'SELECT count(*) FROM notifications')" -eq 2 ]
+	printf '%s\n' "$output" "$stderr" >"$d/seen"
+	absent nsecret "$d/seen"
 }

@@ -51,7 +51,7 @@ qvisible() { sqs-stat "$@" | sed -n 's/.*"visible":\([0-9]*\).*/\1/p'; }
 @test "--redrive: a charge whose worker died after the debit is re-enqueued and finished once" {
 	bank_start
 	# the worker dies after the debit: claimed and debited, never recorded or acked
-	event CHG-RD | idemp-claim --lease 1s 2>/dev/null | charge-debit >/dev/null
+	event CHG-RD | idemp-claim --lease 1s 2>/dev/null | charge-debit --timeout 500ms --lease-margin 0 >/dev/null
 	[ "$(bank_stat debits)" -eq 1 ]
 	sleep 1.2
 	run --separate-stderr charge-recover --redrive --older-than 1s

@@ -58,9 +58,61 @@ load helper
 	run make -s -C "$IDEMKIT_SRC" install DESTDIR="$dest" PREFIX=/opt/idemkit
 	[ "$status" -eq 0 ]
 	for bin in "$IDEMKIT_BIN"/*; do
+		# bank-sim is the test double: built beside the commands, never installed.
+		[ "$(basename "$bin")" != bank-sim ] || continue
 		[ -x "$dest/opt/idemkit/bin/$(basename "$bin")" ] || { echo "missing $(basename "$bin")"; return 1; }
 	done
 	[ -f "$dest/opt/idemkit/share/man/man7/idemkit.7" ]
 	[ -f "$dest/opt/idemkit/share/man/man1/charge-worker.1" ]
 	grep -q '^VERSION=[0-9]' "$dest/opt/idemkit/bin/charge-worker"
+}
+
+# layout_violations DIR: the includes that break the ports rule (DESIGN.md
+# "Layout"), one per line: an adapter (lib/store_X.c, lib/queue_X.c) that
+# includes another adapter's header, a command that includes an adapter's
+# header (or the AWS client under them), or product code that includes
+# the bank simulator's.
+layout_violations() {
+	local dir=$1 f base h
+	for f in "$dir"/lib/store_*.c "$dir"/lib/queue_*.c; do
+		[ -e "$f" ] || continue
+		base=$(basename "$f" .c)
+		for h in $(sed -n 's/^#include "\(\(store\|queue\)_[a-z0-9_]*\)\.h".*/\1/p' "$f"); do
+			[ "$h" = "$base" ] || echo "$f includes $h.h"
+		done
+	done
+	for f in "$dir"/cmd/*.c "$dir"/lib/*.c; do
+		[ -e "$f" ] || continue
+		case $f in */cmd/*)
+			sed -n 's/^#include "\(\(store\|queue\)_[a-z0-9_]*\.h\|aws[a-z0-9_]*\.h\|sqlite\.h\)".*/\1/p' "$f" |
+				while read -r h; do echo "$f includes $h"; done ;;
+		esac
+		sed -n 's/^#include "\(banksim[a-z0-9_]*\.h\)".*/\1/p' "$f" |
+			while read -r h; do echo "$f includes $h (the bank simulator is a test double)"; done
+	done
+}
+
+@test "ports: no adapter includes another adapter, no command includes an adapter" {
+	run layout_violations "$IDEMKIT_SRC"
+	[ "$status" -eq 0 ]
+	[ -z "$output" ] || { echo "$output"; return 1; }
+}
+
+@test "ports: the layout check finds each kind of violation" {
+	d=$BATS_TEST_TMPDIR/tree
+	mkdir -p "$d/lib" "$d/cmd"
+	printf '#include "store.h"\n#include "store_sqlite.h"\n' > "$d/lib/store_sqlite.c"
+	printf '#include "store.h"\n#include "store_sqlite.h"\n' > "$d/lib/store_pg.c"
+	printf '#include "queue.h"\n#include "store_pg.h"\n' > "$d/lib/queue_x.c"
+	printf '#include "cli.h"\n#include "queue_sqs.h"\n#include "aws.h"\n' > "$d/cmd/a.c"
+	printf '#include "banksim.h"\n' > "$d/lib/http.c"
+	run layout_violations "$d"
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 5 ]
+	[[ "$output" == *"store_pg.c includes store_sqlite.h"* ]]
+	[[ "$output" == *"queue_x.c includes store_pg.h"* ]]
+	[[ "$output" == *"a.c includes queue_sqs.h"* ]]
+	[[ "$output" == *"a.c includes aws.h"* ]]
+	[[ "$output" == *"http.c includes banksim.h (the bank simulator is a test double)"* ]]
+	[[ "$output" != *"store_sqlite.c includes"* ]]
 }

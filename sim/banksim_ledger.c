@@ -47,7 +47,7 @@ static const char schema[] =
 static const char *const counter_names[] = {
 	"attempts", "replays", "declines", "mismatches", "errors", "hangs",
 	"unauthorized", "badRequests", "notificationAttempts",
-	"notificationFailures", NULL,
+	"notificationFailures", "tokensIssued", "tokenRefusals", NULL,
 };
 
 static int

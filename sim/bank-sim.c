@@ -17,10 +17,12 @@
 static const char USAGE[] =
 	"usage: bank-sim [--listen ADDR] [--port N] [--port-file FILE] [--db FILE]\n"
 	"                [--token-file FILE] [--hmac-key-file FILE]\n"
-	"                [--tls-cert FILE --tls-key FILE] [--decline ACCOUNTS]\n"
+	"                [--tls-cert FILE --tls-key FILE] [--tls-client-ca FILE]\n"
+	"                [--oauth-client-id ID --oauth-client-secret-file FILE]\n"
+	"                [--oauth-expires-in N] [--decline ACCOUNTS]\n"
 	"                [--latency DURATION] [--error-rate F] [--error-status N]\n"
 	"                [--seed N] [--hang] [--notify-fail-rate F] [--notify-fail]\n"
-	"                [--notify-hang] [--max-conns N]\n";
+	"                [--notify-fail-status N] [--notify-hang] [--max-conns N]\n";
 
 static const char OPTIONS[] =
 	"  --listen ADDR          numeric address to bind (default 127.0.0.1)\n"
@@ -31,14 +33,21 @@ static const char OPTIONS[] =
 	"  --hmac-key-file FILE   require X-Idemkit-Signature on POSTed debits and\n"
 	"                         notifications, HMAC-SHA256 keyed with FILE\n"
 	"  --tls-cert FILE, --tls-key FILE  serve HTTPS with these PEM files\n"
+	"  --tls-client-ca FILE   require client certificates signed by this PEM CA\n"
+	"  --oauth-client-id ID, --oauth-client-secret-file FILE\n"
+	"                         OAuth2 client credentials: POST /oauth/token issues\n"
+	"                         the bearer tokens every endpoint but /health wants\n"
+	"  --oauth-expires-in N   lifetime in seconds of what it issues (default 3600)\n"
 	"  --decline ACCOUNTS     comma-separated accounts answered 402\n"
 	"  --latency DURATION     delay before each POST answer (e.g. 200ms)\n"
 	"  --error-rate F         fraction (0..1) of debits answered --error-status\n"
 	"  --error-status N       status of injected debit errors (default 503)\n"
 	"  --seed N               seed for the injected rates (default random)\n"
 	"  --hang                 never answer a debit (until the client gives up)\n"
-	"  --notify-fail-rate F   fraction (0..1) of notifications answered 503\n"
-	"  --notify-fail          every notification answered 503\n"
+	"  --notify-fail-rate F   fraction (0..1) of notifications answered\n"
+	"                         --notify-fail-status\n"
+	"  --notify-fail          every notification answered --notify-fail-status\n"
+	"  --notify-fail-status N status of injected notification failures (default 503)\n"
 	"  --notify-hang          never answer a notification\n"
 	"  --max-conns N          concurrent connections (default 256)\n"
 	"  --help, --version\n";
@@ -78,8 +87,8 @@ int
 main(int argc, char **argv)
 {
 	enum { O_LISTEN = 256, O_PORT, O_PORTFILE, O_DB, O_TOKEN, O_HMAC, O_CERT,
-	       O_KEY, O_DECLINE, O_LATENCY, O_ERATE, O_ESTATUS, O_SEED, O_HANG,
-	       O_NRATE, O_NFAIL, O_NHANG, O_MAXC, O_HELP, O_VERSION };
+	       O_KEY, O_CLIENTCA, O_OID, O_OSECRET, O_OTTL, O_DECLINE, O_LATENCY, O_ERATE, O_ESTATUS, O_SEED, O_HANG,
+	       O_NRATE, O_NFAIL, O_NSTATUS, O_NHANG, O_MAXC, O_HELP, O_VERSION };
 	static const struct option lopts[] = {
 		{ "listen", required_argument, NULL, O_LISTEN },
 		{ "port", required_argument, NULL, O_PORT },
@@ -89,6 +98,10 @@ main(int argc, char **argv)
 		{ "hmac-key-file", required_argument, NULL, O_HMAC },
 		{ "tls-cert", required_argument, NULL, O_CERT },
 		{ "tls-key", required_argument, NULL, O_KEY },
+		{ "tls-client-ca", required_argument, NULL, O_CLIENTCA },
+		{ "oauth-client-id", required_argument, NULL, O_OID },
+		{ "oauth-client-secret-file", required_argument, NULL, O_OSECRET },
+		{ "oauth-expires-in", required_argument, NULL, O_OTTL },
 		{ "decline", required_argument, NULL, O_DECLINE },
 		{ "latency", required_argument, NULL, O_LATENCY },
 		{ "error-rate", required_argument, NULL, O_ERATE },
@@ -97,6 +110,7 @@ main(int argc, char **argv)
 		{ "hang", no_argument, NULL, O_HANG },
 		{ "notify-fail-rate", required_argument, NULL, O_NRATE },
 		{ "notify-fail", no_argument, NULL, O_NFAIL },
+		{ "notify-fail-status", required_argument, NULL, O_NSTATUS },
 		{ "notify-hang", no_argument, NULL, O_NHANG },
 		{ "max-conns", required_argument, NULL, O_MAXC },
 		{ "help", no_argument, NULL, O_HELP },
@@ -127,6 +141,14 @@ main(int argc, char **argv)
 		case O_HMAC: cfg.hmac_key_file = optarg; break;
 		case O_CERT: cfg.tls_cert = optarg; break;
 		case O_KEY: cfg.tls_key = optarg; break;
+		case O_CLIENTCA: cfg.tls_client_ca = optarg; break;
+		case O_OID: cfg.oauth_client_id = optarg; break;
+		case O_OSECRET: cfg.oauth_client_secret_file = optarg; break;
+		case O_OTTL:
+			if (ik_parse_int(optarg, 0, 86400 * 366, &n) < 0)
+				return ik_usage(USAGE);
+			cfg.oauth_expires_in = n;
+			break;
 		case O_DECLINE:
 			if (ik_banksim_set_decline(&cfg.faults, optarg) < 0) {
 				ik_warnx("out of memory");
@@ -157,6 +179,11 @@ main(int argc, char **argv)
 				return ik_usage(USAGE);
 			break;
 		case O_NFAIL: cfg.faults.notify_fail_rate = 1; break;
+		case O_NSTATUS:
+			if (ik_parse_int(optarg, 100, 599, &n) < 0)
+				return ik_usage(USAGE);
+			cfg.faults.notify_fail_status = (int)n;
+			break;
 		case O_NHANG: cfg.faults.notify_hang = 1; break;
 		case O_MAXC:
 			if (ik_parse_int(optarg, 1, 100000, &n) < 0)

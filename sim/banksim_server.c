@@ -22,9 +22,11 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include <gnutls/gnutls.h>
 #include <microhttpd.h>
 #include <sodium.h>
 
+#include "bankapi.h"
 #include "banksim.h"
 #include "log.h"
 #include "outcome.h"
@@ -40,7 +42,12 @@ struct ik_banksim {
 	pthread_mutex_t mu;            /* guards f and rng */
 	struct ik_banksim_faults f;
 	uint64_t rng;
-	struct ik_buf token, hmac, cert, key;
+	struct ik_buf token, hmac, cert, key, client_ca;
+	char *oauth_id;                /* NULL: no OAuth2 */
+	struct ik_buf oauth_secret;
+	int64_t oauth_ttl_s;
+	struct issued { char v[65]; int64_t until; } *toks;   /* guarded by mu */
+	size_t ntoks;
 	atomic_int stopping;
 	int port;
 	char url[96];
@@ -156,7 +163,9 @@ faults_json(struct ik_banksim *b)
 	cJSON_AddNumberToObject(o, "errorStatus", b->f.error_status);
 	cJSON_AddBoolToObject(o, "hang", b->f.hang);
 	cJSON_AddNumberToObject(o, "notifyFailRate", b->f.notify_fail_rate);
+	cJSON_AddNumberToObject(o, "notifyFailStatus", b->f.notify_fail_status);
 	cJSON_AddBoolToObject(o, "notifyHang", b->f.notify_hang);
+	cJSON_AddBoolToObject(o, "oauthReject", b->f.oauth_reject);
 	pthread_mutex_unlock(&b->mu);
 	return o;
 }
@@ -267,13 +276,106 @@ hang(struct ik_banksim *b, struct MHD_Connection *c)
 
 /* ---- auth ---- */
 
+/* With --tls-client-ca, libmicrohttpd asks for a client certificate in
+ * the handshake and GnuTLS checks it against that CA here; a request
+ * without a valid one is answered 403 and nothing else is looked at. */
+static int
+check_client_cert(struct ik_banksim *b, struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci;
+	unsigned status = 1;
+
+	if (!b->client_ca.p)
+		return 1;
+	ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+	if (!ci || !ci->tls_session)
+		return 0;
+	if (gnutls_certificate_verify_peers2((gnutls_session_t)ci->tls_session, &status) !=
+	    GNUTLS_E_SUCCESS)
+		return 0;
+	return status == 0;
+}
+
+/* An issued, unexpired token (and not all refused by /control). */
+static int
+oauth_token_ok(struct ik_banksim *b, const char *t)
+{
+	int64_t now = ik_now_ms();
+	size_t i;
+	int ok = 0;
+
+	if (strlen(t) != 64)
+		return 0;
+	pthread_mutex_lock(&b->mu);
+	for (i = 0; !b->f.oauth_reject && i < b->ntoks && !ok; i++)
+		ok = b->toks[i].until > now && sodium_memcmp(b->toks[i].v, t, 64) == 0;
+	pthread_mutex_unlock(&b->mu);
+	return ok;
+}
+
+/* POST /oauth/token: RFC 6749 4.4, the client authenticated with HTTP
+ * Basic (id and secret form-encoded, then base64). */
+static unsigned
+oauth_token(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
+            enum MHD_Result *ret)
+{
+	const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+	unsigned char raw[1024];
+	unsigned char rnd[32];
+	size_t n = 0, idl = strlen(b->oauth_id);
+	struct issued t, *nt;
+	cJSON *o;
+	int ok;
+
+	if (!h || strncasecmp(h, "Basic ", 6) != 0 ||
+	    sodium_base642bin(raw, sizeof raw - 1, h + 6, strlen(h + 6), NULL, &n, NULL,
+	                      sodium_base64_VARIANT_ORIGINAL) != 0)
+		n = 0;
+	raw[n] = '\0';
+	ok = n == idl + 1 + b->oauth_secret.len && memcmp(raw, b->oauth_id, idl) == 0 &&
+	     raw[idl] == ':' &&
+	     sodium_memcmp(raw + idl + 1, b->oauth_secret.p, b->oauth_secret.len) == 0;
+	sodium_memzero(raw, sizeof raw);
+	if (!ok) {
+		count(b, "tokenRefusals");
+		*ret = reply_json(c, 401, cJSON_Parse("{\"error\":\"invalid_client\"}"), 0);
+		return 401;
+	}
+	if (!r->body.p || !strstr(r->body.p, "grant_type=client_credentials")) {
+		*ret = reply_json(c, 400, cJSON_Parse("{\"error\":\"unsupported_grant_type\"}"), 0);
+		return 400;
+	}
+	randombytes_buf(rnd, sizeof rnd);
+	ik_hex(rnd, sizeof rnd, t.v);
+	t.until = ik_now_ms() + b->oauth_ttl_s * 1000;
+	pthread_mutex_lock(&b->mu);
+	if ((nt = realloc(b->toks, (b->ntoks + 1) * sizeof *nt))) {
+		b->toks = nt;
+		b->toks[b->ntoks++] = t;
+	}
+	pthread_mutex_unlock(&b->mu);
+	if (!nt) {
+		*ret = reply_reason(c, 500, NULL, "out of memory");
+		return 500;
+	}
+	count(b, "tokensIssued");
+	if ((o = cJSON_CreateObject())) {
+		cJSON_AddStringToObject(o, "access_token", t.v);
+		cJSON_AddStringToObject(o, "token_type", "Bearer");
+		cJSON_AddNumberToObject(o, "expires_in", (double)b->oauth_ttl_s);
+	}
+	sodium_memzero(&t, sizeof t);
+	*ret = reply_json(c, 200, o, 0);
+	return 200;
+}
+
 static int
 check_token(struct ik_banksim *b, struct MHD_Connection *c)
 {
 	const char *h;
 	size_t n;
 
-	if (!b->token.p)
+	if (!b->token.p && !b->oauth_id)
 		return 1;
 	h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
 	if (!h || strncasecmp(h, "Bearer ", 7) != 0)
@@ -282,47 +384,38 @@ check_token(struct ik_banksim *b, struct MHD_Connection *c)
 	while (*h == ' ')
 		h++;
 	n = strlen(h);
+	if (b->oauth_id)
+		return oauth_token_ok(b, h);
 	return n == b->token.len && sodium_memcmp(h, b->token.p, n) == 0;
 }
 
-/* X-Idemkit-Signature: t=<unix>,v1=<hex hmac-sha256 of "<t>.<body>"> */
+/* X-Idemkit-Timestamp: <unix> and X-Idemkit-Signature: v2=<hex>, the
+ * scheme of charge-debit(1) (ik_bankapi_sign over method, path, the
+ * idempotency key, the timestamp and the body's SHA-256).  A timestamp more
+ * than HMAC_SKEW_S away is refused, so is a signature made for another key,
+ * path or body. */
 static int
-check_sig(struct ik_banksim *b, struct MHD_Connection *c, const struct ik_buf *body)
+check_sig(struct ik_banksim *b, struct MHD_Connection *c, const char *method,
+          const char *path, const char *key, const struct ik_buf *body)
 {
-	unsigned char want[crypto_auth_hmacsha256_BYTES], got[crypto_auth_hmacsha256_BYTES];
-	crypto_auth_hmacsha256_state st;
-	const char *h, *v;
-	char ts[24];
+	char want[IK_BANKAPI_SIG_HEX];
+	const char *h, *ts;
 	long long t;
-	size_t tl, glen = 0;
 	int ok;
 
 	if (!b->hmac.p)
 		return 1;
+	ts = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Idemkit-Timestamp");
 	h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Idemkit-Signature");
-	if (!h || strncmp(h, "t=", 2) != 0 || !(v = strstr(h, ",v1=")))
+	if (!ts || !h || strncmp(h, "v2=", 3) != 0 || strlen(h + 3) != sizeof want - 1)
 		return 0;
-	tl = (size_t)(v - (h + 2));
-	if (tl == 0 || tl >= sizeof ts)
-		return 0;
-	memcpy(ts, h + 2, tl);
-	ts[tl] = '\0';
 	if (ik_parse_int(ts, 0, 99999999999LL, &t) < 0 ||
 	    llabs(t - (long long)(ik_now_ms() / 1000)) > HMAC_SKEW_S)
 		return 0;
-	v += 4;
-	if (strlen(v) != 2 * sizeof got ||
-	    sodium_hex2bin(got, sizeof got, v, strlen(v), NULL, &glen, NULL) != 0 ||
-	    glen != sizeof got)
-		return 0;
-	crypto_auth_hmacsha256_init(&st, (const unsigned char *)b->hmac.p, b->hmac.len);
-	crypto_auth_hmacsha256_update(&st, (const unsigned char *)ts, tl);
-	crypto_auth_hmacsha256_update(&st, (const unsigned char *)".", 1);
-	crypto_auth_hmacsha256_update(&st, (const unsigned char *)(body->p ? body->p : ""),
-	                              body->len);
-	crypto_auth_hmacsha256_final(&st, want);
-	ok = sodium_memcmp(want, got, sizeof want) == 0;
-	sodium_memzero(&st, sizeof st);
+	ik_bankapi_sign((const unsigned char *)b->hmac.p, b->hmac.len, method, path,
+	                key ? key : "", t, body->p ? body->p : "", body->len, want);
+	ok = sodium_memcmp(want, h + 3, sizeof want - 1) == 0;
+	sodium_memzero(want, sizeof want);
 	return ok;
 }
 
@@ -421,13 +514,148 @@ debit(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
 	return 201;
 }
 
+/* ---- the second API shape: an open-banking style payment ---- */
+
+#define OB_PATH "/open-banking/v3.1/pisp/domestic-payments"
+
+static enum MHD_Result
+ob_error(struct MHD_Connection *c, unsigned status, const char *code, const char *msg)
+{
+	cJSON *o = cJSON_CreateObject(), *a, *e;
+
+	if (o && (a = cJSON_AddArrayToObject(o, "Errors")) && (e = cJSON_CreateObject())) {
+		cJSON_AddStringToObject(e, "ErrorCode", code);
+		cJSON_AddStringToObject(e, "Message", msg);
+		cJSON_AddItemToArray(a, e);
+	}
+	return reply_json(c, status, o, 0);
+}
+
+/* "25.00" in INR -> 2500: exactly the currency's ISO 4217 exponent of
+ * decimals (what ik_bankapi_amount_major writes), digits only. */
+static int
+ob_amount(const char *s, const char *currency, long long *out)
+{
+	char one[32];
+	const char *dot = strchr(s, '.'), *p;
+	size_t want, got = dot ? strlen(dot + 1) : 0;
+	long long v = 0;
+
+	ik_bankapi_amount_major(1, currency, one);
+	want = strchr(one, '.') ? strlen(strchr(one, '.') + 1) : 0;
+	if (got != want || !*s || s[0] == '.' || (dot && !dot[1]))
+		return -1;
+	for (p = s; *p; p++) {
+		if (*p == '.')
+			continue;
+		if (*p < '0' || *p > '9' || v > 100000000000000LL)
+			return -1;
+		v = v * 10 + (*p - '0');
+	}
+	*out = v;
+	return 0;
+}
+
+/* POST OB_PATH with x-idempotency-key: the payment's fields map onto the
+ * same ledger as /debits, so a charge is one debit whichever shape sent it. */
+static unsigned
+ob_payment(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
+           const char *key, enum MHD_Result *ret)
+{
+	cJSON *o = r->body.p ? cJSON_ParseWithLength(r->body.p, r->body.len) : NULL;
+	cJSON *ini = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "Data"),
+	                                              "Initiation");
+	cJSON *amt = cJSON_GetObjectItemCaseSensitive(ini, "InstructedAmount");
+	const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ini, "InstructionIdentification"));
+	const char *acc = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+		cJSON_GetObjectItemCaseSensitive(ini, "DebtorAccount"), "Identification"));
+	const char *typ = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+		cJSON_GetObjectItemCaseSensitive(ini, "RemittanceInformation"), "Reference"));
+	const char *a = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(amt, "Amount"));
+	const char *cur = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(amt, "Currency"));
+	struct ik_ledger_debit d;
+	struct ik_event ev;
+	long long minor;
+	char *txt;
+	int fail, status, dec, n;
+	int64_t latency;
+	cJSON *out, *data, *evo;
+	ik_err e;
+
+	count(b, "attempts");
+	if (!key) {
+		cJSON_Delete(o);
+		count(b, "badRequests");
+		*ret = ob_error(c, 400, "UK.OBIE.Header.Missing", "x-idempotency-key is missing or invalid");
+		return 400;
+	}
+	evo = NULL;
+	txt = NULL;
+	n = -1;
+	if (id && acc && typ && a && cur && strlen(cur) == 3 && ob_amount(a, cur, &minor) == 0 &&
+	    (evo = cJSON_CreateObject()) &&
+	    cJSON_AddStringToObject(evo, "chargeId", id) &&
+	    cJSON_AddStringToObject(evo, "accountId", acc) &&
+	    cJSON_AddNumberToObject(evo, "amount", (double)minor) &&
+	    cJSON_AddStringToObject(evo, "currency", cur) &&
+	    cJSON_AddStringToObject(evo, "chargeType", typ) &&
+	    (txt = cJSON_PrintUnformatted(evo)))
+		n = (int)strlen(txt);
+	cJSON_Delete(evo);
+	cJSON_Delete(o);
+	if (n < 0 || ik_event_parse(txt, (size_t)n, &ev, &e) != IK_OK) {
+		free(txt);
+		count(b, "badRequests");
+		*ret = ob_error(c, 400, "UK.OBIE.Field.Invalid",
+		                n < 0 ? "Data.Initiation: a field is missing, or the amount is not "
+		                "a decimal string with the currency's minor-unit digits" : e.msg);
+		return 400;
+	}
+	free(txt);
+	pthread_mutex_lock(&b->mu);
+	latency = b->f.latency_ms;
+	fail = draw(b, b->f.error_rate);
+	status = b->f.error_status;
+	dec = declined(&b->f, ev.account_id);
+	pthread_mutex_unlock(&b->mu);
+	nap(b, latency);
+	if (fail) {
+		count(b, "errors");
+		*ret = ob_error(c, (unsigned)status, "UK.OBIE.UnexpectedError", "injected failure");
+		return (unsigned)status;
+	}
+	if (ik_ledger_debit(b->ledger, key, &ev, dec, &d, &e) != IK_OK) {
+		*ret = ob_error(c, 503, "UK.OBIE.UnexpectedError", "ledger unavailable");
+		return 503;
+	}
+	if (d.res == IK_LEDGER_DECLINED) {
+		*ret = ob_error(c, 422, "UK.OBIE.Rules.InsufficientFunds", "insufficient funds");
+		return 422;
+	}
+	if (d.res == IK_LEDGER_MISMATCH) {
+		*ret = ob_error(c, 422, "UK.OBIE.Resource.ConsentMismatch",
+		                "x-idempotency-key reused with a different payment");
+		return 422;
+	}
+	if (!(out = cJSON_CreateObject()) || !(data = cJSON_AddObjectToObject(out, "Data"))) {
+		cJSON_Delete(out);
+		*ret = reply(c, 500, "application/json", "{}", 0);
+		return 500;
+	}
+	cJSON_AddStringToObject(data, "DomesticPaymentId", d.ref);
+	cJSON_AddStringToObject(data, "Status", "AcceptedSettlementCompleted");
+	cJSON_AddNumberToObject(data, "CreationDateTime", (double)d.created_at);
+	*ret = reply_json(c, d.res == IK_LEDGER_REPLAY ? 200 : 201, out, d.res == IK_LEDGER_REPLAY);
+	return d.res == IK_LEDGER_REPLAY ? 200 : 201;
+}
+
 static unsigned
 notify(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
        const char *key, enum MHD_Result *ret)
 {
 	cJSON *body, *o;
 	int64_t latency, n = 0;
-	int do_hang, fail;
+	int do_hang, fail, status;
 	ik_err e;
 
 	count(b, "notificationAttempts");
@@ -449,6 +677,7 @@ notify(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
 	latency = b->f.latency_ms;
 	do_hang = b->f.notify_hang;
 	fail = draw(b, b->f.notify_fail_rate);
+	status = b->f.notify_fail_status;
 	pthread_mutex_unlock(&b->mu);
 
 	nap(b, latency);
@@ -459,8 +688,8 @@ notify(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
 	}
 	if (fail) {
 		count(b, "notificationFailures");
-		*ret = reply_reason(c, 503, NULL, "injected notification failure");
-		return 503;
+		*ret = reply_reason(c, (unsigned)status, NULL, "injected notification failure");
+		return (unsigned)status;
 	}
 	if (ik_ledger_notify(b->ledger, key, r->body.p, &n, &e) != IK_OK) {
 		ik_log(IK_LOG_ERROR, "ledger", "error", e.msg, NULL);
@@ -488,7 +717,7 @@ control(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
 {
 	static const char *const known[] = { "decline", "latencyMs", "errorRate",
 		"errorStatus", "hang", "notifyFailRate", "notifyFail", "notifyHang",
-		"seed", NULL };
+		"notifyFailStatus", "oauthReject", "revokeTokens", "seed", NULL };
 	struct ik_banksim_faults nf = {0};
 	cJSON *o = r->body.p ? cJSON_ParseWithLength(r->body.p, r->body.len) : NULL;
 	cJSON *it, *v;
@@ -538,11 +767,15 @@ control(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
 	if (!bad && (v = cJSON_GetObjectItemCaseSensitive(o, "errorStatus")) &&
 	    (!cJSON_IsNumber(v) || v->valueint < 100 || v->valueint > 599))
 		bad = "errorStatus: 100..599";
+	if (!bad && (v = cJSON_GetObjectItemCaseSensitive(o, "notifyFailStatus")) &&
+	    (!cJSON_IsNumber(v) || v->valueint < 100 || v->valueint > 599))
+		bad = "notifyFailStatus: 100..599";
 	if (!bad && (v = cJSON_GetObjectItemCaseSensitive(o, "seed")) &&
 	    (!cJSON_IsNumber(v) || v->valuedouble < 0))
 		bad = "seed: a non-negative number";
-	for (i = 0; !bad && i < 3; i++) {
-		static const char *const bools[] = { "hang", "notifyFail", "notifyHang" };
+	for (i = 0; !bad && i < 5; i++) {
+		static const char *const bools[] = { "hang", "notifyFail", "notifyHang",
+			"oauthReject", "revokeTokens" };
 		v = cJSON_GetObjectItemCaseSensitive(o, bools[i]);
 		if (v && !cJSON_IsBool(v))
 			bad = "hang, notifyFail, notifyHang: true or false";
@@ -572,10 +805,18 @@ control(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
 		b->f.hang = cJSON_IsTrue(v);
 	if ((v = cJSON_GetObjectItemCaseSensitive(o, "notifyFailRate")))
 		b->f.notify_fail_rate = v->valuedouble;
+	if ((v = cJSON_GetObjectItemCaseSensitive(o, "notifyFailStatus")))
+		b->f.notify_fail_status = v->valueint;
 	if ((v = cJSON_GetObjectItemCaseSensitive(o, "notifyFail")))
 		b->f.notify_fail_rate = cJSON_IsTrue(v) ? 1 : 0;
 	if ((v = cJSON_GetObjectItemCaseSensitive(o, "notifyHang")))
 		b->f.notify_hang = cJSON_IsTrue(v);
+	if ((v = cJSON_GetObjectItemCaseSensitive(o, "oauthReject")))
+		b->f.oauth_reject = cJSON_IsTrue(v);
+	if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "revokeTokens"))) {
+		sodium_memzero(b->toks, b->ntoks * sizeof *b->toks);
+		b->ntoks = 0;
+	}
 	if ((v = cJSON_GetObjectItemCaseSensitive(o, "seed")))
 		seed_rng(b, (uint64_t)v->valuedouble);
 	pthread_mutex_unlock(&b->mu);
@@ -593,10 +834,17 @@ route(struct ik_banksim *b, struct MHD_Connection *c, const char *url,
 	int post = strcmp(method, "POST") == 0, get = strcmp(method, "GET") == 0;
 	ik_err e;
 
+	if (!check_client_cert(b, c)) {
+		count(b, "unauthorized");
+		*ret = reply_reason(c, 403, NULL, "client certificate required");
+		return 403;
+	}
 	if (strcmp(url, "/health") == 0 && get) {
 		*ret = reply(c, 200, "application/json", "{\"status\":\"UP\"}", 0);
 		return 200;
 	}
+	if (b->oauth_id && post && strcmp(url, "/oauth/token") == 0)
+		return oauth_token(b, c, r, ret);
 	if (!check_token(b, c)) {
 		count(b, "unauthorized");
 		*ret = reply_reason(c, 401, NULL, "unauthorized");
@@ -608,12 +856,23 @@ route(struct ik_banksim *b, struct MHD_Connection *c, const char *url,
 	}
 	if (post && (strcmp(url, "/debits") == 0 || strcmp(url, "/notifications") == 0)) {
 		*keyp = idem_key(c);
-		if (!check_sig(b, c, &r->body)) {
+		if (!check_sig(b, c, method, url, *keyp, &r->body)) {
 			count(b, "unauthorized");
 			*ret = reply_reason(c, 401, NULL, "bad or missing signature");
 			return 401;
 		}
 		return url[1] == 'd' ? debit(b, c, r, *keyp, ret) : notify(b, c, r, *keyp, ret);
+	}
+	if (post && strcmp(url, OB_PATH) == 0) {
+		*keyp = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-idempotency-key");
+		if (*keyp && (!**keyp || strlen(*keyp) > 255 || strpbrk(*keyp, " \t")))
+			*keyp = NULL;
+		if (!check_sig(b, c, method, url, *keyp, &r->body)) {
+			count(b, "unauthorized");
+			*ret = ob_error(c, 401, "UK.OBIE.Signature.Invalid", "bad or missing signature");
+			return 401;
+		}
+		return ob_payment(b, c, r, *keyp, ret);
 	}
 	if (post && strcmp(url, "/control") == 0)
 		return control(b, c, r, ret);
@@ -768,6 +1027,8 @@ ik_banksim_start(const struct ik_banksim_cfg *cfg, struct ik_banksim **out,
 	}
 	if (!!cfg->tls_cert != !!cfg->tls_key)
 		return ik_errf(err, IK_CONFIG, "TLS needs both a certificate and a key");
+	if (cfg->tls_client_ca && !cfg->tls_cert)
+		return ik_errf(err, IK_CONFIG, "--tls-client-ca needs --tls-cert and --tls-key");
 	if (cfg->tls_cert && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
 		return ik_errf(err, IK_CONFIG, "this libmicrohttpd has no TLS support");
 
@@ -779,6 +1040,8 @@ ik_banksim_start(const struct ik_banksim_cfg *cfg, struct ik_banksim **out,
 	b->f.ndecline = 0;
 	if (!b->f.error_status)
 		b->f.error_status = 503;
+	if (!b->f.notify_fail_status)
+		b->f.notify_fail_status = 503;
 	for (i = 0; i < cfg->faults.ndecline; i++)
 		if (add_decline(&b->f.decline, &b->f.ndecline, cfg->faults.decline[i],
 		                strlen(cfg->faults.decline[i])) < 0) {
@@ -790,8 +1053,23 @@ ik_banksim_start(const struct ik_banksim_cfg *cfg, struct ik_banksim **out,
 	if ((cfg->token_file && (rc = read_secret(cfg->token_file, "token file", &b->token, err)) != IK_OK) ||
 	    (cfg->hmac_key_file && (rc = read_secret(cfg->hmac_key_file, "HMAC key file", &b->hmac, err)) != IK_OK) ||
 	    (cfg->tls_cert && (rc = read_secret(cfg->tls_cert, "TLS certificate", &b->cert, err)) != IK_OK) ||
-	    (cfg->tls_key && (rc = read_secret(cfg->tls_key, "TLS key", &b->key, err)) != IK_OK))
+	    (cfg->tls_key && (rc = read_secret(cfg->tls_key, "TLS key", &b->key, err)) != IK_OK) ||
+	    (cfg->tls_client_ca && (rc = read_secret(cfg->tls_client_ca, "TLS client CA", &b->client_ca, err)) != IK_OK))
 		goto fail;
+	if (cfg->oauth_client_id) {
+		if (!cfg->oauth_client_secret_file) {
+			rc = ik_errf(err, IK_CONFIG, "--oauth-client-id needs --oauth-client-secret-file");
+			goto fail;
+		}
+		if ((rc = read_secret(cfg->oauth_client_secret_file, "OAuth2 client secret file",
+		                      &b->oauth_secret, err)) != IK_OK)
+			goto fail;
+		if (!(b->oauth_id = strdup(cfg->oauth_client_id))) {
+			rc = ik_errf(err, IK_SOFTWARE, "out of memory");
+			goto fail;
+		}
+		b->oauth_ttl_s = cfg->oauth_expires_in > 0 ? cfg->oauth_expires_in : 3600;
+	}
 	if ((rc = ik_ledger_open(cfg->db_path, &b->ledger, err)) != IK_OK)
 		goto fail;
 
@@ -805,6 +1083,8 @@ ik_banksim_start(const struct ik_banksim_cfg *cfg, struct ik_banksim **out,
 		flags |= MHD_USE_TLS;
 		opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_CERT, 0, b->cert.p };
 		opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_KEY, 0, b->key.p };
+		if (b->client_ca.p)
+			opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_TRUST, 0, b->client_ca.p };
 	}
 	opts[n++] = (struct MHD_OptionItem){ MHD_OPTION_END, 0, NULL };
 
@@ -854,6 +1134,12 @@ ik_banksim_stop(struct ik_banksim *b)
 	wipe(&b->hmac);
 	wipe(&b->cert);
 	wipe(&b->key);
+	wipe(&b->client_ca);
+	wipe(&b->oauth_secret);
+	free(b->oauth_id);
+	if (b->toks)
+		sodium_memzero(b->toks, b->ntoks * sizeof *b->toks);
+	free(b->toks);
 	pthread_mutex_destroy(&b->mu);
 	free(b);
 }

@@ -77,8 +77,10 @@ struct ik_banksim_faults {
 	double error_rate;         /* fraction of debits answered error_status */
 	int error_status;          /* default 503 */
 	int hang;                  /* debits are never answered */
-	double notify_fail_rate;   /* fraction of notifications answered 503 */
+	double notify_fail_rate;   /* fraction of notifications answered notify_fail_status */
+	int notify_fail_status;    /* default 503 */
 	int notify_hang;           /* notifications are never answered */
+	int oauth_reject;          /* every bearer token is refused (401) */
 	uint64_t seed;             /* for the rates; 0: random */
 };
 
@@ -89,6 +91,10 @@ struct ik_banksim_cfg {
 	const char *token_file;    /* NULL: no bearer token required */
 	const char *hmac_key_file; /* NULL: no signature required */
 	const char *tls_cert, *tls_key;  /* PEM files; both or neither */
+	const char *tls_client_ca; /* PEM CA: require client certificates it signed */
+	const char *oauth_client_id;          /* OAuth2 client credentials: POST */
+	const char *oauth_client_secret_file; /* /oauth/token issues bearer tokens */
+	int64_t oauth_expires_in;             /* seconds; 0: 3600 */
 	unsigned max_conns;        /* 0: 256 */
 	struct ik_banksim_faults faults;  /* copied; decline list duplicated */
 };
