@@ -26,24 +26,27 @@ load helper
 	cd "$IDEMKIT_SRC"
 	# (-n still runs the sub-make, which then meets the missing libraries:
 	# what matters is that the install step came first.)
-	run env PKG_CONFIG_PATH=/nonexistent PKG_CONFIG_LIBDIR=/nonexistent make -n test
+	# (as from a shell: not as a sub-make of the make that runs the tests)
+	mk() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL PKG_CONFIG_PATH=/nonexistent \
+		PKG_CONFIG_LIBDIR=/nonexistent make --no-print-directory "$@"; }
+	run mk -n test
 	[[ "${lines[0]}" == "sh mk/deps.sh "*" bats "* ]]
-	run env PKG_CONFIG_PATH=/nonexistent PKG_CONFIG_LIBDIR=/nonexistent make -n demo
+	run mk -n demo
 	[[ "${lines[0]}" == "sh mk/deps.sh "*" libsqlite3-dev "* ]]
-	run env PKG_CONFIG_PATH=/nonexistent PKG_CONFIG_LIBDIR=/nonexistent make -n all
+	run mk -n all
 	[ "$status" -ne 0 ]
 	[[ "$output" == *"missing libraries; install them with: apt-get install"* ]]
 }
 
 @test "-Werror in a checkout, not in a packager's tree without .git" {
 	cd "$IDEMKIT_SRC"
-	run make -n -B build/obj/lib/err.o O=build
+	run env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory -n -B build/obj/lib/err.o O=build
 	[ "$status" -eq 0 ]
 	[[ "$output" == *" -Werror "* ]]
 	tree=$BATS_TEST_TMPDIR/tarball
 	mkdir -p "$tree"
 	cp -r Makefile lib cmd mk "$tree/"
-	run make -n -B -C "$tree" build/obj/lib/err.o
+	run env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory -n -B -C "$tree" build/obj/lib/err.o
 	[ "$status" -eq 0 ]
 	[[ "$output" == *" -Wall -Wextra "* ]]
 	[[ "$output" != *"-Werror"* ]]
