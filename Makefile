@@ -24,7 +24,7 @@ DEBS_RUN := bats pkg-config make gcc clang libclang-rt-14-dev sqlite3 mandoc \
             python3 python3-botocore shellcheck valgrind openssl curl procps util-linux
 PKGS := $(foreach d,$(DEPS),$(word 1,$(subst :, ,$(d))))
 
-NODEPS_GOALS := clean deps help
+NODEPS_GOALS := clean deps help model
 ifeq ($(filter $(NODEPS_GOALS),$(MAKECMDGOALS)),)
 MISSING := $(foreach d,$(DEPS),$(if $(shell pkg-config --exists $(word 1,$(subst :, ,$(d))) 2>/dev/null && echo y),,$(word 2,$(subst :, ,$(d)))))
 ifneq ($(strip $(MISSING)),)
@@ -150,6 +150,13 @@ faults: all
 	$(TEST_ENV) IDEMKIT_FAULTS_REPORT=$(FAULTS_REPORT) sh tests/run.sh tests/faults/
 	@cat $(FAULTS_REPORT)
 
+# The protocol model-checked (tests/model/): spin on every configuration,
+# exhaustive for the small bounds; the protocol must hold and every broken
+# variant must be caught.  Needs spin and a C compiler, not the build.
+# make test runs the quick bounds (tests/model.bats).
+model:
+	sh tests/model/run.sh full
+
 # memcheck on a sample run of every C command (tests/valgrind.sh).
 valgrind: all
 	IDEMKIT_BIN=$(CURDIR)/$(O)/bin IDEMKIT_SRC=$(CURDIR) sh tests/valgrind.sh
@@ -179,8 +186,8 @@ clean:
 	rm -rf build
 
 help:
-	@echo 'targets: all test sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean'
+	@echo 'targets: all test model sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean'
 
-.PHONY: all test sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean help
+.PHONY: all test model sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean help
 
 -include $(LIB_OBJ:.o=.d) $(patsubst cmd/%.c,$(O)/obj/cmd/%.d,$(CMD_SRC)) $(UNITS:=.d)
