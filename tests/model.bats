@@ -76,3 +76,10 @@ LIST
 	[ "$status" -eq 2 ]
 	[ "$output" = "usage: run.sh [quick|full|matrix] [NAME-PATTERN]" ]
 }
+
+@test "model: a search cut short (memory bound) fails, it proves nothing" {
+	IDEMKIT_MODEL_MEMLIM=8 run sh "$RUN" quick 'n2-key'
+	echo "$output"
+	[ "$status" -eq 1 ]
+	echo "$output" | grep -E '^n2-key +FAIL .*FAIL \(search incomplete\)$'
+}
