@@ -21,7 +21,7 @@ DEPS := libcurl:libcurl4-openssl-dev libcjson:libcjson-dev \
         libsodium:libsodium-dev sqlite3:libsqlite3-dev \
         libmicrohttpd:libmicrohttpd-dev
 DEBS_RUN := bats pkg-config make gcc clang libclang-rt-14-dev sqlite3 mandoc \
-            python3 python3-botocore shellcheck valgrind openssl curl procps util-linux
+            python3 python3-botocore shellcheck valgrind openssl curl procps util-linux spin
 PKGS := $(foreach d,$(DEPS),$(word 1,$(subst :, ,$(d))))
 
 NODEPS_GOALS := clean deps help model

@@ -36,7 +36,7 @@ configs() {
 	quick) cat <<'EOF'
 n2-key|safety|ok|-DNW=2 -DCRASHES=1 -DSTOPS=1 -DTEMPS=1 -DDUPS=1 -DPROPS=63
 n2-nokey|safety|ok|-DNW=2 -DCRASHES=1 -DSTOPS=1 -DTEMPS=1 -DDUPS=1 -DBANK_NOKEY -DPROPS=54
-n2-progress|progress|ok|-DNW=2 -DCRASHES=1 -DSTOPS=1 -DTEMPS=1 -DDUPS=1
+n2-progress|progress|ok|-DNW=2 -DCRASHES=1 -DSTOPS=1 -DTEMPS=1 -DDUPS=1 -DPROPS=0
 EOF
 	configs broken ;;
 	full) cat <<'EOF'
@@ -44,8 +44,9 @@ n2-key|safety|ok|-DNW=2 -DCRASHES=2 -DSTOPS=1 -DTEMPS=2 -DDUPS=1 -DPROPS=63
 n2-nokey|safety|ok|-DNW=2 -DCRASHES=2 -DSTOPS=1 -DTEMPS=2 -DDUPS=1 -DBANK_NOKEY -DPROPS=54
 n3-key|safety|ok|-DNW=3 -DCRASHES=0 -DSTOPS=0 -DTEMPS=0 -DDUPS=1 -DPROPS=63
 n3-nokey|safety|ok|-DNW=3 -DCRASHES=0 -DSTOPS=0 -DTEMPS=0 -DDUPS=1 -DBANK_NOKEY -DPROPS=54
-n2-progress|progress|ok|-DNW=2 -DCRASHES=2 -DSTOPS=1 -DTEMPS=2 -DDUPS=1
-n3-progress|progress|ok|-DNW=3 -DCRASHES=1 -DSTOPS=1 -DTEMPS=1 -DDUPS=1
+n2-progress|progress|ok|-DNW=2 -DCRASHES=2 -DSTOPS=1 -DTEMPS=2 -DDUPS=1 -DPROPS=0
+n2-nokey-progress|progress|ok|-DNW=2 -DCRASHES=2 -DSTOPS=1 -DTEMPS=2 -DDUPS=1 -DBANK_NOKEY -DPROPS=0
+n3-progress|progress|ok|-DNW=3 -DCRASHES=1 -DSTOPS=1 -DTEMPS=1 -DDUPS=1 -DPROPS=0
 EOF
 	configs broken ;;
 	# What spin must find.  nokey-P1 and nokey-P4a are not bugs of ours:
@@ -62,19 +63,21 @@ tempfailed-P4a|safety|violated|-DNW=2 -DBROKEN_TEMPFAILED -DPROPS=8
 claimanystate-P4b|safety|violated|-DNW=2 -DBROKEN_CLAIMANYSTATE -DPROPS=16
 claimnolease-P4b|safety|violated|-DNW=2 -DBROKEN_CLAIMNOLEASE -DPROPS=16
 claimnolease-nokey-P2|safety|violated|-DNW=2 -DBROKEN_CLAIMNOLEASE -DBANK_NOKEY -DPROPS=2
-dupdoneleave-P6|progress|violated|-DNW=2 -DBROKEN_DUPDONELEAVE
+dupdoneleave-P6|progress|violated|-DNW=2 -DBROKEN_DUPDONELEAVE -DPROPS=0
 EOF
 		;;
 	matrix)
 		for v in NOFENCE NOLEASECHECK ACKEARLY KEYDELIVERY TEMPFAILED CLAIMANYSTATE CLAIMNOLEASE DUPDONELEAVE; do
 			for bank in key nokey; do
 				b=; [ $bank = nokey ] && b=-DBANK_NOKEY
+				# a key per delivery means nothing without a key
+				[ $v:$bank = KEYDELIVERY:nokey ] && continue
 				n=1
 				for p in P1 P2 P3 P4a P4b P5; do
 					echo "$v-$bank-$p|safety|any|-DNW=2 -DBROKEN_$v $b -DPROPS=$n"
 					n=$((n * 2))
 				done
-				echo "$v-$bank-P6|progress|any|-DNW=2 -DBROKEN_$v $b"
+				echo "$v-$bank-P6|progress|any|-DNW=2 -DBROKEN_$v $b -DPROPS=0"
 			done
 		done ;;
 	esac
