@@ -55,12 +55,17 @@ EOF
 nokey-P1|safety|violated|-DNW=2 -DBANK_NOKEY -DPROPS=1
 nokey-P4a|safety|violated|-DNW=2 -DBANK_NOKEY -DPROPS=8
 nofence-P5|safety|violated|-DNW=2 -DBROKEN_NOFENCE -DPROPS=32
+nofence-P4b|safety|violated|-DNW=2 -DBROKEN_NOFENCE -DPROPS=16
 nofence-nokey-P2|safety|violated|-DNW=2 -DBROKEN_NOFENCE -DBANK_NOKEY -DPROPS=2
 noleasecheck-nokey-P2|safety|violated|-DNW=2 -DBROKEN_NOLEASECHECK -DBANK_NOKEY -DPROPS=2
 ackearly-P3|safety|violated|-DNW=2 -DBROKEN_ACKEARLY -DPROPS=4
+ackearly-P6|progress|violated|-DNW=2 -DBROKEN_ACKEARLY -DPROPS=0
 keydelivery-P1|safety|violated|-DNW=2 -DBROKEN_KEYDELIVERY -DPROPS=1
+keydelivery-P4a|safety|violated|-DNW=2 -DBROKEN_KEYDELIVERY -DPROPS=8
 tempfailed-P4a|safety|violated|-DNW=2 -DBROKEN_TEMPFAILED -DPROPS=8
+claimanystate-P3|safety|violated|-DNW=2 -DBROKEN_CLAIMANYSTATE -DPROPS=4
 claimanystate-P4b|safety|violated|-DNW=2 -DBROKEN_CLAIMANYSTATE -DPROPS=16
+claimanystate-P6|progress|violated|-DNW=2 -DBROKEN_CLAIMANYSTATE -DPROPS=0
 claimnolease-P4b|safety|violated|-DNW=2 -DBROKEN_CLAIMNOLEASE -DPROPS=16
 claimnolease-nokey-P2|safety|violated|-DNW=2 -DBROKEN_CLAIMNOLEASE -DBANK_NOKEY -DPROPS=2
 dupdoneleave-P6|progress|violated|-DNW=2 -DBROKEN_DUPDONELEAVE -DPROPS=0
