@@ -32,11 +32,11 @@ DEBS_BUILD := make gcc pkg-config libjq-dev $(foreach d,$(DEPS),$(word 2,$(subst
 DEBS_SIM   := $(foreach d,$(SIM_DEPS),$(word 2,$(subst :, ,$(d))))
 DEBS_DEMO  := $(DEBS_SIM) python3 curl procps util-linux
 DEBS_TEST  := $(DEBS_DEMO) bats clang libclang-rt-14-dev sqlite3 mandoc python3-botocore \
-              shellcheck valgrind openssl redis-server postgresql node:nodejs npm:npm \
+              shellcheck valgrind openssl redis-server postgresql spin node:nodejs npm:npm \
               java:openjdk-17-jre-headless
 
 # The README's two commands and `deps` need no libraries to parse this file.
-NODEPS_GOALS := clean deps help demo test
+NODEPS_GOALS := clean deps help demo test model
 ifeq ($(filter $(NODEPS_GOALS),$(MAKECMDGOALS)),)
 MISSING := $(foreach d,$(DEPS),$(if $(shell $(PKG_CONFIG) --exists $(word 1,$(subst :, ,$(d))) 2>/dev/null && echo y),,$(word 2,$(subst :, ,$(d)))))
 ifneq ($(strip $(MISSING)),)
@@ -202,6 +202,13 @@ faults: all $(NODE_STAMP)
 mutants: check-build $(NODE_STAMP)
 	sh tests/mutants/run.sh $(MUTANTS)
 
+# The protocol model-checked (tests/model/): spin on every configuration,
+# exhaustive for the small bounds; the protocol must hold and every broken
+# variant must be caught.  Needs spin and a C compiler, not the build.
+# make test runs the quick bounds (tests/model.bats).
+model:
+	sh tests/model/run.sh full
+
 # memcheck on a sample run of every C command (tests/valgrind.sh).
 valgrind: all $(NODE_STAMP)
 	IDEMKIT_BIN=$(CURDIR)/$(O)/bin IDEMKIT_SRC=$(CURDIR) sh tests/valgrind.sh
@@ -232,9 +239,9 @@ clean:
 	rm -rf build
 
 help:
-	@echo 'targets: all product sim test check demo demo-embedded demo-postgres mutants sanitize faults fuzz fuzz-short valgrind bench demo-aws install uninstall deps clean'
+	@echo 'targets: all product sim test check demo demo-embedded demo-postgres model mutants sanitize faults fuzz fuzz-short valgrind bench demo-aws install uninstall deps clean'
 
-.PHONY: all product sim test check check-build mutants demo-embedded demo-postgres sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean help
+.PHONY: all product sim test check check-build model mutants demo-embedded demo-postgres sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean help
 
 # ---- bank-sim, the test double (sim/) ------------------------------------
 # The core-banking and notification simulator the tests, the demo and the
