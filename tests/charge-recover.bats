@@ -113,3 +113,17 @@ qvisible() { sqs-stat "$@" | sed -n 's/.*"visible":\([0-9]*\).*/\1/p'; }
 	[ "$status" -eq 1 ]
 	[[ "$stderr" == *"another --redrive run is active"* ]]
 }
+
+@test "--dlq finds the DLQ sqs-ack fills, as the C commands resolve it (IDEMKIT_QUEUE=...#orders, no IDEMKIT_DLQ)" {
+	bank_start
+	unset IDEMKIT_DLQ
+	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/q.db#orders"
+	echo '{"chargeId":"CHG-OQ","amount":1.5}' | sqs-send >/dev/null
+	charge-worker --drain "${fast[@]}" 2>/dev/null
+	[ "$(qvisible --queue "sqlite:$BATS_TEST_TMPDIR/q.db#orders-dlq")" = 1 ]
+	run --separate-stderr charge-recover --dlq
+	[ "$status" -eq 0 ]
+	[[ "$stderr" == *'"found":1,"requeued":1'* ]]
+	[ "$(qvisible --queue "sqlite:$BATS_TEST_TMPDIR/q.db#orders-dlq")" = 0 ]
+	[ "$(qvisible)" = 1 ]
+}
