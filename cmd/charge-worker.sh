@@ -131,6 +131,17 @@ debit_args="--timeout ${debit_timeout}s"
 notify_args="--timeout ${notify_timeout}s --retries $notify_retries"
 min=$((debit_timeout + notify_timeout * (notify_retries + 1) + margin))
 [ "$lease_ms" -ge $((min * 1000)) ] || die "--lease ${lease} is shorter than the debit and notify timeouts plus a margin (minimum ${min}s = ${debit_timeout}s + ${notify_timeout}s x $((notify_retries + 1)) attempts + ${margin}s): a slow bank would let a second worker in"
+# How long a message may wait in the pipes before its debit: the lease's
+# slack beyond that work.  The receiver takes nothing more while the oldest
+# message it handed out and sqs-ack has not finished is older, so an
+# envelope reaches charge-debit with at least the work's time left on its
+# lease (and charge-debit's own lease check seldom has to leave it).
+max_age_ms=$((lease_ms - min * 1000))
+# How long a drain waits for the copies it left (DUP_IN_PROGRESS,
+# LEASE_SHORT, TEMPFAIL) to come back: one lease, the cap of sqs-ack's
+# backoff for a duplicate in progress, so a duplicate of a charge finished
+# in this run is settled in this run.
+settle_ms=$lease_ms
 
 # --- one message, one process per step ------------------------------------
 
@@ -257,6 +268,14 @@ loop() {
 	while [ "$stop" -eq 0 ]; do
 		rc=0
 		$RECV --max 1 --wait "$wait" > "$work/recv" || rc=$?
+		if [ "$rc" -eq 1 ] && [ "$drain" -eq 1 ]; then
+			# Empty now; a drain waits for the copies it left that
+			# are due back within one lease (sqs-recv reads them
+			# from what sqs-ack wrote).
+			rc=0
+			$RECV --max 1 --wait "$wait" --acked "$tmp/$id.out" --settle "${settle_ms}ms" \
+				> "$work/recv" || rc=$?
+		fi
 		if [ "$rc" -eq 1 ]; then
 			[ "$drain" -eq 1 ] && break
 			[ "$once" -eq 1 ] && break
@@ -303,8 +322,12 @@ loop_stream() {
 	# what sqs-ack has written, so a slow bank slows the receiving instead
 	# of letting claimed messages wait in the pipes past their leases.
 	: > "$tmp/$id.out"
-	recv_args="--max 10 --wait $wait --window $window --acked $tmp/$id.out"
-	[ "$drain" -eq 1 ] && recv_args="$recv_args --drain" || recv_args="$recv_args --follow"
+	recv_args="--max 10 --wait $wait --window $window --max-age ${max_age_ms}ms --acked $tmp/$id.out"
+	if [ "$drain" -eq 1 ]; then
+		recv_args="$recv_args --drain --settle ${settle_ms}ms"
+	else
+		recv_args="$recv_args --follow"
+	fi
 	# A stop goes to the receiver only: it stops receiving, and the rest of
 	# the pipeline finishes what is in flight and ends at end of input.
 	trap 'stop=15; kill -TERM "$(cat "$tmp/$id.recv" 2>/dev/null)" 2>/dev/null' TERM
@@ -360,17 +383,19 @@ while IFS=$tab read -r k v; do eval "v_$k=\$v"; done < "$tmp/tally"
 rm -rf "$tmp"
 config=$((v_CONFIG + t_recv_config))
 ack_failed=$((v_ACK_FAILED + t_unacked))
-settled=$((v_OK + v_NOTIFY_FAILED + v_DECLINED + v_DUP_DONE + v_DUP_IN_PROGRESS + v_DUP_FAILED + v_PAYLOAD_MISMATCH + v_DATAERR + v_LEASE_LOST + v_CONFIG))
-left=$((v_RECEIVED - settled + t_recv_failed))
+# Left for a retry: messages none of whose receives in this run ended in a
+# delete (a copy left, then received again and settled, is settled).
+left=$((v_UNSETTLED + t_unacked + t_recv_failed))
 dlq=$((v_DUP_FAILED + v_PAYLOAD_MISMATCH + v_DATAERR + v_DECLINED))
 received=$((v_RECEIVED + t_unacked))
 printf '{"summary":true,"received":%d,"debited":%d,"debitedNotificationFailed":%d,"declined":%d,"dupDone":%d,"dupInProgress":%d,"dupFailed":%d,"payloadMismatch":%d,"invalid":%d,"leaseLost":%d,"toDlq":%d,"leftForRetry":%d,"ackFailed":%d,"config":%d}\n' \
 	"$received" "$v_OK" "$v_NOTIFY_FAILED" "$v_DECLINED" "$v_DUP_DONE" \
 	"$v_DUP_IN_PROGRESS" "$v_DUP_FAILED" "$v_PAYLOAD_MISMATCH" "$v_DATAERR" "$v_LEASE_LOST" \
-	"$dlq" "$((left + v_LEASE_LOST + v_DUP_IN_PROGRESS + ack_failed))" "$ack_failed" "$config" >&2
+	"$dlq" "$left" "$ack_failed" "$config" >&2
 
 [ "$stop" -ne 0 ] && exit $((128 + stop))
 [ "$config" -gt 0 ] && exit 78
-[ "$left" -gt 0 ] || [ "$ack_failed" -gt 0 ] || [ "$v_LEASE_LOST" -gt 0 ] && exit 75
+# 0 only when every message received was settled.
+[ "$left" -gt 0 ] || [ "$ack_failed" -gt 0 ] && exit 75
 [ "$received" -eq 0 ] && exit 1
 exit 0

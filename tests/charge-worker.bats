@@ -368,3 +368,69 @@ SH
 	[ "$status" -eq 64 ]
 	[[ "$stderr" == *"--lease: not a duration: '2x'"* ]]
 }
+
+# Issue 11 item 2: with only a count bound, the first pipeline took the whole
+# window at once and its claims waited in the pipes past their leases while
+# the second worker re-claimed and re-debited them.  The receiver now bounds
+# the age of what is in flight (and so, at the rate it is acking, how much).
+@test "--stream: two workers on one queue and a slow bank: every charge debited once, replays near zero" {
+	bank_start --latency 300ms
+	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/q.db#charges?visibility=12"
+	for i in $(seq 1 60); do event "CHG-2W$i"; echo; done | sqs-send >/dev/null
+	short=(--debit-timeout 1 --notify-timeout 1 --notify-retries 0 --lease 12s)
+	# two long-running workers (not drains: the second must compete)
+	charge-worker --stream --no-lock "${short[@]}" 2>"$BATS_TEST_TMPDIR/w1.err" 3>&- &
+	w1=$!
+	charge-worker --stream --no-lock "${short[@]}" 2>"$BATS_TEST_TMPDIR/w2.err" 3>&- &
+	w2=$!
+	for _ in $(seq 1 1200); do
+		[ "$(idemp-list --state DONE 2>/dev/null | wc -l)" -ge 60 ] && break
+		sleep 0.1
+	done
+	kill -TERM "$w1" "$w2"
+	wait "$w1" || true
+	wait "$w2" || true
+	cat "$BATS_TEST_TMPDIR"/w*.err | grep summary
+	echo "attempts $(bank_stat attempts) replays $(bank_stat replays)"
+	[ "$(bank_stat debits)" -eq 60 ]
+	[ "$(bank_stat replays)" -le 3 ]
+	[ "$(bank_stat notifications)" -eq 60 ]
+	run idemp-list --state DONE
+	[ "${#lines[@]}" -eq 60 ]
+	[ "$(qcount)" = "0 0 0" ]
+}
+
+# Issue 11 item 11: a duplicate of a charge that another holder finishes a
+# moment later is settled in this drain, not left hidden for a lease.
+@test "--drain waits for the copies it left that are due back, and exits 0 once every message is settled (one-shot and --stream)" {
+	bank_start
+	for mode in oneshot stream; do
+		id=CHG-SETTLE-$mode
+		held=$(event "$id" | idemp-claim --lease 3s 2>/dev/null)
+		event "$id" | sqs-send >/dev/null
+		# the holder finishes a moment after the drain met its claim
+		(sleep 1; idemp-done --state DONE <<<"$held" >/dev/null 2>&1) 3>&- &
+		holder=$!
+		args=(--drain "${fast[@]}")
+		[ "$mode" = stream ] && args+=(--stream)
+		run --separate-stderr charge-worker "${args[@]}"
+		wait "$holder"
+		echo "$mode: $status $(summary)"
+		[ "$status" -eq 0 ]
+		[[ "$(summary)" == *'"dupDone":1,"dupInProgress":1,'* ]]
+		[[ "$(summary)" == *'"leftForRetry":0,'* ]]
+		[ "$(qcount)" = "0 0 0" ]
+	done
+	[ "$(bank_stat attempts)" -eq 0 ]
+}
+
+@test "--drain: a copy due back later than a lease is not waited for: 75, left for the next run" {
+	bank_start
+	held=$(event CHG-LATER | idemp-claim --lease 60s 2>/dev/null)
+	event CHG-LATER | sqs-send >/dev/null
+	run --separate-stderr charge-worker --drain "${fast[@]}"
+	[ "$status" -eq 75 ]
+	[[ "$(summary)" == *'"dupInProgress":1,'* ]]
+	[[ "$(summary)" == *'"leftForRetry":1,'* ]]
+	[ "$(qcount)" = "0 1 0" ]
+}

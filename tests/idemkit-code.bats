@@ -37,16 +37,17 @@ load helper
 
 @test "idemkit-code --tally: sqs-ack's output counted by verdict" {
 	run idemkit-code --tally <<'EOF2'
-{"v":1,"body":"x","ack":{"action":"delete","verdict":"OK","outcome":"OK"}}
-{"v":1,"body":"x","ack":{"outcome":"OK","verdict":"OK","action":"delete"}}
-{"v":1,"body":"x","ack":{"action":"leave-lease","verdict":"DUP_IN_PROGRESS","outcome":"TEMPFAIL"}}
+{"v":1,"body":"x","messageId":"m1","ack":{"action":"leave-backoff","verdict":"TEMPFAIL","outcome":"OK"}}
+{"v":1,"body":"x","messageId":"m1","ack":{"outcome":"OK","verdict":"OK","action":"delete"}}
+{"v":1,"body":"x","messageId":"m2","ack":{"action":"leave-lease","verdict":"DUP_IN_PROGRESS","outcome":"TEMPFAIL"}}
 not an envelope
 
 {"v":1,"body":"x"}
 EOF2
 	[ "$status" -eq 0 ]
-	[[ "$output" == *"$(printf 'OK\t2')"* ]]
+	[[ "$output" == *"$(printf 'OK\t1')"* ]]
+	[[ "$output" == *"$(printf 'TEMPFAIL\t1')"* ]]
 	[[ "$output" == *"$(printf 'DUP_IN_PROGRESS\t1')"* ]]
 	[[ "$output" == *"$(printf 'DUP_DONE\t0')"* ]]
-	[[ "$output" == *"$(printf 'RECEIVED\t5\nACK_FAILED\t3')" ]]
+	[[ "$output" == *"$(printf 'RECEIVED\t5\nACK_FAILED\t3\nUNSETTLED\t3')" ]]
 }
