@@ -215,8 +215,10 @@ preflight() {
 preflight $DEBIT --check $debit_args
 preflight $NOTIFY --check $notify_args
 preflight idemp-show idemkit-preflight     # the store: 1 (no such record) is fine
-preflight sqs-stat --resolve               # the queue, its DLQ, the state directory
-resolved=$(sqs-stat --resolve) || exit 78
+# The queue, the DLQ sqs-ack fills and the state directory, as C resolves them.
+rc=0
+resolved=$(sqs-stat --resolve) || rc=$?
+[ "$rc" -eq 0 ] || die "sqs-stat: configuration refused (above); nothing was received" "$rc"
 tab=$(printf '\t')
 while IFS=$tab read -r k v; do
 	case $k in stateDir) state=$v ;; esac
