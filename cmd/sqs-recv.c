@@ -289,16 +289,18 @@ room(const struct window *w, int max)
 	return left <= 0 ? 0 : left < max ? (int)left : max;
 }
 
-/* 1 while a receive that brought nothing is not the end: something is in
- * flight, or a copy left is due back within settle (or was due a moment
- * ago: another worker may have it, so only grace_ms past). */
+/* 1 while a receive that brought nothing is not the end: something handed
+ * out less than settle ago is still in flight, or a copy left is due back
+ * within settle (or was due a moment ago: another worker may have it, so
+ * only grace_ms past).  One never acked (a step lost it) is given up on
+ * after settle, so a drain always ends. */
 static int
 unsettled(struct window *w, int64_t settle, int64_t grace_ms)
 {
 	int64_t now = ik_mono_ms();
 
 	count_acked(w);
-	if (w->nfl)
+	if (w->nfl && now - w->fl[w->nfl - 1].at <= settle)
 		return 1;
 	for (size_t i = 0; i < w->ndu; i++)
 		if (w->du[i].at && w->du[i].at >= now - grace_ms && w->du[i].at <= now + settle)
