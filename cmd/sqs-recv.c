@@ -266,11 +266,21 @@ count_acked(struct window *w)
  * longer than --max-age behind the others; that bound takes what fits.
  * Before any ack one batch goes. */
 static int
-room(const struct window *w, int max)
+room(struct window *w, int max)
 {
 	int64_t now = ik_mono_ms(), span, allowed;
 	size_t n = 0;
 	long left = max;
+
+	/* One in flight for twice --max-age was lost by a step or is past
+	 * any use of the bound: it must not stop the receiving for good. */
+	while (w->max_age >= 0 && w->nfl && now - w->fl[0].at > 2 * w->max_age + 1000) {
+		ik_log(IK_LOG_WARN, "in flight for twice --max-age; no longer waited for",
+		    "step", "recv", NULL);
+		free(w->fl[0].receipt);
+		memmove(&w->fl[0], &w->fl[1], (w->nfl - 1) * sizeof *w->fl);
+		w->nfl--;
+	}
 
 	if (w->size && (long)w->nfl + max > w->size)
 		return 0;     /* the count bound waits for room for a whole batch */

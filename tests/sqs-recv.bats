@@ -217,3 +217,16 @@ acked() {
 	run sqs-recv --settle 1s
 	[ "$status" -eq 64 ]
 }
+
+@test "--max-age: a message in flight for twice DUR (a step lost it) no longer stops the receiving" {
+	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/l.db#charges"
+	for i in $(seq 1 20); do echo "m$i"; done | sqs-send >/dev/null
+	: > "$BATS_TEST_TMPDIR/acked"
+	sqs-recv --max 10 --follow --wait 1 --max-age 1s --acked "$BATS_TEST_TMPDIR/acked" \
+		> "$BATS_TEST_TMPDIR/got" 2> "$BATS_TEST_TMPDIR/err" 3>&- &
+	pid=$!
+	for _ in $(seq 1 100); do [ "$(wc -l < "$BATS_TEST_TMPDIR/got")" -ge 20 ] && break; sleep 0.1; done
+	kill "$pid"; wait "$pid" || true
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/got")" -eq 20 ]
+	grep -q "in flight for twice --max-age; no longer waited for" "$BATS_TEST_TMPDIR/err"
+}
