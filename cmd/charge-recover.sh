@@ -83,7 +83,19 @@ for v in "$max" "$notify_timeout" "$notify_retries"; do
 	isnum "$v" || die "want a whole number, got '$v'"
 done
 
-state=${IDEMKIT_STATE_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/idemkit}
+# The state directory and the DLQ as the C commands resolve them (the same
+# DLQ sqs-ack fills: $IDEMKIT_DLQ, else the queue's own NAME-dlq).
+resolved=$(sqs-stat --resolve) || exit $?
+tab=$(printf '\t')
+state='' dlq=''
+while IFS=$tab read -r k v; do
+	case $k in
+	stateDir) state=$v ;;
+	dlq) dlq=$v ;;
+	esac
+done <<EOF
+$resolved
+EOF
 { mkdir -p "$state" && chmod 700 "$state"; } || die "cannot create $state" 78
 exec 9>>"$state/charge-recover-$mode.lock" || die "cannot open the lock in $state" 78
 if ! flock -n 9; then
@@ -129,9 +141,8 @@ redrive)
 	[ "$rc" -eq 0 ] || exit "$rc"
 	;;
 dlq)
-	[ -n "${IDEMKIT_DLQ:-}" ] || export IDEMKIT_DLQ="sqlite:$state/queue.db#charges-dlq"
 	rc=0
-	sqs-recv --queue "$IDEMKIT_DLQ" --max "$max" --drain > "$tmp/list" || rc=$?
+	sqs-recv --queue "$dlq" --max "$max" --drain > "$tmp/list" || rc=$?
 	case $rc in
 	0) ;;
 	1) echo '{"summary":true,"mode":"dlq","found":0}' >&2; exit 1 ;;

@@ -111,23 +111,8 @@ done
 [ -z "$wait" ] || isnum "$wait" || die "--wait: want whole seconds, got '$wait'"
 [ -n "$wait" ] || { [ "$drain" -eq 1 ] && wait=1 || wait=5; }
 
-# The lease in seconds (the same forms the C commands take).
-lease_s() {
-	case $1 in
-	*ms) n=${1%ms}; isnum "$n" && echo $((n / 1000)) ;;
-	*s) n=${1%s}; isnum "$n" && echo "$n" ;;
-	*m) n=${1%m}; isnum "$n" && echo $((n * 60)) ;;
-	*h) n=${1%h}; isnum "$n" && echo $((n * 3600)) ;;
-	*d) n=${1%d}; isnum "$n" && echo $((n * 86400)) ;;
-	*) isnum "$1" && echo "$1" ;;
-	esac
-}
-ls=$(lease_s "$lease") || die "--lease: not a duration: '$lease'"
-[ -n "$ls" ] || die "--lease: not a duration: '$lease'"
-# A lease must outlive the work done under it, or a second worker reclaims
-# a charge whose debit is still in flight.
-min=$((debit_timeout + notify_timeout * (notify_retries + 1) + 10))
-[ "$ls" -ge "$min" ] || die "--lease ${lease} is shorter than the debit and notify timeouts plus a margin (${min}s): a slow bank would let a second worker in"
+# The lease in milliseconds, parsed as every C command parses a duration.
+lease_ms=$(idemkit-code --duration "$lease" 2>/dev/null) || die "--lease: not a duration: '$lease'"
 
 RECV=${SQS_RECV_CMD:-sqs-recv}
 CLAIM=${IDEMP_CLAIM_CMD:-idemp-claim}
@@ -135,9 +120,28 @@ DEBIT=${CHARGE_DEBIT_CMD:-charge-debit}
 NOTIFY=${CHARGE_NOTIFY_CMD:-charge-notify}
 DONE=${IDEMP_DONE_CMD:-idemp-done}
 ACK=${SQS_ACK_CMD:-sqs-ack}
+# What the steps get, and what the lease must outlive: one debit call, every
+# notification attempt, and a margin for the store writes and the
+# notification backoff (at most 0.2 + 0.4 + 0.8 s with the defaults).
+# Shorter, and a second worker could reclaim a charge whose debit is still
+# in flight.
+margin=10
 claim_args="--lease $lease"
-debit_args="--timeout $debit_timeout"
-notify_args="--timeout $notify_timeout --retries $notify_retries"
+debit_args="--timeout ${debit_timeout}s"
+notify_args="--timeout ${notify_timeout}s --retries $notify_retries"
+min=$((debit_timeout + notify_timeout * (notify_retries + 1) + margin))
+[ "$lease_ms" -ge $((min * 1000)) ] || die "--lease ${lease} is shorter than the debit and notify timeouts plus a margin (minimum ${min}s = ${debit_timeout}s + ${notify_timeout}s x $((notify_retries + 1)) attempts + ${margin}s): a slow bank would let a second worker in"
+# How long a message may wait in the pipes before its debit: the lease's
+# slack beyond that work.  The receiver takes nothing more while the oldest
+# message it handed out and sqs-ack has not finished is older, so an
+# envelope reaches charge-debit with at least the work's time left on its
+# lease (and charge-debit's own lease check seldom has to leave it).
+max_age_ms=$((lease_ms - min * 1000))
+# How long a drain waits for the copies it left (DUP_IN_PROGRESS,
+# LEASE_SHORT, TEMPFAIL) to come back: one lease, the cap of sqs-ack's
+# backoff for a duplicate in progress, so a duplicate of a charge finished
+# in this run is settled in this run.
+settle_ms=$lease_ms
 
 # --- one message, one process per step ------------------------------------
 
@@ -157,48 +161,28 @@ run_step() {
 	fi
 }
 
-# process IN: the steps for one envelope; sets the counters' deltas in
-# $outcome (one word) and the final envelope in $work/final.
+# process IN: the steps for one envelope; the envelope for sqs-ack in
+# $final.  Once charge-debit wrote its envelope, idemp-done always sees it:
+# after a good debit the record must end DEBITED_NOTIFICATION_FAILED or
+# DONE whatever the notification did, so a notify step that crashed or
+# wrote nothing hands the debited envelope on instead of its own.
 process() {
 	in=$1
 	first_rc=0
 	run_step idemp-claim "$in" "$work/claimed" $CLAIM $claim_args
-	c_rc=$rc
-	cur=$work/claimed
-	if [ "$c_rc" -eq 0 ]; then
-		run_step charge-debit "$cur" "$work/debited" $DEBIT $debit_args
-		d_rc=$rc
-		cur=$work/debited
-		case $d_rc in
-		0)
-			run_step charge-notify "$cur" "$work/notified" $NOTIFY $notify_args
-			n_rc=$rc
-			cur=$work/notified
-			run_step idemp-done "$cur" "$work/done" $DONE
-			cur=$work/done
-			case $rc in
-			0) [ "$n_rc" -eq 0 ] && outcome=debited || outcome=debited_notify_failed ;;
-			13) outcome=lease_lost ;;
-			*) outcome=left ;;
-			esac ;;
-		20)
-			run_step idemp-done "$cur" "$work/done" $DONE
-			cur=$work/done
-			[ "$rc" -eq 0 ] && outcome=declined || outcome=left ;;
-		*) outcome=left ;;
-		esac
-	else
-		case $c_rc in
-		10) outcome=dup_done ;;
-		11) outcome=dup_in_progress ;;
-		12) outcome=dup_failed ;;
-		14) outcome=mismatch ;;
-		65) outcome=invalid ;;
-		78) outcome=config ;;
-		*) outcome=left ;;
-		esac
+	final=$work/claimed
+	[ "$rc" -eq 0 ] || return 0
+	run_step charge-debit "$final" "$work/debited" $DEBIT $debit_args
+	# A debit step that wrote nothing: what the bank did is unknown; the
+	# claim's lease holds the charge and sqs-ack leaves the message.
+	[ -s "$work/debited" ] || return 0
+	final=$work/debited
+	if [ "$rc" -eq 0 ]; then
+		run_step charge-notify "$final" "$work/notified" $NOTIFY $notify_args
+		[ "$rc" -ge 128 ] || [ ! -s "$work/notified" ] || final=$work/notified
 	fi
-	final=$cur
+	run_step idemp-done "$final" "$work/done" $DONE
+	[ ! -s "$work/done" ] || final=$work/done
 }
 
 # --- trace ------------------------------------------------------------------
@@ -209,14 +193,41 @@ if [ "$trace" -eq 1 ]; then
 	cat > "$work/in"
 	process "$work/in"
 	cat "$final"
-	echo "outcome: $outcome" >&2
 	# The status of the step that decided the charge: the first that was not OK.
 	exit "$first_rc"
 fi
 
+# --- before anything is received ----------------------------------------------
+
+# preflight CMD ARGS...: ask a command whether its configuration holds (no
+# network for the steps' --check).  78 ends the run here, before a message
+# is received and its claim taken; the command said why on stderr.
+preflight() {
+	_rc=0
+	"$@" < /dev/null > /dev/null || _rc=$?
+	case $_rc in
+	0|1) ;;
+	78) die "$1: configuration refused (above); nothing was received" 78 ;;
+	64) echo "$PROG: $1 does not know $2; its configuration is not checked before the run" >&2 ;;
+	*) echo "$PROG: $* answered $_rc $(explain "$_rc"); going on" >&2 ;;
+	esac
+}
+preflight $DEBIT --check $debit_args
+preflight $NOTIFY --check $notify_args
+preflight idemp-show idemkit-preflight     # the store: 1 (no such record) is fine
+# The queue, the DLQ sqs-ack fills and the state directory, as C resolves them.
+rc=0
+resolved=$(sqs-stat --resolve) || rc=$?
+[ "$rc" -eq 0 ] || die "sqs-stat: configuration refused (above); nothing was received" "$rc"
+tab=$(printf '\t')
+while IFS=$tab read -r k v; do
+	case $k in stateDir) state=$v ;; esac
+done <<EOF2
+$resolved
+EOF2
+
 # --- the lock ----------------------------------------------------------------
 
-state=${IDEMKIT_STATE_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/idemkit}
 if [ "$nolock" -eq 0 ]; then
 	[ -n "$lock" ] || { mkdir -p "$state" && chmod 700 "$state"; lock=$state/charge-worker.lock; }
 	command -v flock >/dev/null || die "flock(1) not found (util-linux); use --no-lock" 78
@@ -236,7 +247,12 @@ trap 'on_signal 2' INT
 trap 'on_signal 1' HUP
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/charge-worker.XXXXXX") || exit 70
-COUNTERS="received debited debited_notify_failed declined dup_done dup_in_progress dup_failed mismatch invalid lease_lost left config ack_failed"
+# What is counted outside sqs-ack's output: receive failures, and messages
+# received whose envelope sqs-ack never wrote.
+COUNTERS="recv_config recv_failed unacked"
+
+# Every loop appends what sqs-ack wrote to $tmp/ID.out: the one source of
+# the run's outcomes (idemkit-code --tally counts it by verdict).
 
 # loop ID: one worker; writes its counters to $tmp/ID.stats.
 loop() {
@@ -248,10 +264,20 @@ loop() {
 	trap 'stop=1' HUP
 	work=$tmp/w$id
 	mkdir -p "$work"
+	: > "$tmp/$id.out"
 	for k in $COUNTERS; do eval "n_$k=0"; done
+	n=0
 	while [ "$stop" -eq 0 ]; do
 		rc=0
 		$RECV --max 1 --wait "$wait" > "$work/recv" || rc=$?
+		if [ "$rc" -eq 1 ] && [ "$drain" -eq 1 ]; then
+			# Empty now; a drain waits for the copies it left that
+			# are due back within one lease (sqs-recv reads them
+			# from what sqs-ack wrote).
+			rc=0
+			$RECV --max 1 --wait "$wait" --acked "$tmp/$id.out" --settle "${settle_ms}ms" \
+				> "$work/recv" || rc=$?
+		fi
 		if [ "$rc" -eq 1 ]; then
 			[ "$drain" -eq 1 ] && break
 			[ "$once" -eq 1 ] && break
@@ -260,26 +286,35 @@ loop() {
 		if [ "$rc" -ne 0 ]; then
 			[ "$rc" -ge 128 ] && break
 			echo "$PROG: receive failed ($rc $(explain "$rc")); backing off" >&2
-			[ "$rc" -eq 78 ] && { n_config=$((n_config + 1)); break; }
+			[ "$rc" -eq 78 ] && { n_recv_config=$((n_recv_config + 1)); break; }
 			# A drain (cron) run ends here with 75, as the --stream
 			# pipeline does: the next run is the retry.  Otherwise it
 			# would wait out the outage with the lock held.
-			{ [ "$drain" -eq 1 ] || [ "$once" -eq 1 ]; } && { n_left=$((n_left + 1)); break; }
+			{ [ "$drain" -eq 1 ] || [ "$once" -eq 1 ]; } && { n_recv_failed=$((n_recv_failed + 1)); break; }
 			sleep 2
 			continue
 		fi
-		n_received=$((n_received + 1))
+		n=$((n + 1))
 		process "$work/recv"
-		eval "n_$outcome=\$((n_$outcome + 1))"
-		rc=0
-		$ACK < "$final" > "$work/acked" || rc=$?
-		[ "$rc" -eq 0 ] || n_ack_failed=$((n_ack_failed + 1))
+		$ACK < "$final" > "$work/acked" || :
+		if [ -s "$work/acked" ]; then
+			cat "$work/acked" >> "$tmp/$id.out"
+		else
+			n_unacked=$((n_unacked + 1))
+		fi
 		[ "$once" -eq 1 ] && break
-		[ -t 2 ] && [ "$jobs" -eq 1 ] && printf '\r%s: received %d debited %d duplicates %d left %d ' \
-			"$PROG" "$n_received" "$n_debited" "$((n_dup_done + n_dup_in_progress))" "$n_left" >&2
+		[ -t 2 ] && [ "$jobs" -eq 1 ] && printf '\r%s: received %d ' "$PROG" "$n" >&2
 	done
 	: > "$tmp/$id.stats"
 	for k in $COUNTERS; do eval "echo \"$k \$n_$k\"" >> "$tmp/$id.stats"; done
+}
+
+# unacked DEBITED ACKED: the envelopes of DEBITED whose receipt is in no
+# line of ACKED (receipts are opaque; found wherever the key sits).
+unacked() {
+	awk 'function receipt() { return match($0, /"receipt":"[^"]*"/) ? substr($0, RSTART, RLENGTH) : "" }
+	FILENAME == ARGV[1] { seen[receipt()] = 1; next }
+	!(receipt() in seen)' "$2" "$1"
 }
 
 # loop_stream ID: one pipeline of long-lived processes.
@@ -289,41 +324,37 @@ loop_stream() {
 	# what sqs-ack has written, so a slow bank slows the receiving instead
 	# of letting claimed messages wait in the pipes past their leases.
 	: > "$tmp/$id.out"
-	recv_args="--max 10 --wait $wait --window $window --acked $tmp/$id.out"
-	[ "$drain" -eq 1 ] && recv_args="$recv_args --drain" || recv_args="$recv_args --follow"
+	recv_args="--max 10 --wait $wait --window $window --max-age ${max_age_ms}ms --acked $tmp/$id.out"
+	if [ "$drain" -eq 1 ]; then
+		recv_args="$recv_args --drain --settle ${settle_ms}ms"
+	else
+		recv_args="$recv_args --follow"
+	fi
 	# A stop goes to the receiver only: it stops receiving, and the rest of
 	# the pipeline finishes what is in flight and ends at end of input.
 	trap 'stop=15; kill -TERM "$(cat "$tmp/$id.recv" 2>/dev/null)" 2>/dev/null' TERM
 	trap 'stop=2; kill -TERM "$(cat "$tmp/$id.recv" 2>/dev/null)" 2>/dev/null' INT
-	sh -c 'echo $$ > "$1"; shift; exec "$@"' sh "$tmp/$id.recv" $RECV $recv_args \
-		| $CLAIM --stream $claim_args | $DEBIT --stream $debit_args \
-		| $NOTIFY --stream $notify_args | $DONE --stream | $ACK --stream > "$tmp/$id.out" &
+	# What charge-debit writes is also kept (tee -p goes on into the file
+	# when the pipe after it breaks).  When sqs-ack ends, the receiver is
+	# stopped, so a pipeline whose later step died winds down instead of
+	# receiving and debiting for nobody.
+	(
+		sh -c 'echo $$ > "$1"; shift; exec "$@"' sh "$tmp/$id.recv" $RECV $recv_args \
+			| $CLAIM --stream $claim_args | $DEBIT --stream $debit_args \
+			| tee -p "$tmp/$id.debited" \
+			| $NOTIFY --stream $notify_args | $DONE --stream \
+			| { $ACK --stream > "$tmp/$id.out"; kill -TERM "$(cat "$tmp/$id.recv")" 2>/dev/null; }
+	) &
 	pipe=$!
 	while ! wait "$pipe"; do kill -0 "$pipe" 2>/dev/null || break; done
-	# Count outcomes from the envelopes sqs-ack wrote (keys come out of
-	# cJSON in the order the steps added them).
-	awk -v keys="$COUNTERS" '
-	function outcome(step,   m) {
-		if (match($0, "\"" step "\":\\{\"outcome\":\"[A-Z_]+\"")) {
-			m = substr($0, RSTART, RLENGTH); sub(/.*"outcome":"/, "", m); sub(/"$/, "", m); return m
-		}
-		return ""
-	}
-	BEGIN { n = split(keys, k, " "); for (i = 1; i <= n; i++) c[k[i]] = 0
-		d["DUP_DONE"] = "dup_done"; d["DUP_IN_PROGRESS"] = "dup_in_progress"; d["DUP_FAILED"] = "dup_failed"
-		d["PAYLOAD_MISMATCH"] = "mismatch"; d["DATAERR"] = "invalid"; d["CONFIG"] = "config" }
-	{
-		c["received"]++
-		a = outcome("ack"); if (a != "" && a != "OK") c["ack_failed"]++
-		cl = outcome("claim"); dn = outcome("done")
-		if (cl != "ACQUIRED") c[(cl in d) ? d[cl] : "left"]++
-		else if (dn == "LEASE_LOST") c["lease_lost"]++
-		else if (dn != "OK") c["left"]++
-		else if (outcome("debit") == "DECLINED") c["declined"]++
-		else if (outcome("notify") == "OK") c["debited"]++
-		else c["debited_notify_failed"]++
-	}
-	END { for (i = 1; i <= n; i++) print k[i], c[k[i]] }' "$tmp/$id.out" > "$tmp/$id.stats"
+	# Money that moved is recorded even when a step after the debit died:
+	# what the debit step wrote and sqs-ack never saw goes through
+	# idemp-done and sqs-ack now.
+	unacked "$tmp/$id.debited" "$tmp/$id.out" > "$tmp/$id.left"
+	if [ -s "$tmp/$id.left" ]; then
+		echo "$PROG: $(wc -l < "$tmp/$id.left") envelope(s) past charge-debit did not reach sqs-ack (a step ended early); recording them now" >&2
+		$DONE --stream < "$tmp/$id.left" | $ACK --stream >> "$tmp/$id.out"
+	fi
 }
 
 pids=
@@ -348,16 +379,25 @@ for f in "$tmp"/*.stats; do
 	[ -f "$f" ] || continue
 	while read -r k v; do eval "t_$k=\$((t_$k + v))"; done < "$f"
 done
+# The outcomes, by the verdict sqs-ack acted on (v_NAME for each code).
+cat "$tmp"/*.out 2>/dev/null | idemkit-code --tally > "$tmp/tally" || exit 70
+while IFS=$tab read -r k v; do eval "v_$k=\$v"; done < "$tmp/tally"
 rm -rf "$tmp"
-dlq=$((t_dup_failed + t_mismatch + t_invalid + t_declined))
-left=$((t_left + t_lease_lost + t_dup_in_progress + t_ack_failed))
+config=$((v_CONFIG + t_recv_config))
+ack_failed=$((v_ACK_FAILED + t_unacked))
+# Left for a retry: messages none of whose receives in this run ended in a
+# delete (a copy left, then received again and settled, is settled).
+left=$((v_UNSETTLED + t_unacked + t_recv_failed))
+dlq=$((v_DUP_FAILED + v_PAYLOAD_MISMATCH + v_DATAERR + v_DECLINED))
+received=$((v_RECEIVED + t_unacked))
 printf '{"summary":true,"received":%d,"debited":%d,"debitedNotificationFailed":%d,"declined":%d,"dupDone":%d,"dupInProgress":%d,"dupFailed":%d,"payloadMismatch":%d,"invalid":%d,"leaseLost":%d,"toDlq":%d,"leftForRetry":%d,"ackFailed":%d,"config":%d}\n' \
-	"$t_received" "$t_debited" "$t_debited_notify_failed" "$t_declined" "$t_dup_done" \
-	"$t_dup_in_progress" "$t_dup_failed" "$t_mismatch" "$t_invalid" "$t_lease_lost" \
-	"$dlq" "$left" "$t_ack_failed" "$t_config" >&2
+	"$received" "$v_OK" "$v_NOTIFY_FAILED" "$v_DECLINED" "$v_DUP_DONE" \
+	"$v_DUP_IN_PROGRESS" "$v_DUP_FAILED" "$v_PAYLOAD_MISMATCH" "$v_DATAERR" "$v_LEASE_LOST" \
+	"$dlq" "$left" "$ack_failed" "$config" >&2
 
 [ "$stop" -ne 0 ] && exit $((128 + stop))
-[ "$t_config" -gt 0 ] && exit 78
-[ "$t_left" -gt 0 ] || [ "$t_ack_failed" -gt 0 ] || [ "$t_lease_lost" -gt 0 ] && exit 75
-[ "$t_received" -eq 0 ] && exit 1
+[ "$config" -gt 0 ] && exit 78
+# 0 only when every message received was settled.
+[ "$left" -gt 0 ] || [ "$ack_failed" -gt 0 ] && exit 75
+[ "$received" -eq 0 ] && exit 1
 exit 0

@@ -1,21 +1,38 @@
 /* idemkit-code: explain exit codes from the one table in lib/outcome.c, for
- * a person at 3 a.m. ("what does 11 mean?") and for shell drivers. */
+ * a person at 3 a.m. ("what does 11 mean?") and for shell drivers.
+ *
+ * The drivers also ask it what they must not work out again in shell:
+ * --duration parses a duration as every command does (ik_parse_duration),
+ * --tally counts sqs-ack's output by verdict, so a driver's summary comes
+ * from what was decided for each message, in one place. */
+#include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
+#include "envelope.h"
 #include "outcome.h"
 #include "util.h"
 
 static const char usage[] =
-	"usage: idemkit-code [--json] [CODE|NAME ...]\n";
+	"usage: idemkit-code [--json] [CODE|NAME ...]\n"
+	"       idemkit-code --duration DUR\n"
+	"       idemkit-code --tally < acked-envelopes\n";
 static const char options[] =
-	"  -j, --json      one JSON object per code: code, name, meaning, action\n"
-	"  -h, --help      this help\n"
-	"  -V, --version   print the version\n"
+	"  -j, --json        one JSON object per code: code, name, meaning, action\n"
+	"  -d, --duration D  print duration D (30, 30s, 500ms, 5m, 2h, 30d) in\n"
+	"                    milliseconds; 64 when it is not a duration\n"
+	"  -t, --tally       count sqs-ack's output envelopes: NAME COUNT per\n"
+	"                    verdict in the table, then RECEIVED (lines),\n"
+	"                    ACK_FAILED (the ack itself did not succeed) and\n"
+	"                    UNSETTLED (messages no line of which was deleted)\n"
+	"  -h, --help        this help\n"
+	"  -V, --version     print the version\n"
 	"With no CODE, the whole table.  Output: CODE NAME ACTION MEANING, tab-separated.\n";
-static const int codes[] = { 0, 1, 64, -1 };
+static const int codes[] = { 0, 1, 64, 70, -1 };
 
 static void
 print(const struct ik_outcome *o, int json)
@@ -28,22 +45,146 @@ print(const struct ik_outcome *o, int json)
 		printf("%d\t%s\t%s\t%s\n", o->code, o->name, ik_action_name(o->action), o->meaning);
 }
 
+struct seen {
+	char *id;          /* messageId; NULL when the line had none */
+	int settled;       /* sqs-ack deleted it (after the DLQ, if so) */
+};
+
+static int
+by_id(const void *a, const void *b)
+{
+	const struct seen *x = a, *y = b;
+
+	if (!x->id || !y->id)
+		return !x->id - !y->id;
+	return strcmp(x->id, y->id);
+}
+
+/* Messages (by messageId) none of whose lines says they were settled. */
+static long long
+unsettled(struct seen *s, size_t n)
+{
+	long long count = 0;
+	size_t i = 0, j;
+
+	qsort(s, n, sizeof *s, by_id);
+	while (i < n) {
+		int ok = s[i].settled;
+		for (j = i + 1; j < n && s[i].id && s[j].id && strcmp(s[i].id, s[j].id) == 0; j++)
+			ok |= s[j].settled;
+		count += !ok;
+		i = j;
+	}
+	return count;
+}
+
+/* Count the envelopes sqs-ack wrote by their ack.verdict.  A line that is
+ * no envelope, or has no verdict, counts as received and as ACK_FAILED.
+ * A message seen more than once (left, then received again) is UNSETTLED
+ * unless one of its lines was settled. */
+static int
+tally(void)
+{
+	int n;
+	const struct ik_outcome *t = ik_outcomes(&n);
+	long long *count = calloc((size_t)n, sizeof *count), received = 0, failed = 0;
+	struct ik_buf line = { 0 };
+	struct seen *seen = NULL;
+	size_t nseen = 0, capseen = 0;
+	int r;
+
+	if (!count) {
+		ik_warnx("out of memory");
+		return IK_SOFTWARE;
+	}
+	while ((r = ik_read_line(stdin, &line)) == 1) {
+		ik_err err = { 0 };
+		cJSON *env = NULL;
+		const cJSON *ack;
+		const struct ik_outcome *v;
+		const char *act;
+
+		if (!line.len)
+			continue;
+		received++;
+		ik_env_parse(line.p, line.len, &env, &err);
+		ack = env ? ik_env_result(env, "ack") : NULL;
+		v = ik_outcome_by_name(cJSON_GetStringValue(
+		    cJSON_GetObjectItemCaseSensitive(ack, "verdict")));
+		act = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ack, "action"));
+		if (v)
+			count[v - t]++;
+		if (!v || ik_env_step_code(env, "ack") != IK_OK)
+			failed++;
+		if (nseen == capseen) {
+			struct seen *p = realloc(seen, (capseen = capseen ? capseen * 2 : 256) * sizeof *p);
+			if (!p) {
+				cJSON_Delete(env);
+				r = -1;
+				errno = ENOMEM;
+				break;
+			}
+			seen = p;
+		}
+		seen[nseen].id = ik_strdup(env ? ik_env_str(env, "messageId") : NULL);
+		seen[nseen++].settled = v && act && ik_env_step_code(env, "ack") == IK_OK &&
+		    (strcmp(act, "delete") == 0 || strcmp(act, "delete-audit") == 0 ||
+		    strcmp(act, "dlq") == 0);
+		cJSON_Delete(env);
+	}
+	ik_buf_free(&line);
+	if (r < 0) {
+		for (size_t i = 0; i < nseen; i++)
+			free(seen[i].id);
+		free(seen);
+		free(count);
+		ik_warnx("stdin: %s", strerror(errno));
+		return IK_SOFTWARE;
+	}
+	for (int i = 0; i < n; i++)
+		printf("%s\t%lld\n", t[i].name, count[i]);
+	printf("RECEIVED\t%lld\nACK_FAILED\t%lld\nUNSETTLED\t%lld\n", received, failed,
+	    unsettled(seen, nseen));
+	for (size_t i = 0; i < nseen; i++)
+		free(seen[i].id);
+	free(seen);
+	free(count);
+	return ik_finish(IK_OK);
+}
+
 int
 main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "json", no_argument, NULL, 'j' },
+		{ "duration", required_argument, NULL, 'd' },
+		{ "tally", no_argument, NULL, 't' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const struct ik_outcome *t;
 	int ch, n, json = 0, rc = IK_OK;
+	int64_t ms;
 
 	ik_cli_init(argv[0]);
-	while ((ch = getopt_long(argc, argv, "jhV", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "jd:thV", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'j': json = 1; break;
+		case 'd':
+			if (optind != argc)
+				return ik_usage(usage);
+			if (ik_parse_duration(optarg, &ms) < 0) {
+				ik_warnx("--duration: \"%s\" is not a duration (30, 30s, 500ms, 5m, 2h, 30d)",
+				    optarg);
+				return IK_USAGE;
+			}
+			printf("%" PRId64 "\n", ms);
+			return ik_finish(IK_OK);
+		case 't':
+			if (optind != argc)
+				return ik_usage(usage);
+			return tally();
 		case 'h': return ik_help(usage, options, codes);
 		case 'V': return ik_version();
 		default: return ik_usage(usage);

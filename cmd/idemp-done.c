@@ -3,7 +3,8 @@
  * One conditional write on state = IN_PROGRESS AND owner = token: a worker
  * whose lease was taken over gets LEASE_LOST and changes nothing.  Without
  * --state the final state comes from the envelope; an envelope with nothing
- * to record (not acquired, debit transient) passes through untouched.
+ * to record (not acquired, debit transient) passes through untouched.  A
+ * debit left for lack of lease (LEASE_SHORT) has its claim released.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -83,22 +84,62 @@ field(const cJSON *env, const char *step, const char *name)
 }
 
 /* The state the envelope's results call for, or IK_ST_NONE when there is
- * nothing to record yet. */
+ * nothing to record yet.  Once the debit said OK the money moved: whatever
+ * the notification did -- failed, could not be configured, crashed, ran out
+ * of lease, never ran -- the record ends DEBITED_NOTIFICATION_FAILED (the
+ * re-notify job sends it later), never IN_PROGRESS for a second debit. */
 static enum ik_state
 derive(const cJSON *env)
 {
 	int debit = ik_env_step_code(env, "debit");
-	int notify = ik_env_step_code(env, "notify");
 
 	if (debit == IK_DECLINED)
 		return IK_ST_FAILED;
 	if (debit != IK_OK)
 		return IK_ST_NONE;
-	if (notify == IK_OK)
-		return IK_ST_DONE;
-	if (notify == IK_NOTIFY_FAILED)
-		return IK_ST_DNF;
-	return IK_ST_NONE;
+	return ik_env_step_code(env, "notify") == IK_OK ? IK_ST_DONE : IK_ST_DNF;
+}
+
+/* charge-debit left the envelope (LEASE_SHORT: nothing was sent): end our
+ * lease now, fenced by the token, so a retry can claim the charge at once
+ * instead of after the lease.  The record stays IN_PROGRESS. */
+static int
+release(cJSON *env, struct ctx *c, const char *key, const char *token)
+{
+	struct ik_store *store;
+	ik_err err = { 0 };
+	cJSON *r;
+	int rc;
+
+	if ((store = ik_store_lazy_get(&c->db, &err)))
+		rc = store->ops->release(store, key, token, ik_now_ms(), &err);
+	else
+		rc = err.code;
+	r = ik_env_set_result(env, "done", rc);
+	cJSON_AddStringToObject(r, "state", "IN_PROGRESS");
+	cJSON_AddBoolToObject(r, "released", rc == IK_OK);
+	if (rc == IK_LEASE_LOST)
+		cJSON_AddStringToObject(r, "error", "lease lost: another claim holds this "
+		    "chargeId now; nothing was released");
+	else if (rc != IK_OK) {
+		cJSON_AddStringToObject(r, "error", err.msg);
+		ik_warnx("%s", err.msg);
+	}
+	ik_log(rc == IK_OK ? IK_LOG_DEBUG : IK_LOG_WARN, "released", "step", "done",
+	    "chargeId", key, "messageId", ik_env_str(env, "messageId"),
+	    "outcome", ik_code_name(rc), NULL);
+	return rc;
+}
+
+/* Why the record is what it is, for lastError. */
+static const char *
+last_error(const cJSON *env)
+{
+	if (field(env, "debit", "error"))
+		return field(env, "debit", "error");
+	if (ik_env_step_code(env, "debit") == IK_OK && ik_env_step_code(env, "notify") < 0)
+		return "no notification result: charge-notify did not run or wrote nothing";
+	return field(env, "notify", "error");
 }
 
 static int
@@ -131,6 +172,8 @@ done(cJSON *env, void *arg)
 		ik_warnx("claim: chargeId or token missing");
 		return IK_DATAERR;
 	}
+	if (c->state == IK_ST_NONE && ik_env_step_code(env, "debit") == IK_LEASE_SHORT)
+		return release(env, c, key, token);
 	state = c->state != IK_ST_NONE ? c->state : derive(env);
 	if (state == IK_ST_NONE)
 		return ik_env_outcome(env);
@@ -141,8 +184,7 @@ done(cJSON *env, void *arg)
 		req = (struct ik_finish_req){
 			.key = key, .token = token, .state = state,
 			.debit_ref = field(env, "debit", "ref"),
-			.last_error = field(env, "debit", "error") ? field(env, "debit", "error")
-			    : field(env, "notify", "error"),
+			.last_error = last_error(env),
 			.now_ms = ik_now_ms(),
 		};
 		rc = store->ops->finish(store, &req, &err);

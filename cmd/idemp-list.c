@@ -23,7 +23,8 @@ static const char options[] =
 	"  -e, --expired          only IN_PROGRESS records whose lease has ended\n"
 	"  -o, --older-than DUR   only records last updated more than DUR ago (e.g. 15m)\n"
 	"  -f, --format F         record (default): the record as JSON;\n"
-	"                         event: the stored event body, for sqs-send (re-drive);\n"
+	"                         event: the stored event body on one line, for\n"
+	"                         sqs-send (re-drive);\n"
 	"                         envelope: an envelope of the stored event with the\n"
 	"                         recorded debit, for charge-notify (re-notify)\n"
 	"  -S, --store URL        sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE)\n"
@@ -68,7 +69,13 @@ print(const struct ik_record *r, void *arg)
 	if (o_->format == F_EVENT) {
 		if (!r->event)
 			return 0;
-		return printf("%s\n", r->event) < 0;
+		/* One event per line whatever its formatting: a stored event is
+		 * valid JSON, where a raw line break can only be whitespace
+		 * between tokens, so a space means the same. */
+		for (const char *c = r->event; *c; c++)
+			if (putchar(*c == '\n' || *c == '\r' ? ' ' : *c) == EOF)
+				return 1;
+		return putchar('\n') == EOF;
 	}
 	o = o_->format == F_ENVELOPE ? as_envelope(r) : ik_record_json(r, o_->now_ms);
 	line = o ? cJSON_PrintUnformatted(o) : NULL;

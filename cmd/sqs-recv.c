@@ -7,14 +7,23 @@
  * when the poll returns; what it brought is written out, then the exit
  * status is 128+signal.
  *
- * With --window N --acked FILE (what charge-worker --stream uses) it holds
- * at most N messages that FILE, the growing output of the pipeline's
- * sqs-ack, has not yet accounted for: a slow bank then slows the receiver
- * instead of piling claimed messages up in the pipes, where their
- * visibility timeouts and leases would run out.
+ * With --acked FILE (the growing output of the pipeline's sqs-ack, one
+ * envelope per message finished) it knows what it handed out and has not
+ * seen finished yet -- in flight, by receipt, with the time it was received
+ * -- and which copies sqs-ack left and when they are visible again (by
+ * messageId, from ack.visibility).  From that:
+ *  - --window N: at most N in flight, and --max-age DUR: none older than
+ *    DUR.  A slow bank then slows the receiver instead of piling claimed
+ *    messages up in the pipes, where their visibility timeouts and leases
+ *    would run out: the count alone lets a 100-deep window wait 100 bank
+ *    calls, the age bounds the wait itself.
+ *  - --settle DUR: a receive that brings nothing is not the end while a
+ *    message is still in flight or a copy left is due back within DUR; so
+ *    a drain ends when every message it saw was settled or is due later.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <getopt.h>
 #include <poll.h>
 #include <stdio.h>
@@ -32,7 +41,8 @@
 
 static const char usage[] =
 	"usage: sqs-recv [--queue URL] [--max N] [--wait SECS] [--visibility SECS]\n"
-	"                [--follow | --drain] [--window N --acked FILE]\n";
+	"                [--follow | --drain] [--acked FILE [--window N] [--max-age DUR]\n"
+	"                [--settle DUR]]\n";
 static const char options[] =
 	"  -q, --queue URL        sqlite:PATH#NAME or an SQS queue URL (default $IDEMKIT_QUEUE,\n"
 	"                         else sqlite:$IDEMKIT_STATE_DIR/queue.db#charges)\n"
@@ -42,8 +52,12 @@ static const char options[] =
 	"                         (default: the queue's own visibility timeout)\n"
 	"  -f, --follow           keep receiving until a signal\n"
 	"  -d, --drain            keep receiving until a receive brings nothing\n"
-	"  -W, --window N         hold at most N messages not yet acked (with --acked)\n"
 	"  -a, --acked FILE       the pipeline's sqs-ack output: one line per message done\n"
+	"  -W, --window N         hold at most N messages not yet acked (with --acked)\n"
+	"  -A, --max-age DUR      receive nothing while one not yet acked is older than\n"
+	"                         DUR (with --acked)\n"
+	"  -S, --settle DUR       when a receive brings nothing, go on while a message is\n"
+	"                         in flight or a copy left is due back within DUR\n"
 	"  -h, --help             this help\n"
 	"  -V, --version          print the version\n";
 static const int codes[] = { 0, 1, 64, 70, 75, 78, -1 };
@@ -109,38 +123,228 @@ pause_ms(int64_t ms)
 	nanosleep(&ts, NULL);
 }
 
-/* The --window / --acked flow control: lines counted in a growing file. */
+/* The --acked bookkeeping (see the header comment). */
+#define ACK_RING 256
+#define RATE_SPAN_MS 10000   /* the ack rate is measured over this much */
+struct flight {
+	char *receipt;
+	int64_t at;        /* monotonic ms when received */
+};
+struct due {
+	char *id;          /* messageId */
+	int64_t at;        /* monotonic ms when visible again; 0: settled */
+};
 struct window {
 	int fd;
-	long size;
-	long held;        /* received and written, not yet seen in the file */
+	long size;                  /* 0: no count bound */
+	int64_t max_age;            /* ms; < 0: no age bound */
+	struct ik_buf part;         /* a line not yet complete */
+	struct flight *fl;          /* in flight, oldest first */
+	size_t nfl, capfl;
+	struct due *du;
+	size_t ndu, capdu;
+	int64_t first;              /* monotonic ms of the first hand-out */
+	int64_t acks[ACK_RING];     /* monotonic ms of the latest acks */
+	size_t nacks;
+	int started;
 };
+
+static int
+grow(void **p, size_t *cap, size_t n, size_t size)
+{
+	void *q;
+	size_t c = *cap ? *cap * 2 : 64;
+
+	if (n < *cap)
+		return 0;
+	if (!(q = realloc(*p, c * size)))
+		return -1;
+	*p = q;
+	*cap = c;
+	return 0;
+}
+
+static int
+hand_out(struct window *w, const char *receipt)
+{
+	if (grow((void **)&w->fl, &w->capfl, w->nfl, sizeof *w->fl) < 0 ||
+	    !(w->fl[w->nfl].receipt = ik_strdup(receipt)))
+		return -1;
+	w->fl[w->nfl++].at = ik_mono_ms();
+	if (!w->first)
+		w->first = w->fl[w->nfl - 1].at;
+	return 0;
+}
+
+static int
+settled(const char *action)
+{
+	return strcmp(action, "delete") == 0 || strcmp(action, "delete-audit") == 0 ||
+	    strcmp(action, "dlq") == 0;
+}
+
+/* One finished envelope: no longer in flight; its copy settled, or due
+ * back at `at` + ack.visibility. */
+static void
+finished(struct window *w, const char *line, size_t len, int64_t at)
+{
+	ik_err err = { 0 };
+	cJSON *env = NULL;
+	const cJSON *ack, *vis;
+	const char *receipt, *id, *action;
+	size_t i;
+
+	ik_env_parse(line, len, &env, &err);
+	if (!env)
+		return;
+	if ((receipt = ik_env_str(env, "receipt")))
+		for (i = 0; i < w->nfl; i++)
+			if (strcmp(w->fl[i].receipt, receipt) == 0) {
+				free(w->fl[i].receipt);
+				memmove(&w->fl[i], &w->fl[i + 1], (w->nfl - i - 1) * sizeof *w->fl);
+				w->nfl--;
+				w->acks[w->nacks++ % ACK_RING] = ik_mono_ms();
+				break;
+			}
+	ack = ik_env_result(env, "ack");
+	id = ik_env_str(env, "messageId");
+	action = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ack, "action"));
+	vis = cJSON_GetObjectItemCaseSensitive(ack, "visibility");
+	if (id && action) {
+		for (i = 0; i < w->ndu && strcmp(w->du[i].id, id) != 0; i++)
+			;
+		if (i == w->ndu && strncmp(action, "leave", 5) == 0 && cJSON_IsNumber(vis)) {
+			if (grow((void **)&w->du, &w->capdu, w->ndu, sizeof *w->du) < 0 ||
+			    !(w->du[w->ndu].id = ik_strdup(id)))
+				goto out;
+			w->ndu++;
+		}
+		if (i < w->ndu) {
+			if (settled(action) && ik_env_step_code(env, "ack") == IK_OK)
+				w->du[i].at = 0;
+			else if (cJSON_IsNumber(vis))
+				w->du[i].at = at + (int64_t)(vis->valuedouble * 1000);
+		}
+	}
+out:
+	cJSON_Delete(env);
+}
 
 static void
 count_acked(struct window *w)
 {
 	char buf[8192];
 	ssize_t n;
+	int64_t at = ik_mono_ms();
 
-	while ((n = read(w->fd, buf, sizeof buf)) > 0)
-		for (ssize_t i = 0; i < n; i++)
-			w->held -= buf[i] == '\n';
-	if (w->held < 0)
-		w->held = 0;
+	if (!w->started) {
+		/* Lines already in the file were written at its mtime at the
+		 * latest: a copy they left is due back no later than that. */
+		struct stat st;
+		w->started = 1;
+		if (fstat(w->fd, &st) == 0)
+			at -= ik_now_ms() - ((int64_t)st.st_mtim.tv_sec * 1000 +
+			    st.st_mtim.tv_nsec / 1000000);
+	}
+	while ((n = read(w->fd, buf, sizeof buf)) > 0) {
+		const char *p = buf, *e = buf + n, *nl;
+		while ((nl = memchr(p, '\n', (size_t)(e - p)))) {
+			if (ik_buf_add(&w->part, p, (size_t)(nl - p)) == 0 && w->part.len)
+				finished(w, w->part.p, w->part.len, at);
+			ik_buf_reset(&w->part);
+			p = nl + 1;
+		}
+		ik_buf_add(&w->part, p, (size_t)(e - p));
+	}
 }
 
-/* Waits until max more messages fit in the window.  0, or -1 when a
- * signal came or the reader of stdout went away (nothing more can be
- * delivered, so nothing more may be received). */
+/* How many messages the next receive may take (0: none now).  The count
+ * bound is --window.  The age bound is --max-age twice over: nothing while
+ * the oldest in flight is older, and no more in flight than the pipeline
+ * finishes in that time at the rate it has been acking (Little's law: in
+ * flight = rate x wait), so a message received now is not made to wait
+ * longer than --max-age behind the others; that bound takes what fits.
+ * Before any ack one batch goes. */
+static int
+room(struct window *w, int max)
+{
+	int64_t now = ik_mono_ms(), span, allowed;
+	size_t n = 0;
+	long left = max;
+
+	/* One in flight for twice --max-age was lost by a step or is past
+	 * any use of the bound: it must not stop the receiving for good. */
+	while (w->max_age >= 0 && w->nfl && now - w->fl[0].at > 2 * w->max_age + 1000) {
+		ik_log(IK_LOG_WARN, "in flight for twice --max-age; no longer waited for",
+		    "step", "recv", NULL);
+		free(w->fl[0].receipt);
+		memmove(&w->fl[0], &w->fl[1], (w->nfl - 1) * sizeof *w->fl);
+		w->nfl--;
+	}
+
+	if (w->size && (long)w->nfl + max > w->size)
+		return 0;     /* the count bound waits for room for a whole batch */
+	if (w->max_age >= 0) {
+		if (w->nfl && now - w->fl[0].at >= w->max_age)
+			return 0;
+		span = w->first && now - w->first < RATE_SPAN_MS ? now - w->first : RATE_SPAN_MS;
+		for (size_t i = 0; i < w->nacks && i < ACK_RING; i++)
+			n += w->acks[i] > now - span;
+		allowed = w->nacks ? (int64_t)n * w->max_age / (span > 0 ? span : 1) : max;
+		if (allowed < 1)
+			allowed = 1;
+		if (allowed - (int64_t)w->nfl < left)
+			left = (long)(allowed - (int64_t)w->nfl);
+	}
+	return left <= 0 ? 0 : left < max ? (int)left : max;
+}
+
+/* 1 while a receive that brought nothing is not the end: something handed
+ * out less than settle ago is still in flight, or a copy left is due back
+ * within settle (or was due a moment ago: another worker may have it, so
+ * only grace_ms past).  One never acked (a step lost it) is given up on
+ * after settle, so a drain always ends. */
+static int
+unsettled(struct window *w, int64_t settle, int64_t grace_ms)
+{
+	int64_t now = ik_mono_ms();
+
+	count_acked(w);
+	if (w->nfl && now - w->fl[w->nfl - 1].at <= settle)
+		return 1;
+	for (size_t i = 0; i < w->ndu; i++)
+		if (w->du[i].at && w->du[i].at >= now - grace_ms && w->du[i].at <= now + settle)
+			return 1;
+	return 0;
+}
+
+static void
+window_free(struct window *w)
+{
+	for (size_t i = 0; i < w->nfl; i++)
+		free(w->fl[i].receipt);
+	for (size_t i = 0; i < w->ndu; i++)
+		free(w->du[i].id);
+	free(w->fl);
+	free(w->du);
+	ik_buf_free(&w->part);
+	if (w->fd >= 0)
+		close(w->fd);
+}
+
+/* Waits until the window has room; returns how many the next receive may
+ * take, or -1 when a signal came or the reader of stdout went away
+ * (nothing more can be delivered, so nothing more may be received). */
 static int
 wait_window(struct window *w, int max)
 {
 	for (;;) {
 		struct pollfd out = { .fd = STDOUT_FILENO, .events = 0 };
+		int n;
 
 		count_acked(w);
-		if (w->held + max <= w->size)
-			return 0;
+		if ((n = room(w, max)) > 0)
+			return n;
 		if (ik_stop_signal)
 			return -1;
 		if (poll(&out, 1, 0) > 0 && (out.revents & (POLLERR | POLLHUP)))
@@ -174,6 +378,8 @@ main(int argc, char **argv)
 		{ "drain", no_argument, NULL, 'd' },
 		{ "window", required_argument, NULL, 'W' },
 		{ "acked", required_argument, NULL, 'a' },
+		{ "max-age", required_argument, NULL, 'A' },
+		{ "settle", required_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -183,13 +389,14 @@ main(int argc, char **argv)
 	const char *url = NULL;
 	int max = 1, wait = -1, vis = -1, follow = 0, drain = 0, got = 0, ch, rc;
 	int64_t backoff = 0;
-	struct window win = { .fd = -1 };
+	struct window win = { .fd = -1, .max_age = -1 };
 	const char *acked = NULL;
 	int size = 0;
+	int64_t settle = -1;
 	ik_err err = { 0 };
 
 	ik_cli_init(argv[0]);
-	while ((ch = getopt_long(argc, argv, "q:n:w:v:fdW:a:hV", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "q:n:w:v:fdW:a:A:S:hV", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'q': url = optarg; break;
 		case 'n': if (opt_int("max", optarg, 1, IK_QUEUE_BATCH, &max) < 0) return IK_USAGE; break;
@@ -199,19 +406,28 @@ main(int argc, char **argv)
 		case 'd': drain = 1; break;
 		case 'W': if (opt_int("window", optarg, 1, 100000, &size) < 0) return IK_USAGE; break;
 		case 'a': acked = optarg; break;
+		case 'A':
+			if (ik_opt_duration("--max-age", optarg, 0, INT64_MAX / 2, &win.max_age) < 0)
+				return IK_USAGE;
+			break;
+		case 'S':
+			if (ik_opt_duration("--settle", optarg, 0, INT64_MAX / 2, &settle) < 0)
+				return IK_USAGE;
+			break;
 		case 'h': return ik_help(usage, options, codes);
 		case 'V': return ik_version();
 		default: return ik_usage(usage);
 		}
 	}
-	if (optind != argc || (follow && drain) || !size != !acked)
+	if (optind != argc || (follow && drain) ||
+	    (!acked && (size || win.max_age >= 0 || settle >= 0)))
 		return ik_usage(usage);
 	if (acked) {
 		if ((win.fd = open(acked, O_RDONLY | O_CLOEXEC)) < 0) {
 			ik_warnx("--acked %s: %s", acked, strerror(errno));
 			return IK_USAGE;
 		}
-		win.size = size < max ? max : size;
+		win.size = size && size < max ? max : size;
 	}
 	if (wait < 0)
 		wait = follow ? IK_QUEUE_MAX_WAIT : 0;
@@ -221,15 +437,20 @@ main(int argc, char **argv)
 	q->stop = &ik_stop_signal;
 	for (;;) {
 		size_t n = 0;
+		int take = max;
 
-		if (win.fd >= 0 && wait_window(&win, max) < 0)
+		if (win.fd >= 0 && (take = wait_window(&win, max)) < 0)
 			break;
-		rc = q->ops->receive(q, max, wait, vis, msgs, &n, &err);
+		rc = q->ops->receive(q, take, wait, vis, msgs, &n, &err);
 		if (rc == IK_OK) {
 			backoff = 0;
 			got += n > 0;
-			win.held += (long)n;
-			int w = emit(q, msgs, n);
+			for (size_t i = 0; i < n && win.fd >= 0; i++)
+				if (hand_out(&win, msgs[i].receipt) < 0) {
+					ik_warnx("out of memory");
+					rc = IK_SOFTWARE;
+				}
+			int w = rc == IK_OK ? emit(q, msgs, n) : -1;
 			for (size_t i = 0; i < n; i++)
 				ik_qmsg_free(&msgs[i]);
 			if (w < 0) {
@@ -247,12 +468,18 @@ main(int argc, char **argv)
 			ik_fail(&err);
 			break;
 		}
-		if (ik_stop_signal || !(follow || (drain && n > 0)))
+		if (ik_stop_signal)
+			break;
+		if (!n && !follow && settle >= 0 && unsettled(&win, settle, (int64_t)wait * 1000 + 2000)) {
+			if (!wait)
+				pause_ms(200);
+			continue;
+		}
+		if (!(follow || (drain && n > 0)))
 			break;
 	}
 	ik_queue_close(q);
-	if (win.fd >= 0)
-		close(win.fd);
+	window_free(&win);
 	if (ik_stop_signal)
 		return ik_finish(128 + ik_stop_signal);
 	if (rc == IK_OK && !got)

@@ -220,16 +220,9 @@ ik_env_verdict(const cJSON *env, const char **why)
 		*why = "debit";
 		return debit;
 	}
-	if (debit == IK_OK) {
-		if (notify < 0) {
-			*why = "debited but not notified";
-			return IK_SOFTWARE;
-		}
-		if (notify != IK_OK && notify != IK_NOTIFY_FAILED) {
-			*why = "notify";
-			return notify;
-		}
-	}
+	/* Debited or declined: what decides now is whether it is recorded.
+	 * After a good debit, a notification that is anything but OK (or
+	 * missing) was recorded DEBITED_NOTIFICATION_FAILED: delete. */
 	if (done < 0) {
 		*why = "outcome not recorded";
 		return IK_SOFTWARE;
@@ -242,6 +235,11 @@ ik_env_verdict(const cJSON *env, const char **why)
 		*why = "debit";
 		return IK_DECLINED;
 	}
-	*why = notify == IK_OK ? "done" : "notify";
-	return notify;
+	if (notify == IK_OK) {
+		*why = "done";
+		return IK_OK;
+	}
+	*why = notify < 0 ? "debited, no notification result: recorded "
+	    "DEBITED_NOTIFICATION_FAILED" : "notify";
+	return IK_NOTIFY_FAILED;
 }

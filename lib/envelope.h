@@ -68,7 +68,9 @@ int ik_env_outcome(const cJSON *env);
  *   claim not OK               -> the claim's code
  *   debit TEMPFAIL             -> TEMPFAIL
  *   debit DECLINED, done OK    -> DECLINED (record FAILED: DLQ, delete)
- *   debit OK, notify OK/21, done OK -> OK / NOTIFY_FAILED (delete)
+ *   debit OK, done OK          -> OK when notify is OK, else NOTIFY_FAILED
+ *                                 (whatever notify said, or none: recorded
+ *                                 DEBITED_NOTIFICATION_FAILED; delete)
  *   done not OK                -> done's code (LEASE_LOST, TEMPFAIL)
  *   a step missing where one is needed -> SOFTWARE (leave: never ack an
  *   unrecorded outcome) */

@@ -3,7 +3,8 @@
  * cJSON turns every number into a double, which cannot tell 2500 from
  * 2500.0 or 1e3, so the amount is checked on its raw text, found by a small
  * scan of the top-level object.  The same scan refuses duplicate business
- * keys, which parsers disagree about.
+ * keys, which parsers disagree about, and control characters hidden in the
+ * escapes of a business string (cJSON would cut "A\u0000B" to "A").
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -116,6 +117,47 @@ static const char *const business[] = {
 	"chargeId", "accountId", "amount", "currency", "chargeType", "dueDate",
 };
 
+static int
+hexval(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 :
+	    c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* Refuses a control character that only appears once the string [p, e)
+ * (between its quotes) is unescaped: cJSON hands "ACC-1\u0000EVIL" over as
+ * the C string "ACC-1", which would pass every later check.  Raw control
+ * bytes were refused before; here the escapes \b \f \n \r \t and \uXXXX of
+ * U+0000..U+001F, U+007F and U+0080..U+009F (C0, DEL, C1). */
+static int
+check_escapes(const char *name, const char *p, const char *e, ik_err *err)
+{
+	for (; p < e; p++) {
+		unsigned cp = 0;
+
+		if (*p != '\\' || p + 1 >= e)
+			continue;
+		p++;
+		if (strchr("bfnrt", *p)) {
+			return ik_errf(err, IK_DATAERR,
+			    "%s: control character \\%c after unescaping; not allowed", name, *p);
+		}
+		if (*p != 'u' || e - p < 5)
+			continue;
+		for (int i = 1; i <= 4; i++) {
+			int h = hexval(p[i]);
+			if (h < 0)
+				break;
+			cp = cp << 4 | (unsigned)h;
+		}
+		if (cp < 0x20 || (cp >= 0x7f && cp <= 0x9f))
+			return ik_errf(err, IK_DATAERR,
+			    "%s: control character U+%04X after unescaping; not allowed", name, cp);
+		p += 4;
+	}
+	return IK_OK;
+}
+
 /* Finds the raw text of the top-level "amount" and refuses duplicate or
  * escaped business keys.  The body is already known to be a valid object. */
 static int
@@ -147,6 +189,8 @@ scan_top(const char *p, const char *e, const char **amt, size_t *amtlen, ik_err 
 				continue;
 			if (seen[i]++)
 				return ik_errf(err, IK_DATAERR, "%s: appears more than once", business[i]);
+			if (*v == '"' && check_escapes(business[i], v + 1, p - 1, err))
+				return IK_DATAERR;
 			if (i == 2) {
 				const char *ve = v;
 				while (ve < p && !strchr(",} \t\r\n", *ve))

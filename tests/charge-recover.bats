@@ -65,6 +65,29 @@ qvisible() { sqs-stat "$@" | sed -n 's/.*"visible":\([0-9]*\).*/\1/p'; }
 	[ "$(bank_stat replays)" -eq 1 ]
 }
 
+@test "--redrive: a pretty-printed stored event goes back as ONE message, not one per line" {
+	bank_start
+	pretty=$(event CHG-PR | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin), indent=2))')
+	[ "$(printf '%s\n' "$pretty" | wc -l)" -eq 8 ]
+	# an envelope whose body (from a publisher that pretty-prints) spans lines
+	python3 -c 'import json,sys; print(json.dumps({"v": 1, "body": sys.argv[1]}))' "$pretty" \
+		| idemp-claim --lease 1s 2>/dev/null | charge-debit >/dev/null
+	[ "$(jget "$(idemp-show --json CHG-PR)" event)" = "$pretty" ]
+	sleep 1.2
+	run --separate-stderr charge-recover --redrive --older-than 1s
+	[ "$status" -eq 0 ]
+	[[ "$stderr" == *'"found":1,"requeued":1'* ]]
+	[ "$(qvisible)" = 1 ]
+	run --separate-stderr charge-worker --drain "${fast[@]}"
+	[ "$status" -eq 0 ]
+	[[ "$stderr" == *'"received":1,'* ]]
+	[[ "$stderr" == *'"invalid":0,'* ]]
+	[ "$(state CHG-PR)" = DONE ]
+	[ "$(bank_stat debits)" -eq 1 ]
+	[ "$(bank_stat replays)" -eq 1 ]
+	[ "$(qvisible --queue "$IDEMKIT_DLQ")" = 0 ]
+}
+
 @test "--dlq after a fix: a declined charge is forgotten, re-driven, then debited" {
 	bank_start --decline ACC-POOR
 	{ event CHG-DQ ACC-POOR; echo; } | sqs-send >/dev/null
@@ -89,4 +112,18 @@ qvisible() { sqs-stat "$@" | sed -n 's/.*"visible":\([0-9]*\).*/\1/p'; }
 	exec 9>&-
 	[ "$status" -eq 1 ]
 	[[ "$stderr" == *"another --redrive run is active"* ]]
+}
+
+@test "--dlq finds the DLQ sqs-ack fills, as the C commands resolve it (IDEMKIT_QUEUE=...#orders, no IDEMKIT_DLQ)" {
+	bank_start
+	unset IDEMKIT_DLQ
+	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/q.db#orders"
+	echo '{"chargeId":"CHG-OQ","amount":1.5}' | sqs-send >/dev/null
+	charge-worker --drain "${fast[@]}" 2>/dev/null
+	[ "$(qvisible --queue "sqlite:$BATS_TEST_TMPDIR/q.db#orders-dlq")" = 1 ]
+	run --separate-stderr charge-recover --dlq
+	[ "$status" -eq 0 ]
+	[[ "$stderr" == *'"found":1,"requeued":1'* ]]
+	[ "$(qvisible --queue "sqlite:$BATS_TEST_TMPDIR/q.db#orders-dlq")" = 0 ]
+	[ "$(qvisible)" = 1 ]
 }

@@ -204,3 +204,233 @@ until_bank() {
 	[[ "$(summary)" == *'"received":1,"debited":1'* ]]
 	[ "$(qcount)" = "2 0 0" ]
 }
+
+# notifier_tls: a second bank-sim serving HTTPS with a self-signed
+# certificate nobody trusts, for notifications; sets TLS_URL.
+notifier_tls() {
+	local d=$BATS_TEST_TMPDIR/tls i
+	mkdir -p "$d"
+	self_signed "$d"
+	bank-sim --port 0 --db "$d/ledger.db" --port-file "$d/port" \
+		--tls-cert "$d/cert.pem" --tls-key "$d/key.pem" >"$d/out" 2>"$d/err" 3>&- &
+	TLS_PID=$!
+	for i in $(seq 200); do
+		[ -s "$d/port" ] && grep -q '^listening ' "$d/out" && break
+		sleep 0.05
+	done
+	TLS_URL=$(sed -n 's/^listening //p' "$d/out")/notifications
+}
+
+# a step wrapper that breaks the notification's configuration after the
+# run started (the checks before it still pass): BREAK is an env assignment.
+broken_notify() {
+	cat > "$BATS_TEST_TMPDIR/notify.sh" <<SH
+#!/bin/sh
+case " \$* " in *" --check "*) exec charge-notify "\$@" ;; esac
+exec env $1 charge-notify "\$@"
+SH
+	chmod +x "$BATS_TEST_TMPDIR/notify.sh"
+	export CHARGE_NOTIFY_CMD=$BATS_TEST_TMPDIR/notify.sh
+}
+
+@test "a notification that cannot be sent after a good debit (TLS, URL unset, token file gone): one debit, DNF, deleted; --renotify sends it later" {
+	bank_start
+	notifier_tls
+	n=0
+	for how in tls url token; do
+		n=$((n + 1))
+		unset CHARGE_NOTIFY_CMD
+		case $how in
+		tls) export IDEMKIT_NOTIFY_URL=$TLS_URL ;;
+		url) export IDEMKIT_NOTIFY_URL=$BANK_URL/notifications; broken_notify -u IDEMKIT_NOTIFY_URL ;;
+		token) export IDEMKIT_NOTIFY_URL=$BANK_URL/notifications; broken_notify "IDEMKIT_NOTIFY_TOKEN_FILE=$BATS_TEST_TMPDIR/gone" ;;
+		esac
+		event "CHG-NC$n" | sqs-send >/dev/null
+		run --separate-stderr charge-worker --drain "${fast[@]}"
+		echo "$how: $status $(summary)"
+		[ "$status" -eq 0 ]
+		[[ "$(summary)" == *'"received":1,"debited":0,"debitedNotificationFailed":1,'* ]]
+		[ "$(bank_stat attempts)" -eq "$n" ]
+		[ "$(bank_stat debits)" -eq "$n" ]
+		[ "$(state "CHG-NC$n")" = DEBITED_NOTIFICATION_FAILED ]
+		[ "$(qcount)" = "0 0 0" ]
+	done
+	kill "$TLS_PID"; wait "$TLS_PID" || true
+	[ "$(bank_stat notifications)" -eq 0 ]
+	unset CHARGE_NOTIFY_CMD
+	export IDEMKIT_NOTIFY_URL=$BANK_URL/notifications
+	run --separate-stderr charge-recover --renotify --older-than 1ms
+	[ "$status" -eq 0 ]
+	[[ "$stderr" == *'"found":3,"renotified":3'* ]]
+	for n in 1 2 3; do [ "$(state "CHG-NC$n")" = DONE ]; done
+	[ "$(bank_stat debits)" -eq 3 ]
+	[ "$(bank_stat attempts)" -eq 3 ]
+}
+
+# crash_notify [after-lines]: a notify step that dies by SIGSEGV with
+# nothing written (after reading one line, in --stream).
+crash_notify() {
+	cat > "$BATS_TEST_TMPDIR/crash.sh" <<'SH'
+#!/bin/sh
+case " $* " in *" --check "*) exit 0 ;; esac
+head -n 1 > /dev/null
+kill -s SEGV $$
+SH
+	chmod +x "$BATS_TEST_TMPDIR/crash.sh"
+	export CHARGE_NOTIFY_CMD=$BATS_TEST_TMPDIR/crash.sh
+}
+
+@test "charge-notify crashes with nothing written: the debited envelope is recorded DNF and the message deleted" {
+	bank_start
+	crash_notify
+	event CHG-CR1 | sqs-send >/dev/null
+	run --separate-stderr charge-worker --drain "${fast[@]}"
+	echo "$(summary)"
+	[ "$status" -eq 0 ]
+	[[ "$(summary)" == *'"received":1,"debited":0,"debitedNotificationFailed":1,'* ]]
+	[ "$(state CHG-CR1)" = DEBITED_NOTIFICATION_FAILED ]
+	[[ "$(jget "$(idemp-show --json CHG-CR1)" lastError)" == "no notification result"* ]]
+	[ "$(qcount)" = "0 0 0" ]
+	[ "$(bank_stat debits)" -eq 1 ]
+}
+
+@test "--stream: charge-notify crashes mid-stream: every debited charge is recorded DNF, nothing debited twice" {
+	bank_start --latency 50ms
+	crash_notify
+	for i in $(seq 1 8); do event "CHG-CS$i"; echo; done | sqs-send >/dev/null
+	run --separate-stderr charge-worker --stream --drain "${fast[@]}"
+	echo "$stderr" | tail -3
+	[[ "$stderr" == *"did not reach sqs-ack"* ]]
+	debits=$(bank_stat debits)
+	[ "$debits" -ge 1 ]
+	run idemp-list --state DEBITED_NOTIFICATION_FAILED
+	[ "${#lines[@]}" -eq "$debits" ]
+	[[ "$(summary)" == *"\"debitedNotificationFailed\":$debits,"* ]]
+	# what was claimed but not debited is still IN_PROGRESS, its message in flight
+	inprog=$(idemp-list --state IN_PROGRESS 2>/dev/null | wc -l)
+	[ $((debits + inprog)) -le 8 ]
+	[ "$(qcount)" = "$((8 - debits - inprog)) $inprog 0" ]
+	[ "$(bank_stat attempts)" -eq "$debits" ]
+}
+
+@test "refuses to start (78) before receiving anything when the store or queue configuration is wrong" {
+	event CHG-PF | sqs-send >/dev/null
+	bank_start
+	IDEMKIT_STORE=nope: run --separate-stderr charge-worker --drain "${fast[@]}"
+	[ "$status" -eq 78 ]
+	[[ "$stderr" == *"idemp-show: configuration refused"* ]]
+	IDEMKIT_QUEUE=nope run --separate-stderr charge-worker --drain "${fast[@]}"
+	[ "$status" -eq 78 ]
+	[[ "$stderr" == *"sqs-stat: configuration refused"* ]]
+	[ "$(qcount)" = "1 0 0" ]
+	run idemp-show CHG-PF
+	[ "$status" -eq 1 ]
+}
+
+# Needs helper "bank"'s charge-debit/charge-notify --check; skipped only
+# while the commands do not have it.
+@test "refuses to start (78) before receiving anything when a step's configuration is missing" {
+	charge-notify --help | grep -q -- --check || skip "charge-notify --check not merged yet"
+	charge-debit --help | grep -q -- --check || skip "charge-debit --check not merged yet"
+	event CHG-PF | sqs-send >/dev/null
+	bank_start
+	(unset IDEMKIT_NOTIFY_URL; run --separate-stderr charge-worker --drain "${fast[@]}"
+	 [ "$status" -eq 78 ]
+	 [[ "$stderr" == *"charge-notify: configuration refused"* ]]) || return 1
+	run env -u IDEMKIT_BANK_URL charge-worker --drain --stream "${fast[@]}"
+	[ "$status" -eq 78 ]
+	[[ "$output" == *"charge-debit: configuration refused"* ]]
+	run env IDEMKIT_NOTIFY_TOKEN_FILE="$BATS_TEST_TMPDIR/gone" charge-worker --drain "${fast[@]}"
+	[ "$status" -eq 78 ]
+	[ "$(qcount)" = "1 0 0" ]
+	run idemp-show CHG-PF
+	[ "$status" -eq 1 ]
+	[ "$(bank_stat attempts)" -eq 0 ]
+}
+
+@test "the lease minimum comes from the steps' timeouts: 39s refused naming 40s, 40s accepted (defaults)" {
+	bank_start
+	run --separate-stderr charge-worker --drain --lease 39s
+	[ "$status" -eq 64 ]
+	[[ "$stderr" == *"--lease 39s is shorter than the debit and notify timeouts plus a margin (minimum 40s = 10s + 5s x 4 attempts + 10s)"* ]]
+	run --separate-stderr charge-worker --drain --lease 40s
+	[ "$status" -eq 1 ]
+	[[ "$(summary)" == *'"received":0'* ]]
+	# the same forms of duration every command takes
+	run --separate-stderr charge-worker --drain --lease 40000ms
+	[ "$status" -eq 1 ]
+	run --separate-stderr charge-worker --drain --lease 39999ms
+	[ "$status" -eq 64 ]
+	run --separate-stderr charge-worker --drain --lease 50s --notify-retries 6
+	[ "$status" -eq 64 ]
+	[[ "$stderr" == *"(minimum 55s"* ]]
+	run --separate-stderr charge-worker --drain --lease 2x
+	[ "$status" -eq 64 ]
+	[[ "$stderr" == *"--lease: not a duration: '2x'"* ]]
+}
+
+# Issue 11 item 2: with only a count bound, the first pipeline took the whole
+# window at once and its claims waited in the pipes past their leases while
+# the second worker re-claimed and re-debited them.  The receiver now bounds
+# the age of what is in flight (and so, at the rate it is acking, how much).
+@test "--stream: two workers on one queue and a slow bank: every charge debited once, replays near zero" {
+	bank_start --latency 300ms
+	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/q.db#charges?visibility=12"
+	for i in $(seq 1 60); do event "CHG-2W$i"; echo; done | sqs-send >/dev/null
+	short=(--debit-timeout 1 --notify-timeout 1 --notify-retries 0 --lease 12s)
+	# two long-running workers (not drains: the second must compete)
+	charge-worker --stream --no-lock "${short[@]}" 2>"$BATS_TEST_TMPDIR/w1.err" 3>&- &
+	w1=$!
+	charge-worker --stream --no-lock "${short[@]}" 2>"$BATS_TEST_TMPDIR/w2.err" 3>&- &
+	w2=$!
+	for _ in $(seq 1 1200); do
+		[ "$(idemp-list --state DONE 2>/dev/null | wc -l)" -ge 60 ] && break
+		sleep 0.1
+	done
+	kill -TERM "$w1" "$w2"
+	wait "$w1" || true
+	wait "$w2" || true
+	cat "$BATS_TEST_TMPDIR"/w*.err | grep summary
+	echo "attempts $(bank_stat attempts) replays $(bank_stat replays)"
+	[ "$(bank_stat debits)" -eq 60 ]
+	[ "$(bank_stat replays)" -le 3 ]
+	[ "$(bank_stat notifications)" -eq 60 ]
+	run idemp-list --state DONE
+	[ "${#lines[@]}" -eq 60 ]
+	[ "$(qcount)" = "0 0 0" ]
+}
+
+# Issue 11 item 11: a duplicate of a charge that another holder finishes a
+# moment later is settled in this drain, not left hidden for a lease.
+@test "--drain waits for the copies it left that are due back, and exits 0 once every message is settled (one-shot and --stream)" {
+	bank_start
+	for mode in oneshot stream; do
+		id=CHG-SETTLE-$mode
+		held=$(event "$id" | idemp-claim --lease 3s 2>/dev/null)
+		event "$id" | sqs-send >/dev/null
+		# the holder finishes a moment after the drain met its claim
+		(sleep 1; idemp-done --state DONE <<<"$held" >/dev/null 2>&1) 3>&- &
+		holder=$!
+		args=(--drain "${fast[@]}")
+		[ "$mode" = stream ] && args+=(--stream)
+		run --separate-stderr charge-worker "${args[@]}"
+		wait "$holder"
+		echo "$mode: $status $(summary)"
+		[ "$status" -eq 0 ]
+		[[ "$(summary)" == *'"dupDone":1,"dupInProgress":1,'* ]]
+		[[ "$(summary)" == *'"leftForRetry":0,'* ]]
+		[ "$(qcount)" = "0 0 0" ]
+	done
+	[ "$(bank_stat attempts)" -eq 0 ]
+}
+
+@test "--drain: a copy due back later than a lease is not waited for: 75, left for the next run" {
+	bank_start
+	held=$(event CHG-LATER | idemp-claim --lease 60s 2>/dev/null)
+	event CHG-LATER | sqs-send >/dev/null
+	run --separate-stderr charge-worker --drain "${fast[@]}"
+	[ "$status" -eq 75 ]
+	[[ "$(summary)" == *'"dupInProgress":1,'* ]]
+	[[ "$(summary)" == *'"leftForRetry":1,'* ]]
+	[ "$(qcount)" = "0 1 0" ]
+}

@@ -78,7 +78,7 @@ base='"chargeId":"CHG-1","accountId":"ACC-1","currency":"INR","chargeType":"SMS_
 @test "JSON but not an object" { bad '[1,2,3]' "body: not a JSON object"; }
 @test "trailing garbage" { bad "{$base,\"amount\":1} x" "body: trailing data*"; }
 @test "control characters in a chargeId" {
-	bad '{"chargeId":"C\u0001X","accountId":"A1","amount":1,"currency":"INR","chargeType":"X"}' 'chargeId: character 2 of "C?X"*'
+	bad '{"chargeId":"C\u0001X","accountId":"A1","amount":1,"currency":"INR","chargeType":"X"}' 'chargeId: control character U+0001 after unescaping; not allowed'
 }
 @test "raw control characters anywhere are refused (JSON has none; cJSON would let them through)" {
 	bad "{$base,\"amount\":1,\"note\":\"a$(printf '\001')b\"}" "body: control character 0x01 at byte *"
@@ -111,4 +111,38 @@ base='"chargeId":"CHG-1","accountId":"ACC-1","currency":"INR","chargeType":"SMS_
 	[ "$status" -eq 11 ]
 	want=$(printf 'A1|7|INR|X' | sha256sum | cut -d' ' -f1)
 	[ "$(jget "$(idemp-show --json F1)" fingerprint)" = "$want" ]
+}
+
+# Escapes that decode to a control character: cJSON would hand the C string
+# over cut at a NUL ("ACC-1\u0000EVIL" as "ACC-1"), so each is refused by name.
+@test "\\u0000 in accountId is DATAERR, not truncated to ACC-1" {
+	bad '{"chargeId":"C1","accountId":"ACC-1\u0000EVIL","amount":1,"currency":"INR","chargeType":"X"}' \
+		'accountId: control character U+0000 after unescaping; not allowed'
+	run idemp-show C1
+	[ "$status" -eq 1 ]
+}
+@test "control characters after unescaping, field by field" {
+	bad '{"chargeId":"C1\u001f","accountId":"A1","amount":1,"currency":"INR","chargeType":"X"}' \
+		'chargeId: control character U+001F after unescaping*'
+	bad '{"chargeId":"C1","accountId":"A1","amount":1,"currency":"IN\u0000R","chargeType":"X"}' \
+		'currency: control character U+0000*'
+	bad '{"chargeId":"C1","accountId":"A1","amount":1,"currency":"INR","chargeType":"X\u007F"}' \
+		'chargeType: control character U+007F*'
+	bad '{"chargeId":"C1","accountId":"A1","amount":1,"currency":"INR","chargeType":"X","dueDate":"2026-11-30\u0085"}' \
+		'dueDate: control character U+0085*'
+	bad '{"chargeId":"C1","accountId":"A\n1","amount":1,"currency":"INR","chargeType":"X"}' \
+		'accountId: control character [\\]n after unescaping*'
+	bad '{"chargeId":"C1\t","accountId":"A1","amount":1,"currency":"INR","chargeType":"X"}' \
+		'chargeId: control character [\\]t after*'
+}
+@test "escapes that are not control characters still reach the field rules" {
+	# \u0041 is "A": allowed by the escape check, then judged as the text it is
+	run --separate-stderr idemp-claim <<<'{"chargeId":"C\u0041","accountId":"A1","amount":1,"currency":"INR","chargeType":"X"}'
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" claim.chargeId)" = CA ]
+	bad '{"chargeId":"C\/1","accountId":"A1","amount":1,"currency":"INR","chargeType":"X"}' \
+		'chargeId: character 2 of "C/1" is not in*'
+	# an unknown field is kept and ignored, escapes and all
+	run --separate-stderr idemp-claim <<<'{"chargeId":"C2","accountId":"A1","amount":1,"currency":"INR","chargeType":"X","note":"a\nb"}'
+	[ "$status" -eq 0 ]
 }

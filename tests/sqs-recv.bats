@@ -162,3 +162,71 @@ load lock
 	run sqs-recv --window 5
 	[ "$status" -eq 64 ]
 }
+
+# acked FILE N: the first N envelopes of got, as sqs-ack writes them (deleted).
+acked() {
+	head -"$2" "$BATS_TEST_TMPDIR/got" | sed 's/}$/,"ack":{"action":"delete","verdict":"OK","outcome":"OK"}}/' > "$1.new"
+	cat "$1.new" >> "$1"
+}
+
+@test "--max-age DUR --acked FILE: nothing more while one in flight is older; then no more than the ack rate finishes in DUR" {
+	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/w.db#charges"
+	for i in $(seq 1 40); do echo "m$i"; done | sqs-send >/dev/null
+	: > "$BATS_TEST_TMPDIR/acked"
+	sqs-recv --max 10 --follow --wait 1 --window 100 --max-age 1s --acked "$BATS_TEST_TMPDIR/acked" \
+		> "$BATS_TEST_TMPDIR/got" 2>/dev/null 3>&- &
+	pid=$!
+	# before any ack: one batch, however wide the window
+	for _ in $(seq 1 50); do [ "$(wc -l < "$BATS_TEST_TMPDIR/got")" -ge 10 ] && break; sleep 0.1; done
+	sleep 1.5
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/got")" -eq 10 ]
+	# two acked in the last seconds: a rate that finishes about one in 1s
+	acked "$BATS_TEST_TMPDIR/acked" 2
+	sleep 0.5
+	# the oldest still in flight is older than 1s: nothing more
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/got")" -eq 10 ]
+	acked "$BATS_TEST_TMPDIR/acked" 10
+	for _ in $(seq 1 50); do [ "$(wc -l < "$BATS_TEST_TMPDIR/got")" -gt 10 ] && break; sleep 0.1; done
+	got=$(wc -l < "$BATS_TEST_TMPDIR/got")
+	kill "$pid"; wait "$pid" || true
+	# more came, but far fewer than the window's 100 allowed
+	[ "$got" -gt 10 ] && [ "$got" -lt 40 ]
+	run sqs-recv --max-age 1s
+	[ "$status" -eq 64 ]
+	run sqs-recv --acked "$BATS_TEST_TMPDIR/acked" --max-age soon
+	[ "$status" -eq 64 ]
+}
+
+@test "--settle DUR: a receive that brings nothing waits for a copy left that is due back within DUR, not for one due later" {
+	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/s.db#charges"
+	echo m1 | sqs-send >/dev/null
+	sqs-recv --visibility 2 > "$BATS_TEST_TMPDIR/got"
+	# sqs-ack left it, visible again in 2 s
+	sed 's/}$/,"ack":{"action":"leave-backoff","verdict":"TEMPFAIL","outcome":"OK","visibility":2}}/' \
+		"$BATS_TEST_TMPDIR/got" > "$BATS_TEST_TMPDIR/acked"
+	run --separate-stderr sqs-recv --wait 0 --acked "$BATS_TEST_TMPDIR/acked" --settle 1s
+	[ "$status" -eq 1 ]        # due in 2 s, later than 1 s: not waited for
+	run --separate-stderr sqs-recv --wait 1 --acked "$BATS_TEST_TMPDIR/acked" --settle 30s
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" body)" = m1 ]
+	[ "$(jget "$output" receiveCount)" = 2 ]
+	# once sqs-ack settled it (deleted), there is nothing to wait for
+	sed 's/}$/,"ack":{"action":"delete","verdict":"OK","outcome":"OK"}}/' <<<"$output" >> "$BATS_TEST_TMPDIR/acked"
+	run --separate-stderr sqs-recv --wait 0 --acked "$BATS_TEST_TMPDIR/acked" --settle 30s
+	[ "$status" -eq 1 ]
+	run sqs-recv --settle 1s
+	[ "$status" -eq 64 ]
+}
+
+@test "--max-age: a message in flight for twice DUR (a step lost it) no longer stops the receiving" {
+	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/l.db#charges"
+	for i in $(seq 1 20); do echo "m$i"; done | sqs-send >/dev/null
+	: > "$BATS_TEST_TMPDIR/acked"
+	sqs-recv --max 10 --follow --wait 1 --max-age 1s --acked "$BATS_TEST_TMPDIR/acked" \
+		> "$BATS_TEST_TMPDIR/got" 2> "$BATS_TEST_TMPDIR/err" 3>&- &
+	pid=$!
+	for _ in $(seq 1 100); do [ "$(wc -l < "$BATS_TEST_TMPDIR/got")" -ge 20 ] && break; sleep 0.1; done
+	kill "$pid"; wait "$pid" || true
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/got")" -eq 20 ]
+	grep -q "in flight for twice --max-age; no longer waited for" "$BATS_TEST_TMPDIR/err"
+}

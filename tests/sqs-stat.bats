@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
 # sqs-stat on the embedded default queue: counts and exit codes.
 
+bats_require_minimum_version 1.5.0
 load helper
 
 @test "sqs-stat: 0 and exact counts on the SQLite queue" {
@@ -36,4 +37,27 @@ c.execute("BEGIN EXCLUSIVE"); open(sys.argv[2], "w").close(); time.sleep(3)' \
 	IDEMKIT_BUSY_TIMEOUT=100ms run sqs-stat
 	kill "$pid" 2>/dev/null || true
 	[ "$status" -eq 75 ]
+}
+
+@test "--resolve: the queue, the DLQ sqs-ack would fill and the state directory, as the C code resolves them" {
+	run --separate-stderr sqs-stat --resolve
+	[ "$status" -eq 0 ]
+	[ "${lines[0]}" = "$(printf 'queue\tsqlite:%s/queue.db#charges' "$IDEMKIT_STATE_DIR")" ]
+	[ "${lines[1]}" = "$(printf 'dlq\tsqlite:%s/queue.db#charges-dlq' "$IDEMKIT_STATE_DIR")" ]
+	[ "${lines[2]}" = "$(printf 'stateDir\t%s' "$IDEMKIT_STATE_DIR")" ]
+	IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/q.db#orders" run --separate-stderr sqs-stat --resolve
+	[ "${lines[1]}" = "$(printf 'dlq\tsqlite:%s/q.db#orders-dlq' "$BATS_TEST_TMPDIR")" ]
+	IDEMKIT_DLQ="sqlite:$BATS_TEST_TMPDIR/d.db#dead" run --separate-stderr sqs-stat --resolve
+	[ "${lines[1]}" = "$(printf 'dlq\tsqlite:%s/d.db#dead' "$BATS_TEST_TMPDIR")" ]
+	run --separate-stderr sqs-stat --resolve --dlq "sqlite:$BATS_TEST_TMPDIR/e.db#x"
+	[ "${lines[1]}" = "$(printf 'dlq\tsqlite:%s/e.db#x' "$BATS_TEST_TMPDIR")" ]
+	run --separate-stderr sqs-stat --dlq x
+	[ "$status" -eq 64 ]
+}
+
+@test "--resolve: an SQS queue with no DLQ configured is 78" {
+	aws_test_env
+	IDEMKIT_QUEUE=http://127.0.0.1:1/000000000000/q run --separate-stderr sqs-stat --resolve
+	[ "$status" -eq 78 ]
+	[[ "$stderr" == *"sqs-stat: "* ]]
 }
