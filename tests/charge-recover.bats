@@ -71,7 +71,7 @@ qvisible() { sqs-stat "$@" | sed -n 's/.*"visible":\([0-9]*\).*/\1/p'; }
 	[ "$(printf '%s\n' "$pretty" | wc -l)" -eq 8 ]
 	# an envelope whose body (from a publisher that pretty-prints) spans lines
 	python3 -c 'import json,sys; print(json.dumps({"v": 1, "body": sys.argv[1]}))' "$pretty" \
-		| idemp-claim --lease 1s 2>/dev/null | charge-debit >/dev/null
+		| idemp-claim --lease 1s 2>/dev/null | charge-debit --timeout 500ms --lease-margin 0 >/dev/null
 	[ "$(jget "$(idemp-show --json CHG-PR)" event)" = "$pretty" ]
 	sleep 1.2
 	run --separate-stderr charge-recover --redrive --older-than 1s
