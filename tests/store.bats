@@ -149,10 +149,13 @@ setup() { store_backend_setup; }
 		dir=$BATS_TEST_TMPDIR/r$round
 		mkdir -p "$dir"
 		ev "$id" > "$dir/ev"
+		pids=
 		for i in $(seq 1 50); do
 			( rc=0; idemp-claim < "$dir/ev" > "$dir/out$i" 2>/dev/null || rc=$?; echo $rc > "$dir/rc$i" ) &
+			pids="$pids $!"
 		done
-		wait
+		# shellcheck disable=SC2086
+		wait $pids   # (not a bare wait: bats' own timeout watchdog is a child too)
 		zeros=$(cat "$dir"/rc* | grep -cx 0 || true)
 		elevens=$(cat "$dir"/rc* | grep -cx 11 || true)
 		echo "round $round: zeros=$zeros elevens=$elevens $(cat "$dir"/rc* | sort | uniq -c | tr '\n' ' ')"
