@@ -400,6 +400,9 @@ def jq_cost():
         # steadier than the whole pipeline's) is the mapping's cost.
         v["debitDeltaOfPipeline"] = round(
             (v["debitMedian"] - base["debitMedian"]) / base["clientMedian"], 3)
+        v["debitDeltaOfPipelinePerRound"] = [
+            round((a["debitCpuMsPerCharge"] - b["debitCpuMsPerCharge"]) / b["clientCpuMsPerCharge"], 3)
+            for a, b in zip(runs[name], runs["default"])]
     res["target"] = ("jq request + ref filter: client CPU per charge within 10% of the "
                      "default body's")
     jq = res["variants"]["jq"]
