@@ -16,6 +16,12 @@ queue and store, durable commits) with bank-sim as the core-banking API:
                 messages (~30% redeliveries) on the Redis store with and
                 without IDEMKIT_CACHE, counting the commands the store
                 server ran (INFO commandstats): the share the cache saves
+  jq            the stream scenario (zero bank latency, -j BENCH_J) with
+                the default request body, with the same body built by a jq
+                request program and a jq ref filter, and with the
+                open-banking mapping; BENCH_JQ_REPS (5) rounds, interleaved:
+                client CPU per charge and charge-debit's own, the ratios
+                (issue 13's target: the jq request within 10%)
   claim-cost-pg the same on the PostgreSQL store: a throwaway PostgreSQL
                 (run as the postgres user: root needed, else skipped),
                 seeded with generate_series; client CPU and the server's
@@ -106,7 +112,7 @@ def messages(n, prefix, seed=8):
 class Bank:
     """bank-sim outside the measured process tree (reaped after)."""
 
-    def __init__(self, state, latency_ms=0):
+    def __init__(self, state, latency_ms=0, args_extra=()):
         self.dir = state
         self.db = os.path.join(state, "ledger.db")
         port = os.path.join(state, "bank.port")
@@ -114,6 +120,7 @@ class Bank:
                 "--port-file", port]
         if latency_ms:
             args += ["--latency", "%dms" % latency_ms]
+        args += list(args_extra)
         self.out = open(os.path.join(state, "bank.out"), "w+")
         self.p = subprocess.Popen(args, stdout=self.out, stderr=subprocess.DEVNULL,
                                   env=env_for(state))
@@ -189,14 +196,50 @@ exit $rc
 """
 
 
-def worker_run(name, n, stream, jobs, latency_ms=0, tap=True):
+DEBIT_TAP = r"""#!/bin/bash
+# bench tap: charge-debit, then its own CPU kept for the per-step figure:
+# bash's times (no pipe: a subshell would have no children), whose second
+# line is the children's user and sys, from getrusage.
+charge-debit "$@"
+rc=$?
+times >> "$BENCH_DEBIT_CPU"
+exit $rc
+"""
+
+
+def tap_seconds(path):
+    """Sum of the children's lines `times` wrote ("0m1.234s 0m0.056s"):
+    every second line (the first of each pair is bash's own)."""
+    total = 0.0
+    with open(path) as f:
+        for i, line in enumerate(f):
+            if i % 2 == 0:
+                continue
+            for w in line.split():
+                m, sec = w.rstrip("s").split("m")
+                total += int(m) * 60 + float(sec)
+    return total
+
+
+def worker_run(name, n, stream, jobs, latency_ms=0, tap=True, bank_env=None,
+               bank_args=(), debit_tap=False):
     """Sends n messages, runs charge-worker --drain over them; returns the
-    figures."""
+    figures.  bank_env(url) -> extra environment for the bank's mapping;
+    debit_tap: charge-debit's own CPU, measured in the same run."""
     state = tempfile.mkdtemp(prefix="idemkit-bench.", dir=os.environ.get("TMPDIR"))
     try:
-        bank = Bank(state, latency_ms)
+        bank = Bank(state, latency_ms, bank_args)
         extra = {"IDEMKIT_BANK_URL": bank.url + "/debits",
                  "IDEMKIT_NOTIFY_URL": bank.url + "/notifications"}
+        if bank_env:
+            extra.update(bank_env(bank.url))
+        if debit_tap:
+            dtap = os.path.join(state, "debit-tap")
+            with open(dtap, "w") as f:
+                f.write(DEBIT_TAP)
+            os.chmod(dtap, 0o755)
+            extra.update({"CHARGE_DEBIT_CMD": dtap,
+                          "BENCH_DEBIT_CPU": os.path.join(state, "debit.cpu")})
         if tap:
             tapdir = os.path.join(state, "tap")
             os.mkdir(tapdir)
@@ -240,6 +283,10 @@ def worker_run(name, n, stream, jobs, latency_ms=0, tap=True):
             "summary": summary, "ledger": ledger,
             "duplicatesDebited": ledger["duplicateDebits"] + ledger["replayedDebitRequests"],
         }
+        if debit_tap:
+            d = tap_seconds(os.path.join(state, "debit.cpu"))
+            res["debitCpuMsPerCharge"] = round(d * 1000 / max(received, 1), 4)
+            res["debitCpuMsPerDebit"] = round(d * 1000 / max(ledger["debits"], 1), 4)
         if latency_ms:
             res["ceilingPerSecond"] = round(jobs * 1000.0 / latency_ms, 1)
             res["ofCeiling"] = round(res["chargesPerSecond"] / res["ceilingPerSecond"], 3)
@@ -252,6 +299,116 @@ def oneshot_latency(name, n, jobs, latency_ms=0):
     """A smaller one-shot run with the tap, only for the latency figures."""
     r = worker_run(name + "-tap", n, False, jobs, latency_ms, tap=True)
     return r["latencyP50Ms"], r["latencyP99Ms"], r["latencySamples"]
+
+
+# ---- the cost of jq mapping (issue 13) -------------------------------------
+
+JQ_REPS = int(os.environ.get("BENCH_JQ_REPS", "5"))
+
+
+def bank_env_file(name):
+    """examples/banks/NAME.env as a dict (KEY=VALUE, VALUE maybe in single
+    quotes), bank-sim's demo address left for the caller to replace."""
+    out = {}
+    with open(os.path.join(SRC, "examples", "banks", name + ".env")) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#") or "=" not in line:
+                continue
+            k, v = line.split("=", 1)
+            if len(v) >= 2 and v[0] == v[-1] == "'":
+                v = v[1:-1]
+            out[k] = v
+    return out
+
+
+def jq_variants():
+    """(name, bank_env, bank_args): the default body; the same body built by
+    jq on bank-sim's own endpoint (examples/banks/bank-sim.env: same bytes on
+    the wire and the same answer, so the difference is jq alone); the
+    open-banking mapping against bank-sim's open-banking endpoint (a bigger
+    nested body, $key and $amountMajor, another answer: shown, not the A/B)."""
+    own, ob = bank_env_file("bank-sim"), bank_env_file("open-banking")
+    demo = "http://127.0.0.1:8080"
+
+    def jq_own(url):
+        return {"IDEMKIT_BANK_REQUEST": own["IDEMKIT_BANK_REQUEST"],
+                "IDEMKIT_BANK_REF": own["IDEMKIT_BANK_REF"]}
+
+    def jq_ob(url):
+        e = {k: v.replace(demo, url) for k, v in ob.items() if k.startswith("IDEMKIT_BANK_")}
+        e["IDEMKIT_BANK_OAUTH_CLIENT_SECRET_FILE"] = secret
+        # bank-sim with OAuth2 asks a token of every endpoint: charge-notify
+        # (default body, /notifications) gets the same client credentials.
+        for k in list(e):
+            if k.startswith("IDEMKIT_BANK_OAUTH_"):
+                e["IDEMKIT_NOTIFY_" + k[len("IDEMKIT_BANK_"):]] = e[k]
+        return e
+    secret = os.path.join(SRC, ob["IDEMKIT_BANK_OAUTH_CLIENT_SECRET_FILE"])
+    return [("default", None, ()), ("jq", jq_own, ()),
+            ("jq-openbanking", jq_ob, ("--oauth-client-id", ob["IDEMKIT_BANK_OAUTH_CLIENT_ID"],
+                                       "--oauth-client-secret-file", secret))]
+
+
+def median(v):
+    v = sorted(v)
+    k = len(v)
+    return None if not k else v[k // 2] if k % 2 else (v[k // 2 - 1] + v[k // 2]) / 2.0
+
+
+def jq_cost():
+    """The stream scenario (zero bank latency, -j BENCH_J) JQ_REPS times per
+    variant, the variants interleaved in each round (the machine drifts):
+    client CPU per charge of the whole pipeline, and charge-debit's own."""
+    variants = jq_variants()
+    runs = {v[0]: [] for v in variants}
+    for rep in range(JQ_REPS):
+        order = variants if rep % 2 == 0 else variants[::-1]
+        for name, benv, bargs in order:
+            s = worker_run("jq-" + name, N, True, J, 0, tap=False, bank_env=benv,
+                           bank_args=bargs, debit_tap=True)
+            sm = s["summary"]
+            if s["workerExit"] != 0 or (sm.get("debited", 0) + sm.get("debitedNotificationFailed", 0)
+                                       != s["ledger"]["chargesDebited"]):
+                raise SystemExit("bench jq %s: worker exit %d, summary %s, ledger %s" % (
+                    name, s["workerExit"], json.dumps(sm), json.dumps(s["ledger"])))
+            log("  %-15s round %d: %s ms CPU/charge, charge-debit %s ms/charge, %s/s" % (
+                name, rep + 1, s["clientCpuMsPerCharge"], s["debitCpuMsPerCharge"],
+                s["chargesPerSecond"]))
+            runs[name].append(s)
+    res = {"reps": JQ_REPS, "messages": N, "jobs": J, "variants": {}}
+    for name in runs:
+        cpu = [s["clientCpuMsPerCharge"] for s in runs[name]]
+        deb = [s["debitCpuMsPerCharge"] for s in runs[name]]
+        res["variants"][name] = {
+            "clientCpuMsPerCharge": cpu, "debitCpuMsPerCharge": deb,
+            "clientMedian": round(median(cpu), 4), "clientMin": min(cpu), "clientMax": max(cpu),
+            "debitMedian": round(median(deb), 4), "debitMin": min(deb), "debitMax": max(deb),
+            "debitsPerRun": runs[name][0]["ledger"]["debits"],
+            "duplicatesDebited": sum(s["duplicatesDebited"] for s in runs[name])}
+    base = res["variants"]["default"]
+    for name, v in res["variants"].items():
+        v["clientRatio"] = round(v["clientMedian"] / base["clientMedian"], 3)
+        v["debitRatio"] = round(v["debitMedian"] / base["debitMedian"], 3)
+        # per round: each jq run against the default run of the same round
+        v["clientRatioPerRound"] = [round(a["clientCpuMsPerCharge"] / b["clientCpuMsPerCharge"], 3)
+                                    for a, b in zip(runs[name], runs["default"])]
+        v["debitRatioPerRound"] = [round(a["debitCpuMsPerCharge"] / b["debitCpuMsPerCharge"], 3)
+                                   for a, b in zip(runs[name], runs["default"])]
+        # The five other steps run the same code on the same envelopes in
+        # every variant, so charge-debit's extra CPU (measured apart, and
+        # steadier than the whole pipeline's) is the mapping's cost.
+        v["debitDeltaOfPipeline"] = round(
+            (v["debitMedian"] - base["debitMedian"]) / base["clientMedian"], 3)
+        v["debitDeltaOfPipelinePerRound"] = [
+            round((a["debitCpuMsPerCharge"] - b["debitCpuMsPerCharge"]) / b["clientCpuMsPerCharge"], 3)
+            for a, b in zip(runs[name], runs["default"])]
+    res["target"] = ("jq request + ref filter: client CPU per charge within 10% of the "
+                     "default body's")
+    jq = res["variants"]["jq"]
+    res["targetHolds"] = jq["debitDeltaOfPipeline"] <= 0.10 and jq["clientRatio"] <= 1.10
+    res["targetAtTheLine"] = (not res["targetHolds"] and jq["debitDeltaOfPipeline"] <= 0.10)
+    return res
 
 
 # ---- claim cost with 10^3 vs 10^6 records already in the store ----------
@@ -622,6 +779,26 @@ def markdown(r):
             s["scenario"], s["mode"], s["jobs"], s["bankLatencyMs"], s["messages"], rate,
             s["clientCpuMsPerCharge"], fmt(s["latencyP50Ms"]), fmt(s["latencyP99Ms"]),
             s["duplicatesDebited"], s["peakRssKb"] / 1024.0))
+    jq = r.get("jqCost")
+    if jq:
+        out += ["", "jq mapping (issue 13): the stream scenario (%d messages, -j %d, bank "
+                "latency 0), %d runs per variant, interleaved; median [min - max], ratio of "
+                "medians to the default (per-round ratios in results.json):" % (
+                    jq["messages"], jq["jobs"], jq["reps"]), "",
+                "| variant | client CPU ms/charge | ratio | charge-debit CPU ms/charge | ratio "
+                "| charge-debit's extra, of the pipeline |",
+                "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        for name, v in jq["variants"].items():
+            out.append("| %s | %s [%s - %s] | %.3f | %s [%s - %s] | %.3f | %+.1f%% |" % (
+                name, v["clientMedian"], v["clientMin"], v["clientMax"], v["clientRatio"],
+                v["debitMedian"], v["debitMin"], v["debitMax"], v["debitRatio"],
+                v["debitDeltaOfPipeline"] * 100))
+        v = jq["variants"]["jq"]
+        out += ["", "Target (%s): %s: whole pipeline ratio %.3f; charge-debit's extra CPU "
+                "= %+.1f%% of the default pipeline's." % (
+                    jq["target"], "holds" if jq["targetHolds"] else
+                    "at the line (pipeline noise)" if jq["targetAtTheLine"] else "MISSED",
+                    v["clientRatio"], v["debitDeltaOfPipeline"] * 100)]
     c = r.get("claimCost")
     if c:
         out += ["", "Claim cost (idemp-claim --stream, %d claims, 30%% of them duplicates "
@@ -705,6 +882,9 @@ def main():
             s["chargesPerSecond"], s["clientCpuMsPerCharge"], s["latencyP50Ms"],
             s["latencyP99Ms"], s["duplicatesDebited"]))
         r["scenarios"].append(s)
+    if want("jq"):
+        log("bench: jq mapping cost (%d messages x %d rounds x 3 variants, stream)..." % (N, JQ_REPS))
+        r["jqCost"] = jq_cost()
     if want("claim-cost"):
         log("bench: claim cost with %d vs %d records in the store..." % (SMALL, BIG))
         r["claimCost"] = claim_cost()
@@ -728,6 +908,8 @@ def main():
         f.write(md)
     print(md)
     bad = [s["scenario"] for s in r["scenarios"] if s["duplicatesDebited"]]
+    bad += ["jq-" + k for k, v in r.get("jqCost", {}).get("variants", {}).items()
+            if v["duplicatesDebited"]]
     if bad:
         log("bench: DUPLICATE DEBITS in %s" % ", ".join(bad))
         return 1
