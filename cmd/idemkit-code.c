@@ -67,7 +67,8 @@ unsettled(struct seen *s, size_t n)
 	long long count = 0;
 	size_t i = 0, j;
 
-	qsort(s, n, sizeof *s, by_id);
+	if (n)   /* (qsort's array must not be NULL, even for none) */
+		qsort(s, n, sizeof *s, by_id);
 	while (i < n) {
 		int ok = s[i].settled;
 		for (j = i + 1; j < n && s[i].id && s[j].id && strcmp(s[i].id, s[j].id) == 0; j++)
