@@ -28,6 +28,7 @@ PKGS := $(foreach d,$(DEPS),$(word 1,$(subst :, ,$(d))))
 DEBS_BUILD := make gcc pkg-config $(foreach d,$(DEPS),$(word 2,$(subst :, ,$(d))))
 DEBS_DEMO  := python3 curl procps util-linux
 DEBS_TEST  := $(DEBS_DEMO) bats clang libclang-rt-14-dev sqlite3 mandoc python3-botocore \
+              python3-prometheus-client promtool:prometheus \
               shellcheck valgrind openssl node:nodejs npm:npm
 
 # The README's two commands and `deps` need no libraries to parse this file.
@@ -122,6 +123,7 @@ $(NODE_STAMP): package-lock.json package.json
 check: all $(UNITS) $(REPLAYS) $(NODE_STAMP)
 	$(TEST_ENV) sh tests/run.sh tests/ \
 	  'IDEMKIT_TEST_BACKEND=dynamodb tests/store.bats' \
+	  'IDEMKIT_TEST_BACKEND=dynamodb tests/idemp-stats.bats' \
 	  'IDEMKIT_TEST_QUEUE_BACKEND=sqs tests/queue.bats'
 
 # ASan + UBSan build of everything, then the whole suite against it.  Reports
