@@ -32,6 +32,7 @@ DEBS_BUILD := make gcc pkg-config libjq-dev $(foreach d,$(DEPS),$(word 2,$(subst
 DEBS_SIM   := $(foreach d,$(SIM_DEPS),$(word 2,$(subst :, ,$(d))))
 DEBS_DEMO  := $(DEBS_SIM) python3 curl procps util-linux
 DEBS_TEST  := $(DEBS_DEMO) bats clang libclang-rt-14-dev sqlite3 mandoc python3-botocore \
+              python3-prometheus-client promtool:prometheus \
               shellcheck valgrind openssl redis-server postgresql spin node:nodejs npm:npm \
               java:openjdk-17-jre-headless
 
@@ -140,6 +141,7 @@ check: check-build $(NODE_STAMP)
 	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/dynamodb.bats' \
 	  'IDEMKIT_TEST_BACKEND=redis tests/store.bats' \
 	  'IDEMKIT_TEST_BACKEND=postgres tests/store.bats' \
+	  'IDEMKIT_TEST_BACKEND=dynamodb tests/idemp-stats.bats' \
 	  'IDEMKIT_TEST_QUEUE_BACKEND=sqs tests/queue.bats'
 
 # ASan + UBSan build of everything, then the whole suite against it.  Reports

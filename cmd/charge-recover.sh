@@ -23,6 +23,7 @@ USAGE="usage: charge-recover --renotify [--older-than DUR] [--notify-timeout SEC
                       [--notify-retries N]
        charge-recover --redrive [--older-than DUR]
        charge-recover --dlq [--max N]
+       (each mode also takes --metrics FILE)
 "
 
 usage() { printf '%s' "$USAGE" >&2; echo "Try '$PROG --help' for more information." >&2; exit 64; }
@@ -44,6 +45,8 @@ Options:
       --max N              at most N messages per DLQ receive batch (default 10)
       --notify-timeout S   per notification attempt (default 5)
       --notify-retries N   (default 3)
+      --metrics FILE       at the end of the run, replace FILE (atomically) with
+                           the run's Prometheus metrics (idemkit-metrics(1))
   -h, --help               this help
   -V, --version            print the version
 
@@ -59,7 +62,7 @@ TXT
 	exit 0
 }
 
-mode='' older='' max=10 notify_timeout=5 notify_retries=3
+mode='' older='' max=10 notify_timeout=5 notify_retries=3 metrics=''
 need() { [ $# -ge 2 ] || die "$1 needs a value"; }
 setmode() { [ -z "$mode" ] || die "choose one of --renotify, --redrive, --dlq"; mode=$1; }
 while [ $# -gt 0 ]; do
@@ -71,6 +74,7 @@ while [ $# -gt 0 ]; do
 	--max) need "$@"; max=$2; shift ;;
 	--notify-timeout) need "$@"; notify_timeout=$2; shift ;;
 	--notify-retries) need "$@"; notify_retries=$2; shift ;;
+	--metrics) need "$@"; metrics=$2; shift ;;
 	-h|--help) help ;;
 	-V|--version) echo "$PROG (idemkit) $VERSION"; exit 0 ;;
 	*) usage ;;
@@ -106,13 +110,30 @@ fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/charge-recover.XXXXXX") || exit 70
 trap 'rm -rf "$tmp"' EXIT
 
+# --metrics FILE: idemkit-metrics writes it from the summary line at exit,
+# whatever the status; a file it cannot write is a warning only.
+summary() {
+	printf '%s\n' "$1" >&2
+	[ -z "$metrics" ] || printf '%s\n' "$1" > "$tmp/summary"
+}
+# shellcheck disable=SC2317  # called from the EXIT trap
+metrics_at_exit() {
+	[ -s "$tmp/summary" ] && idemkit-metrics --file "$metrics" --job "recover-$mode" \
+		--started "$started" --status "$1" < "$tmp/summary" \
+		|| echo "$PROG: the metrics file $metrics was not written" >&2
+}
+if [ -n "$metrics" ]; then
+	started=$(idemkit-metrics --clock) || die "idemkit-metrics not found" 78
+	trap 'rc=$?; metrics_at_exit "$rc"; rm -rf "$tmp"; exit "$rc"' EXIT
+fi
+
 # list ARGS...: idemp-list into $tmp/list; exit 1 / the error when nothing.
 list() {
 	rc=0
 	idemp-list "$@" > "$tmp/list" || rc=$?
 	case $rc in
 	0) ;;
-	1) echo "{\"summary\":true,\"mode\":\"$mode\",\"found\":0}" >&2; exit 1 ;;
+	1) summary "{\"summary\":true,\"mode\":\"$mode\",\"found\":0}"; exit 1 ;;
 	*) exit "$rc" ;;
 	esac
 }
@@ -127,7 +148,7 @@ renotify)
 		| idemp-done --stream --renotified > "$tmp/out" || rc=$?
 	found=$(wc -l < "$tmp/list")
 	ok=$(count '"done":{"outcome":"OK"' "$tmp/out")
-	echo "{\"summary\":true,\"mode\":\"renotify\",\"found\":$found,\"renotified\":$ok,\"stillFailed\":$((found - ok))}" >&2
+	summary "{\"summary\":true,\"mode\":\"renotify\",\"found\":$found,\"renotified\":$ok,\"stillFailed\":$((found - ok))}"
 	[ "$rc" -eq 0 ] || exit "$rc"
 	[ "$ok" -eq "$found" ] || exit 75
 	;;
@@ -137,7 +158,7 @@ redrive)
 	sqs-send < "$tmp/list" > "$tmp/out" || rc=$?
 	found=$(wc -l < "$tmp/list")
 	sent=$(count '"messageId"' "$tmp/out")
-	echo "{\"summary\":true,\"mode\":\"redrive\",\"found\":$found,\"requeued\":$sent}" >&2
+	summary "{\"summary\":true,\"mode\":\"redrive\",\"found\":$found,\"requeued\":$sent}"
 	[ "$rc" -eq 0 ] || exit "$rc"
 	;;
 dlq)
@@ -145,14 +166,14 @@ dlq)
 	sqs-recv --queue "$dlq" --max "$max" --drain > "$tmp/list" || rc=$?
 	case $rc in
 	0) ;;
-	1) echo '{"summary":true,"mode":"dlq","found":0}' >&2; exit 1 ;;
+	1) summary '{"summary":true,"mode":"dlq","found":0}'; exit 1 ;;
 	*) exit "$rc" ;;
 	esac
 	rc=0
 	sqs-send --from-envelope < "$tmp/list" > "$tmp/out" || rc=$?
 	found=$(wc -l < "$tmp/list")
 	sent=$(count '"messageId"' "$tmp/out")
-	echo "{\"summary\":true,\"mode\":\"dlq\",\"found\":$found,\"requeued\":$sent}" >&2
+	summary "{\"summary\":true,\"mode\":\"dlq\",\"found\":$found,\"requeued\":$sent}"
 	[ "$rc" -eq 0 ] || exit "$rc"
 	;;
 esac

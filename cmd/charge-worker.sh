@@ -20,6 +20,7 @@ PROG=charge-worker
 USAGE="usage: charge-worker [-j N] [--drain | --once] [--stream] [--lease DUR]
                      [--wait SECS] [--debit-timeout SECS] [--notify-timeout SECS]
                      [--notify-retries N] [--window N] [--lock FILE] [--no-lock]
+                     [--metrics FILE]
        charge-worker --trace < event|envelope
 "
 
@@ -48,6 +49,8 @@ Options:
       --lock FILE          the lock that keeps overlapping runs apart
                            (default $IDEMKIT_STATE_DIR/charge-worker.lock)
       --no-lock            do not take the lock
+      --metrics FILE       at the end of the run, replace FILE (atomically) with
+                           the run's Prometheus metrics (idemkit-metrics(1))
   -t, --trace              run one event or envelope from stdin through the steps
                            (no queue); each step's exit code, name and meaning on
                            stderr, the final envelope on stdout
@@ -74,7 +77,7 @@ TXT
 # --- options --------------------------------------------------------------
 
 jobs=1 drain=0 once=0 stream=0 trace=0 lease=${IDEMKIT_LEASE:-120s} wait=
-debit_timeout=10 notify_timeout=5 notify_retries=3 lock='' nolock=0 window=100
+debit_timeout=10 notify_timeout=5 notify_retries=3 lock='' nolock=0 window=100 metrics=''
 
 need() { [ $# -ge 2 ] || die "$1 needs a value"; }
 while [ $# -gt 0 ]; do
@@ -93,6 +96,7 @@ while [ $# -gt 0 ]; do
 	--window) need "$@"; window=$2; shift ;;
 	--lock) need "$@"; lock=$2; shift ;;
 	--no-lock) nolock=1 ;;
+	--metrics) need "$@"; metrics=$2; shift ;;
 	-t|--trace) trace=1 ;;
 	-h|--help) help ;;
 	-V|--version) echo "$PROG (idemkit) $VERSION"; exit 0 ;;
@@ -237,6 +241,23 @@ if [ "$nolock" -eq 0 ]; then
 		exit 1
 	fi
 fi
+
+# --- metrics (--metrics FILE) --------------------------------------------------
+# idemkit-metrics writes the file from the summary line, at exit, whatever
+# the status; a file it cannot write is a warning, not the run's outcome.
+
+if [ -n "$metrics" ]; then
+	started=$(idemkit-metrics --clock) || die "idemkit-metrics not found" 78
+	summary_file=$(mktemp "${TMPDIR:-/tmp}/charge-worker.sum.XXXXXX") || exit 70
+fi
+summary_line() {
+	if [ -n "$metrics" ]; then tee "$summary_file"; else cat; fi >&2
+}
+metrics_at_exit() {
+	idemkit-metrics --file "$metrics" --job worker --started "$started" --status "$1" \
+		< "$summary_file" || echo "$PROG: the metrics file $metrics was not written" >&2
+	rm -f "$summary_file"
+}
 
 # --- the loops ---------------------------------------------------------------
 
@@ -393,7 +414,8 @@ received=$((v_RECEIVED + t_unacked))
 printf '{"summary":true,"received":%d,"debited":%d,"debitedNotificationFailed":%d,"declined":%d,"dupDone":%d,"dupInProgress":%d,"dupFailed":%d,"payloadMismatch":%d,"invalid":%d,"leaseLost":%d,"toDlq":%d,"leftForRetry":%d,"ackFailed":%d,"config":%d}\n' \
 	"$received" "$v_OK" "$v_NOTIFY_FAILED" "$v_DECLINED" "$v_DUP_DONE" \
 	"$v_DUP_IN_PROGRESS" "$v_DUP_FAILED" "$v_PAYLOAD_MISMATCH" "$v_DATAERR" "$v_LEASE_LOST" \
-	"$dlq" "$left" "$ack_failed" "$config" >&2
+	"$dlq" "$left" "$ack_failed" "$config" | summary_line
+[ -z "$metrics" ] || trap 'metrics_at_exit $?' EXIT
 
 [ "$stop" -ne 0 ] && exit $((128 + stop))
 [ "$config" -gt 0 ] && exit 78

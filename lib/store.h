@@ -95,6 +95,16 @@ struct ik_list_filter {
 	int64_t now_ms;
 };
 
+/* What idemp-stats and the metrics report (the stats op).  Ages are
+ * now - updatedAt of the oldest matching record, 0 when none match. */
+struct ik_store_stats {
+	int64_t in_progress, done, failed, dnf;   /* records per state */
+	int done_approx;          /* done is an estimate (DynamoDB ItemCount) */
+	int64_t stuck;            /* IN_PROGRESS with leaseUntil < now */
+	int64_t oldest_stuck_ms;
+	int64_t oldest_dnf_ms;    /* the backlog is dnf itself */
+};
+
 /* Return non-zero to stop the listing early. */
 typedef int (*ik_record_cb)(const struct ik_record *r, void *arg);
 
@@ -133,6 +143,17 @@ struct ik_store_ops {
 	 * commit: IK_OK when the group is durable, else rolled back + error. */
 	int (*begin)(struct ik_store *s, ik_err *err);
 	int (*commit)(struct ik_store *s, ik_err *err);
+	/* Optional: the counts of struct ik_store_stats at now_ms.  It must
+	 * NOT read every record: the unfinished states (IN_PROGRESS, FAILED,
+	 * DNF) come from an index or counters the writes keep (SQLite: the
+	 * records_state index; DynamoDB: the sparse index of unfinished
+	 * records), and the cost grows with those, not with the DONE records
+	 * a 30-day retention piles up.  DONE may come from the same index
+	 * walked in the store (SQLite) or from an estimate the store keeps
+	 * (done_approx = 1).  NULL: this store cannot count without a full
+	 * read, and idemp-stats says so (exit 78).  IK_OK or an error. */
+	int (*stats)(struct ik_store *s, int64_t now_ms, struct ik_store_stats *st,
+	             ik_err *err);
 };
 
 struct ik_store {

@@ -10,6 +10,11 @@
  * Names (state, owner... are reserved words, and the key attribute name is
  * configurable: IDEMKIT_DYNAMODB_KEY, default pk).  expiresAt is epoch
  * seconds for DynamoDB TTL.
+ * The unfinished records (IN_PROGRESS, FAILED, DEBITED_NOTIFICATION_FAILED)
+ * also carry openState, the key of the sparse index idemkit-open: set by
+ * the claim, kept by a FAILED or DNF finish, removed by DONE and by the
+ * re-notify.  Listing them and counting them (stats) are Queries on that
+ * index, never a Scan of the table (see "the open index" below).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -134,12 +139,35 @@ av_n(int64_t n)
 	return o;
 }
 
+/* ---- the open index ----------------------------------------------------
+ * idemkit-open: HASH openState (S), RANGE updatedAt (N), all attributes
+ * projected.  Only unfinished records carry openState, so the index holds
+ * what recovery and stats need and nothing of the DONE records a 30-day
+ * retention piles up.  openState is "STATE#n", n = a hash of the key modulo
+ * OPEN_SHARDS: one index partition key per state would take every claim's
+ * write, and DynamoDB throttles the table's writes when an index partition
+ * is over its limit (1 000 writes/s).  Shards are part of the schema: a
+ * reader queries all OPEN_SHARDS of a state. */
+#define OPEN_INDEX "idemkit-open"
+#define OPEN_SHARDS 8
+
+static const char *
+open_key(char buf[64], enum ik_state st, const char *key)
+{
+	uint32_t h = 2166136261u;   /* FNV-1a */
+
+	for (; *key; key++)
+		h = (h ^ (unsigned char)*key) * 16777619u;
+	snprintf(buf, 64, "%s#%u", ik_state_name(st), (unsigned)(h % OPEN_SHARDS));
+	return buf;
+}
+
 /* The attribute names, by placeholder; "#k" is the key attribute. */
 static const char *const names[][2] = {
 	{ "#st", "state" }, { "#ow", "owner" }, { "#lu", "leaseUntil" },
 	{ "#at", "attempts" }, { "#fp", "fingerprint" }, { "#ev", "event" },
 	{ "#dr", "debitRef" }, { "#le", "lastError" }, { "#ca", "createdAt" },
-	{ "#ua", "updatedAt" }, { "#xa", "expiresAt" },
+	{ "#ua", "updatedAt" }, { "#xa", "expiresAt" }, { "#os", "openState" },
 };
 
 /* ExpressionAttributeNames for exactly the placeholders the expressions
@@ -251,17 +279,19 @@ claim_once(struct ddb *d, const struct ik_claim_req *req, struct ik_claim_res *r
 		"SET #st = :ip, #ow = :tok, #lu = :lease,"
 		" #at = if_not_exists(#at, :zero) + :one,"
 		" #ca = if_not_exists(#ca, :now), #ua = :now, #xa = :exp, #fp = :fp,"
-		" #ev = if_not_exists(#ev, :ev) REMOVE #le";
+		" #ev = if_not_exists(#ev, :ev), #os = :os REMOVE #le";
 	cJSON *r = new_req(d, req->key), *v, *resp = NULL, *attrs;
+	char os[64];
 	enum ik_ddb_refusal why;
 	int rc;
 
 	*again = 0;
 	cJSON_AddStringToObject(r, "ConditionExpression", cond);
 	cJSON_AddStringToObject(r, "UpdateExpression", upd);
-	add_names(d, r, "#k #st #ow #lu #at #ca #ua #xa #fp #ev #le");
+	add_names(d, r, "#k #st #ow #lu #at #ca #ua #xa #fp #ev #le #os");
 	v = cJSON_AddObjectToObject(r, "ExpressionAttributeValues");
 	cJSON_AddItemToObject(v, ":ip", av_s("IN_PROGRESS"));
+	cJSON_AddItemToObject(v, ":os", av_s(open_key(os, IK_ST_IN_PROGRESS, req->key)));
 	cJSON_AddItemToObject(v, ":tok", av_s(req->token));
 	cJSON_AddItemToObject(v, ":lease", av_n(req->now_ms + req->lease_ms));
 	cJSON_AddItemToObject(v, ":zero", av_n(0));
@@ -365,12 +395,19 @@ dd_finish(struct ik_store *st, const struct ik_finish_req *req, ik_err *err)
 {
 	struct ddb *d = st->impl;
 	cJSON *r = new_req(d, req->key), *v;
-	char upd[160];
+	char upd[160], os[64];
+	int open = req->state != IK_ST_DONE;
 
-	snprintf(upd, sizeof upd, "SET #st = :st, #ua = :now%s%s",
+	/* A DONE record leaves the open index; FAILED and DNF stay in it,
+	 * under their own state. */
+	snprintf(upd, sizeof upd, "SET #st = :st, #ua = :now%s%s%s%s",
 	         req->debit_ref ? ", #dr = :ref" : "",
-	         req->last_error ? ", #le = :le" : " REMOVE #le");
+	         req->last_error ? ", #le = :le" : "",
+	         open ? ", #os = :os" : "",
+	         req->last_error ? (open ? "" : " REMOVE #os") : (open ? " REMOVE #le" : " REMOVE #le, #os"));
 	v = cJSON_AddObjectToObject(r, "ExpressionAttributeValues");
+	if (open)
+		cJSON_AddItemToObject(v, ":os", av_s(open_key(os, req->state, req->key)));
 	cJSON_AddItemToObject(v, ":ip", av_s("IN_PROGRESS"));
 	cJSON_AddItemToObject(v, ":tok", av_s(req->token));
 	cJSON_AddItemToObject(v, ":st", av_s(ik_state_name(req->state)));
@@ -392,7 +429,7 @@ dd_renotified(struct ik_store *st, const char *key, int64_t now_ms, ik_err *err)
 	cJSON_AddItemToObject(v, ":dnf", av_s("DEBITED_NOTIFICATION_FAILED"));
 	cJSON_AddItemToObject(v, ":done", av_s("DONE"));
 	cJSON_AddItemToObject(v, ":now", av_n(now_ms));
-	return cond_update(d, r, "#st = :dnf", "SET #st = :done, #ua = :now REMOVE #le", err);
+	return cond_update(d, r, "#st = :dnf", "SET #st = :done, #ua = :now REMOVE #le, #os", err);
 }
 
 static int
@@ -460,9 +497,113 @@ rec_cmp(const void *a, const void *b)
 	return strcmp(x->key ? x->key : "", y->key ? y->key : "");
 }
 
-/* A paginated, consistent Scan with a FilterExpression.  It reads the whole
- * table (the filter saves bandwidth, not read capacity), and the matches
- * are held and sorted like the SQLite listing (updatedAt, key). */
+/* One page of the open index: a Query of openState = STATE#shard, oldest
+ * update first.  IK_CONFIG when the table has no index yet (idemp-init
+ * adds it). */
+static int
+query_open(struct ddb *d, cJSON *req, cJSON **resp, ik_err *err)
+{
+	int rc = ddb_call(d, "Query", req, "ValidationException", resp, err);
+
+	if (rc != IK_AWS_ERROR)
+		return rc;
+	cJSON_Delete(*resp);
+	*resp = NULL;
+	if (err && strstr(err->msg, "index"))
+		return errsuffix(err, IK_CONFIG, " (table %s: no index " OPEN_INDEX
+		                 "; run idemp-init to add it)", d->table);
+	return IK_SOFTWARE;
+}
+
+/* A Query request on one shard of the open index for state. */
+static cJSON *
+open_req(struct ddb *d, enum ik_state state, int shard, const char *range, cJSON **vals)
+{
+	cJSON *req = new_req(d, NULL);
+	char os[64], kc[96];
+
+	snprintf(os, sizeof os, "%s#%d", ik_state_name(state), shard);
+	snprintf(kc, sizeof kc, "#os = :os%s", range ? range : "");
+	cJSON_AddStringToObject(req, "IndexName", OPEN_INDEX);
+	cJSON_AddStringToObject(req, "KeyConditionExpression", kc);
+	*vals = cJSON_AddObjectToObject(req, "ExpressionAttributeValues");
+	cJSON_AddItemToObject(*vals, ":os", av_s(os));
+	return req;
+}
+
+/* Pages on from resp's LastEvaluatedKey into req; 0 when there is none. */
+static int
+next_page(cJSON *req, cJSON *resp)
+{
+	cJSON *lek = resp ? cJSON_GetObjectItemCaseSensitive(resp, "LastEvaluatedKey") : NULL;
+
+	if (!cJSON_IsObject(lek) || !lek->child)
+		return 0;
+	cJSON_DeleteItemFromObjectCaseSensitive(req, "ExclusiveStartKey");
+	lek = cJSON_DetachItemFromObjectCaseSensitive(resp, "LastEvaluatedKey");
+	cJSON_AddItemToObject(req, "ExclusiveStartKey", lek);
+	return 1;
+}
+
+/* The state whose open-index shards hold every record f can match;
+ * IK_ST_NONE when f takes DONE records too (then only a Scan finds them),
+ * -1 when nothing can match (expired with another state than IN_PROGRESS). */
+static int
+list_part(const struct ik_list_filter *f)
+{
+	if (f->expired)
+		return f->state == IK_ST_NONE || f->state == IK_ST_IN_PROGRESS ?
+		       IK_ST_IN_PROGRESS : -1;
+	return f->state == IK_ST_DONE ? IK_ST_NONE : (int)f->state;
+}
+
+/* The request of one listing: a Query of one shard of the open index
+ * (part != IK_ST_NONE), else a consistent Scan with a FilterExpression,
+ * which reads, and is billed for, the whole table. */
+static cJSON *
+list_req(struct ddb *d, const struct ik_list_filter *f, int part, int shard)
+{
+	cJSON *req, *v = NULL;
+	char filter[160] = "";
+
+	if (part != IK_ST_NONE) {
+		req = open_req(d, part, shard, f->older_than_ms > 0 ? " AND #ua < :cut" : NULL, &v);
+		if (f->expired) {
+			strcat(filter, "#lu < :now");
+			cJSON_AddItemToObject(v, ":now", av_n(f->now_ms));
+		}
+		if (f->older_than_ms > 0)
+			cJSON_AddItemToObject(v, ":cut", av_n(f->now_ms - f->older_than_ms));
+		if (*filter)
+			cJSON_AddStringToObject(req, "FilterExpression", filter);
+		strcat(filter, " ");
+		strcat(filter, cJSON_GetObjectItemCaseSensitive(req, "KeyConditionExpression")->valuestring);
+		add_names(d, req, filter);
+		return req;
+	}
+	req = new_req(d, NULL);
+	cJSON_AddTrueToObject(req, "ConsistentRead");
+	if (f->state != IK_ST_NONE)
+		strcat(filter, "#st = :st");
+	if (f->older_than_ms > 0)
+		strcat(filter, *filter ? " AND #ua < :cut" : "#ua < :cut");
+	if (*filter) {
+		cJSON_AddStringToObject(req, "FilterExpression", filter);
+		add_names(d, req, filter);
+		v = cJSON_AddObjectToObject(req, "ExpressionAttributeValues");
+		if (f->state != IK_ST_NONE)
+			cJSON_AddItemToObject(v, ":st", av_s(ik_state_name(f->state)));
+		if (f->older_than_ms > 0)
+			cJSON_AddItemToObject(v, ":cut", av_n(f->now_ms - f->older_than_ms));
+	}
+	return req;
+}
+
+/* Unfinished records: Queries on the open index, eventually consistent
+ * like every index read (a record finished a moment ago may still be
+ * listed; the steps that act on it are conditional writes).  DONE or any
+ * state: a paginated Scan.  The matches are held and sorted like the
+ * SQLite listing (updatedAt, key). */
 static int
 dd_list(struct ik_store *st, const struct ik_list_filter *f, ik_record_cb cb,
         void *arg, ik_err *err)
@@ -470,60 +611,40 @@ dd_list(struct ik_store *st, const struct ik_list_filter *f, ik_record_cb cb,
 	struct ddb *d = st->impl;
 	struct ik_record *recs = NULL, *t;
 	size_t n = 0, cap = 0, i;
-	cJSON *req = NULL, *resp = NULL, *v, *items, *it, *lek;
-	char filter[160] = "";
-	int rc = IK_OK;
+	cJSON *req = NULL, *resp = NULL, *items, *it;
+	int rc = IK_OK, part = list_part(f), shard, shards;
 
-	if (f->state != IK_ST_NONE)
-		strcat(filter, "#st = :st");
-	if (f->expired)
-		strcat(filter, *filter ? " AND #st = :ip AND #lu < :now" : "#st = :ip AND #lu < :now");
-	if (f->older_than_ms > 0)
-		strcat(filter, *filter ? " AND #ua < :cut" : "#ua < :cut");
-	for (;;) {
-		req = new_req(d, NULL);
-		cJSON_AddTrueToObject(req, "ConsistentRead");
-		if (*filter) {
-			cJSON_AddStringToObject(req, "FilterExpression", filter);
-			add_names(d, req, filter);
-			v = cJSON_AddObjectToObject(req, "ExpressionAttributeValues");
-			if (f->state != IK_ST_NONE)
-				cJSON_AddItemToObject(v, ":st", av_s(ik_state_name(f->state)));
-			if (f->expired) {
-				cJSON_AddItemToObject(v, ":ip", av_s("IN_PROGRESS"));
-				cJSON_AddItemToObject(v, ":now", av_n(f->now_ms));
-			}
-			if (f->older_than_ms > 0)
-				cJSON_AddItemToObject(v, ":cut", av_n(f->now_ms - f->older_than_ms));
-		}
-		if (resp && (lek = cJSON_DetachItemFromObjectCaseSensitive(resp, "LastEvaluatedKey")))
-			cJSON_AddItemToObject(req, "ExclusiveStartKey", lek);
-		cJSON_Delete(resp);
-		resp = NULL;
-		rc = ddb_call(d, "Scan", req, NULL, &resp, err);
-		cJSON_Delete(req);
-		req = NULL;
-		if (rc != IK_OK)
-			goto out;
-		items = cJSON_GetObjectItemCaseSensitive(resp, "Items");
-		cJSON_ArrayForEach(it, items) {
-			if (n == cap) {
-				cap = cap ? cap * 2 : 64;
-				if (!(t = realloc(recs, cap * sizeof *recs))) {
+	if (part < 0)
+		return IK_EMPTY;
+	shards = part == IK_ST_NONE ? 1 : OPEN_SHARDS;
+	for (shard = 0; shard < shards; shard++) {
+		req = list_req(d, f, part, shard);
+		do {
+			cJSON_Delete(resp);
+			resp = NULL;
+			rc = part == IK_ST_NONE ? ddb_call(d, "Scan", req, NULL, &resp, err)
+			                        : query_open(d, req, &resp, err);
+			if (rc != IK_OK)
+				goto out;
+			items = cJSON_GetObjectItemCaseSensitive(resp, "Items");
+			cJSON_ArrayForEach(it, items) {
+				if (n == cap) {
+					cap = cap ? cap * 2 : 64;
+					if (!(t = realloc(recs, cap * sizeof *recs))) {
+						rc = ik_errf(err, IK_SOFTWARE, "out of memory");
+						goto out;
+					}
+					recs = t;
+				}
+				if (ik_ddb_record_from_item(it, d->key, &recs[n]) < 0) {
 					rc = ik_errf(err, IK_SOFTWARE, "out of memory");
 					goto out;
 				}
-				recs = t;
+				n++;
 			}
-			if (ik_ddb_record_from_item(it, d->key, &recs[n]) < 0) {
-				rc = ik_errf(err, IK_SOFTWARE, "out of memory");
-				goto out;
-			}
-			n++;
-		}
-		lek = cJSON_GetObjectItemCaseSensitive(resp, "LastEvaluatedKey");
-		if (!cJSON_IsObject(lek) || !lek->child)
-			break;
+		} while (next_page(req, resp));
+		cJSON_Delete(req);
+		req = NULL;
 	}
 	if (n)
 		qsort(recs, n, sizeof *recs, rec_cmp);
@@ -532,11 +653,91 @@ dd_list(struct ik_store *st, const struct ik_list_filter *f, ik_record_cb cb,
 			break;
 	rc = n ? IK_OK : IK_EMPTY;
 out:
+	cJSON_Delete(req);
 	cJSON_Delete(resp);
 	for (i = 0; i < n; i++)
 		ik_record_free(&recs[i]);
 	free(recs);
 	return rc;
+}
+
+/* ---- stats: Queries on the open index, DescribeTable for DONE ---------- */
+
+static int describe(struct ddb *d, cJSON **resp, ik_err *err);
+
+/* Walks every shard of state's open records, oldest update first (only
+ * updatedAt and leaseUntil are returned): how many, how many with an ended
+ * lease, and the oldest updatedAt of each (0: none). */
+static int
+open_walk(struct ddb *d, enum ik_state state, int64_t now_ms, int64_t *n, int64_t *ended,
+          int64_t *oldest, int64_t *oldest_ended, ik_err *err)
+{
+	cJSON *req, *resp = NULL, *v, *it;
+	int64_t ua;
+	int rc = IK_OK, shard;
+
+	*n = *ended = *oldest = *oldest_ended = 0;
+	for (shard = 0; shard < OPEN_SHARDS && rc == IK_OK; shard++) {
+		req = open_req(d, state, shard, NULL, &v);
+		cJSON_AddStringToObject(req, "ProjectionExpression", "#ua, #lu");
+		add_names(d, req, "#os #ua #lu");
+		do {
+			cJSON_Delete(resp);
+			resp = NULL;
+			if ((rc = query_open(d, req, &resp, err)) != IK_OK)
+				break;
+			cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(resp, "Items")) {
+				ua = attr_n(it, "updatedAt");
+				++*n;
+				if (!*oldest || ua < *oldest)
+					*oldest = ua;
+				if (attr_n(it, "leaseUntil") < now_ms) {
+					++*ended;
+					if (!*oldest_ended || ua < *oldest_ended)
+						*oldest_ended = ua;
+				}
+			}
+		} while (next_page(req, resp));
+		cJSON_Delete(req);
+	}
+	cJSON_Delete(resp);
+	return rc;
+}
+
+static int
+dd_stats(struct ik_store *st, int64_t now_ms, struct ik_store_stats *out, ik_err *err)
+{
+	struct ddb *d = st->impl;
+	cJSON *resp = NULL, *t;
+	int64_t n, ended, oldest, oldest_ended;
+	int rc;
+
+	memset(out, 0, sizeof *out);
+	if ((rc = open_walk(d, IK_ST_IN_PROGRESS, now_ms, &out->in_progress, &out->stuck,
+	                    &oldest, &oldest_ended, err)) != IK_OK)
+		return rc;
+	out->oldest_stuck_ms = out->stuck ? now_ms - oldest_ended : 0;
+	if ((rc = open_walk(d, IK_ST_DNF, now_ms, &out->dnf, &ended, &oldest, &oldest_ended,
+	                    err)) != IK_OK)
+		return rc;
+	out->oldest_dnf_ms = out->dnf ? now_ms - oldest : 0;
+	if ((rc = open_walk(d, IK_ST_FAILED, now_ms, &out->failed, &ended, &oldest,
+	                    &oldest_ended, err)) != IK_OK)
+		return rc;
+	/* DONE: the table's ItemCount (refreshed about every 6 hours on
+	 * DynamoDB) less the open records: an estimate, never a Scan. */
+	if ((rc = describe(d, &resp, err)) == IK_AWS_ERROR)
+		return errsuffix(err, IK_CONFIG, " (table %s: create it with idemp-init)", d->table);
+	if (rc != IK_OK)
+		return rc;
+	t = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(resp, "Table"),
+	                                     "ItemCount");
+	n = cJSON_IsNumber(t) ? (int64_t)t->valuedouble : 0;
+	n -= out->in_progress + out->dnf + out->failed;
+	out->done = n > 0 ? n : 0;
+	out->done_approx = 1;
+	cJSON_Delete(resp);
+	return IK_OK;
 }
 
 /* ---- init: the table, its key schema, TTL ------------------------------ */
@@ -636,14 +837,174 @@ unsupported:
 	return IK_OK;
 }
 
+/* The open index's AttributeDefinitions entries and its definition
+ * (KeySchema, Projection), for CreateTable and UpdateTable. */
+static void
+add_attr_def(cJSON *defs, const char *name, const char *type)
+{
+	cJSON *t = cJSON_CreateObject();
+
+	cJSON_AddStringToObject(t, "AttributeName", name);
+	cJSON_AddStringToObject(t, "AttributeType", type);
+	cJSON_AddItemToArray(defs, t);
+}
+
+static cJSON *
+open_index_def(const cJSON *throughput)
+{
+	cJSON *g = cJSON_CreateObject(), *ks, *k;
+
+	cJSON_AddStringToObject(g, "IndexName", OPEN_INDEX);
+	ks = cJSON_AddArrayToObject(g, "KeySchema");
+	k = cJSON_CreateObject();
+	cJSON_AddStringToObject(k, "AttributeName", "openState");
+	cJSON_AddStringToObject(k, "KeyType", "HASH");
+	cJSON_AddItemToArray(ks, k);
+	k = cJSON_CreateObject();
+	cJSON_AddStringToObject(k, "AttributeName", "updatedAt");
+	cJSON_AddStringToObject(k, "KeyType", "RANGE");
+	cJSON_AddItemToArray(ks, k);
+	cJSON_AddStringToObject(cJSON_AddObjectToObject(g, "Projection"), "ProjectionType", "ALL");
+	if (throughput)
+		cJSON_AddItemToObject(g, "ProvisionedThroughput", cJSON_Duplicate(throughput, 1));
+	return g;
+}
+
+/* The open index's IndexStatus in a DescribeTable "Table", or NULL when
+ * the table has no such index. */
+static const char *
+open_index_status(const cJSON *table)
+{
+	const cJSON *g, *name, *status;
+
+	cJSON_ArrayForEach(g, cJSON_GetObjectItemCaseSensitive(table, "GlobalSecondaryIndexes")) {
+		name = cJSON_GetObjectItemCaseSensitive(g, "IndexName");
+		status = cJSON_GetObjectItemCaseSensitive(g, "IndexStatus");
+		if (cJSON_IsString(name) && strcmp(name->valuestring, OPEN_INDEX) == 0)
+			return cJSON_IsString(status) ? status->valuestring : "ACTIVE";
+	}
+	return NULL;
+}
+
+/* Adds the open index to a table made before it (UpdateTable).  On-demand
+ * DynamoDB refuses ProvisionedThroughput for the index; a provisioned
+ * table, and dynalite even on an on-demand one, insist on it: then the
+ * index gets the table's own throughput (1/1 when the table shows none). */
+static int
+add_open_index(struct ddb *d, const cJSON *table, ik_err *err)
+{
+	const cJSON *pt = cJSON_GetObjectItemCaseSensitive(table, "ProvisionedThroughput");
+	const cJSON *rcu = cJSON_GetObjectItemCaseSensitive(pt, "ReadCapacityUnits");
+	const cJSON *wcu = cJSON_GetObjectItemCaseSensitive(pt, "WriteCapacityUnits");
+	cJSON *req, *resp = NULL, *defs, *upd, *c, *tp = NULL;
+	int rc;
+
+	for (;;) {
+		req = new_req(d, NULL);
+		defs = cJSON_AddArrayToObject(req, "AttributeDefinitions");
+		add_attr_def(defs, d->key, "S");
+		add_attr_def(defs, "openState", "S");
+		add_attr_def(defs, "updatedAt", "N");
+		upd = cJSON_AddArrayToObject(req, "GlobalSecondaryIndexUpdates");
+		c = cJSON_CreateObject();
+		cJSON_AddItemToObject(c, "Create", open_index_def(tp));
+		cJSON_AddItemToArray(upd, c);
+		rc = ddb_call(d, "UpdateTable", req, "ValidationException", &resp, err);
+		cJSON_Delete(req);
+		/* An endpoint that takes the request and drops the index (dynalite
+		 * does) would leave us waiting for an index that never comes. */
+		if (rc == IK_OK && !open_index_status(cJSON_GetObjectItemCaseSensitive(resp,
+		                                      "TableDescription")))
+			rc = ik_errf(err, IK_CONFIG, "dynamodb UpdateTable: table %s: the endpoint "
+			             "accepted the index " OPEN_INDEX " but did not add it (dynalite "
+			             "cannot add an index to a table; recreate the table with "
+			             "idemp-init)", d->table);
+		cJSON_Delete(resp);
+		resp = NULL;
+		if (rc != IK_AWS_ERROR || tp || !strstr(err->msg, "rovisionedThroughput"))
+			break;
+		ik_errclear(err);
+		tp = cJSON_CreateObject();
+		cJSON_AddNumberToObject(tp, "ReadCapacityUnits",
+		                        cJSON_IsNumber(rcu) && rcu->valuedouble >= 1 ? rcu->valuedouble : 1);
+		cJSON_AddNumberToObject(tp, "WriteCapacityUnits",
+		                        cJSON_IsNumber(wcu) && wcu->valuedouble >= 1 ? wcu->valuedouble : 1);
+	}
+	cJSON_Delete(tp);
+	if (rc == IK_AWS_ERROR)
+		rc = err->code ? err->code : IK_SOFTWARE;
+	if (rc == IK_OK)
+		ik_log(IK_LOG_INFO, "adding index", "table", d->table, "index", OPEN_INDEX, NULL);
+	return rc;
+}
+
+/* On a table idemp-init did not just create: the unfinished records
+ * written before the index (by an older idemkit) get their openState.  A
+ * Scan of the key and state, in idemp-init only (a deployment step, never
+ * a worker's); it finds nothing to do once every record is indexed, and
+ * finishes a migration that was cut short.  Each update is conditioned on
+ * the state it read, so a record finished meanwhile is left as its writer
+ * left it. */
+static int
+backfill_open(struct ddb *d, ik_err *err)
+{
+	static const char filter[] = "#st <> :done AND attribute_not_exists(#os)";
+	cJSON *req, *resp = NULL, *v, *it, *r, *rv;
+	const char *key, *state;
+	char os[64];
+	long n = 0;
+	int rc;
+
+	req = new_req(d, NULL);
+	cJSON_AddStringToObject(req, "FilterExpression", filter);
+	cJSON_AddStringToObject(req, "ProjectionExpression", "#k, #st");
+	add_names(d, req, "#k #st #os");
+	v = cJSON_AddObjectToObject(req, "ExpressionAttributeValues");
+	cJSON_AddItemToObject(v, ":done", av_s("DONE"));
+	cJSON_AddTrueToObject(req, "ConsistentRead");
+	do {
+		cJSON_Delete(resp);
+		resp = NULL;
+		if ((rc = ddb_call(d, "Scan", req, NULL, &resp, err)) != IK_OK)
+			break;
+		cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(resp, "Items")) {
+			key = attr_s(it, d->key);
+			state = attr_s(it, "state");
+			if (!key || !state || ik_state_parse(state) == IK_ST_NONE)
+				continue;
+			r = new_req(d, key);
+			rv = cJSON_AddObjectToObject(r, "ExpressionAttributeValues");
+			cJSON_AddItemToObject(rv, ":st", av_s(state));
+			cJSON_AddItemToObject(rv, ":os", av_s(open_key(os, ik_state_parse(state), key)));
+			rc = cond_update(d, r, "#st = :st AND attribute_not_exists(#os)",
+			                 "SET #os = :os", err);
+			if (rc == IK_LEASE_LOST)
+				rc = IK_OK;
+			if (rc != IK_OK)
+				break;
+			n++;
+		}
+	} while (rc == IK_OK && next_page(req, resp));
+	cJSON_Delete(req);
+	cJSON_Delete(resp);
+	if (rc == IK_OK && n) {
+		char buf[32];
+		snprintf(buf, sizeof buf, "%ld", n);
+		ik_log(IK_LOG_INFO, "indexed unfinished records", "table", d->table,
+		       "index", OPEN_INDEX, "records", buf, NULL);
+	}
+	return rc;
+}
+
 static int
 dd_init(struct ik_store *st, ik_err *err)
 {
 	struct ddb *d = st->impl;
 	cJSON *resp = NULL, *req, *a, *t, *s;
 	int64_t deadline = ik_mono_ms() + ACTIVE_WAIT_MS;
+	const char *ix;
 	long nap = 50;
-	int rc, created = 0;
+	int rc, created = 0, added = 0;
 
 	for (;;) {
 		rc = describe(d, &resp, err);
@@ -653,10 +1014,11 @@ dd_init(struct ik_store *st, ik_err *err)
 			ik_errclear(err);
 			req = new_req(d, NULL);
 			a = cJSON_AddArrayToObject(req, "AttributeDefinitions");
-			t = cJSON_CreateObject();
-			cJSON_AddStringToObject(t, "AttributeName", d->key);
-			cJSON_AddStringToObject(t, "AttributeType", "S");
-			cJSON_AddItemToArray(a, t);
+			add_attr_def(a, d->key, "S");
+			add_attr_def(a, "openState", "S");
+			add_attr_def(a, "updatedAt", "N");
+			a = cJSON_AddArrayToObject(req, "GlobalSecondaryIndexes");
+			cJSON_AddItemToArray(a, open_index_def(NULL));
 			a = cJSON_AddArrayToObject(req, "KeySchema");
 			t = cJSON_CreateObject();
 			cJSON_AddStringToObject(t, "AttributeName", d->key);
@@ -689,8 +1051,19 @@ dd_init(struct ik_store *st, ik_err *err)
 				cJSON_Delete(resp);
 				return rc;
 			}
-			if (cJSON_IsString(s) && strcmp(s->valuestring, "ACTIVE") == 0)
+			ix = open_index_status(t);
+			if (cJSON_IsString(s) && strcmp(s->valuestring, "ACTIVE") == 0 && !ix &&
+			    !added) {
+				/* a table from before the index */
+				added = 1;
+				if ((rc = add_open_index(d, t, err)) != IK_OK) {
+					cJSON_Delete(resp);
+					return rc;
+				}
+			} else if (cJSON_IsString(s) && strcmp(s->valuestring, "ACTIVE") == 0 &&
+			           ix && strcmp(ix, "ACTIVE") == 0) {
 				break;
+			}
 			if (cJSON_IsString(s) && strcmp(s->valuestring, "DELETING") == 0) {
 				cJSON_Delete(resp);
 				return ik_errf(err, IK_TEMPFAIL, "dynamodb table %s is being "
@@ -707,6 +1080,10 @@ dd_init(struct ik_store *st, ik_err *err)
 			nap *= 2;
 	}
 	cJSON_Delete(resp);
+	/* A table we did not just create may hold unfinished records written
+	 * before the index (or while an earlier migration was cut short). */
+	if (!created && (rc = backfill_open(d, err)) != IK_OK)
+		return rc;
 	return ensure_ttl(d, err);
 }
 
@@ -735,6 +1112,7 @@ static const struct ik_store_ops dynamodb_ops = {
 	.get = dd_get,
 	.list = dd_list,
 	.close = dd_close,
+	.stats = dd_stats,
 };
 
 int

@@ -18,6 +18,7 @@
 #include "sqlite.h"
 #include "outcome.h"
 #include "store.h"
+#include "store_sqlite.h"
 #include "util.h"
 
 #define SCHEMA_VERSION 1
@@ -495,6 +496,76 @@ sq_close(struct ik_store *st)
 	st->impl = NULL;
 }
 
+/* ---- stats: index searches only (store.h) ------------------------------
+ * Each statement is a SEARCH of records_state (state, updated_at) for one
+ * state; none scans the table (tests/unit/sqlite_stats_plan.c).  They run
+ * in one read transaction, so the counts agree with each other. */
+const char *const ik_sq_stats_sql[IK_SQ_STATS_N] = {
+	[IK_SQ_STATS_COUNT] = "SELECT count(*) FROM records WHERE state = ?1",
+	[IK_SQ_STATS_STUCK] =
+	"SELECT count(*), min(updated_at) FROM records"
+	" WHERE state = 'IN_PROGRESS' AND lease_until < ?1",
+	[IK_SQ_STATS_DNF] =
+	"SELECT count(*), min(updated_at) FROM records"
+	" WHERE state = 'DEBITED_NOTIFICATION_FAILED'",
+};
+
+/* One statement that returns one row: its columns into n[0] and n[1]
+ * (n[1] NULL -> 0).  arg: text for COUNT, a time for STUCK. */
+static int
+stats_row(struct sq *q, int which, const char *state, int64_t now_ms, int64_t n[2],
+    ik_err *err)
+{
+	sqlite3_stmt *s;
+	int rc;
+
+	if ((rc = sqlite3_prepare_v2(q->db, ik_sq_stats_sql[which], -1, &s, NULL)) != SQLITE_OK)
+		return sqerr(q, rc, "stats", err);
+	if (which == IK_SQ_STATS_COUNT)
+		sqlite3_bind_text(s, 1, state, -1, SQLITE_STATIC);
+	else if (which == IK_SQ_STATS_STUCK)
+		sqlite3_bind_int64(s, 1, now_ms);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		n[0] = sqlite3_column_int64(s, 0);
+		n[1] = sqlite3_column_count(s) > 1 ? sqlite3_column_int64(s, 1) : 0;
+		rc = SQLITE_OK;
+	}
+	sqlite3_finalize(s);
+	return rc == SQLITE_OK ? IK_OK : sqerr(q, rc, "stats", err);
+}
+
+static int
+sq_stats(struct ik_store *st, int64_t now_ms, struct ik_store_stats *out, ik_err *err)
+{
+	struct sq *q = st->impl;
+	int64_t *counts[] = { &out->in_progress, &out->done, &out->failed, &out->dnf };
+	static const enum ik_state states[] = { IK_ST_IN_PROGRESS, IK_ST_DONE, IK_ST_FAILED,
+	                                        IK_ST_DNF };
+	int64_t n[2];
+	int rc;
+	size_t i;
+
+	memset(out, 0, sizeof *out);
+	if ((rc = sqlite3_exec(q->db, "BEGIN", NULL, NULL, NULL)) != SQLITE_OK)
+		return sqerr(q, rc, "stats", err);
+	for (i = 0; i < sizeof states / sizeof states[0]; i++) {
+		if ((rc = stats_row(q, IK_SQ_STATS_COUNT, ik_state_name(states[i]), now_ms, n, err)))
+			goto out;
+		*counts[i] = n[0];
+	}
+	if ((rc = stats_row(q, IK_SQ_STATS_STUCK, NULL, now_ms, n, err)))
+		goto out;
+	out->stuck = n[0];
+	out->oldest_stuck_ms = n[0] ? now_ms - n[1] : 0;
+	if ((rc = stats_row(q, IK_SQ_STATS_DNF, NULL, now_ms, n, err)))
+		goto out;
+	out->oldest_dnf_ms = n[0] ? now_ms - n[1] : 0;
+out:
+	sqlite3_exec(q->db, "COMMIT", NULL, NULL, NULL);
+	return rc;
+}
+
 static const struct ik_store_ops sqlite_ops = {
 	.name = "sqlite",
 	.init = sq_init,
@@ -508,6 +579,7 @@ static const struct ik_store_ops sqlite_ops = {
 	.close = sq_close,
 	.begin = sq_begin,
 	.commit = sq_commit,
+	.stats = sq_stats,
 };
 
 int

@@ -1,0 +1,189 @@
+#!/usr/bin/env bats
+# --metrics FILE (charge-worker, charge-recover) and idemkit-metrics: the
+# file is parsed by a real Prometheus text parser (python3-prometheus-
+# client's), the outcomes add up to the messages received, the store and
+# DLQ gauges agree with idemp-stats and sqs-stat, the file is replaced
+# atomically (a reader never sees a partial one), and a failed run keeps
+# the last-success time.
+
+bats_require_minimum_version 1.5.0
+load helper
+load bank_helper
+
+# Debian's python3, where python3-prometheus-client is installed.
+PY=/usr/bin/python3
+
+setup() {
+	$PY -c 'import prometheus_client' 2>/dev/null || {
+		[ "${CI:-}" != true ] || { echo "python3-prometheus-client is required under CI"; return 1; }
+		skip "python3-prometheus-client not installed"
+	}
+	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/q.db#charges"
+	export IDEMKIT_DLQ="sqlite:$BATS_TEST_TMPDIR/q.db#charges-dlq"
+	export IDEMKIT_STORE="sqlite:$BATS_TEST_TMPDIR/store.db"
+	export IDEMKIT_LOG=quiet
+	M=$BATS_TEST_TMPDIR/textfile/idemkit_worker.prom
+	mkdir -p "${M%/*}"
+}
+teardown() { bank_stop; }
+
+fast=(--debit-timeout 2 --notify-timeout 1 --notify-retries 0 --lease 15s)
+
+# prom FILE EXPR: EXPR evaluated over the parsed file, where
+# v("name", label=value, ...) is one sample's value (None when absent).
+prom() { $PY - "$1" "$2" <<'PY'
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+fams = list(text_string_to_metric_families(open(sys.argv[1]).read()))
+samples = [s for f in fams for s in f.samples]
+def v(name, **labels):
+    for s in samples:
+        if s.name == name and all(s.labels.get(k) == x for k, x in labels.items()):
+            return s.value
+    return None
+def vs(name):
+    return [s for s in samples if s.name == name]
+print(eval(sys.argv[2]))
+PY
+}
+
+@test "idemkit-metrics: usage (64), no summary on stdin (65), a directory it cannot write (78), --clock" {
+	run idemkit-metrics --help
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"65  DATAERR"* ]]
+	run idemkit-metrics --file "$M" --job worker --started 1
+	[ "$status" -eq 64 ]
+	run idemkit-metrics --file "$M" --job 'Bad"Job' --started 1 --status 0
+	[ "$status" -eq 64 ]
+	run idemkit-metrics --file "$M" --job worker --started x --status 0
+	[ "$status" -eq 64 ]
+	run --separate-stderr idemkit-metrics --file "$M" --job worker --started 1 --status 0 <<<'{"not":"a summary"}'
+	[ "$status" -eq 65 ]
+	[[ "$stderr" == *'no {"summary":true'* ]]
+	[ ! -e "$M" ]
+	run --separate-stderr idemkit-metrics --file "$BATS_TEST_TMPDIR/nodir/x.prom" --job worker \
+		--started 1 --status 0 <<<'{"summary":true,"received":0}'
+	[ "$status" -eq 78 ]
+	[[ "$stderr" == *"metrics $BATS_TEST_TMPDIR/nodir/x.prom: create a temporary file: No such file or directory"* ]]
+	run idemkit-metrics --clock
+	[ "$status" -eq 0 ]
+	[[ "$output" =~ ^[0-9]{13}$ ]]
+}
+
+@test "charge-worker --metrics: parsed by Prometheus' parser; outcomes add up to received; stats and DLQ gauges" {
+	bank_start --decline ACC-BAD
+	for i in 1 2 3; do event "CHG-M$i" | sqs-send >/dev/null; done
+	event CHG-M1 | sqs-send >/dev/null                # a duplicate
+	event CHG-MX ACC-BAD | sqs-send >/dev/null        # declined: FAILED, DLQ
+	printf 'not json' | sqs-send >/dev/null           # invalid: DLQ
+	run --separate-stderr charge-worker --drain "${fast[@]}" --metrics "$M"
+	[ "$status" -eq 0 ]
+	summary=$(grep '"summary"' <<<"$stderr")
+	[ "$(jget "$summary" received)" -eq 6 ]
+	[ "$(prom "$M" 'v("idemkit_worker_received_total", idemkit_job="worker")')" = 6.0 ]
+	[ "$(prom "$M" 'sum(s.value for s in vs("idemkit_worker_messages_total"))')" = 6.0 ]
+	[ "$(prom "$M" 'v("idemkit_worker_messages_total", outcome="debited")')" = 3.0 ]
+	[ "$(prom "$M" 'v("idemkit_worker_messages_total", outcome="dup_done")')" = 1.0 ]
+	[ "$(prom "$M" 'v("idemkit_worker_messages_total", outcome="declined")')" = 1.0 ]
+	[ "$(prom "$M" 'v("idemkit_worker_messages_total", outcome="invalid")')" = 1.0 ]
+	[ "$(prom "$M" 'len(vs("idemkit_worker_messages_total"))')" = 11 ]
+	# the store gauges are idemp-stats's
+	stats=$(idemp-stats --json)
+	[ "$(prom "$M" 'int(v("idemkit_records", state="DONE"))')" = "$(jget "$stats" states.DONE)" ]
+	[ "$(prom "$M" 'int(v("idemkit_records", state="FAILED"))')" = 1 ]
+	[ "$(prom "$M" 'int(v("idemkit_stuck_records"))')" = 0 ]
+	[ "$(prom "$M" 'int(v("idemkit_dnf_backlog"))')" = 0 ]
+	[ "$(prom "$M" 'int(v("idemkit_store_stats_up"))')" = 1 ]
+	# the DLQ holds the declined and the invalid message
+	[ "$(prom "$M" 'int(v("idemkit_dlq_messages", kind="visible"))')" = 2 ]
+	[ "$(prom "$M" 'int(v("idemkit_run_exit_status"))')" = 0 ]
+	[ "$(prom "$M" 'v("idemkit_last_success_timestamp_seconds") == v("idemkit_last_run_end_timestamp_seconds")')" = True ]
+	[ "$(prom "$M" 'v("idemkit_run_duration_seconds") > 0')" = True ]
+	# readable by node_exporter's user; no temporary file left
+	[ "$(stat -c %a "$M")" = 644 ]
+	[ "$(ls "${M%/*}")" = idemkit_worker.prom ]
+	# the counters go on across runs
+	event CHG-M4 | sqs-send >/dev/null
+	charge-worker --drain "${fast[@]}" --metrics "$M" 2>/dev/null
+	[ "$(prom "$M" 'v("idemkit_worker_received_total")')" = 7.0 ]
+	[ "$(prom "$M" 'v("idemkit_worker_messages_total", outcome="debited")')" = 4.0 ]
+}
+
+@test "a failed run keeps the last-success time; its own end and status are recorded" {
+	bank_start
+	event CHG-F1 | sqs-send >/dev/null
+	charge-worker --drain "${fast[@]}" --metrics "$M" 2>/dev/null
+	ok=$(prom "$M" 'v("idemkit_last_success_timestamp_seconds")')
+	bank_stop
+	sleep 0.01
+	event CHG-F2 | sqs-send >/dev/null
+	run --separate-stderr charge-worker --drain "${fast[@]}" --metrics "$M"
+	[ "$status" -eq 75 ]
+	[ "$(prom "$M" 'int(v("idemkit_run_exit_status"))')" = 75 ]
+	[ "$(prom "$M" 'v("idemkit_last_success_timestamp_seconds")')" = "$ok" ]
+	[ "$(prom "$M" "v('idemkit_last_run_end_timestamp_seconds') > $ok")" = True ]
+	# (a drain looks again at what it left: each receive has one outcome)
+	[ "$(prom "$M" 'v("idemkit_worker_messages_total", outcome="left") >= 1')" = True ]
+	[ "$(prom "$M" 'sum(s.value for s in vs("idemkit_worker_messages_total")) == v("idemkit_worker_received_total")')" = True ]
+	# the charge the failed run left is stuck: IN_PROGRESS (its lease is live)
+	[ "$(prom "$M" 'int(v("idemkit_records", state="IN_PROGRESS"))')" = 1 ]
+	# an empty queue (1) is a success
+	run --separate-stderr charge-worker --drain "${fast[@]}" --metrics "$M" --wait 0
+	[ "$status" -eq 1 ]
+	[ "$(prom "$M" "v('idemkit_last_success_timestamp_seconds') > $ok")" = True ]
+}
+
+@test "the file is replaced atomically: a reader polling it never sees a partial file" {
+	summary='{"summary":true,"received":3,"debited":3}'
+	idemkit-metrics --file "$M" --job worker --started 1 --status 0 <<<"$summary"
+	# the reader parses every version it can open, until told to stop
+	$PY - "$M" "$BATS_TEST_TMPDIR/stop" > "$BATS_TEST_TMPDIR/reads" <<'PY' &
+import os, sys
+from prometheus_client.parser import text_string_to_metric_families
+n = bad = 0
+while not os.path.exists(sys.argv[2]) or n < 50:
+    text = open(sys.argv[1]).read()
+    n += 1
+    try:
+        names = {f.name for f in text_string_to_metric_families(text)}
+    except Exception:
+        names = set()
+    # the last family written is there: the whole file was
+    if not text.endswith("\n") or "idemkit_dlq_up" not in names:
+        bad += 1
+print(n, bad)
+PY
+	reader=$!
+	for i in $(seq 150); do
+		idemkit-metrics --file "$M" --job worker --started 1 --status 0 <<<"$summary" || break
+	done
+	touch "$BATS_TEST_TMPDIR/stop"
+	wait "$reader"
+	read -r reads bad < "$BATS_TEST_TMPDIR/reads"
+	echo "reads $reads, partial $bad"
+	[ "$reads" -ge 50 ]
+	[ "$bad" -eq 0 ]
+	[ "$(prom "$M" 'v("idemkit_worker_received_total")')" = "$((3 * 151)).0" ]
+	[ "$(ls "${M%/*}")" = idemkit_worker.prom ]
+}
+
+@test "charge-recover --renotify --metrics: the recovery counts, under its own job label" {
+	bank_start --notify-fail
+	event CHG-RM | sqs-send >/dev/null
+	charge-worker --drain "${fast[@]}" 2>/dev/null
+	bank_stop
+	bank_start
+	sleep 0.05
+	R=${M%/*}/idemkit_recover_renotify.prom
+	run --separate-stderr charge-recover --renotify --older-than 10ms --notify-retries 0 --metrics "$R"
+	[ "$status" -eq 0 ]
+	[ "$(prom "$R" 'v("idemkit_recover_found_total", idemkit_job="recover-renotify")')" = 1.0 ]
+	[ "$(prom "$R" 'v("idemkit_recover_records_total", outcome="renotified")')" = 1.0 ]
+	[ "$(prom "$R" 'v("idemkit_recover_records_total", outcome="stillFailed")')" = 0.0 ]
+	[ "$(prom "$R" 'int(v("idemkit_dnf_backlog"))')" = 0 ]
+	# nothing left to do (1): still a success, and a file
+	run --separate-stderr charge-recover --renotify --metrics "$R"
+	[ "$status" -eq 1 ]
+	[ "$(prom "$R" 'int(v("idemkit_run_exit_status"))')" = 1 ]
+	[ "$(prom "$R" 'v("idemkit_recover_found_total")')" = 1.0 ]
+}
