@@ -65,29 +65,12 @@ struct ik_aws_src {
 };
 
 void
-ik_aws_free_secret(char *s)
-{
-	if (s) {
-		sodium_memzero(s, strlen(s));
-		free(s);
-	}
-}
-
-void
 ik_aws_creds_free(struct ik_aws_creds *c)
 {
-	ik_aws_free_secret(c->ak);
-	ik_aws_free_secret(c->sk);
-	ik_aws_free_secret(c->tok);
+	ik_str_wipe_free(c->ak);
+	ik_str_wipe_free(c->sk);
+	ik_str_wipe_free(c->tok);
 	memset(c, 0, sizeof *c);
-}
-
-void
-ik_aws_buf_free_secret(struct ik_buf *b)
-{
-	if (b->p)
-		sodium_memzero(b->p, b->cap);
-	ik_buf_free(b);
 }
 
 const char *

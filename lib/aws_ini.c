@@ -152,7 +152,7 @@ ini_read(const char *path, const char *sect, const char *alt, int from_creds,
 		val = trim(eq + 1);
 		for (i = 0; i < IK_AWS_P_N; i++)
 			if (strcmp(name, pkey_names[i]) == 0 && *val) {
-				ik_aws_free_secret(p->v[i]);
+				ik_str_wipe_free(p->v[i]);
 				p->v[i] = strdup(val);
 				p->in_creds[i] = (unsigned char)from_creds;
 			}
@@ -210,7 +210,7 @@ ik_aws_profile_free(struct ik_aws_profile *p)
 	int i;
 
 	for (i = 0; i < IK_AWS_P_N; i++)
-		ik_aws_free_secret(p->v[i]);
+		ik_str_wipe_free(p->v[i]);
 	free(p->name);
 	memset(p, 0, sizeof *p);
 }

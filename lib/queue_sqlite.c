@@ -452,13 +452,6 @@ fail:
 	return rc;
 }
 
-static void
-nap(int64_t ms)
-{
-	struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
-	nanosleep(&ts, NULL);   /* a signal ends it early: the loop checks stop */
-}
-
 static int
 sq_receive(struct ik_queue *q, int max, int wait_s, int visibility_s,
            struct ik_qmsg *msgs, size_t *n, ik_err *err)
@@ -476,7 +469,7 @@ sq_receive(struct ik_queue *q, int max, int wait_s, int visibility_s,
 			return rc;
 		if ((q->stop && *q->stop) || ik_mono_ms() >= deadline)
 			return IK_OK;
-		nap(pause);
+		ik_sleep_ms(pause);   /* a stop signal ends it early: the loop checks stop */
 		pause = pause * 2 > POLL_MAX_MS ? POLL_MAX_MS : pause * 2;
 	}
 }

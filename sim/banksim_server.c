@@ -985,14 +985,6 @@ read_secret(const char *path, const char *what, struct ik_buf *b, ik_err *err)
 	return IK_OK;
 }
 
-static void
-wipe(struct ik_buf *b)
-{
-	if (b->p)
-		sodium_memzero(b->p, b->len);
-	ik_buf_free(b);
-}
-
 int
 ik_banksim_start(const struct ik_banksim_cfg *cfg, struct ik_banksim **out,
                  ik_err *err)
@@ -1130,12 +1122,12 @@ ik_banksim_stop(struct ik_banksim *b)
 		MHD_stop_daemon(b->d);
 	ik_ledger_close(b->ledger);
 	ik_banksim_faults_free(&b->f);
-	wipe(&b->token);
-	wipe(&b->hmac);
-	wipe(&b->cert);
-	wipe(&b->key);
-	wipe(&b->client_ca);
-	wipe(&b->oauth_secret);
+	ik_buf_wipe_free(&b->token);
+	ik_buf_wipe_free(&b->hmac);
+	ik_buf_wipe_free(&b->cert);
+	ik_buf_wipe_free(&b->key);
+	ik_buf_wipe_free(&b->client_ca);
+	ik_buf_wipe_free(&b->oauth_secret);
 	free(b->oauth_id);
 	if (b->toks)
 		sodium_memzero(b->toks, b->ntoks * sizeof *b->toks);
