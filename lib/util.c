@@ -220,27 +220,6 @@ ik_str_wipe_free(char *s)
 }
 
 int
-ik_read_line(FILE *f, struct ik_buf *b)
-{
-	ssize_t n;
-
-	errno = 0;
-	n = getline(&b->p, &b->cap, f);
-	if (n < 0) {
-		b->len = 0;
-		if (b->p)
-			b->p[0] = '\0';
-		return ferror(f) ? -1 : 0;
-	}
-	b->len = (size_t)n;
-	if (b->len && b->p[b->len - 1] == '\n')
-		b->p[--b->len] = '\0';
-	if (b->len && b->p[b->len - 1] == '\r')
-		b->p[--b->len] = '\0';
-	return 1;
-}
-
-int
 ik_read_file(const char *path, size_t max, struct ik_buf *b, ik_err *err)
 {
 	char chunk[4096];

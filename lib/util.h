@@ -1,5 +1,5 @@
 /* util.h: small helpers with no better home: clocks, durations, the state
- * directory, growable buffers, reading whole lines and files. */
+ * directory, growable buffers, reading whole files (lines: lines.h). */
 #ifndef IK_UTIL_H
 #define IK_UTIL_H
 
@@ -49,10 +49,6 @@ void ik_buf_free(struct ik_buf *b);
 void ik_buf_wipe_free(struct ik_buf *b);
 /* Wipes a NUL-terminated secret, then frees it; NULL is fine. */
 void ik_str_wipe_free(char *s);
-
-/* One line from f, without its newline, into b (reset first).  Returns 1 on
- * a line, 0 at EOF, -1 on a read error.  Lines have no length limit. */
-int ik_read_line(FILE *f, struct ik_buf *b);
 
 /* The whole file, NUL-terminated, trailing newlines stripped: IK_OK, or
  * IK_CONFIG with err when it cannot be read or is larger than max bytes
