@@ -103,17 +103,16 @@ static int
 record(cJSON *env, const char *id, int rc, const char *error, int attempts)
 {
 	cJSON *r = ik_env_set_result(env, "notify", rc);
-	char n[16];
 
 	if (!r)
 		return IK_SOFTWARE;
 	cJSON_AddNumberToObject(r, "attempts", attempts);
 	if (error)
 		cJSON_AddStringToObject(r, "error", error);
-	snprintf(n, sizeof n, "%d", attempts);
 	ik_log(rc == IK_OK ? IK_LOG_INFO : IK_LOG_WARN, "notify", "step", "notify",
 	       "chargeId", id, "messageId", ik_env_str(env, "messageId"),
-	       "outcome", ik_code_name(rc), "attempts#", n, "error", error, NULL);
+	       "outcome", ik_code_name(rc), IK_LOG_NUM("attempts", attempts),
+	       "error", error, NULL);
 	return rc;
 }
 
@@ -256,10 +255,8 @@ main(int argc, char **argv)
 			c.opts.timeout_ms = (long)ms;
 			break;
 		case 'r':
-			if (ik_parse_int(optarg, 0, 20, &n) < 0) {
-				ik_warnx("--retries: \"%s\" is not a number from 0 to 20", optarg);
+			if (ik_opt_int("--retries", optarg, 0, 20, &n) < 0)
 				goto out;
-			}
 			c.retries = (long)n;
 			break;
 		case 'b':

@@ -415,7 +415,6 @@ ik_aws_creds_refresh(const struct ik_aws_cfg *a, struct ik_aws_src *src,
 {
 	struct ik_aws_creds n = { 0 };
 	int64_t now = ik_now_ms(), margin;
-	char left[32];
 	int rc;
 
 	if (!c->expires_ms)
@@ -431,10 +430,10 @@ ik_aws_creds_refresh(const struct ik_aws_cfg *a, struct ik_aws_src *src,
 		if (rc == IK_EMPTY)
 			rc = ik_errf(err, IK_TEMPFAIL, "%s: not reachable", src_names[src->kind]);
 		if (now < c->expires_ms) {
-			snprintf(left, sizeof left, "%lld", (long long)(c->expires_ms - now));
 			ik_log(IK_LOG_WARN, "AWS credentials refresh failed; the current ones "
 			       "are still valid", "source", src_names[src->kind],
-			       "validMs#", left, "error", err ? err->msg : "", NULL);
+			       IK_LOG_NUM("validMs", c->expires_ms - now),
+			       "error", err ? err->msg : "", NULL);
 			ik_errclear(err);
 			return IK_OK;
 		}

@@ -22,7 +22,6 @@ ik_aws_send(const struct ik_aws_cfg *cfg, const char *what,
             struct ik_aws_error *e, int *tries, ik_err *err)
 {
 	ik_err herr = { 0 };
-	char attempt_s[32];
 	int attempt, rc;
 
 	for (attempt = 1; ; attempt++) {
@@ -42,8 +41,7 @@ ik_aws_send(const struct ik_aws_cfg *cfg, const char *what,
 		}
 		if (!e->retryable || attempt >= cfg->max_attempts)
 			break;
-		snprintf(attempt_s, sizeof attempt_s, "%d", attempt);
-		ik_log(IK_LOG_DEBUG, "aws retry", "call", what, "attempt#", attempt_s,
+		ik_log(IK_LOG_DEBUG, "aws retry", "call", what, IK_LOG_NUM("attempt", attempt),
 		       "error", e->type[0] ? e->type : e->message, NULL);
 		/* A stop signal ends the wait, not the attempts: the call in
 		 * hand still gets the tries it has left. */

@@ -20,6 +20,8 @@
 #include "outcome.h"
 
 #define SECRET_MAX 8192
+#define BEARER "Authorization: Bearer "
+#define BEARER_LEN (sizeof BEARER - 1)
 
 static const char *
 env(const char *prefix, const char *name, char *buf, size_t n)
@@ -41,7 +43,7 @@ ik_bankapi_take_env(struct ik_bankapi *a, const char *prefix)
 	if (!(v = getenv(name)))
 		return;
 	ik_buf_reset(&a->auth);
-	if (*v && (ik_buf_addstr(&a->auth, "Authorization: Bearer ") < 0 ||
+	if (*v && (ik_buf_addstr(&a->auth, BEARER) < 0 ||
 	           ik_buf_addstr(&a->auth, v) < 0))
 		ik_buf_wipe_free(&a->auth);  /* ENOMEM: open reports the missing token */
 	sodium_memzero(v, strlen(v));
@@ -320,7 +322,7 @@ oauth_fetch(struct ik_bankapi *a, ik_err *err)
 		             res.status);
 		goto out;
 	}
-	if (ik_buf_addstr(&a->auth, "Authorization: Bearer ") < 0 ||
+	if (ik_buf_addstr(&a->auth, BEARER) < 0 ||
 	    ik_buf_addstr(&a->auth, tok->valuestring) < 0)
 		goto nomem;
 	/* Reused until shortly before it expires: a minute early, or at half
@@ -458,13 +460,13 @@ ik_bankapi_open(struct ik_bankapi *a, const struct ik_bankapi_opts *o,
 			return ik_errf(err, IK_CONFIG, "IDEMKIT_%s_TOKEN_FILE %s: empty, or not one "
 			               "line of printable characters", a->prefix, v);
 		}
-		if (ik_buf_addstr(&a->auth, "Authorization: Bearer ") < 0 ||
+		if (ik_buf_addstr(&a->auth, BEARER) < 0 ||
 		    ik_buf_add(&a->auth, tok.p, tok.len) < 0) {
 			ik_buf_wipe_free(&tok);
 			return ik_errf(err, IK_SOFTWARE, "out of memory");
 		}
 		ik_buf_wipe_free(&tok);
-	} else if (a->auth.len && !token_ok(a->auth.p + 22, a->auth.len - 22)) {
+	} else if (a->auth.len && !token_ok(a->auth.p + BEARER_LEN, a->auth.len - BEARER_LEN)) {
 		return ik_errf(err, IK_CONFIG, "IDEMKIT_%s_TOKEN: not printable characters",
 		               a->prefix);
 	}
