@@ -236,9 +236,13 @@ ik_read_file(const char *path, size_t max, struct ik_buf *b, ik_err *err)
 			close(fd);
 			return ik_errf(err, IK_CONFIG, "%s: %s", path, strerror(errno));
 		}
-		if (b->len + (size_t)n > max || ik_buf_add(b, chunk, (size_t)n) < 0) {
+		if (b->len + (size_t)n > max) {
 			close(fd);
 			return ik_errf(err, IK_CONFIG, "%s: larger than %zu bytes", path, max);
+		}
+		if (ik_buf_add(b, chunk, (size_t)n) < 0) {
+			close(fd);
+			return ik_errf(err, IK_SOFTWARE, "out of memory");
 		}
 	}
 	close(fd);
