@@ -122,11 +122,13 @@ refusal_reads() { if [ "$BACKEND" = dynamodb-local ]; then echo 0; else echo 1; 
 @test "50 concurrent idemp-claim on one chargeId: exactly one 0, the rest 11" {
 	id=$(uid race)
 	ev "$id" > "$BATS_TEST_TMPDIR/ev"
+	pids=()
 	for i in $(seq 50); do
 		( rc=0; idemp-claim < "$BATS_TEST_TMPDIR/ev" >/dev/null 2>"$BATS_TEST_TMPDIR/err.$i" || rc=$?
 		  echo $rc > "$BATS_TEST_TMPDIR/rc.$i" ) &
+		pids+=($!)
 	done
-	wait
+	wait "${pids[@]}"   # not a bare wait: that also waits for bats' timeout watchdog
 	cat "$BATS_TEST_TMPDIR"/rc.* | sort | uniq -c
 	cat "$BATS_TEST_TMPDIR"/err.* | grep -v DUP_IN_PROGRESS || true
 	[ "$(cat "$BATS_TEST_TMPDIR"/rc.* | grep -cx 0)" -eq 1 ]

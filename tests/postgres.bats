@@ -141,10 +141,12 @@ setup() {
 }
 
 @test "idemp-init from 8 hosts at once: all 0, each migration applied once; an old schema (v1) is migrated" {
+	pids=()
 	for i in 1 2 3 4 5 6 7 8; do
 		( rc=0; idemp-init >/dev/null 2>"$BATS_TEST_TMPDIR/err$i" || rc=$?; echo $rc > "$BATS_TEST_TMPDIR/rc$i" ) &
+		pids+=($!)
 	done
-	wait
+	wait "${pids[@]}"   # not a bare wait: that also waits for bats' timeout watchdog
 	cat "$BATS_TEST_TMPDIR"/err*
 	[ "$(cat "$BATS_TEST_TMPDIR"/rc* | sort -u)" = 0 ]
 	[ "$(cat "$BATS_TEST_TMPDIR"/err* | grep -c '"migrated"')" -eq 2 ]

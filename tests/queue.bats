@@ -299,10 +299,12 @@ EOF
 
 @test "queue[$QB]: concurrent receivers never share a delivery" {
 	seq 1 40 | sqs-send >/dev/null
+	pids=()
 	for i in 1 2 3 4; do
 		( drain --visibility 30 >"$BATS_TEST_TMPDIR/r$i" ) 3>&- &
+		pids+=($!)
 	done
-	wait
+	wait "${pids[@]}"   # not a bare wait: that also waits for bats' timeout watchdog
 	cat "$BATS_TEST_TMPDIR"/r? >"$BATS_TEST_TMPDIR/all"
 	[ "$(wc -l <"$BATS_TEST_TMPDIR/all")" -eq 40 ]
 	[ "$(bodies "$BATS_TEST_TMPDIR/all" | sort -u | wc -l)" -eq 40 ]

@@ -149,10 +149,12 @@ setup() { store_backend_setup; }
 		dir=$BATS_TEST_TMPDIR/r$round
 		mkdir -p "$dir"
 		ev "$id" > "$dir/ev"
+		pids=()
 		for i in $(seq 1 50); do
 			( rc=0; idemp-claim < "$dir/ev" > "$dir/out$i" 2>/dev/null || rc=$?; echo $rc > "$dir/rc$i" ) &
+			pids+=($!)
 		done
-		wait
+		wait "${pids[@]}"   # not a bare wait: that also waits for bats' timeout watchdog
 		zeros=$(cat "$dir"/rc* | grep -cx 0 || true)
 		elevens=$(cat "$dir"/rc* | grep -cx 11 || true)
 		echo "round $round: zeros=$zeros elevens=$elevens $(cat "$dir"/rc* | sort | uniq -c | tr '\n' ' ')"
