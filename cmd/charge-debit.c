@@ -88,7 +88,6 @@ record(cJSON *env, const struct ik_event *ev, int rc, const char *error,
        const char *ref, int replayed, long status, const char *warning)
 {
 	cJSON *r = ik_env_set_result(env, "debit", rc);
-	char st[16];
 
 	if (!r)
 		return IK_SOFTWARE;
@@ -104,12 +103,12 @@ record(cJSON *env, const struct ik_event *ev, int rc, const char *error,
 		cJSON_AddStringToObject(r, "error", error);
 	if (warning)
 		cJSON_AddStringToObject(r, "warning", warning);
-	snprintf(st, sizeof st, "%ld", status);
 	ik_log(rc == IK_OK && !warning ? IK_LOG_INFO : IK_LOG_WARN, "debit", "step", "debit",
 	       "chargeId", ev ? ev->charge_id : NULL,
 	       "messageId", ik_env_str(env, "messageId"), "outcome", ik_code_name(rc),
 	       "ref", ref, "replayed", replayed ? "true" : NULL,
-	       "status#", status ? st : NULL, "error", error, "warning", warning, NULL);
+	       IK_LOG_NUM(status ? "status" : NULL, status),
+	       "error", error, "warning", warning, NULL);
 	return rc;
 }
 

@@ -17,9 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-#include <sodium.h>
 
 #include "bankapi.h"
 #include "cli.h"
@@ -86,17 +83,6 @@ struct ctx {
 	int64_t lease_margin_ms;
 };
 
-/* The n-th backoff's ceiling (n from 0): min(cap, base * 2^n). */
-static int64_t
-backoff_ceil(const struct ctx *c, int n)
-{
-	int64_t ceil = c->backoff_ms;
-
-	while (n-- > 0 && ceil < BACKOFF_CAP_MS)
-		ceil *= 2;
-	return ceil > BACKOFF_CAP_MS ? BACKOFF_CAP_MS : ceil;
-}
-
 /* The most the attempts from attempt (1-based) on can take: each one's
  * timeout and every backoff between them. */
 static int64_t
@@ -108,40 +94,25 @@ budget(const struct ctx *c, int attempt)
 	for (k = attempt; k <= c->retries + 1; k++) {
 		ms += c->opts.timeout_ms;
 		if (k <= c->retries)
-			ms += backoff_ceil(c, k - 1);
+			ms += ik_backoff_ceil(c->backoff_ms, BACKOFF_CAP_MS, k - 1);
 	}
 	return ms;
-}
-
-/* Full jitter: a random sleep in [0, min(cap, base * 2^n)]. */
-static void
-backoff(const struct ctx *c, int n)
-{
-	int64_t ceil = backoff_ceil(c, n);
-	int64_t ms;
-	struct timespec ts;
-
-	ms = ceil > 0 ? (int64_t)randombytes_uniform((uint32_t)ceil + 1) : 0;
-	ts.tv_sec = ms / 1000;
-	ts.tv_nsec = (long)(ms % 1000) * 1000000L;
-	nanosleep(&ts, NULL);   /* a stop signal cuts it short: fine */
 }
 
 static int
 record(cJSON *env, const char *id, int rc, const char *error, int attempts)
 {
 	cJSON *r = ik_env_set_result(env, "notify", rc);
-	char n[16];
 
 	if (!r)
 		return IK_SOFTWARE;
 	cJSON_AddNumberToObject(r, "attempts", attempts);
 	if (error)
 		cJSON_AddStringToObject(r, "error", error);
-	snprintf(n, sizeof n, "%d", attempts);
 	ik_log(rc == IK_OK ? IK_LOG_INFO : IK_LOG_WARN, "notify", "step", "notify",
 	       "chargeId", id, "messageId", ik_env_str(env, "messageId"),
-	       "outcome", ik_code_name(rc), "attempts#", n, "error", error, NULL);
+	       "outcome", ik_code_name(rc), IK_LOG_NUM("attempts", attempts),
+	       "error", error, NULL);
 	return rc;
 }
 
@@ -223,7 +194,8 @@ notify(cJSON *env, void *arg)
 		}
 		ik_log(IK_LOG_DEBUG, "notify retry", "chargeId", ev.charge_id,
 		       "error", msg, NULL);
-		backoff(c, attempt - 1);
+		/* full jitter; a stop signal cuts it short: fine */
+		ik_sleep_ms(ik_backoff_jitter(c->backoff_ms, BACKOFF_CAP_MS, attempt - 1));
 	}
 	ik_http_res_free(&res);
 	free(req);
@@ -283,10 +255,8 @@ main(int argc, char **argv)
 			c.opts.timeout_ms = (long)ms;
 			break;
 		case 'r':
-			if (ik_parse_int(optarg, 0, 20, &n) < 0) {
-				ik_warnx("--retries: \"%s\" is not a number from 0 to 20", optarg);
+			if (ik_opt_int("--retries", optarg, 0, 20, &n) < 0)
 				goto out;
-			}
 			c.retries = (long)n;
 			break;
 		case 'b':

@@ -11,9 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "envelope.h"
+#include "lines.h"
 #include "outcome.h"
 #include "util.h"
 
@@ -89,7 +91,9 @@ tally(void)
 	int n;
 	const struct ik_outcome *t = ik_outcomes(&n);
 	long long *count = calloc((size_t)n, sizeof *count), received = 0, failed = 0;
-	struct ik_buf line = { 0 };
+	struct ik_lines in;
+	char *line;
+	size_t len;
 	struct seen *seen = NULL;
 	size_t nseen = 0, capseen = 0;
 	int r;
@@ -98,17 +102,18 @@ tally(void)
 		ik_warnx("out of memory");
 		return IK_SOFTWARE;
 	}
-	while ((r = ik_read_line(stdin, &line)) == 1) {
+	ik_lines_init(&in, STDIN_FILENO);
+	while ((r = ik_lines_next(&in, &line, &len)) == 1) {
 		ik_err err = { 0 };
 		cJSON *env = NULL;
 		const cJSON *ack;
 		const struct ik_outcome *v;
 		const char *act;
 
-		if (!line.len)
+		if (!len)
 			continue;
 		received++;
-		ik_env_parse(line.p, line.len, &env, &err);
+		ik_env_parse(line, len, &env, &err);
 		ack = env ? ik_env_result(env, "ack") : NULL;
 		v = ik_outcome_by_name(cJSON_GetStringValue(
 		    cJSON_GetObjectItemCaseSensitive(ack, "verdict")));
@@ -133,7 +138,7 @@ tally(void)
 		    strcmp(act, "dlq") == 0);
 		cJSON_Delete(env);
 	}
-	ik_buf_free(&line);
+	ik_lines_free(&in);
 	if (r < 0) {
 		for (size_t i = 0; i < nseen; i++)
 			free(seen[i].id);

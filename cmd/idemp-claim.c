@@ -35,7 +35,9 @@ static const char options[] =
 	"                     else sqlite:$IDEMKIT_STATE_DIR/idempotency.db)\n"
 	"  -h, --help         this help\n"
 	"  -V, --version      print the version\n";
-static const int codes[] = { 0, 10, 11, 12, 14, 16, 64, 65, 70, 75, 78, -1 };
+static const int codes[] = { IK_OK, IK_DUP_DONE, IK_DUP_IN_PROGRESS,
+	IK_DUP_FAILED, IK_PAYLOAD_MISMATCH, IK_STALE_EVENT, IK_USAGE,
+	IK_DATAERR, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1 };
 
 struct ctx {
 	struct ik_store_lazy db;
@@ -209,10 +211,8 @@ main(int argc, char **argv)
 	}
 	if (optind != argc)
 		return ik_usage(usage);
-	if (lease && (ik_parse_duration(lease, &c.lease_ms) < 0 || c.lease_ms < 1000)) {
-		ik_warnx("--lease: \"%s\" is not a duration of at least 1s (e.g. 90s, 5m)", lease);
+	if (lease && ik_opt_duration("--lease", lease, 1000, INT64_MAX, &c.lease_ms) < 0)
 		return IK_USAGE;
-	}
 	c.retention_ms = ik_store_retention_ms();
 	rc = ik_step_run(&st);
 	ik_store_close(c.db.store);

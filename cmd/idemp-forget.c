@@ -18,12 +18,15 @@ static const char options[] =
 	"  -S, --store URL    sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE)\n"
 	"  -h, --help         this help\n"
 	"  -V, --version      print the version\n"
-	"With no CHARGEID, chargeIds are read from stdin, one per line.\n";
-static const int codes[] = { 0, 1, 64, 70, 75, 78, -1 };
+	"With no CHARGEID, chargeIds are read from stdin, one per line; \"-\" reads\n"
+	"stdin in its place.\n";
+static const int codes[] = { IK_OK, IK_EMPTY, IK_USAGE, IK_SOFTWARE,
+	IK_TEMPFAIL, IK_CONFIG, -1 };
 
 static int
-forget(struct ik_store *s, const char *key)
+forget(const char *key, void *store)
 {
+	struct ik_store *s = store;
 	struct ik_record r;
 	ik_err err = { 0 };
 	int rc = s->ops->forget_failed(s, key, &err);
@@ -60,7 +63,7 @@ main(int argc, char **argv)
 	struct ik_store *s;
 	const char *url = NULL;
 	ik_err err = { 0 };
-	int ch, rc = IK_OK, r;
+	int ch, rc;
 
 	ik_cli_init(argv[0]);
 	while ((ch = getopt_long(argc, argv, "S:hV", longopts, NULL)) != -1) {
@@ -71,19 +74,11 @@ main(int argc, char **argv)
 		default: return ik_usage(usage);
 		}
 	}
+	if ((rc = ik_keys_check(argc - optind, argv + optind)) != IK_OK)
+		return rc;
 	if (ik_store_open(url, &s, &err) != IK_OK)
 		return ik_fail(&err);
-	if (optind < argc) {
-		for (int i = optind; i < argc; i++)
-			if ((r = forget(s, argv[i])) > rc)
-				rc = r;
-	} else {
-		struct ik_buf line = { 0 };
-		while (ik_read_line(stdin, &line) == 1)
-			if (line.len && (r = forget(s, line.p)) > rc)
-				rc = r;
-		ik_buf_free(&line);
-	}
+	rc = ik_each_key(argc - optind, argv + optind, forget, s);
 	ik_store_close(s);
 	return ik_finish(rc);
 }

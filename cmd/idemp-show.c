@@ -22,8 +22,10 @@ static const char options[] =
 	"  -S, --store URL    sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE)\n"
 	"  -h, --help         this help\n"
 	"  -V, --version      print the version\n"
-	"With no CHARGEID, chargeIds are read from stdin, one per line.\n";
-static const int codes[] = { 0, 1, 64, 70, 75, 78, -1 };
+	"With no CHARGEID, chargeIds are read from stdin, one per line; \"-\" reads\n"
+	"stdin in its place.\n";
+static const int codes[] = { IK_OK, IK_EMPTY, IK_USAGE, IK_SOFTWARE,
+	IK_TEMPFAIL, IK_CONFIG, -1 };
 
 static void
 when(const char *label, int64_t ms, int64_t now)
@@ -87,20 +89,27 @@ human(const struct ik_record *r, int64_t now)
 	printf("  %-12s %s\n", "fingerprint", r->fingerprint ? r->fingerprint : "-");
 }
 
+struct ctx {
+	struct ik_store *s;
+	int json;
+};
+
 static int
-show(struct ik_store *s, const char *key, int json, ik_err *err)
+show(const char *key, void *ctxp)
 {
+	const struct ctx *c = ctxp;
+	ik_err err = { 0 };
 	struct ik_record r;
 	int64_t now = ik_now_ms();
-	int rc = s->ops->get(s, key, &r, err);
+	int rc = c->s->ops->get(c->s, key, &r, &err);
 
 	if (rc == IK_EMPTY) {
 		ik_warnx("%s: no record", key);
 		return rc;
 	}
 	if (rc != IK_OK)
-		return ik_fail(err);
-	if (json) {
+		return ik_fail(&err);
+	if (c->json) {
 		cJSON *o = ik_record_json(&r, now);
 		char *line = o ? cJSON_PrintUnformatted(o) : NULL;
 		if (line)
@@ -124,40 +133,26 @@ main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct ik_store *s;
+	struct ctx c = { 0 };
 	const char *url = NULL;
 	ik_err err = { 0 };
-	int ch, json = 0, rc = IK_OK, r;
+	int ch, rc;
 
 	ik_cli_init(argv[0]);
 	while ((ch = getopt_long(argc, argv, "jS:hV", longopts, NULL)) != -1) {
 		switch (ch) {
-		case 'j': json = 1; break;
+		case 'j': c.json = 1; break;
 		case 'S': url = optarg; break;
 		case 'h': return ik_help(usage, options, codes);
 		case 'V': return ik_version();
 		default: return ik_usage(usage);
 		}
 	}
-	if (ik_store_open(url, &s, &err) != IK_OK)
+	if ((rc = ik_keys_check(argc - optind, argv + optind)) != IK_OK)
+		return rc;
+	if (ik_store_open(url, &c.s, &err) != IK_OK)
 		return ik_fail(&err);
-	if (optind < argc) {
-		for (int i = optind; i < argc; i++) {
-			r = show(s, strcmp(argv[i], "-") ? argv[i] : "", json, &err);
-			if (r > rc)
-				rc = r;
-		}
-	} else {
-		struct ik_buf line = { 0 };
-		while (ik_read_line(stdin, &line) == 1) {
-			if (!line.len)
-				continue;
-			r = show(s, line.p, json, &err);
-			if (r > rc)
-				rc = r;
-		}
-		ik_buf_free(&line);
-	}
-	ik_store_close(s);
+	rc = ik_each_key(argc - optind, argv + optind, show, &c);
+	ik_store_close(c.s);
 	return ik_finish(rc);
 }

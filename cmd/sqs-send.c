@@ -34,7 +34,8 @@ static const char options[] =
 	"                         message from the envelope's queue (re-drive)\n"
 	"  -h, --help             this help\n"
 	"  -V, --version          print the version\n";
-static const int codes[] = { 0, 64, 65, 70, 75, 78, -1 };
+static const int codes[] = { IK_OK, IK_USAGE, IK_DATAERR, IK_SOFTWARE,
+	IK_TEMPFAIL, IK_CONFIG, -1 };
 
 #define BATCH_BYTES (192 * 1024)   /* under SQS's 256 KiB per batch request */
 #define MAX_ATTRS 10
@@ -299,7 +300,7 @@ main(int argc, char **argv)
 	const char *url = NULL;
 	long long n, lineno = 0;
 	ik_err err = { 0 };
-	char *line, count[24];
+	char *line;
 	size_t len;
 	int ch, r;
 
@@ -308,11 +309,8 @@ main(int argc, char **argv)
 		switch (ch) {
 		case 'q': url = optarg; break;
 		case 'd':
-			if (ik_parse_int(optarg, 0, IK_QUEUE_MAX_DELAY, &n) < 0) {
-				ik_warnx("--delay: \"%s\" is not an integer in 0..%d", optarg,
-				         IK_QUEUE_MAX_DELAY);
+			if (ik_opt_int("--delay", optarg, 0, IK_QUEUE_MAX_DELAY, &n) < 0)
 				return IK_USAGE;
-			}
 			s.delay = (int)n;
 			break;
 		case 'a': if (parse_attr(&s, optarg) < 0) return IK_USAGE; break;
@@ -349,8 +347,7 @@ main(int argc, char **argv)
 	ik_lines_free(&in);
 	ik_queue_close(s.src);
 	ik_queue_close(s.q);
-	snprintf(count, sizeof count, "%lld", s.sent);
-	ik_log(IK_LOG_DEBUG, "sent", "step", "send", "count#", count, NULL);
+	ik_log(IK_LOG_DEBUG, "sent", "step", "send", IK_LOG_NUM("count", s.sent), NULL);
 	if (ik_stop_signal)
 		return ik_finish(128 + ik_stop_signal);
 	return ik_finish(s.worst);

@@ -65,15 +65,15 @@ clamp_vis(int64_t v)
 	return v > IK_QUEUE_MAX_VISIBILITY ? IK_QUEUE_MAX_VISIBILITY : v;
 }
 
-/* The one backoff: min(2^receiveCount * base, cap), in seconds. */
+/* The one visibility backoff: min(2^receiveCount * base, cap), in
+ * seconds: util.h's ceiling without its jitter.  The value is the
+ * envelope's ack.visibility, which an operator (and the tests) read back as
+ * "when will this come again"; copies are spread already by when each
+ * was received. */
 static int64_t
 backoff(const cJSON *env, int64_t base, int64_t cap)
 {
-	int64_t rc = ik_env_int(env, "receiveCount", 1), v = base;
-
-	for (int64_t i = 0; i < rc && v < cap; i++)
-		v *= 2;
-	return clamp_vis(v > cap ? cap : v);
+	return clamp_vis(ik_backoff_ceil(base, cap, ik_env_int(env, "receiveCount", 1)));
 }
 
 /* DUP_IN_PROGRESS: most often the holder is a moment from finishing (the

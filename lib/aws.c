@@ -303,9 +303,7 @@ ik_aws_call(struct ik_aws *a, const char *target, const cJSON *req,
 		scrub_creds(a, err->msg);
 out:
 	ik_http_res_free(&res);
-	if (tok.p)
-		sodium_memzero(tok.p, tok.cap);
-	ik_buf_free(&tok);
+	ik_buf_wipe_free(&tok);
 	ik_buf_free(&th);
 	ik_buf_free(&what);
 	free(body);

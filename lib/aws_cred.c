@@ -65,29 +65,12 @@ struct ik_aws_src {
 };
 
 void
-ik_aws_free_secret(char *s)
-{
-	if (s) {
-		sodium_memzero(s, strlen(s));
-		free(s);
-	}
-}
-
-void
 ik_aws_creds_free(struct ik_aws_creds *c)
 {
-	ik_aws_free_secret(c->ak);
-	ik_aws_free_secret(c->sk);
-	ik_aws_free_secret(c->tok);
+	ik_str_wipe_free(c->ak);
+	ik_str_wipe_free(c->sk);
+	ik_str_wipe_free(c->tok);
 	memset(c, 0, sizeof *c);
-}
-
-void
-ik_aws_buf_free_secret(struct ik_buf *b)
-{
-	if (b->p)
-		sodium_memzero(b->p, b->cap);
-	ik_buf_free(b);
 }
 
 const char *
@@ -432,7 +415,6 @@ ik_aws_creds_refresh(const struct ik_aws_cfg *a, struct ik_aws_src *src,
 {
 	struct ik_aws_creds n = { 0 };
 	int64_t now = ik_now_ms(), margin;
-	char left[32];
 	int rc;
 
 	if (!c->expires_ms)
@@ -448,10 +430,10 @@ ik_aws_creds_refresh(const struct ik_aws_cfg *a, struct ik_aws_src *src,
 		if (rc == IK_EMPTY)
 			rc = ik_errf(err, IK_TEMPFAIL, "%s: not reachable", src_names[src->kind]);
 		if (now < c->expires_ms) {
-			snprintf(left, sizeof left, "%lld", (long long)(c->expires_ms - now));
 			ik_log(IK_LOG_WARN, "AWS credentials refresh failed; the current ones "
 			       "are still valid", "source", src_names[src->kind],
-			       "validMs#", left, "error", err ? err->msg : "", NULL);
+			       IK_LOG_NUM("validMs", c->expires_ms - now),
+			       "error", err ? err->msg : "", NULL);
 			ik_errclear(err);
 			return IK_OK;
 		}

@@ -12,13 +12,14 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <sodium.h>
+#include <unistd.h>
 
 #include "aws_int.h"
+#include "lines.h"
 #include "outcome.h"
 #include "util.h"
 
@@ -125,14 +126,20 @@ static int
 ini_read(const char *path, const char *sect, const char *alt, int from_creds,
          struct ik_aws_profile *p)
 {
-	FILE *f;
-	char *line = NULL, *s, *eq, *name, *val, *sn;
-	size_t cap = 0;
-	int in = 0, found = 0, i, e;
+	struct ik_lines f;
+	char *line, *s, *eq, *name, *val, *sn;
+	size_t len;
+	int fd, in = 0, found = 0, i, e, r;
 
-	if (!path || !(f = fopen(path, "re")))
+	if (!path || (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
 		return path && errno != ENOENT && errno != ENOTDIR ? -1 : 0;
-	while (getline(&line, &cap, f) >= 0) {
+	ik_lines_init(&f, fd);
+	while ((r = ik_lines_next(&f, &line, &len)) != 0) {
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
 		if (line[0] == ' ' || line[0] == '\t')
 			continue;            /* a nested block ("s3 =\n  x = y") */
 		s = trim(line);
@@ -152,20 +159,16 @@ ini_read(const char *path, const char *sect, const char *alt, int from_creds,
 		val = trim(eq + 1);
 		for (i = 0; i < IK_AWS_P_N; i++)
 			if (strcmp(name, pkey_names[i]) == 0 && *val) {
-				ik_aws_free_secret(p->v[i]);
+				ik_str_wipe_free(p->v[i]);
 				p->v[i] = strdup(val);
 				p->in_creds[i] = (unsigned char)from_creds;
 			}
 	}
 	e = errno;
-	i = ferror(f) ? -1 : found;
-	if (line) {
-		sodium_memzero(line, cap);
-		free(line);
-	}
-	fclose(f);
+	ik_lines_free(&f);   /* wipes */
+	close(fd);
 	errno = e;
-	return i;
+	return r < 0 ? -1 : found;
 }
 
 int
@@ -210,7 +213,7 @@ ik_aws_profile_free(struct ik_aws_profile *p)
 	int i;
 
 	for (i = 0; i < IK_AWS_P_N; i++)
-		ik_aws_free_secret(p->v[i]);
+		ik_str_wipe_free(p->v[i]);
 	free(p->name);
 	memset(p, 0, sizeof *p);
 }

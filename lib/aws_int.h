@@ -34,8 +34,6 @@ void ik_aws_creds_free(struct ik_aws_creds *c);   /* wipes; c reusable */
 /* Copies into c (tok may be NULL or ""); IK_OK or IK_SOFTWARE. */
 int ik_aws_creds_set(struct ik_aws_creds *c, const char *ak, const char *sk,
                      const char *tok, ik_err *err);
-void ik_aws_free_secret(char *s);                 /* wipe, free; NULL is fine */
-void ik_aws_buf_free_secret(struct ik_buf *b);    /* wipe the whole allocation, free */
 /* getenv, with "" as unset. */
 const char *ik_aws_env(const char *name);
 /* "2026-12-01T10:00:00Z" (fractions ignored) -> epoch ms; -1 when malformed. */
@@ -63,9 +61,9 @@ const char *ik_aws_xml_text(const char *body, size_t len, const char *tag, size_
 
 /* ---- aws_retry.c ------------------------------------------------------ */
 
-/* Full jitter: uniform in [0, min(cap, 50 ms * 2^(attempt-1))]. */
-int64_t ik_aws_backoff_ms(int64_t cap_ms, int attempt);
-void ik_aws_sleep_ms(int64_t ms);
+/* The backoff before try n+1 is ik_backoff_jitter(IK_AWS_BACKOFF_BASE_MS,
+ * cap, n-1) (util.h): uniform in [0, min(cap, 50 ms * 2^(n-1))]. */
+#define IK_AWS_BACKOFF_BASE_MS 50
 /* Send req up to cfg->max_attempts times while the answer (classified into
  * e) is retryable or the transport failed transiently, sleeping the
  * backoff between tries.  IK_OK when an answer that is not retryable came

@@ -172,7 +172,7 @@ ik_aws_from_container(const struct ik_aws_cfg *a, struct ik_aws_creds *c, ik_err
 			rc = ik_errf(err, IK_TEMPFAIL, "HTTP %ld", res.status);
 		if (rc != IK_TEMPFAIL)
 			break;
-		ik_aws_sleep_ms(ik_aws_backoff_ms(a->backoff_cap_ms, i + 1));
+		ik_sleep_ms(ik_backoff_jitter(IK_AWS_BACKOFF_BASE_MS, a->backoff_cap_ms, i));
 	}
 	if (rc != IK_OK) {
 		ik_errwrap(err, "container credentials");
@@ -185,8 +185,8 @@ ik_aws_from_container(const struct ik_aws_cfg *a, struct ik_aws_creds *c, ik_err
 	rc = parse_cred_json("container", &res.body, c, err);
 out:
 	ik_http_res_free(&res);
-	ik_aws_buf_free_secret(&tok);
-	ik_aws_buf_free_secret(&hdr);
+	ik_buf_wipe_free(&tok);
+	ik_buf_wipe_free(&hdr);
 	ik_buf_free(&url);
 	return rc;
 }
@@ -277,7 +277,7 @@ ik_aws_from_imds(const struct ik_aws_cfg *a, struct ik_aws_creds *c, ik_err *err
 wrap:
 	ik_errwrap(err, "instance metadata credentials");
 out:
-	ik_aws_buf_free_secret(&hdr);
+	ik_buf_wipe_free(&hdr);
 	ik_buf_free(&url);
 	ik_http_res_free(&res);
 	return rc;

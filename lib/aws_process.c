@@ -157,6 +157,6 @@ out:
 			sodium_memzero(tok->valuestring, strlen(tok->valuestring));
 	}
 	cJSON_Delete(j);
-	ik_aws_buf_free_secret(&out);
+	ik_buf_wipe_free(&out);
 	return rc;
 }

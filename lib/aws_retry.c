@@ -8,42 +8,13 @@
  * it); a request is sent again unchanged, so its signature is libcurl's
  * fresh one each time.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
-
-#include <sodium.h>
 
 #include "aws_int.h"
 #include "log.h"
 #include "outcome.h"
-
-#define BACKOFF_BASE_MS 50
-
-int64_t
-ik_aws_backoff_ms(int64_t cap_ms, int attempt)
-{
-	int64_t ceil = BACKOFF_BASE_MS;
-	int i;
-
-	for (i = 1; i < attempt && ceil < cap_ms; i++)
-		ceil *= 2;
-	if (ceil > cap_ms)
-		ceil = cap_ms;
-	if (ceil <= 0)
-		return 0;
-	return (int64_t)randombytes_uniform((uint32_t)ceil + 1);
-}
-
-void
-ik_aws_sleep_ms(int64_t ms)
-{
-	struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
-
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
+#include "util.h"
 
 int
 ik_aws_send(const struct ik_aws_cfg *cfg, const char *what,
@@ -51,7 +22,6 @@ ik_aws_send(const struct ik_aws_cfg *cfg, const char *what,
             struct ik_aws_error *e, int *tries, ik_err *err)
 {
 	ik_err herr = { 0 };
-	char attempt_s[32];
 	int attempt, rc;
 
 	for (attempt = 1; ; attempt++) {
@@ -71,10 +41,12 @@ ik_aws_send(const struct ik_aws_cfg *cfg, const char *what,
 		}
 		if (!e->retryable || attempt >= cfg->max_attempts)
 			break;
-		snprintf(attempt_s, sizeof attempt_s, "%d", attempt);
-		ik_log(IK_LOG_DEBUG, "aws retry", "call", what, "attempt#", attempt_s,
+		ik_log(IK_LOG_DEBUG, "aws retry", "call", what, IK_LOG_NUM("attempt", attempt),
 		       "error", e->type[0] ? e->type : e->message, NULL);
-		ik_aws_sleep_ms(ik_aws_backoff_ms(cfg->backoff_cap_ms, attempt));
+		/* A stop signal ends the wait, not the attempts: the call in
+		 * hand still gets the tries it has left. */
+		ik_sleep_ms(ik_backoff_jitter(IK_AWS_BACKOFF_BASE_MS, cfg->backoff_cap_ms,
+		                              attempt - 1));
 	}
 	if (rc != IK_OK)
 		return ik_errf(err, rc, "%s", e->message);

@@ -174,12 +174,12 @@ sts_call(const struct ik_aws_cfg *a, const char *action, const struct form *form
 wrap:
 	ik_errwrap(err, "sts %s", action);
 out:
-	ik_aws_free_secret(ak);
-	ik_aws_free_secret(sk);
-	ik_aws_free_secret(st);
+	ik_str_wipe_free(ak);
+	ik_str_wipe_free(sk);
+	ik_str_wipe_free(st);
 	free(exp);
 	ik_http_res_free(&res);
-	ik_aws_buf_free_secret(&tok);
+	ik_buf_wipe_free(&tok);
 	ik_buf_free(&sig);
 	ik_buf_free(&url);
 	ik_buf_free(&what);
@@ -233,8 +233,8 @@ ik_aws_sts_web_identity(const struct ik_aws_cfg *a, const char *tokfile, const c
 	form_add(&form, "WebIdentityToken", tok.p);
 	rc = sts_call(a, "AssumeRoleWithWebIdentity", &form, NULL, c, err);
 out:
-	ik_aws_buf_free_secret(&tok);
-	ik_aws_buf_free_secret(&form.b);
+	ik_buf_wipe_free(&tok);
+	ik_buf_wipe_free(&form.b);
 	return rc;
 }
 
@@ -258,6 +258,6 @@ ik_aws_sts_assume_role(const struct ik_aws_cfg *a, const char *role, const char 
 	if (duration)
 		form_add(&form, "DurationSeconds", duration);
 	rc = sts_call(a, "AssumeRole", &form, signer, c, err);
-	ik_aws_buf_free_secret(&form.b);
+	ik_buf_wipe_free(&form.b);
 	return rc;
 }

@@ -20,14 +20,8 @@
 #include "outcome.h"
 
 #define SECRET_MAX 8192
-
-static void
-wipe(struct ik_buf *b)
-{
-	if (b->p)
-		sodium_memzero(b->p, b->cap ? b->cap : b->len);
-	ik_buf_free(b);
-}
+#define BEARER "Authorization: Bearer "
+#define BEARER_LEN (sizeof BEARER - 1)
 
 static const char *
 env(const char *prefix, const char *name, char *buf, size_t n)
@@ -49,9 +43,9 @@ ik_bankapi_take_env(struct ik_bankapi *a, const char *prefix)
 	if (!(v = getenv(name)))
 		return;
 	ik_buf_reset(&a->auth);
-	if (*v && (ik_buf_addstr(&a->auth, "Authorization: Bearer ") < 0 ||
+	if (*v && (ik_buf_addstr(&a->auth, BEARER) < 0 ||
 	           ik_buf_addstr(&a->auth, v) < 0))
-		wipe(&a->auth);  /* ENOMEM: open reports the missing token */
+		ik_buf_wipe_free(&a->auth);  /* ENOMEM: open reports the missing token */
 	sodium_memzero(v, strlen(v));
 	unsetenv(name);
 }
@@ -279,7 +273,7 @@ oauth_fetch(struct ik_bankapi *a, ik_err *err)
 		.client_cert = a->client_cert, .client_key = a->client_key,
 	};
 
-	wipe(&a->auth);
+	ik_buf_wipe_free(&a->auth);
 	a->oauth_refresh_at = 0;
 	if (form_encode(&cred, a->oauth_id, strlen(a->oauth_id)) < 0 ||
 	    ik_buf_add(&cred, ":", 1) < 0 ||
@@ -328,7 +322,7 @@ oauth_fetch(struct ik_bankapi *a, ik_err *err)
 		             res.status);
 		goto out;
 	}
-	if (ik_buf_addstr(&a->auth, "Authorization: Bearer ") < 0 ||
+	if (ik_buf_addstr(&a->auth, BEARER) < 0 ||
 	    ik_buf_addstr(&a->auth, tok->valuestring) < 0)
 		goto nomem;
 	/* Reused until shortly before it expires: a minute early, or at half
@@ -345,8 +339,8 @@ out:
 		sodium_memzero(tok->valuestring, strlen(tok->valuestring));
 	cJSON_Delete(o);
 	ik_http_res_free(&res);
-	wipe(&cred);
-	wipe(&basic);
+	ik_buf_wipe_free(&cred);
+	ik_buf_wipe_free(&basic);
 	if (b64) {
 		sodium_memzero(b64, b64len);
 		free(b64);
@@ -458,21 +452,21 @@ ik_bankapi_open(struct ik_bankapi *a, const struct ik_bankapi_opts *o,
 
 	if (!a->auth.len && (v = env(a->prefix, "TOKEN_FILE", name, sizeof name))) {
 		if ((rc = ik_read_file(v, SECRET_MAX, &tok, err)) != IK_OK) {
-			wipe(&tok);
+			ik_buf_wipe_free(&tok);
 			return ik_errwrap(err, "IDEMKIT_%s_TOKEN_FILE", a->prefix);
 		}
 		if (!token_ok(tok.p, tok.len)) {
-			wipe(&tok);
+			ik_buf_wipe_free(&tok);
 			return ik_errf(err, IK_CONFIG, "IDEMKIT_%s_TOKEN_FILE %s: empty, or not one "
 			               "line of printable characters", a->prefix, v);
 		}
-		if (ik_buf_addstr(&a->auth, "Authorization: Bearer ") < 0 ||
+		if (ik_buf_addstr(&a->auth, BEARER) < 0 ||
 		    ik_buf_add(&a->auth, tok.p, tok.len) < 0) {
-			wipe(&tok);
+			ik_buf_wipe_free(&tok);
 			return ik_errf(err, IK_SOFTWARE, "out of memory");
 		}
-		wipe(&tok);
-	} else if (a->auth.len && !token_ok(a->auth.p + 22, a->auth.len - 22)) {
+		ik_buf_wipe_free(&tok);
+	} else if (a->auth.len && !token_ok(a->auth.p + BEARER_LEN, a->auth.len - BEARER_LEN)) {
 		return ik_errf(err, IK_CONFIG, "IDEMKIT_%s_TOKEN: not printable characters",
 		               a->prefix);
 	}
@@ -500,8 +494,8 @@ ik_bankapi_close(struct ik_bankapi *a)
 	free(a->client_cert);
 	free(a->client_key);
 	a->url = a->key_header = a->cacert = a->path = a->client_cert = a->client_key = NULL;
-	wipe(&a->auth);
-	wipe(&a->hmac_key);
+	ik_buf_wipe_free(&a->auth);
+	ik_buf_wipe_free(&a->hmac_key);
 	ik_jq_free(a->request);
 	ik_jq_free(a->ref);
 	ik_jq_free(a->reason);
@@ -510,7 +504,7 @@ ik_bankapi_close(struct ik_bankapi *a)
 	free(a->oauth_id);
 	free(a->oauth_scope);
 	a->oauth_url = a->oauth_id = a->oauth_scope = NULL;
-	wipe(&a->oauth_secret);
+	ik_buf_wipe_free(&a->oauth_secret);
 }
 
 void
@@ -618,7 +612,7 @@ post_once(struct ik_bankapi *a, const char *key, const char *body,
 out:
 	ik_buf_free(&keyh);
 	ik_buf_free(&tsh);
-	wipe(&sigh);
+	ik_buf_wipe_free(&sigh);
 	sodium_memzero(sig, sizeof sig);
 	return rc;
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "lines.h"
 #include "log.h"
 #include "outcome.h"
 #include "util.h"
@@ -89,11 +90,75 @@ int
 ik_opt_duration(const char *opt, const char *s, int64_t min_ms, int64_t max_ms, int64_t *ms)
 {
 	if (ik_parse_duration(s, ms) < 0 || *ms < min_ms || *ms > max_ms) {
+		if (max_ms == INT64_MAX) {
+			ik_warnx("%s: \"%s\" is not a duration of at least %lldms (e.g. 90s, 5m)",
+			    opt, s, (long long)min_ms);
+			return -1;
+		}
 		ik_warnx("%s: \"%s\" is not a duration from %lldms to %llds (e.g. 500ms, 30s, 5m)",
 		    opt, s, (long long)min_ms, (long long)(max_ms / 1000));
 		return -1;
 	}
 	return 0;
+}
+
+int
+ik_opt_int(const char *opt, const char *s, long long min, long long max, long long *v)
+{
+	if (ik_parse_int(s, min, max, v) < 0) {
+		ik_warnx("%s: \"%s\" is not an integer in %lld..%lld", opt, s, min, max);
+		return -1;
+	}
+	return 0;
+}
+
+int
+ik_keys_check(int n, char **keys)
+{
+	for (int i = 0; i < n; i++)
+		if (!*keys[i]) {
+			ik_warnx("empty chargeId (argument %d)", i + 1);
+			return IK_USAGE;
+		}
+	return IK_OK;
+}
+
+static int
+each_stdin_key(struct ik_lines *in, int (*fn)(const char *, void *), void *ctx)
+{
+	char *line;
+	size_t len;
+	int r, rc = IK_OK;
+
+	while ((r = ik_lines_next(in, &line, &len)) != 0) {
+		if (r < 0) {
+			if (errno == EINTR && !ik_stop_signal)
+				continue;
+			ik_warnx("stdin: %s", strerror(errno));
+			return IK_SOFTWARE;
+		}
+		if (len && (r = fn(line, ctx)) > rc)
+			rc = r;
+	}
+	return rc;
+}
+
+int
+ik_each_key(int n, char **keys, int (*fn)(const char *, void *), void *ctx)
+{
+	struct ik_lines in;
+	int r, rc = IK_OK;
+
+	ik_lines_init(&in, STDIN_FILENO);
+	if (n == 0)
+		rc = each_stdin_key(&in, fn, ctx);
+	for (int i = 0; i < n; i++) {
+		r = strcmp(keys[i], "-") ? fn(keys[i], ctx) : each_stdin_key(&in, fn, ctx);
+		if (r > rc)
+			rc = r;
+	}
+	ik_lines_free(&in);
+	return rc;
 }
 
 int

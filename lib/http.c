@@ -155,9 +155,7 @@ ik_http_res_free(struct ik_http_res *res)
 {
 	if (!res)
 		return;
-	if (res->body.p)
-		sodium_memzero(res->body.p, res->body.cap ? res->body.cap : res->body.len);
-	ik_buf_free(&res->body);
+	ik_buf_wipe_free(&res->body);
 	ik_buf_free(&res->hdrs);
 	res->status = 0;
 }

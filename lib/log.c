@@ -12,6 +12,8 @@
 
 static const char *prog = "idemkit";
 
+const char ik_log_num_field[] = "(number)";
+
 void
 ik_log_init(const char *p)
 {
@@ -67,21 +69,15 @@ ik_log(enum ik_level lvl, const char *msg, ...)
 	cJSON_AddStringToObject(o, "msg", msg);
 	va_start(ap, msg);
 	while ((k = va_arg(ap, const char *))) {
-		size_t kl = strlen(k);
-		v = va_arg(ap, const char *);
-		if (!v)
-			continue;
-		if (kl > 1 && k[kl - 1] == '#') {
-			char name[64];
-			long long n;
-			snprintf(name, sizeof name, "%.*s", (int)(kl - 1), k);
-			if (ik_parse_int(v, -(1LL << 53), 1LL << 53, &n) == 0)
+		if (k == ik_log_num_field) {
+			const char *name = va_arg(ap, const char *);
+			int64_t n = va_arg(ap, int64_t);
+			if (name)
 				cJSON_AddNumberToObject(o, name, (double)n);
-			else
-				cJSON_AddStringToObject(o, name, v);
-		} else {
-			cJSON_AddStringToObject(o, k, v);
+			continue;
 		}
+		if ((v = va_arg(ap, const char *)))
+			cJSON_AddStringToObject(o, k, v);
 	}
 	va_end(ap);
 	if ((line = cJSON_PrintUnformatted(o))) {

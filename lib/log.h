@@ -7,15 +7,23 @@
 #ifndef IK_LOG_H
 #define IK_LOG_H
 
+#include <stdint.h>
+
 enum ik_level { IK_LOG_DEBUG, IK_LOG_INFO, IK_LOG_WARN, IK_LOG_ERROR, IK_LOG_AUDIT };
 
 void ik_log_init(const char *prog);
 const char *ik_prog(void);
 
 /* Fields as key/value string pairs ending with NULL; a NULL value is
- * skipped.  Values that look like integers are written as numbers when
- * the key ends in a '#': ik_log(IK_LOG_INFO, "claimed", "chargeId", id,
- * "attempt#", "2", NULL). */
+ * skipped.  A number is IK_LOG_NUM(key, value), written as a JSON number
+ * (a NULL key skips it):
+ *   ik_log(IK_LOG_INFO, "claimed", "chargeId", id, IK_LOG_NUM("attempt", 2), NULL);
+ */
 void ik_log(enum ik_level lvl, const char *msg, ...) __attribute__((sentinel));
+
+/* The marker IK_LOG_NUM puts in the key's place: the real key and an
+ * int64_t follow it. */
+extern const char ik_log_num_field[];
+#define IK_LOG_NUM(key, value) ik_log_num_field, (const char *)(key), (int64_t)(value)
 
 #endif

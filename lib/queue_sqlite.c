@@ -101,7 +101,8 @@ struct conf {
 	int64_t delay_s;
 };
 
-struct sq {
+/* An open queue: its database, statements and settings. */
+struct sqlite_queue {
 	sqlite3 *db;
 	sqlite3_stmt *st[S_COUNT];
 	char *path, *name;
@@ -110,13 +111,13 @@ struct sq {
 };
 
 static int
-dberr(struct sq *s, int rc, const char *what, ik_err *err)
+dberr(struct sqlite_queue *s, int rc, const char *what, ik_err *err)
 {
 	return ik_sqlite_err(s->db, rc, "sqlite queue", s->path, what, err);
 }
 
 static void
-rollback(struct sq *s)
+rollback(struct sqlite_queue *s)
 {
 	if (!sqlite3_get_autocommit(s->db)) {
 		sqlite3_step(s->st[S_ROLLBACK]);
@@ -126,7 +127,7 @@ rollback(struct sq *s)
 
 /* Run a statement that returns no rows; resets it. */
 static int
-exec_st(struct sq *s, int which, const char *what, ik_err *err)
+exec_st(struct sqlite_queue *s, int which, const char *what, ik_err *err)
 {
 	sqlite3_stmt *st = s->st[which];
 	int rc = sqlite3_step(st);
@@ -138,13 +139,13 @@ exec_st(struct sq *s, int which, const char *what, ik_err *err)
 }
 
 static int
-begin(struct sq *s, ik_err *err)
+begin(struct sqlite_queue *s, ik_err *err)
 {
 	return exec_st(s, S_BEGIN, "begin", err);
 }
 
 static int
-commit(struct sq *s, ik_err *err)
+commit(struct sqlite_queue *s, ik_err *err)
 {
 	int rc = exec_st(s, S_COMMIT, "commit", err);
 
@@ -195,7 +196,7 @@ receipt_id(const char *receipt, char id[64])
 }
 
 static int
-bad_receipt(struct sq *s, ik_err *err)
+bad_receipt(struct sqlite_queue *s, ik_err *err)
 {
 	return ik_errf(err, IK_DATAERR, "sqlite queue %s#%s: not a receipt handle of this queue",
 	               s->path, s->name);
@@ -256,7 +257,7 @@ parse_params(const char *params, struct conf *c, int *given, ik_err *err)
 
 /* Load the stored configuration, or store the URL's when it gave one. */
 static int
-load_conf(struct sq *s, const char *params, ik_err *err)
+load_conf(struct sqlite_queue *s, const char *params, ik_err *err)
 {
 	sqlite3_stmt *st = NULL;
 	int given = 0, rc;
@@ -361,7 +362,7 @@ attrs_to_json(const struct ik_qattr *a, size_t n)
 
 /* One receive transaction: up to max visible messages into msgs. */
 static int
-receive_once(struct sq *s, int max, int64_t vis_ms, struct ik_qmsg *msgs,
+receive_once(struct sqlite_queue *s, int max, int64_t vis_ms, struct ik_qmsg *msgs,
              size_t *n, ik_err *err)
 {
 	int64_t now = ik_now_ms(), ids[IK_QUEUE_BATCH];
@@ -452,18 +453,11 @@ fail:
 	return rc;
 }
 
-static void
-nap(int64_t ms)
-{
-	struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
-	nanosleep(&ts, NULL);   /* a signal ends it early: the loop checks stop */
-}
-
 static int
 sq_receive(struct ik_queue *q, int max, int wait_s, int visibility_s,
            struct ik_qmsg *msgs, size_t *n, ik_err *err)
 {
-	struct sq *s = q->impl;
+	struct sqlite_queue *s = q->impl;
 	int64_t deadline = ik_mono_ms() + (int64_t)wait_s * 1000, pause = POLL_MIN_MS;
 	int64_t vis_ms = (visibility_s < 0 ? s->conf.visibility_s : visibility_s) * 1000LL;
 	int rc;
@@ -476,7 +470,7 @@ sq_receive(struct ik_queue *q, int max, int wait_s, int visibility_s,
 			return rc;
 		if ((q->stop && *q->stop) || ik_mono_ms() >= deadline)
 			return IK_OK;
-		nap(pause);
+		ik_sleep_ms(pause);   /* a stop signal ends it early: the loop checks stop */
 		pause = pause * 2 > POLL_MAX_MS ? POLL_MAX_MS : pause * 2;
 	}
 }
@@ -484,7 +478,7 @@ sq_receive(struct ik_queue *q, int max, int wait_s, int visibility_s,
 /* IK_OK when deleted or already gone (as SQS), IK_LEASE_LOST when the
  * message is still there under a newer receipt. */
 static int
-delete_one(struct sq *s, const char *receipt, ik_err *err)
+delete_one(struct sqlite_queue *s, const char *receipt, ik_err *err)
 {
 	sqlite3_stmt *st = s->st[S_DELETE];
 	char id[64];
@@ -521,7 +515,7 @@ static int
 sq_del_batch(struct ik_queue *q, const char *const *receipts, size_t n,
              struct ik_qresult *res, ik_err *err)
 {
-	struct sq *s = q->impl;
+	struct sqlite_queue *s = q->impl;
 	int rc;
 
 	if ((rc = begin(s, err)) != IK_OK)
@@ -542,7 +536,7 @@ sq_del_batch(struct ik_queue *q, const char *const *receipts, size_t n,
 static int
 sq_chvis(struct ik_queue *q, const char *receipt, int visibility_s, ik_err *err)
 {
-	struct sq *s = q->impl;
+	struct sqlite_queue *s = q->impl;
 	sqlite3_stmt *st = s->st[S_CHVIS];
 	char id[64];
 	int rc;
@@ -562,7 +556,7 @@ sq_chvis(struct ik_queue *q, const char *receipt, int visibility_s, ik_err *err)
 }
 
 static int
-send_one(struct sq *s, struct ik_qsend *m, int64_t now, ik_err *err)
+send_one(struct sqlite_queue *s, struct ik_qsend *m, int64_t now, ik_err *err)
 {
 	sqlite3_stmt *st = s->st[S_SEND];
 	char id[37], *attrs = NULL;
@@ -611,7 +605,7 @@ static int
 sq_send_batch(struct ik_queue *q, struct ik_qsend *m, size_t n,
               struct ik_qresult *res, ik_err *err)
 {
-	struct sq *s = q->impl;
+	struct sqlite_queue *s = q->impl;
 	int64_t now = ik_now_ms();
 	int rc;
 
@@ -640,7 +634,7 @@ sq_send_batch(struct ik_queue *q, struct ik_qsend *m, size_t n,
 static int
 sq_stats(struct ik_queue *q, struct ik_qstats *out, ik_err *err)
 {
-	struct sq *s = q->impl;
+	struct sqlite_queue *s = q->impl;
 	sqlite3_stmt *st = s->st[S_STATS];
 	int rc;
 
@@ -657,7 +651,7 @@ sq_stats(struct ik_queue *q, struct ik_qstats *out, ik_err *err)
 }
 
 static void
-sq_free(struct sq *s)
+sq_free(struct sqlite_queue *s)
 {
 	for (int i = 0; i < S_COUNT; i++)
 		sqlite3_finalize(s->st[i]);
@@ -692,7 +686,7 @@ int
 ik_queue_sqlite_open(const char *path, const char *name, const char *params,
                      struct ik_queue *q, ik_err *err)
 {
-	struct sq *s;
+	struct sqlite_queue *s;
 	int rc;
 
 	if (sodium_init() < 0)

@@ -14,15 +14,6 @@
 
 #define DEFAULT_TIMEOUT_MS 5000
 
-static void
-wipe_free(char *s)
-{
-	if (s) {
-		sodium_memzero(s, strlen(s));
-		free(s);
-	}
-}
-
 /* Percent-decodes [p, p+n) into a new string; NULL on a bad escape. */
 static char *
 pct_decode(const char *p, size_t n)
@@ -184,7 +175,7 @@ ik_redis_url_free(struct ik_redis_url *u)
 {
 	free(u->host);
 	free(u->user);
-	wipe_free(u->pass);
+	ik_str_wipe_free(u->pass);
 	u->host = u->user = u->pass = NULL;
 }
 

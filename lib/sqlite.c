@@ -39,7 +39,6 @@ static int
 set_wal(sqlite3 *db, const char *what, const char *path, ik_err *err)
 {
 	for (int tries = 0; tries < 200; tries++) {
-		struct timespec nap = { 0, (5 + tries) * 1000000L };
 		sqlite3_stmt *s;
 		int rc = sqlite3_prepare_v2(db, "PRAGMA journal_mode = WAL", -1, &s, NULL);
 		int ok = 0;
@@ -54,7 +53,7 @@ set_wal(sqlite3 *db, const char *what, const char *path, ik_err *err)
 			return IK_OK;
 		if (rc != SQLITE_ROW && (rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED)
 			return ik_sqlite_err(db, rc, what, path, "journal mode", err);
-		nanosleep(&nap, NULL);
+		ik_sleep_ms(5 + tries);
 	}
 	return ik_errf(err, IK_TEMPFAIL, "%s %s: could not switch to WAL (busy)", what, path);
 }

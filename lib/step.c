@@ -1,6 +1,5 @@
 /* step.c: the one-shot / stream loop; see step.h. */
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +8,7 @@
 
 #include "cli.h"
 #include "envelope.h"
+#include "lines.h"
 #include "log.h"
 #include "outcome.h"
 #include "step.h"
@@ -44,138 +44,76 @@ emit(cJSON *env)
 	return 0;
 }
 
+/* The next line on stdin that is not blank: 1, 0 at EOF, -1 (errno). */
+static int
+next_line(struct ik_lines *in, char **line, size_t *len)
+{
+	int r;
+
+	while ((r = ik_lines_next(in, line, len)) != 0) {
+		if (r < 0 && (errno != EINTR || ik_stop_signal))
+			return -1;
+		if (r > 0 && *len)
+			return 1;
+	}
+	return 0;
+}
+
 static int
 oneshot(const struct ik_step *st)
 {
-	struct ik_buf line = { 0 }, extra = { 0 };
+	struct ik_lines in;
+	struct ik_buf first = { 0 };
 	cJSON *env = NULL;
+	char *line;
+	size_t len;
 	int r, rc;
 
-	while ((r = ik_read_line(stdin, &line)) == 1 && line.len == 0)
-		;
+	ik_lines_init(&in, STDIN_FILENO);
+	r = next_line(&in, &line, &len);
+	if (r == 1 && ik_buf_add(&first, line, len) < 0) {   /* the next read may move it */
+		errno = ENOMEM;
+		r = -1;
+	}
+	if (r == 1 && next_line(&in, &line, &len) == 1)
+		r = 2;   /* a second envelope */
 	if (r < 0) {
 		ik_warnx("stdin: %s", strerror(errno));
 		rc = IK_SOFTWARE;
-		goto out;
-	}
-	if (r == 0) {
+	} else if (r == 0) {
 		ik_warnx("stdin: no envelope or event");
 		rc = IK_DATAERR;
-		goto out;
+	} else if (r == 2) {
+		ik_warnx("stdin: more than one envelope; use --stream");
+		rc = IK_USAGE;
+	} else {
+		rc = one(st, first.p, first.len, &env);
+		if (env && emit(env) < 0 && rc == IK_OK)
+			rc = IK_SOFTWARE;
 	}
-	while ((r = ik_read_line(stdin, &extra)) == 1)
-		if (extra.len) {
-			ik_warnx("stdin: more than one envelope; use --stream");
-			rc = IK_USAGE;
-			goto out;
-		}
-	rc = one(st, line.p, line.len, &env);
-	if (env && emit(env) < 0 && rc == IK_OK)
-		rc = IK_SOFTWARE;
-out:
-	ik_buf_free(&line);
-	ik_buf_free(&extra);
+	ik_lines_free(&in);
+	ik_buf_free(&first);
 	return ik_finish(rc);
-}
-
-/* The stream reader: fd 0 into our own buffer, so that whether more input
- * is available is a poll() away (stdio would hide what it has buffered). */
-struct rd {
-	char *p;
-	size_t len, cap, off;   /* bytes [off, len) not yet consumed */
-	size_t lines;           /* complete lines in [off, len) */
-	int eof;
-};
-
-/* Reads once (blocking unless poll said readable); -1 with errno on error. */
-static int
-rd_fill(struct rd *r)
-{
-	ssize_t n;
-
-	if (r->off && r->off == r->len)
-		r->off = r->len = 0;
-	if (r->cap - r->len < 16384) {
-		size_t cap;
-		char *p;
-		if (r->off) {   /* compact before growing */
-			memmove(r->p, r->p + r->off, r->len - r->off);
-			r->len -= r->off;
-			r->off = 0;
-		}
-		cap = r->cap - r->len < 16384 ? (r->cap ? r->cap * 2 : 65536) : r->cap;
-		if (cap != r->cap) {
-			if (!(p = realloc(r->p, cap)))
-				return errno = ENOMEM, -1;
-			r->p = p;
-			r->cap = cap;
-		}
-	}
-	n = read(STDIN_FILENO, r->p + r->len, r->cap - r->len);
-	if (n < 0)
-		return -1;
-	if (n == 0) {
-		/* A last line without its newline still counts: terminate it
-		 * now, before any line is handed out (this may move r->p). */
-		r->eof = 1;
-		if (r->len > r->off && r->p[r->len - 1] != '\n') {
-			if (r->len == r->cap) {
-				char *p = realloc(r->p, r->cap + 1);
-				if (!p)
-					return errno = ENOMEM, -1;
-				r->p = p;
-				r->cap++;
-			}
-			r->p[r->len++] = '\n';
-			r->lines++;
-		}
-		return 0;
-	}
-	for (char *q = r->p + r->len, *e = q + n; (q = memchr(q, '\n', (size_t)(e - q))); q++)
-		r->lines++;
-	r->len += (size_t)n;
-	return 0;
 }
 
 /* Waits for at least one line (or EOF), then takes whatever else is
  * already there, up to max lines, without waiting. */
 static int
-rd_gather(struct rd *r, size_t max)
+gather(struct ik_lines *r, size_t max)
 {
-	struct pollfd pfd = { .fd = STDIN_FILENO, .events = POLLIN };
-
 	while (!r->lines && !r->eof) {
 		if (ik_stop_signal)
 			return 0;
-		if (rd_fill(r) < 0) {
+		if (ik_lines_fill(r) < 0) {
 			if (errno == EINTR)
 				continue;
 			return -1;
 		}
 	}
-	while (r->lines < max && !r->eof && !ik_stop_signal &&
-	    poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLIN | POLLHUP)))
-		if (rd_fill(r) < 0 && errno != EINTR)
+	while (r->lines < max && !r->eof && !ik_stop_signal && ik_lines_ready(r))
+		if (ik_lines_fill(r) < 0 && errno != EINTR)
 			return -1;
 	return 0;
-}
-
-/* The next complete line (without its newline, NUL-terminated in place),
- * or NULL.  Valid until the next rd_fill. */
-static char *
-rd_line(struct rd *r, size_t *len)
-{
-	char *b = r->p + r->off, *nl;
-
-	if (!r->lines || !(nl = memchr(b, '\n', r->len - r->off)))
-		return NULL;
-	r->lines--;
-	*nl = '\0';
-	*len = (size_t)(nl - b);
-	r->off += *len + 1;
-	if (*len && b[*len - 1] == '\r')
-		b[--*len] = '\0';
-	return b;
 }
 
 /* Writes the envelopes (freeing them), flushed when flush is set; -1 when
@@ -241,7 +179,7 @@ run_group(const struct ik_step *st, char **lines, size_t *lens, size_t n,
 static int
 stream(const struct ik_step *st)
 {
-	struct rd r = { 0 };
+	struct ik_lines r;
 	char *lines[IK_STEP_GROUP_MAX];
 	size_t lens[IK_STEP_GROUP_MAX];
 	cJSON *envs[IK_STEP_GROUP_MAX] = { 0 };
@@ -249,12 +187,13 @@ stream(const struct ik_step *st)
 	size_t gmax = st->group_max && st->group_max < IK_STEP_GROUP_MAX ?
 	    st->group_max : IK_STEP_GROUP_MAX;
 
+	ik_lines_init(&r, STDIN_FILENO);
 	while (!ik_stop_signal) {
 		size_t n = 0;
 		char *line;
 		size_t len;
 
-		if (rd_gather(&r, gmax) < 0) {
+		if (gather(&r, gmax) < 0) {
 			ik_warnx("stdin: %s", strerror(errno));
 			rc = IK_SOFTWARE;
 			break;
@@ -264,7 +203,7 @@ stream(const struct ik_step *st)
 			 * held at most IK_STEP_HOLD_US plus one line. */
 			int64_t held = 0, t0, t1;
 			int flush;
-			while (!ik_stop_signal && (line = rd_line(&r, &len))) {
+			while (!ik_stop_signal && (line = ik_lines_take(&r, &len))) {
 				if (!len)
 					continue;
 				t0 = mono_us();
@@ -286,7 +225,7 @@ stream(const struct ik_step *st)
 					break;
 			}
 		} else {
-			while (n < gmax && (line = rd_line(&r, &len)))
+			while (n < gmax && (line = ik_lines_take(&r, &len)))
 				if (len) {
 					lines[n] = line;
 					lens[n++] = len;
@@ -297,12 +236,12 @@ stream(const struct ik_step *st)
 			else if (n && st->halt)
 				rc = st->halt(st->group_ctx);
 		}
-		if (rc != IK_OK || (r.eof && r.off == r.len))
+		if (rc != IK_OK || (r.eof && !r.lines))
 			break;
 	}
 	for (size_t i = 0; i < IK_STEP_GROUP_MAX; i++)
 		cJSON_Delete(envs[i]);
-	free(r.p);
+	ik_lines_free(&r);
 	if (ik_stop_signal && rc == IK_OK)
 		rc = 128 + ik_stop_signal;
 	return ik_finish(rc);

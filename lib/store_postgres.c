@@ -180,11 +180,10 @@ conn_ok(struct pg *p, ik_err *err)
 		 * debited again once its lease ends.  Once per outage: after
 		 * that wait each call tries once, so a stream cannot stall. */
 		int64_t until = ik_mono_ms() + (p->waited ? 0 : RECONNECT_MS);
-		struct timespec ts = { 0, 200 * 1000000L };
 
 		PQreset(p->conn);
 		while (PQstatus(p->conn) != CONNECTION_OK && ik_mono_ms() < until &&
-		    nanosleep(&ts, NULL) == 0)
+		    ik_sleep_ms(200) == 0)
 			PQreset(p->conn);
 		p->waited = PQstatus(p->conn) != CONNECTION_OK;
 	} else {

@@ -1,4 +1,5 @@
-/* util.c: clocks, durations, the state directory, buffers, lines, files. */
+/* util.c: clocks, sleeps and backoffs, durations, the state directory,
+ * buffers and their wipe, files. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -8,6 +9,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
+#include "cli.h"
 #include "outcome.h"
 #include "util.h"
 
@@ -25,6 +29,42 @@ ik_mono_ms(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int
+ik_sleep_ms(int64_t ms)
+{
+	struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
+
+	if (ms <= 0)
+		return ik_stop_signal ? -1 : 0;
+	while (nanosleep(&ts, &ts) < 0) {
+		if (errno != EINTR || ik_stop_signal)
+			return -1;
+	}
+	return ik_stop_signal ? -1 : 0;
+}
+
+int64_t
+ik_backoff_ceil(int64_t base_ms, int64_t cap_ms, int64_t n)
+{
+	int64_t ceil = base_ms;
+
+	while (n-- > 0 && ceil > 0 && ceil < cap_ms)
+		ceil *= 2;
+	return ceil > cap_ms ? cap_ms : ceil;
+}
+
+int64_t
+ik_backoff_jitter(int64_t base_ms, int64_t cap_ms, int64_t n)
+{
+	int64_t ceil = ik_backoff_ceil(base_ms, cap_ms, n);
+
+	if (ceil <= 0)
+		return 0;
+	if (ceil >= UINT32_MAX)
+		ceil = UINT32_MAX - 1;
+	return (int64_t)randombytes_uniform((uint32_t)ceil + 1);
 }
 
 int
@@ -162,25 +202,21 @@ ik_buf_free(struct ik_buf *b)
 	b->len = b->cap = 0;
 }
 
-int
-ik_read_line(FILE *f, struct ik_buf *b)
+void
+ik_buf_wipe_free(struct ik_buf *b)
 {
-	ssize_t n;
+	if (b->p)
+		sodium_memzero(b->p, b->cap);
+	ik_buf_free(b);
+}
 
-	errno = 0;
-	n = getline(&b->p, &b->cap, f);
-	if (n < 0) {
-		b->len = 0;
-		if (b->p)
-			b->p[0] = '\0';
-		return ferror(f) ? -1 : 0;
+void
+ik_str_wipe_free(char *s)
+{
+	if (s) {
+		sodium_memzero(s, strlen(s));
+		free(s);
 	}
-	b->len = (size_t)n;
-	if (b->len && b->p[b->len - 1] == '\n')
-		b->p[--b->len] = '\0';
-	if (b->len && b->p[b->len - 1] == '\r')
-		b->p[--b->len] = '\0';
-	return 1;
 }
 
 int
@@ -200,9 +236,13 @@ ik_read_file(const char *path, size_t max, struct ik_buf *b, ik_err *err)
 			close(fd);
 			return ik_errf(err, IK_CONFIG, "%s: %s", path, strerror(errno));
 		}
-		if (b->len + (size_t)n > max || ik_buf_add(b, chunk, (size_t)n) < 0) {
+		if (b->len + (size_t)n > max) {
 			close(fd);
 			return ik_errf(err, IK_CONFIG, "%s: larger than %zu bytes", path, max);
+		}
+		if (ik_buf_add(b, chunk, (size_t)n) < 0) {
+			close(fd);
+			return ik_errf(err, IK_SOFTWARE, "out of memory");
 		}
 	}
 	close(fd);

@@ -1,5 +1,5 @@
 /* util.h: small helpers with no better home: clocks, durations, the state
- * directory, growable buffers, reading whole lines and files. */
+ * directory, growable buffers, reading whole files (lines: lines.h). */
 #ifndef IK_UTIL_H
 #define IK_UTIL_H
 
@@ -11,6 +11,17 @@
 
 int64_t ik_now_ms(void);          /* wall clock, epoch milliseconds */
 int64_t ik_mono_ms(void);         /* monotonic, for timeouts */
+
+/* Sleeps ms milliseconds.  A stop signal (ik_stop_signal, cli.h) ends the
+ * sleep early and returns -1, so a loop that waits can check it and finish
+ * or roll back its record; any other signal resumes it.  0 when the whole
+ * time passed. */
+int ik_sleep_ms(int64_t ms);
+
+/* Exponential backoff: the ceiling min(cap_ms, base_ms * 2^n) (n from 0),
+ * and full jitter, a value uniform in [0, that ceiling]. */
+int64_t ik_backoff_ceil(int64_t base_ms, int64_t cap_ms, int64_t n);
+int64_t ik_backoff_jitter(int64_t base_ms, int64_t cap_ms, int64_t n);
 
 /* "30", "30s", "500ms", "5m", "2h", "30d" -> milliseconds.  Plain numbers
  * are seconds.  Returns 0 and sets *ms, or -1 on a malformed or negative
@@ -33,10 +44,11 @@ int ik_buf_add(struct ik_buf *b, const void *data, size_t n);  /* 0 / -1 ENOMEM 
 int ik_buf_addstr(struct ik_buf *b, const char *s);
 void ik_buf_reset(struct ik_buf *b);
 void ik_buf_free(struct ik_buf *b);
-
-/* One line from f, without its newline, into b (reset first).  Returns 1 on
- * a line, 0 at EOF, -1 on a read error.  Lines have no length limit. */
-int ik_read_line(FILE *f, struct ik_buf *b);
+/* For secrets: wipes the whole allocation (cap bytes, so what a realloc
+ * left past len is wiped too), then frees; b is reusable. */
+void ik_buf_wipe_free(struct ik_buf *b);
+/* Wipes a NUL-terminated secret, then frees it; NULL is fine. */
+void ik_str_wipe_free(char *s);
 
 /* The whole file, NUL-terminated, trailing newlines stripped: IK_OK, or
  * IK_CONFIG with err when it cannot be read or is larger than max bytes

@@ -131,7 +131,7 @@ main(int argc, char **argv)
 		switch (c) {
 		case O_LISTEN: cfg.listen = optarg; break;
 		case O_PORT:
-			if (ik_parse_int(optarg, 0, 65535, &n) < 0)
+			if (ik_opt_int("--port", optarg, 0, 65535, &n) < 0)
 				return ik_usage(USAGE);
 			cfg.port = (int)n;
 			break;
@@ -145,7 +145,7 @@ main(int argc, char **argv)
 		case O_OID: cfg.oauth_client_id = optarg; break;
 		case O_OSECRET: cfg.oauth_client_secret_file = optarg; break;
 		case O_OTTL:
-			if (ik_parse_int(optarg, 0, 86400 * 366, &n) < 0)
+			if (ik_opt_int("--oauth-expires-in", optarg, 0, 86400 * 366, &n) < 0)
 				return ik_usage(USAGE);
 			cfg.oauth_expires_in = n;
 			break;
@@ -156,7 +156,7 @@ main(int argc, char **argv)
 			}
 			break;
 		case O_LATENCY:
-			if (ik_parse_duration(optarg, &cfg.faults.latency_ms) < 0)
+			if (ik_opt_duration("--latency", optarg, 0, INT64_MAX, &cfg.faults.latency_ms) < 0)
 				return ik_usage(USAGE);
 			break;
 		case O_ERATE:
@@ -164,12 +164,12 @@ main(int argc, char **argv)
 				return ik_usage(USAGE);
 			break;
 		case O_ESTATUS:
-			if (ik_parse_int(optarg, 100, 599, &n) < 0)
+			if (ik_opt_int("--error-status", optarg, 100, 599, &n) < 0)
 				return ik_usage(USAGE);
 			cfg.faults.error_status = (int)n;
 			break;
 		case O_SEED:
-			if (ik_parse_int(optarg, 0, (long long)1 << 53, &n) < 0)
+			if (ik_opt_int("--seed", optarg, 0, (long long)1 << 53, &n) < 0)
 				return ik_usage(USAGE);
 			cfg.faults.seed = (uint64_t)n;
 			break;
@@ -180,13 +180,13 @@ main(int argc, char **argv)
 			break;
 		case O_NFAIL: cfg.faults.notify_fail_rate = 1; break;
 		case O_NSTATUS:
-			if (ik_parse_int(optarg, 100, 599, &n) < 0)
+			if (ik_opt_int("--notify-fail-status", optarg, 100, 599, &n) < 0)
 				return ik_usage(USAGE);
 			cfg.faults.notify_fail_status = (int)n;
 			break;
 		case O_NHANG: cfg.faults.notify_hang = 1; break;
 		case O_MAXC:
-			if (ik_parse_int(optarg, 1, 100000, &n) < 0)
+			if (ik_opt_int("--max-conns", optarg, 1, 100000, &n) < 0)
 				return ik_usage(USAGE);
 			cfg.max_conns = (unsigned)n;
 			break;

@@ -35,6 +35,8 @@
 #define MAX_BODY      (64u << 10)
 #define MAX_SECRET    4096
 #define HMAC_SKEW_S   300
+#define DEBIT_PATH    "/debits/"   /* GET /debits/KEY: one debit of the ledger */
+#define DEBIT_PATH_LEN (sizeof DEBIT_PATH - 1)
 
 struct ik_banksim {
 	struct MHD_Daemon *d;
@@ -224,10 +226,8 @@ reply_reason(struct MHD_Connection *c, unsigned status, const char *status_name,
 static void
 log_req(const char *method, const char *url, unsigned status, const char *key)
 {
-	char st[16];
-	snprintf(st, sizeof st, "%u", status);
 	ik_log(IK_LOG_INFO, "request", "method", method, "path", url,
-	       "status#", st, "key", key, NULL);
+	       IK_LOG_NUM("status", status), "key", key, NULL);
 }
 
 static int
@@ -861,7 +861,8 @@ route(struct ik_banksim *b, struct MHD_Connection *c, const char *url,
 			*ret = reply_reason(c, 401, NULL, "bad or missing signature");
 			return 401;
 		}
-		return url[1] == 'd' ? debit(b, c, r, *keyp, ret) : notify(b, c, r, *keyp, ret);
+		return strcmp(url, "/debits") == 0 ? debit(b, c, r, *keyp, ret) :
+		    notify(b, c, r, *keyp, ret);
 	}
 	if (post && strcmp(url, OB_PATH) == 0) {
 		*keyp = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-idempotency-key");
@@ -887,7 +888,7 @@ route(struct ik_banksim *b, struct MHD_Connection *c, const char *url,
 	}
 	if (get && (strcmp(url, "/ledger") == 0 || strcmp(url, "/notifications") == 0)) {
 		char *s;
-		if (ik_ledger_list(b->ledger, url[1] == 'n', &s, &e) != IK_OK) {
+		if (ik_ledger_list(b->ledger, strcmp(url, "/notifications") == 0, &s, &e) != IK_OK) {
 			*ret = reply_reason(c, 503, NULL, "ledger unavailable");
 			return 503;
 		}
@@ -895,9 +896,9 @@ route(struct ik_banksim *b, struct MHD_Connection *c, const char *url,
 		free(s);
 		return 200;
 	}
-	if (get && strncmp(url, "/debits/", 8) == 0 && url[8]) {
+	if (get && strncmp(url, DEBIT_PATH, DEBIT_PATH_LEN) == 0 && url[DEBIT_PATH_LEN]) {
 		cJSON *o = NULL;
-		int rc = ik_ledger_get(b->ledger, url + 8, &o, &e);
+		int rc = ik_ledger_get(b->ledger, url + DEBIT_PATH_LEN, &o, &e);
 		if (rc == IK_OK) {
 			*ret = reply_json(c, 200, o, 0);
 			return 200;
@@ -983,14 +984,6 @@ read_secret(const char *path, const char *what, struct ik_buf *b, ik_err *err)
 	if (b->len == 0)
 		return ik_errf(err, IK_CONFIG, "%s %s: empty", what, path);
 	return IK_OK;
-}
-
-static void
-wipe(struct ik_buf *b)
-{
-	if (b->p)
-		sodium_memzero(b->p, b->len);
-	ik_buf_free(b);
 }
 
 int
@@ -1130,12 +1123,12 @@ ik_banksim_stop(struct ik_banksim *b)
 		MHD_stop_daemon(b->d);
 	ik_ledger_close(b->ledger);
 	ik_banksim_faults_free(&b->f);
-	wipe(&b->token);
-	wipe(&b->hmac);
-	wipe(&b->cert);
-	wipe(&b->key);
-	wipe(&b->client_ca);
-	wipe(&b->oauth_secret);
+	ik_buf_wipe_free(&b->token);
+	ik_buf_wipe_free(&b->hmac);
+	ik_buf_wipe_free(&b->cert);
+	ik_buf_wipe_free(&b->key);
+	ik_buf_wipe_free(&b->client_ca);
+	ik_buf_wipe_free(&b->oauth_secret);
 	free(b->oauth_id);
 	if (b->toks)
 		sodium_memzero(b->toks, b->ntoks * sizeof *b->toks);

@@ -65,6 +65,11 @@ notify_run() {
 	[ "$(jget "$output" debit)" = "$(jget "$in" debit)" ]
 	[ "$(bank_stat notificationAttempts)" -eq 3 ]
 	[ "$(bank_stat debits)" -eq 0 ]
+	# the audit line's attempts is a JSON number, not a string
+	printf '%s\n' "$stderr" | python3 -c 'import json,sys
+l=[json.loads(x) for x in sys.stdin if x.startswith("{")]
+n=[o for o in l if o.get("msg") == "notify"]
+assert len(n) == 1 and n[0]["attempts"] == 3 and type(n[0]["attempts"]) is int, l'
 	notify_run "$in" --retries 0
 	[ "$status" -eq 21 ]
 	[ "$(jget "$output" notify.error)" = "HTTP 503: injected notification failure" ]

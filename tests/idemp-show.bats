@@ -31,6 +31,31 @@ setup() { export IDEMKIT_STORE=sqlite:$BATS_TEST_TMPDIR/s.db; }
 	[ "$(jget "$output" state)" = IN_PROGRESS ]
 }
 
+@test "idemp-show: '-' reads chargeIds from stdin in its place; CRLF lines too" {
+	ev CHG-H3 | idemp-claim >/dev/null 2>&1
+	ev CHG-H4 | idemp-claim >/dev/null 2>&1
+	run --separate-stderr idemp-show --json CHG-H3 - <<<$'CHG-H4\r\n\nCHG-NOPE'
+	[ "$status" -eq 1 ]
+	[ "${#lines[@]}" -eq 2 ]
+	[ "$(jget "${lines[0]}" chargeId)" = CHG-H3 ]
+	[ "$(jget "${lines[1]}" chargeId)" = CHG-H4 ]
+	[ "$stderr" = "idemp-show: CHG-NOPE: no record" ]
+}
+
+@test "idemp-show and idemp-forget refuse an empty chargeId: 64 before any lookup" {
+	ev CHG-H5 | idemp-claim >/dev/null 2>&1
+	run --separate-stderr idemp-show CHG-H5 ''
+	[ "$status" -eq 64 ]
+	[ -z "$output" ]
+	[ "$stderr" = "idemp-show: empty chargeId (argument 2)" ]
+	run --separate-stderr idemp-forget ''
+	[ "$status" -eq 64 ]
+	[ "$stderr" = "idemp-forget: empty chargeId (argument 1)" ]
+	# the store is not opened either: a bad one is not what is reported
+	run --separate-stderr idemp-show --store nope: ''
+	[ "$status" -eq 64 ]
+}
+
 @test "idemp-show: help, version, bad option, bad store" {
 	run idemp-show --help
 	[ "$status" -eq 0 ]
