@@ -34,7 +34,7 @@ static const char options[] =
 	"  -h, --help        this help\n"
 	"  -V, --version     print the version\n"
 	"With no CODE, the whole table.  Output: CODE NAME ACTION MEANING, tab-separated.\n";
-static const int codes[] = { 0, 1, 64, 70, -1 };
+static const int codes[] = { IK_OK, IK_EMPTY, IK_USAGE, IK_SOFTWARE, -1 };
 
 static void
 print(const struct ik_outcome *o, int json)

@@ -37,7 +37,9 @@ static const char options[] =
 	"  -c, --clock         print the time now, epoch ms, and exit\n"
 	"  -h, --help          this help\n"
 	"  -V, --version       print the version\n";
-static const int codes[] = { 0, 64, 65, 70, 75, 78, -1 };
+static const int codes[] = {
+	IK_OK, IK_USAGE, IK_DATAERR, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1
+};
 
 /* The last line of stdin that is a summary object. */
 static cJSON *

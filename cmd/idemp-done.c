@@ -31,7 +31,9 @@ static const char options[] =
 	"  -S, --store URL    sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE)\n"
 	"  -h, --help         this help\n"
 	"  -V, --version      print the version\n";
-static const int codes[] = { 0, 13, 64, 65, 70, 75, 78, -1 };
+static const int codes[] = {
+	IK_OK, IK_LEASE_LOST, IK_USAGE, IK_DATAERR, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1
+};
 
 struct ctx {
 	struct ik_store_lazy db;

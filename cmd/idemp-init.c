@@ -21,7 +21,9 @@ static const char options[] =
 	"                     $IDEMKIT_STORE)\n"
 	"  -h, --help         this help\n"
 	"  -V, --version      print the version\n";
-static const int codes[] = { 0, 64, 70, 75, 78, -1 };
+static const int codes[] = {
+	IK_OK, IK_USAGE, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1
+};
 
 int
 main(int argc, char **argv)

@@ -30,7 +30,9 @@ static const char options[] =
 	"  -S, --store URL        sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE)\n"
 	"  -h, --help             this help\n"
 	"  -V, --version          print the version\n";
-static const int codes[] = { 0, 1, 64, 70, 75, 78, -1 };
+static const int codes[] = {
+	IK_OK, IK_EMPTY, IK_USAGE, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1
+};
 
 enum format { F_RECORD, F_EVENT, F_ENVELOPE };
 

@@ -19,7 +19,9 @@ static const char options[] =
 	"  -S, --store URL    sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE)\n"
 	"  -h, --help         this help\n"
 	"  -V, --version      print the version\n";
-static const int codes[] = { 0, 64, 70, 75, 78, -1 };
+static const int codes[] = {
+	IK_OK, IK_USAGE, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1
+};
 
 /* An age as "3d04h", "1h02m", "5m07s" or "42s". */
 static const char *

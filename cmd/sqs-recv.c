@@ -60,7 +60,9 @@ static const char options[] =
 	"                         in flight or a copy left is due back within DUR\n"
 	"  -h, --help             this help\n"
 	"  -V, --version          print the version\n";
-static const int codes[] = { 0, 1, 64, 70, 75, 78, -1 };
+static const int codes[] = {
+	IK_OK, IK_EMPTY, IK_USAGE, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1
+};
 
 static cJSON *
 envelope(const struct ik_queue *q, const struct ik_qmsg *m)
@@ -114,13 +116,6 @@ emit(struct ik_queue *q, struct ik_qmsg *msgs, size_t n)
 			ik_warnx("%s", err.msg);
 	}
 	return rc;
-}
-
-static void
-pause_ms(int64_t ms)
-{
-	struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
-	nanosleep(&ts, NULL);
 }
 
 /* The --acked bookkeeping (see the header comment). */
@@ -349,7 +344,7 @@ wait_window(struct window *w, int max)
 			return -1;
 		if (poll(&out, 1, 0) > 0 && (out.revents & (POLLERR | POLLHUP)))
 			return -1;
-		pause_ms(5);
+		ik_sleep_ms(5);
 	}
 }
 
@@ -462,7 +457,7 @@ main(int argc, char **argv)
 			ik_log(IK_LOG_WARN, "receive failed; retrying", "step", "recv",
 			       "error", err.msg, NULL);
 			backoff = backoff ? (backoff * 2 > 30000 ? 30000 : backoff * 2) : 1000;
-			pause_ms(backoff);
+			ik_sleep_ms(backoff);
 			continue;
 		} else {
 			ik_fail(&err);
@@ -472,7 +467,7 @@ main(int argc, char **argv)
 			break;
 		if (!n && !follow && settle >= 0 && unsettled(&win, settle, (int64_t)wait * 1000 + 2000)) {
 			if (!wait)
-				pause_ms(200);
+				ik_sleep_ms(200);
 			continue;
 		}
 		if (!(follow || (drain && n > 0)))

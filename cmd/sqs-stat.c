@@ -25,7 +25,9 @@ static const char options[] =
 	"                    on its own line, as every command resolves them\n"
 	"  -h, --help        this help\n"
 	"  -V, --version     print the version\n";
-static const int codes[] = { 0, 64, 70, 75, 78, -1 };
+static const int codes[] = {
+	IK_OK, IK_USAGE, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1
+};
 
 static int
 resolve(struct ik_queue *q, const char *dlq_opt)

@@ -116,6 +116,7 @@ skip_value(const char *p, const char *e)
 static const char *const business[] = {
 	"chargeId", "accountId", "amount", "currency", "chargeType", "dueDate",
 };
+enum { BUSINESS_AMOUNT = 2 };   /* business[BUSINESS_AMOUNT] is "amount" */
 
 static int
 hexval(char c)
@@ -191,7 +192,7 @@ scan_top(const char *p, const char *e, const char **amt, size_t *amtlen, ik_err 
 				return ik_errf(err, IK_DATAERR, "%s: appears more than once", business[i]);
 			if (*v == '"' && check_escapes(business[i], v + 1, p - 1, err))
 				return IK_DATAERR;
-			if (i == 2) {
+			if (i == BUSINESS_AMOUNT) {
 				const char *ve = v;
 				while (ve < p && !strchr(",} \t\r\n", *ve))
 					ve++;

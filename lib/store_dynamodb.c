@@ -742,14 +742,6 @@ dd_stats(struct ik_store *st, int64_t now_ms, struct ik_store_stats *out, ik_err
 
 /* ---- init: the table, its key schema, TTL ------------------------------ */
 
-static void
-sleep_ms(long ms)
-{
-	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-
-	nanosleep(&ts, NULL);
-}
-
 static int
 check_schema(struct ddb *d, const cJSON *table, ik_err *err)
 {
@@ -1075,7 +1067,7 @@ dd_init(struct ik_store *st, ik_err *err)
 		if (ik_mono_ms() > deadline)
 			return ik_errf(err, IK_TEMPFAIL, "dynamodb table %s: not ACTIVE "
 			               "after %d s", d->table, ACTIVE_WAIT_MS / 1000);
-		sleep_ms(nap);
+		ik_sleep_ms(nap);
 		if (nap < 1000)
 			nap *= 2;
 	}
