@@ -8,7 +8,10 @@
 #
 # A patch starts with header lines, before the diff:
 #   # defect: what the bug does, in a sentence
-#   # run: [VAR=value ...] tests/FILE.bats     (one or more; a tests/run.sh run)
+#   # run: [VAR=value ...] tests/FILE.bats [-f REGEX]   (one or more)
+# each a bats run of that file against the mutated build, only the tests
+# whose names match REGEX when -f is given (the test that guards the code:
+# the whole of a long suite per mutant would not fit CI's time).
 #
 # usage: tests/mutants/run.sh [NAME ...]    (default: every patch)
 # env:   MUTANTS_DIR (scratch, default build/mutants), MAKE (default make)
@@ -61,19 +64,32 @@ for name in "$@"; do
 	else
 		# The "# run:" lines in turn, against the mutated build; the first
 		# one that fails has caught the mutant (the rest need not run).
-		caught=
+		caught= norun=
 		while IFS= read -r r; do
 			[ -n "$r" ] || continue
-			if ! (cd "$tree" && IDEMKIT_BIN="$tree/build/bin" IDEMKIT_TEST_BIN="$tree/build/test" \
-			    IDEMKIT_SRC="$tree" sh tests/run.sh "$r") >"$log" 2>&1 </dev/null; then
+			filter=
+			case $r in *" -f "*) filter=${r#* -f }; r=${r%% -f *} ;; esac
+			# shellcheck disable=SC2086
+			if ! (cd "$tree" && set -- $r && vars= &&
+			    while [ $# -gt 1 ]; do vars="$vars $1"; shift; done &&
+			    env $vars IDEMKIT_BIN="$tree/build/bin" IDEMKIT_TEST_BIN="$tree/build/test" \
+			    IDEMKIT_SRC="$tree" BATS_TEST_TIMEOUT="${BATS_TEST_TIMEOUT:-300}" \
+			    bats --tap ${filter:+-f "$filter"} "$1") >"$log" 2>&1 </dev/null; then
 				caught=$(grep -m1 '^not ok' "$log" || echo "(the run failed)")
-				caught="$r: $caught"
+				caught="$r${filter:+ -f $filter}: $caught"
+				break
+			fi
+			if ! grep -q '^ok ' "$log"; then   # a filter that matches nothing proves nothing
+				norun="$r${filter:+ -f $filter}"
 				break
 			fi
 		done <<-RUNS
 		$runs
 		RUNS
-		if [ -z "$caught" ]; then
+		if [ -n "$norun" ]; then
+			echo "BROKEN $name: '$norun' ran no test"
+			broken=$((broken + 1)); bad="$bad $name"
+		elif [ -z "$caught" ]; then
 			echo "SURVIVED $name: $defect"
 			survived=$((survived + 1)); bad="$bad $name"
 		else
