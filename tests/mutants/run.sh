@@ -14,7 +14,9 @@
 # the whole of a long suite per mutant would not fit CI's time).
 #
 # usage: tests/mutants/run.sh [NAME ...]    (default: every patch)
-# env:   MUTANTS_DIR (scratch, default build/mutants), MAKE (default make)
+# env:   MUTANTS_DIR (scratch, default build/mutants), MAKE (default make),
+#        MUTANTS_TEST_TIMEOUT (seconds a test may take, default 60: a mutant
+#        that makes a loop never end is caught by the limit, quickly)
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
 dir=${MUTANTS_DIR:-$src/build/mutants}
@@ -30,7 +32,8 @@ fi
 # The scratch copy: what git tracks, plus what it would (new files).
 rm -rf "$tree"
 mkdir -p "$tree"
-(cd "$src" && git ls-files -co --exclude-standard -z | xargs -0 tar cf - --) | (cd "$tree" && tar xf -)
+(cd "$src" && git ls-files -co --exclude-standard | while IFS= read -r f; do
+	[ -e "$f" ] && printf '%s\n' "$f"; done | tar cf - -T -) | (cd "$tree" && tar xf -)
 [ -d "$src/node_modules" ] && ln -s "$src/node_modules" "$tree/node_modules"
 echo "== mutants: building the scratch tree $tree"
 if ! "$make" -s -C "$tree" -j2 check-build >"$dir/build.log" 2>&1; then
@@ -73,13 +76,13 @@ for name in "$@"; do
 			if ! (cd "$tree" && set -- $r && vars= &&
 			    while [ $# -gt 1 ]; do vars="$vars $1"; shift; done &&
 			    env $vars IDEMKIT_BIN="$tree/build/bin" IDEMKIT_TEST_BIN="$tree/build/test" \
-			    IDEMKIT_SRC="$tree" BATS_TEST_TIMEOUT="${BATS_TEST_TIMEOUT:-300}" \
+			    IDEMKIT_SRC="$tree" BATS_TEST_TIMEOUT="${MUTANTS_TEST_TIMEOUT:-60}" \
 			    bats --tap ${filter:+-f "$filter"} "$1") >"$log" 2>&1 </dev/null; then
-				caught=$(grep -m1 '^not ok' "$log" || echo "(the run failed)")
+				caught=$(grep -a -m1 '^not ok' "$log" || echo "(the run failed)")
 				caught="$r${filter:+ -f $filter}: $caught"
 				break
 			fi
-			if ! grep -q '^ok ' "$log"; then   # a filter that matches nothing proves nothing
+			if ! grep -aq '^ok ' "$log"; then   # a filter that matches nothing proves nothing
 				norun="$r${filter:+ -f $filter}"
 				break
 			fi
