@@ -46,7 +46,7 @@ load helper
 	tree=$BATS_TEST_TMPDIR/tarball
 	mkdir -p "$tree"
 	cp -r Makefile lib cmd mk "$tree/"
-	run env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory -n -B -C "$tree" build/obj/lib/err.o
+	run env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory -n -B -C "$tree" build/obj/lib/err.o O=build
 	[ "$status" -eq 0 ]
 	[[ "$output" == *" -Wall -Wextra "* ]]
 	[[ "$output" != *"-Werror"* ]]
