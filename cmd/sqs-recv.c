@@ -142,6 +142,7 @@ struct window {
 	int64_t acks[ACK_RING];     /* monotonic ms of the latest acks */
 	size_t nacks;
 	int started;
+	int64_t progress;           /* monotonic ms a message last settled (or the start) */
 };
 
 static int
@@ -214,6 +215,8 @@ finished(struct window *w, const char *line, size_t len, int64_t at)
 				goto out;
 			w->ndu++;
 		}
+		if (settled(action) && ik_env_step_code(env, "ack") == IK_OK)
+			w->progress = ik_mono_ms();
 		if (i < w->ndu) {
 			if (settled(action) && ik_env_step_code(env, "ack") == IK_OK)
 				w->du[i].at = 0;
@@ -298,7 +301,11 @@ room(struct window *w, int max)
  * out less than settle ago is still in flight, or a copy left is due back
  * within settle (or was due a moment ago: another worker may have it, so
  * only grace_ms past).  One never acked (a step lost it) is given up on
- * after settle, so a drain always ends. */
+ * after settle, so a drain always ends.  Copies left are waited for only
+ * while the drain makes progress (a message settled less than settle ago):
+ * during an outage every look leaves the copy again, and with a short
+ * backoff it would always be due back soon; the drain then ends, 75, and
+ * leaves them to the next run. */
 static int
 unsettled(struct window *w, int64_t settle, int64_t grace_ms)
 {
@@ -307,6 +314,8 @@ unsettled(struct window *w, int64_t settle, int64_t grace_ms)
 	count_acked(w);
 	if (w->nfl && now - w->fl[w->nfl - 1].at <= settle)
 		return 1;
+	if (now - w->progress > settle)
+		return 0;
 	for (size_t i = 0; i < w->ndu; i++)
 		if (w->du[i].at && w->du[i].at >= now - grace_ms && w->du[i].at <= now + settle)
 			return 1;
@@ -384,7 +393,7 @@ main(int argc, char **argv)
 	const char *url = NULL;
 	int max = 1, wait = -1, vis = -1, follow = 0, drain = 0, got = 0, ch, rc;
 	int64_t backoff = 0;
-	struct window win = { .fd = -1, .max_age = -1 };
+	struct window win = { .fd = -1, .max_age = -1, .progress = ik_mono_ms() };
 	const char *acked = NULL;
 	int size = 0;
 	int64_t settle = -1;

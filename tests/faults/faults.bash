@@ -12,7 +12,10 @@ load ../bank_helper
 # Short leases and timeouts: charge-worker refuses a lease shorter than
 # debit + notify timeouts + 10s, so 12s is the floor with these.
 WORKER_OPTS=(--lease 12s --debit-timeout 1 --notify-timeout 1 --notify-retries 0)
-export IDEMKIT_LOG=warn IDEMKIT_BACKOFF_BASE=1 IDEMKIT_BACKOFF_CAP=2
+# A backoff that can grow past the drain's wait (one lease, 12 s): a drain
+# during an outage looks again at what it left while it is due back within
+# its wait, so with a cap under the wait it would look until the outage ends.
+export IDEMKIT_LOG=warn IDEMKIT_BACKOFF_BASE=1 IDEMKIT_BACKOFF_CAP=30
 
 # embedded_queue [VISIBILITY]: a fresh SQLite queue and DLQ in the test's
 # directory (IDEMKIT_QUEUE, IDEMKIT_DLQ exported) and the default store.
