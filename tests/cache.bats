@@ -87,7 +87,7 @@ finished() {
 		run --separate-stderr idemp-claim < <(ev "$id")
 		[ "$status" -eq 10 ]
 	done
-	! rcli store INFO commandstats | grep -q cmdstat_evalsha
+	if rcli store INFO commandstats | grep -q cmdstat_evalsha; then false; fi
 	# and with no cache each duplicate is one claim script
 	IDEMKIT_CACHE= run --separate-stderr idemp-claim < <(ev "$id")
 	[ "$status" -eq 10 ]

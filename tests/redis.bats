@@ -99,7 +99,7 @@ setup() {
 	exec 4> "$BATS_TEST_TMPDIR/in"
 	ev "$(uid pw5)" >&4
 	for _ in $(seq 100); do [ -s "$BATS_TEST_TMPDIR/out" ] && break; sleep 0.05; done
-	! tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q S3cret
+	if tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q S3cret; then false; fi
 	exec 4>&-
 	wait "$pid"
 	grep -q ACQUIRED "$BATS_TEST_TMPDIR/out"
