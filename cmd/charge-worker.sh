@@ -317,12 +317,23 @@ loop() {
 		fi
 		n=$((n + 1))
 		process "$work/recv"
-		$ACK < "$final" > "$work/acked" || :
+		arc=0
+		$ACK < "$final" > "$work/acked" || arc=$?
 		if [ -s "$work/acked" ]; then
 			cat "$work/acked" >> "$tmp/$id.out"
 		else
 			n_unacked=$((n_unacked + 1))
 		fi
+		# The queue refused the ack (busy, unreachable, misconfigured):
+		# the message was left and comes back.  A drain or --once run
+		# ends here with 75 as on a failed receive (the next run is the
+		# retry, a redelivery is DUP_DONE); otherwise wait and go on.
+		case $arc in
+		75|78)
+			echo "$PROG: ack failed ($arc $(explain "$arc")); the message was left" >&2
+			{ [ "$drain" -eq 1 ] || [ "$once" -eq 1 ]; } && break
+			sleep 2 ;;
+		esac
 		[ "$once" -eq 1 ] && break
 		[ -t 2 ] && [ "$jobs" -eq 1 ] && printf '\r%s: received %d ' "$PROG" "$n" >&2
 	done

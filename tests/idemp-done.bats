@@ -184,10 +184,8 @@ claimed() { env=$(ev "$1" | idemp-claim 2>/dev/null); printf '%s\n' "${env%\}}${
 	[ "$status" -eq 11 ]
 }
 
-# Needs helper "bank"'s lease-left check in charge-debit (LEASE_SHORT);
-# skipped only while charge-debit has no --check (the same branch).
+# charge-debit's lease-left check (LEASE_SHORT) and idemp-done's release.
 @test "a claim with too little lease left: charge-debit sends nothing, idemp-done releases it, the next claim is at once" {
-	charge-debit --help | grep -q -- --check || skip "charge-debit --check / LEASE_SHORT not merged yet"
 	bank_start
 	env=$(ev CHG-LS2 | idemp-claim --lease 2s 2>/dev/null)
 	run --separate-stderr charge-debit --timeout 10s <<<"$env"

@@ -50,11 +50,15 @@ open(sys.argv[2], "w").writelines(out)
 PY
 }
 
-# qdepth [QUEUE]: visible + in flight + delayed messages.
+# qdepth [QUEUE]: visible + in flight + delayed messages.  local-aws-sqs
+# counts a message in flight in ApproximateNumberOfMessages too (every
+# message not delayed; real SQS counts the visible ones only), so on an
+# http queue (the emulator here) in flight is not added again.
 qdepth() {
-	local s
+	local s q=${1:-${IDEMKIT_QUEUE:-}}
 	s=$(sqs-stat ${1:+--queue "$1"}) || return 1
-	python3 -c 'import json,sys; s=json.loads(sys.argv[1]); print(s["visible"]+s["inflight"]+s["delayed"])' "$s"
+	python3 -c 'import json,sys; s=json.loads(sys.argv[1]); sqs=sys.argv[2].startswith("http")
+print(s["visible"]+(0 if sqs else s["inflight"])+s["delayed"])' "$s" "$q"
 }
 
 # bank_ensure: restarts bank-sim on the same port and ledger when it is
