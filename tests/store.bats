@@ -263,7 +263,10 @@ PY
 	env=$(ev "$id" | idemp-claim 2>/dev/null)
 	dnf=$(python3 -c 'import json,sys; e=json.loads(sys.argv[1]); e["debit"]={"outcome":"OK","ref":"BNK-H2"}; e["notify"]={"outcome":"NOTIFY_FAILED","error":"gateway 503"}; print(json.dumps(e))' "$env")
 	idemp-done <<<"$dnf" >/dev/null
-	run --separate-stderr idemp-done --renotified <<<"$dnf"
+	# the re-drive's envelope, as charge-recover gets it, now notified
+	rec=$(idemp-list --state DEBITED_NOTIFICATION_FAILED --format envelope | grep -F "\"$id\"")
+	[ "$(jget "$rec" recovery.chargeId)" = "$id" ]
+	run --separate-stderr idemp-done --renotified <<<"${rec%\}},\"notify\":{\"outcome\":\"OK\"}}"
 	[ "$status" -eq 0 ]
 	python3 - "$(idemp-show --json "$id")" <<'PY'
 import json, sys
