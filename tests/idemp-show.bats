@@ -3,8 +3,10 @@
 
 bats_require_minimum_version 1.5.0
 load helper
+load redis_helper
 
 setup() { export IDEMKIT_STORE=sqlite:$BATS_TEST_TMPDIR/s.db; }
+teardown() { redis_stop cache; }   # the one test that starts it
 
 @test "idemp-show: human view answers debited, holder, attempts, bank ref" {
 	env=$(ev CHG-H1 | idemp-claim 2>/dev/null)
@@ -182,4 +184,31 @@ PY
 	run --separate-stderr idemp-init --store "sqlite:$db2"
 	[ "$status" -eq 0 ]
 	[ "$(columns "$db2" | grep -o history | wc -l)" -eq 1 ]
+}
+
+@test "history through the port: the entry of each op, the bound of 20, the DynamoDB List read back with the claims' attempts (C unit test)" {
+	run "$IDEMKIT_TEST_BIN/history"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "${lines[-1]}" = PASSED ]
+	[ "$(grep -c '^ok ' <<<"$output")" -eq 10 ]
+}
+
+@test "behind the Redis fast path (IDEMKIT_CACHE): idemp-show has the store's history; a duplicate the cache answered adds nothing" {
+	require_redis
+	redis_start cache
+	export IDEMKIT_CACHE=redis://127.0.0.1:$REDIS_PORT_cache
+	env=$(ev CHG-C1 | idemp-claim 2>/dev/null)
+	printf '%s\n' "${env%\}},\"debit\":{\"outcome\":\"OK\",\"ref\":\"TXN-C1\"},\"notify\":{\"outcome\":\"OK\"}}" | idemp-done >/dev/null
+	[ "$(rcli cache HGET idemkit:cache:CHG-C1 state)" = DONE ]
+	IDEMKIT_LOG=debug run --separate-stderr idemp-claim < <(ev CHG-C1)
+	[ "$status" -eq 10 ]
+	[[ "$stderr" == *"claim answered by the cache"* ]]
+	run --separate-stderr idemp-show --json CHG-C1
+	[ "$status" -eq 0 ]
+	python3 - "$output" <<'PY'
+import json, sys
+h = json.loads(sys.argv[1])["history"]
+assert [e["op"] for e in h] == ["claim", "finish"] and h[1]["debitRef"] == "TXN-C1", h
+PY
 }
