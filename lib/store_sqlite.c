@@ -28,15 +28,15 @@
 
 #define SCHEMA_VERSION 1
 
-#define STR_(x) #x
-#define STR(x) STR_(x)
-/* The history column h with the entry e (JSON texts) appended, only the
- * last IK_HISTORY_MAX kept; a NULL or broken history starts afresh rather
- * than failing the transition. */
-#define HIST_PUSH(h, e) \
-	"(SELECT json_group_array(json(x.value)) FROM (SELECT json_insert(" \
-	" CASE WHEN json_valid(" h ") THEN " h " ELSE '[]' END, '$[#]', " e ") AS a) AS t," \
-	" json_each(t.a) AS x WHERE x.key >= json_array_length(t.a) - " STR(IK_HISTORY_MAX) ")"
+/* HIST_HEAD entry HIST_TAIL: the history column with the entry (a JSON
+ * expression) appended, only the last :hmax (IK_HISTORY_MAX, bound) kept;
+ * a NULL or broken history starts afresh rather than failing the
+ * transition.  Plain literals, so every statement stays constant text. */
+#define HIST_HEAD \
+	"(SELECT json_group_array(json(x.value)) FROM (SELECT json_insert(CASE" \
+	" WHEN json_valid(records.history) THEN records.history ELSE '[]' END, '$[#]', "
+#define HIST_TAIL \
+	") AS a) AS t, json_each(t.a) AS x WHERE x.key >= json_array_length(t.a) - :hmax)"
 
 enum { Q_CLAIM, Q_GET, Q_FINISH, Q_RENOTIFIED, Q_RELEASE, Q_FORGET, Q_LIST, Q_BEGIN,
        Q_COMMIT, Q_ROLLBACK, Q_N };
@@ -50,7 +50,7 @@ static const char *const sql[Q_N] = {
 	"  lease_until = excluded.lease_until, attempts = records.attempts + 1,"
 	"  updated_at = excluded.updated_at, expires_at = excluded.expires_at,"
 	"  last_error = NULL, history = "
-	HIST_PUSH("records.history", "json_set(json(?8), '$.attempt', records.attempts + 1)")
+	HIST_HEAD "json_set(json(?8), '$.attempt', records.attempts + 1)" HIST_TAIL
 	" WHERE records.state = 'IN_PROGRESS' AND records.lease_until < ?6"
 	"  AND records.fingerprint = excluded.fingerprint"
 	" RETURNING attempts",
@@ -60,15 +60,15 @@ static const char *const sql[Q_N] = {
 	" FROM records WHERE key = ?1",
 	[Q_FINISH] =
 	"UPDATE records SET state = ?3, debit_ref = COALESCE(?4, debit_ref),"
-	" last_error = ?5, updated_at = ?6, history = " HIST_PUSH("records.history", "json(?7)")
+	" last_error = ?5, updated_at = ?6, history = " HIST_HEAD "json(?7)" HIST_TAIL
 	" WHERE key = ?1 AND state = 'IN_PROGRESS' AND owner = ?2",
 	[Q_RENOTIFIED] =
 	"UPDATE records SET state = 'DONE', last_error = NULL, updated_at = ?2,"
-	" history = " HIST_PUSH("records.history", "json(?3)")
+	" history = " HIST_HEAD "json(?3)" HIST_TAIL
 	" WHERE key = ?1 AND state = 'DEBITED_NOTIFICATION_FAILED'",
 	[Q_RELEASE] =
 	"UPDATE records SET lease_until = 0, updated_at = ?3,"
-	" history = " HIST_PUSH("records.history", "json(?4)")
+	" history = " HIST_HEAD "json(?4)" HIST_TAIL
 	" WHERE key = ?1 AND state = 'IN_PROGRESS' AND owner = ?2",
 	[Q_FORGET] =
 	"DELETE FROM records WHERE key = ?1 AND state = 'FAILED'",
@@ -380,6 +380,7 @@ sq_claim(struct ik_store *st, const struct ik_claim_req *req,
 		goto fail;
 	}
 	sqlite3_bind_text(s, 8, entry, -1, free);
+	sqlite3_bind_int(s, sqlite3_bind_parameter_index(s, ":hmax"), IK_HISTORY_MAX);
 	rc = sqlite3_step(s);
 	if (rc == SQLITE_ROW) {
 		res->code = IK_OK;
@@ -419,8 +420,8 @@ fail:
 	return err->code ? err->code : IK_SOFTWARE;
 }
 
-/* Binds h's history entry to parameter i: IK_OK, or IK_SOFTWARE (out of
- * memory) with the statement reset. */
+/* Binds h's history entry to parameter i, and the bound: IK_OK, or
+ * IK_SOFTWARE (out of memory) with the statement reset. */
 static int
 bind_entry(sqlite3_stmt *s, int i, const struct ik_hist *h, ik_err *err)
 {
@@ -431,6 +432,7 @@ bind_entry(sqlite3_stmt *s, int i, const struct ik_hist *h, ik_err *err)
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	}
 	sqlite3_bind_text(s, i, e, -1, free);
+	sqlite3_bind_int(s, sqlite3_bind_parameter_index(s, ":hmax"), IK_HISTORY_MAX);
 	return IK_OK;
 }
 

@@ -173,6 +173,16 @@ assert [e["op"] for e in h] == ["claim", "finish"], h
 assert h[0]["attempt"] == 4 and h[0]["owner"] == tok and h[1]["debitRef"] == "TXN-O2", h
 assert r["state"] == "DONE" and r["attempts"] == 4, r
 PY
+	# a history that is not JSON (edited by hand) starts afresh rather than
+	# failing the transition
+	env=$(ev CHG-BRK | idemp-claim 2>/dev/null)
+	sqlite3 "$db" "UPDATE records SET history = 'not json' WHERE key = 'CHG-BRK'"
+	printf '%s\n' "${env%\}},\"debit\":{\"outcome\":\"LEASE_SHORT\"}}" | idemp-done >/dev/null
+	python3 - "$(idemp-show --json CHG-BRK)" "$(jget "$env" claim.token)" <<'PY'
+import json, sys
+r, tok = json.loads(sys.argv[1]), sys.argv[2]
+assert r["history"] == [{"at": r["updatedAt"], "op": "release", "owner": tok}], r["history"]
+PY
 	# the version is unchanged: the previous release still opens the file
 	[ "$(sqlite3 "$db" 'PRAGMA user_version')" = 1 ]
 	# idemp-init migrates too, and again is a no-op
