@@ -1,6 +1,7 @@
 /* idemp-show: what the store knows of one or more chargeIds, for a person
  * (default) or a machine (--json, one object per line).  Answers the 3 a.m.
- * questions: debited or not, when, how many attempts, who holds it now. */
+ * questions: debited or not, when, how many attempts, who holds it now,
+ * and the record's history as a timeline. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,30 +28,99 @@ static const char options[] =
 static const int codes[] = { IK_OK, IK_EMPTY, IK_USAGE, IK_SOFTWARE,
 	IK_TEMPFAIL, IK_CONFIG, -1 };
 
+/* ms as UTC ISO 8601 with milliseconds into buf; the times come from the
+ * store: a year gmtime cannot hold is shown raw. */
+static const char *
+iso(char buf[48], int64_t ms)
+{
+	time_t t = (time_t)(ms / 1000);
+	struct tm tm;
+	size_t n;
+
+	if (ms < 0 || !gmtime_r(&t, &tm) || !(n = strftime(buf, 48, "%Y-%m-%dT%H:%M:%S", &tm)))
+		snprintf(buf, 48, "%lld", (long long)ms);
+	else
+		snprintf(buf + n, 48 - n, ".%03dZ", (int)(ms % 1000));
+	return buf;
+}
+
 static void
 when(const char *label, int64_t ms, int64_t now)
 {
-	char buf[32];
-	time_t t = (time_t)(ms / 1000);
-	struct tm tm;
+	char buf[48];
 	int64_t ago = (now - ms) / 1000;
 
 	if (ms <= 0) {
 		printf("  %-12s -\n", label);
 		return;
 	}
-	/* the times come from the store: a year gmtime cannot hold is shown raw */
-	if (!gmtime_r(&t, &tm) || !strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm)) {
-		printf("  %-12s %lld\n", label, (long long)ms);
+	iso(buf, ms);
+	if (ago >= 0)
+		printf("  %-12s %s (%lldh%02lldm%02llds ago)\n", label, buf,
+		    (long long)(ago / 3600), (long long)(ago / 60 % 60), (long long)(ago % 60));
+	else
+		printf("  %-12s %s (in %llds)\n", label, buf, (long long)-ago);
+}
+
+static const char *
+hstr(const cJSON *e, const char *name)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, name);
+
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static int64_t
+hnum(const cJSON *e, const char *name)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, name);
+
+	return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : -1;
+}
+
+/* The record's history (store.h), one line per transition, oldest first:
+ * its time, the op, then what it set.  Owner tokens are cut to 8 hex
+ * digits, enough to tell the holders of one record apart. */
+static void
+timeline(const struct ik_record *r)
+{
+	cJSON *h = r->history ? cJSON_Parse(r->history) : NULL, *e;
+	char at[48], lease[48];
+	const char *op, *ow, *st, *sep;
+
+	if (!cJSON_IsArray(h) || !h->child) {
+		printf("  %-12s -\n", "history");
+		cJSON_Delete(h);
 		return;
 	}
-	if (ago >= 0)
-		printf("  %-12s %s.%03dZ (%lldh%02lldm%02llds ago)\n", label, buf,
-		    (int)(ms % 1000), (long long)(ago / 3600), (long long)(ago / 60 % 60),
-		    (long long)(ago % 60));
-	else
-		printf("  %-12s %s.%03dZ (in %llds)\n", label, buf, (int)(ms % 1000),
-		    (long long)-ago);
+	printf("  %-12s UTC, oldest first (at most the last %d transitions)\n", "history",
+	    IK_HISTORY_MAX);
+	cJSON_ArrayForEach(e, h) {
+		op = hstr(e, "op");
+		ow = hstr(e, "owner");
+		st = hstr(e, "state");
+		sep = " ";
+		printf("    %s  %-10s", iso(at, hnum(e, "at")), op ? op : "?");
+		if (op && strcmp(op, "claim") == 0) {
+			printf(" attempt %lld, lease until %s", (long long)hnum(e, "attempt"),
+			    iso(lease, hnum(e, "leaseUntil")));
+			sep = ", ";
+		}
+		if (st) {
+			printf("%s%s", sep, st);
+			sep = ", ";
+		}
+		if (op && strcmp(op, "finish") == 0) {
+			printf("%sbank ref %s, error %s", sep,
+			    hstr(e, "debitRef") ? hstr(e, "debitRef") : "-",
+			    hstr(e, "error") ? hstr(e, "error") : "-");
+			sep = ", ";
+		}
+		if (ow)
+			printf("%sowner %.8s", sep, ow);
+		printf("\n");
+	}
+	cJSON_Delete(h);
 }
 
 static const char *
@@ -87,6 +157,7 @@ human(const struct ik_record *r, int64_t now)
 	when("expires", r->expires_at <= 0 ? 0 : r->expires_at > INT64_MAX / 1000 ? INT64_MAX :
 	    r->expires_at * 1000, now);
 	printf("  %-12s %s\n", "fingerprint", r->fingerprint ? r->fingerprint : "-");
+	timeline(r);
 }
 
 struct ctx {

@@ -45,6 +45,7 @@ ik_record_free(struct ik_record *r)
 	free(r->event);
 	free(r->debit_ref);
 	free(r->last_error);
+	free(r->history);
 	memset(r, 0, sizeof *r);
 }
 
@@ -81,7 +82,59 @@ ik_record_json(const struct ik_record *r, int64_t now_ms)
 	cJSON_AddNumberToObject(o, "updatedAt", (double)r->updated_at);
 	cJSON_AddNumberToObject(o, "expiresAt", (double)r->expires_at);
 	add_str(o, "event", r->event);
+	cJSON *h = r->history ? cJSON_Parse(r->history) : NULL;
+	if (!cJSON_IsArray(h)) {
+		cJSON_Delete(h);
+		h = cJSON_CreateArray();
+	}
+	cJSON_AddItemToObject(o, "history", h);
 	return o;
+}
+
+char *
+ik_history_entry(const struct ik_hist *h)
+{
+	cJSON *o = cJSON_CreateObject();
+	char *s;
+
+	if (!o)
+		return NULL;
+	cJSON_AddNumberToObject(o, "at", (double)h->at);
+	cJSON_AddStringToObject(o, "op", h->op);
+	if (strcmp(h->op, "claim") == 0) {
+		cJSON_AddNumberToObject(o, "attempt", (double)h->attempt);
+		cJSON_AddNumberToObject(o, "leaseUntil", (double)h->lease_until);
+	}
+	if (strcmp(h->op, "finish") == 0 || strcmp(h->op, "renotified") == 0)
+		cJSON_AddStringToObject(o, "state", ik_state_name(h->state));
+	if (strcmp(h->op, "renotified") != 0)
+		add_str(o, "owner", h->owner);
+	if (strcmp(h->op, "finish") == 0) {
+		add_str(o, "debitRef", h->debit_ref);
+		add_str(o, "error", h->error);
+	}
+	s = cJSON_PrintUnformatted(o);
+	cJSON_Delete(o);
+	return s;
+}
+
+char *
+ik_history_append(const char *old, const char *entry)
+{
+	cJSON *a = old && *old ? cJSON_Parse(old) : cJSON_CreateArray();
+	cJSON *e = cJSON_Parse(entry);
+	char *s = NULL;
+
+	if (cJSON_IsArray(a) && cJSON_IsObject(e)) {
+		cJSON_AddItemToArray(a, e);
+		e = NULL;
+		while (cJSON_GetArraySize(a) > IK_HISTORY_MAX)
+			cJSON_DeleteItemFromArray(a, 0);
+		s = cJSON_PrintUnformatted(a);
+	}
+	cJSON_Delete(e);
+	cJSON_Delete(a);
+	return s;
 }
 
 int

@@ -57,7 +57,36 @@ struct ik_record {
 	char *last_error;
 	int64_t created_at, updated_at;  /* epoch ms */
 	int64_t expires_at;              /* epoch s (DynamoDB TTL) */
+	char *history;    /* JSON array text, oldest first (see below), or NULL */
 };
+
+/* A record's history: every transition is appended to the record by the
+ * same atomic write that makes it, keeping the last IK_HISTORY_MAX.  Each
+ * entry is a JSON object; "at" is epoch ms on the clock the lease uses
+ * (the caller's now_ms, or the server's on postgres and redis):
+ *   {"at":ms,"op":"claim","attempt":n,"leaseUntil":ms,"owner":token}
+ *   {"at":ms,"op":"release","owner":token}
+ *   {"at":ms,"op":"finish","state":"DONE","owner":token,
+ *    "debitRef":ref|null,"error":text|null}
+ *   {"at":ms,"op":"renotified","state":"DONE"}
+ * A refused claim, a LEASE_LOST finish or release change nothing and add
+ * nothing. */
+#define IK_HISTORY_MAX 20
+struct ik_hist {
+	const char *op;           /* "claim", "release", "finish", "renotified" */
+	int64_t at;
+	int64_t attempt, lease_until;   /* claim */
+	const char *owner;              /* claim, release, finish */
+	enum ik_state state;            /* finish, renotified */
+	const char *debit_ref, *error;  /* finish; NULL = null */
+};
+/* The entry as JSON object text; NULL when out of memory.  Caller frees. */
+char *ik_history_entry(const struct ik_hist *h);
+/* old (a JSON array text, or NULL/"" for none) with entry (an object's
+ * text) appended, only the last IK_HISTORY_MAX kept; NULL when out of
+ * memory or old is not an array.  For adapters that rewrite the record
+ * whole inside their atomic write.  Caller frees. */
+char *ik_history_append(const char *old, const char *entry);
 void ik_record_free(struct ik_record *r);
 /* The record as a JSON object (for --json, idemp-list); caller frees. */
 struct cJSON *ik_record_json(const struct ik_record *r, int64_t now_ms);

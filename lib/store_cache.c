@@ -16,6 +16,9 @@
  *    late pending write never overwrites a terminal entry;
  *  - renotified updates the entry, forget deletes it after the store's
  *    delete;
+ *  - get and list are the store's, so a record's history is the one the
+ *    store keeps (store.h); the cache holds none.  A claim it answers is a
+ *    refused claim, which adds no history on any store, so nothing is lost;
  *  - a cache that is down, slow (50 ms connect and command timeouts by
  *    default) or holds a wrong-typed key changes no outcome and fails no
  *    step: the trouble is logged once per process and the cache bypassed

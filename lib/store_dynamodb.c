@@ -15,6 +15,17 @@
  * the claim, kept by a FAILED or DNF finish, removed by DONE and by the
  * re-notify.  Listing them and counting them (stats) are Queries on that
  * index, never a Scan of the table (see "the open index" below).
+ * History: the attribute history is a List of Maps, one per transition
+ * (store.h's entry without a claim's attempt), appended by the same
+ * conditional UpdateItem (list_append), so a write that does not match
+ * adds nothing.  A claim's attempt is the one value only the item knows
+ * (ADD-like if_not_exists(attempts) + 1): it is not stored but counted
+ * back from attempts when the item is read, each claim having added one
+ * entry and one attempt in one write.  DynamoDB refuses a second path into
+ * history in the same expression, so the bound is kept after the write:
+ * when the returned list is over IK_HISTORY_MAX, one more UpdateItem
+ * removes the oldest, conditioned on the length it saw (another writer's
+ * append in between: the next write trims).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -71,6 +82,61 @@ dup_attr(const cJSON *item, const char *name, char **out)
 	return 0;
 }
 
+/* The history List of an item as store.h's JSON array text; NULL with no
+ * history.  attempts: the item's, to count claims' attempts back from.
+ * 0, or -1 on ENOMEM. */
+static int
+hist_from_item(const cJSON *item, int64_t attempts, char **out)
+{
+	const cJSON *l = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(item, "history"), "L"), *e, *m;
+	struct ik_buf b = { 0 };
+	int64_t claims = 0;
+	char *text;
+	int bad;
+
+	*out = NULL;
+	if (!cJSON_IsArray(l))
+		return 0;
+	cJSON_ArrayForEach(e, l) {
+		const char *op = attr_s(cJSON_GetObjectItemCaseSensitive(e, "M"), "op");
+		if (op && strcmp(op, "claim") == 0)
+			claims++;
+	}
+	bad = ik_buf_addstr(&b, "[");
+	cJSON_ArrayForEach(e, l) {
+		struct ik_hist h = { 0 };
+
+		m = cJSON_GetObjectItemCaseSensitive(e, "M");
+		if (!cJSON_IsObject(m) || !(h.op = attr_s(m, "op")))
+			continue;
+		h.at = attr_n(m, "at");
+		h.owner = attr_s(m, "owner");
+		h.state = ik_state_parse(attr_s(m, "state"));
+		h.debit_ref = attr_s(m, "debitRef");
+		h.error = attr_s(m, "error");
+		if (strcmp(h.op, "claim") == 0) {
+			h.lease_until = attr_n(m, "leaseUntil");
+			h.attempt = attempts - --claims;
+		}
+		if (!(text = ik_history_entry(&h))) {
+			bad = -1;
+			break;
+		}
+		if (b.len > 1)
+			bad |= ik_buf_addstr(&b, ",");
+		bad |= ik_buf_addstr(&b, text);
+		free(text);
+	}
+	bad |= ik_buf_addstr(&b, "]");
+	if (bad) {
+		free(b.p);
+		return -1;
+	}
+	*out = b.p;
+	return 0;
+}
+
 int
 ik_ddb_record_from_item(const cJSON *item, const char *keyattr, struct ik_record *r)
 {
@@ -90,6 +156,10 @@ ik_ddb_record_from_item(const cJSON *item, const char *keyattr, struct ik_record
 	r->created_at = attr_n(item, "createdAt");
 	r->updated_at = attr_n(item, "updatedAt");
 	r->expires_at = attr_n(item, "expiresAt");
+	if (hist_from_item(item, r->attempts, &r->history) < 0) {
+		ik_record_free(r);
+		return -1;
+	}
 	return 0;
 }
 
@@ -139,6 +209,83 @@ av_n(int64_t n)
 	return o;
 }
 
+/* ---- the history (see the header) --------------------------------------- */
+
+/* The SET clause that appends the entry in :h (a one-Map List). */
+#define HIST_SET "#h = list_append(if_not_exists(#h, :hnil), :h)"
+
+/* h as the values :h and :hnil of HIST_SET: a Map of store.h's entry with
+ * its null fields left out, and without a claim's attempt. */
+static void
+add_hist(cJSON *vals, const struct ik_hist *h)
+{
+	cJSON *l = cJSON_CreateObject(), *e = cJSON_CreateObject(), *m;
+
+	m = cJSON_AddObjectToObject(e, "M");
+	cJSON_AddItemToObject(m, "at", av_n(h->at));
+	cJSON_AddItemToObject(m, "op", av_s(h->op));
+	if (strcmp(h->op, "claim") == 0)
+		cJSON_AddItemToObject(m, "leaseUntil", av_n(h->lease_until));
+	if (h->state != IK_ST_NONE)
+		cJSON_AddItemToObject(m, "state", av_s(ik_state_name(h->state)));
+	if (h->owner)
+		cJSON_AddItemToObject(m, "owner", av_s(h->owner));
+	if (h->debit_ref)
+		cJSON_AddItemToObject(m, "debitRef", av_s(h->debit_ref));
+	if (h->error)
+		cJSON_AddItemToObject(m, "error", av_s(h->error));
+	cJSON_AddItemToArray(cJSON_AddArrayToObject(l, "L"), e);
+	cJSON_AddItemToObject(vals, ":h", l);
+	cJSON_AddArrayToObject(cJSON_AddObjectToObject(vals, ":hnil"), "L");
+}
+
+static void add_names(struct ddb *d, cJSON *req, const char *exprs);
+static cJSON *new_req(struct ddb *d, const char *key);
+static int ddb_call(struct ddb *d, const char *op, cJSON *req, const char *pass,
+                    cJSON **resp, ik_err *err);
+
+/* After a write that appended to the history and returned it (UPDATED_NEW
+ * in resp): over IK_HISTORY_MAX, one UpdateItem removes the oldest,
+ * conditioned on the length seen.  The write it follows stands whatever
+ * this does: refused, another write came in between (and trims); any
+ * other failure is logged, and the next write trims. */
+static void
+hist_trim(struct ddb *d, const char *key, const cJSON *resp)
+{
+	const cJSON *l = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(resp, "Attributes"), "history"), "L");
+	int n = cJSON_GetArraySize(l), i, bad, rc;
+	struct ik_buf upd = { 0 };
+	cJSON *r, *v, *out = NULL;
+	ik_err e = { 0 };
+	char part[32];
+
+	if (!key || n <= IK_HISTORY_MAX)
+		return;
+	bad = ik_buf_addstr(&upd, "REMOVE ");
+	for (i = 0; i < n - IK_HISTORY_MAX; i++) {
+		snprintf(part, sizeof part, "%s#h[%d]", i ? ", " : "", i);
+		bad |= ik_buf_addstr(&upd, part);
+	}
+	if (bad) {
+		free(upd.p);
+		return;
+	}
+	r = new_req(d, key);
+	cJSON_AddStringToObject(r, "ConditionExpression", "size(#h) = :n");
+	cJSON_AddStringToObject(r, "UpdateExpression", upd.p);
+	add_names(d, r, "#h");
+	v = cJSON_AddObjectToObject(r, "ExpressionAttributeValues");
+	cJSON_AddItemToObject(v, ":n", av_n(n));
+	rc = ddb_call(d, "UpdateItem", r, "ConditionalCheckFailedException", &out, &e);
+	if (rc != IK_OK && rc != IK_AWS_ERROR)
+		ik_log(IK_LOG_WARN, "history not trimmed; the next write trims it", "table",
+		       d->table, "chargeId", key, "error", e.msg, NULL);
+	cJSON_Delete(out);
+	cJSON_Delete(r);
+	free(upd.p);
+}
+
 /* ---- the open index ----------------------------------------------------
  * idemkit-open: HASH openState (S), RANGE updatedAt (N), all attributes
  * projected.  Only unfinished records carry openState, so the index holds
@@ -168,6 +315,7 @@ static const char *const names[][2] = {
 	{ "#at", "attempts" }, { "#fp", "fingerprint" }, { "#ev", "event" },
 	{ "#dr", "debitRef" }, { "#le", "lastError" }, { "#ca", "createdAt" },
 	{ "#ua", "updatedAt" }, { "#xa", "expiresAt" }, { "#os", "openState" },
+	{ "#h", "history" },
 };
 
 /* ExpressionAttributeNames for exactly the placeholders the expressions
@@ -279,7 +427,7 @@ claim_once(struct ddb *d, const struct ik_claim_req *req, struct ik_claim_res *r
 		"SET #st = :ip, #ow = :tok, #lu = :lease,"
 		" #at = if_not_exists(#at, :zero) + :one,"
 		" #ca = if_not_exists(#ca, :now), #ua = :now, #xa = :exp, #fp = :fp,"
-		" #ev = if_not_exists(#ev, :ev), #os = :os REMOVE #le";
+		" #ev = if_not_exists(#ev, :ev), #os = :os, " HIST_SET " REMOVE #le";
 	cJSON *r = new_req(d, req->key), *v, *resp = NULL, *attrs;
 	char os[64];
 	enum ik_ddb_refusal why;
@@ -288,7 +436,7 @@ claim_once(struct ddb *d, const struct ik_claim_req *req, struct ik_claim_res *r
 	*again = 0;
 	cJSON_AddStringToObject(r, "ConditionExpression", cond);
 	cJSON_AddStringToObject(r, "UpdateExpression", upd);
-	add_names(d, r, "#k #st #ow #lu #at #ca #ua #xa #fp #ev #le #os");
+	add_names(d, r, "#k #st #ow #lu #at #ca #ua #xa #fp #ev #le #os #h");
 	v = cJSON_AddObjectToObject(r, "ExpressionAttributeValues");
 	cJSON_AddItemToObject(v, ":ip", av_s("IN_PROGRESS"));
 	cJSON_AddItemToObject(v, ":os", av_s(open_key(os, IK_ST_IN_PROGRESS, req->key)));
@@ -300,6 +448,8 @@ claim_once(struct ddb *d, const struct ik_claim_req *req, struct ik_claim_res *r
 	cJSON_AddItemToObject(v, ":exp", av_n(req->expires_at));
 	cJSON_AddItemToObject(v, ":fp", av_s(req->fingerprint));
 	cJSON_AddItemToObject(v, ":ev", av_s(req->event ? req->event : ""));
+	add_hist(v, &(struct ik_hist){ .op = "claim", .at = req->now_ms,
+	         .lease_until = req->now_ms + req->lease_ms, .owner = req->token });
 	cJSON_AddStringToObject(r, "ReturnValues", "UPDATED_NEW");
 	cJSON_AddStringToObject(r, "ReturnValuesOnConditionCheckFailure", "ALL_OLD");
 
@@ -313,6 +463,8 @@ claim_once(struct ddb *d, const struct ik_claim_req *req, struct ik_claim_res *r
 		if (res->attempt < 1)
 			rc = ik_errf(err, IK_SOFTWARE, "dynamodb UpdateItem: no attempts "
 			             "in the response");
+		else
+			hist_trim(d, req->key, resp);
 		goto out;
 	}
 	if (rc != IK_AWS_ERROR)
@@ -368,19 +520,24 @@ dd_claim(struct ik_store *st, const struct ik_claim_req *req,
 	return rc;
 }
 
-/* A conditional update: IK_OK, IK_LEASE_LOST when the condition failed. */
+/* A conditional update: IK_OK, IK_LEASE_LOST when the condition failed.
+ * One that appends to the history gets it back, to keep it bounded. */
 static int
 cond_update(struct ddb *d, cJSON *r, const char *cond, const char *upd, ik_err *err)
 {
 	cJSON *resp = NULL;
 	char exprs[512];
-	int rc;
+	int rc, hist = strstr(upd, "#h") != NULL;
 
 	cJSON_AddStringToObject(r, "ConditionExpression", cond);
 	cJSON_AddStringToObject(r, "UpdateExpression", upd);
 	snprintf(exprs, sizeof exprs, "%s %s", cond, upd);
 	add_names(d, r, exprs);
+	if (hist)
+		cJSON_AddStringToObject(r, "ReturnValues", "UPDATED_NEW");
 	rc = ddb_call(d, "UpdateItem", r, "ConditionalCheckFailedException", &resp, err);
+	if (rc == IK_OK && hist)
+		hist_trim(d, attr_s(cJSON_GetObjectItemCaseSensitive(r, "Key"), d->key), resp);
 	cJSON_Delete(resp);
 	cJSON_Delete(r);
 	if (rc == IK_AWS_ERROR) {
@@ -395,12 +552,12 @@ dd_finish(struct ik_store *st, const struct ik_finish_req *req, ik_err *err)
 {
 	struct ddb *d = st->impl;
 	cJSON *r = new_req(d, req->key), *v;
-	char upd[160], os[64];
+	char upd[256], os[64];
 	int open = req->state != IK_ST_DONE;
 
 	/* A DONE record leaves the open index; FAILED and DNF stay in it,
 	 * under their own state. */
-	snprintf(upd, sizeof upd, "SET #st = :st, #ua = :now%s%s%s%s",
+	snprintf(upd, sizeof upd, "SET #st = :st, #ua = :now, " HIST_SET "%s%s%s%s",
 	         req->debit_ref ? ", #dr = :ref" : "",
 	         req->last_error ? ", #le = :le" : "",
 	         open ? ", #os = :os" : "",
@@ -416,6 +573,8 @@ dd_finish(struct ik_store *st, const struct ik_finish_req *req, ik_err *err)
 		cJSON_AddItemToObject(v, ":ref", av_s(req->debit_ref));
 	if (req->last_error)
 		cJSON_AddItemToObject(v, ":le", av_s(req->last_error));
+	add_hist(v, &(struct ik_hist){ .op = "finish", .at = req->now_ms, .owner = req->token,
+	         .state = req->state, .debit_ref = req->debit_ref, .error = req->last_error });
 	return cond_update(d, r, "#st = :ip AND #ow = :tok", upd, err);
 }
 
@@ -429,7 +588,9 @@ dd_renotified(struct ik_store *st, const char *key, int64_t now_ms, ik_err *err)
 	cJSON_AddItemToObject(v, ":dnf", av_s("DEBITED_NOTIFICATION_FAILED"));
 	cJSON_AddItemToObject(v, ":done", av_s("DONE"));
 	cJSON_AddItemToObject(v, ":now", av_n(now_ms));
-	return cond_update(d, r, "#st = :dnf", "SET #st = :done, #ua = :now REMOVE #le, #os", err);
+	add_hist(v, &(struct ik_hist){ .op = "renotified", .at = now_ms, .state = IK_ST_DONE });
+	return cond_update(d, r, "#st = :dnf",
+	                   "SET #st = :done, #ua = :now, " HIST_SET " REMOVE #le, #os", err);
 }
 
 static int
@@ -444,7 +605,9 @@ dd_release(struct ik_store *st, const char *key, const char *token, int64_t now_
 	cJSON_AddItemToObject(v, ":tok", av_s(token));
 	cJSON_AddItemToObject(v, ":zero", av_n(0));
 	cJSON_AddItemToObject(v, ":now", av_n(now_ms));
-	return cond_update(d, r, "#st = :ip AND #ow = :tok", "SET #lu = :zero, #ua = :now", err);
+	add_hist(v, &(struct ik_hist){ .op = "release", .at = now_ms, .owner = token });
+	return cond_update(d, r, "#st = :ip AND #ow = :tok",
+	                   "SET #lu = :zero, #ua = :now, " HIST_SET, err);
 }
 
 static int

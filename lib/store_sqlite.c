@@ -8,6 +8,11 @@
  * Group commit (begin/commit): the first write of a group opens one
  * BEGIN IMMEDIATE that the group's statements share; a failure inside rolls
  * it back at once and fails the rest of the group (store.h).
+ * History: each transition's statement appends its entry (ik_history_entry,
+ * bound as text) to the history column and keeps the last IK_HISTORY_MAX,
+ * in the same statement, so a write that does not match adds nothing.  The
+ * claim's entry gets its attempt inside the upsert (attempts + 1), the one
+ * value only the row knows.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -23,40 +28,53 @@
 
 #define SCHEMA_VERSION 1
 
+/* HIST_HEAD entry HIST_TAIL: the history column with the entry (a JSON
+ * expression) appended, only the last :hmax (IK_HISTORY_MAX, bound) kept;
+ * a NULL or broken history starts afresh rather than failing the
+ * transition.  Plain literals, so every statement stays constant text. */
+#define HIST_HEAD \
+	"(SELECT json_group_array(json(x.value)) FROM (SELECT json_insert(CASE" \
+	" WHEN json_valid(records.history) THEN records.history ELSE '[]' END, '$[#]', "
+#define HIST_TAIL \
+	") AS a) AS t, json_each(t.a) AS x WHERE x.key >= json_array_length(t.a) - :hmax)"
+
 enum { Q_CLAIM, Q_GET, Q_FINISH, Q_RENOTIFIED, Q_RELEASE, Q_FORGET, Q_LIST, Q_BEGIN,
        Q_COMMIT, Q_ROLLBACK, Q_N };
 
 static const char *const sql[Q_N] = {
 	[Q_CLAIM] =
 	"INSERT INTO records(key, state, owner, lease_until, attempts, fingerprint,"
-	"  event, created_at, updated_at, expires_at)"
-	" VALUES (?1, 'IN_PROGRESS', ?2, ?3, 1, ?4, ?5, ?6, ?6, ?7)"
+	"  event, created_at, updated_at, expires_at, history)"
+	" VALUES (?1, 'IN_PROGRESS', ?2, ?3, 1, ?4, ?5, ?6, ?6, ?7, json_array(json(?8)))"
 	" ON CONFLICT(key) DO UPDATE SET owner = excluded.owner,"
 	"  lease_until = excluded.lease_until, attempts = records.attempts + 1,"
 	"  updated_at = excluded.updated_at, expires_at = excluded.expires_at,"
-	"  last_error = NULL"
+	"  last_error = NULL, history = "
+	HIST_HEAD "json_set(json(?8), '$.attempt', records.attempts + 1)" HIST_TAIL
 	" WHERE records.state = 'IN_PROGRESS' AND records.lease_until < ?6"
 	"  AND records.fingerprint = excluded.fingerprint"
 	" RETURNING attempts",
 	[Q_GET] =
 	"SELECT key, state, owner, lease_until, attempts, fingerprint, event,"
-	" debit_ref, last_error, created_at, updated_at, expires_at"
+	" debit_ref, last_error, created_at, updated_at, expires_at, history"
 	" FROM records WHERE key = ?1",
 	[Q_FINISH] =
 	"UPDATE records SET state = ?3, debit_ref = COALESCE(?4, debit_ref),"
-	" last_error = ?5, updated_at = ?6"
+	" last_error = ?5, updated_at = ?6, history = " HIST_HEAD "json(?7)" HIST_TAIL
 	" WHERE key = ?1 AND state = 'IN_PROGRESS' AND owner = ?2",
 	[Q_RENOTIFIED] =
-	"UPDATE records SET state = 'DONE', last_error = NULL, updated_at = ?2"
+	"UPDATE records SET state = 'DONE', last_error = NULL, updated_at = ?2,"
+	" history = " HIST_HEAD "json(?3)" HIST_TAIL
 	" WHERE key = ?1 AND state = 'DEBITED_NOTIFICATION_FAILED'",
 	[Q_RELEASE] =
-	"UPDATE records SET lease_until = 0, updated_at = ?3"
+	"UPDATE records SET lease_until = 0, updated_at = ?3,"
+	" history = " HIST_HEAD "json(?4)" HIST_TAIL
 	" WHERE key = ?1 AND state = 'IN_PROGRESS' AND owner = ?2",
 	[Q_FORGET] =
 	"DELETE FROM records WHERE key = ?1 AND state = 'FAILED'",
 	[Q_LIST] =
 	"SELECT key, state, owner, lease_until, attempts, fingerprint, event,"
-	" debit_ref, last_error, created_at, updated_at, expires_at"
+	" debit_ref, last_error, created_at, updated_at, expires_at, history"
 	" FROM records WHERE (?1 IS NULL OR state = ?1)"
 	" AND (?2 = 0 OR (state = 'IN_PROGRESS' AND lease_until < ?3))"
 	" AND (?4 = 0 OR updated_at < ?3 - ?4)"
@@ -166,6 +184,7 @@ read_record(sqlite3_stmt *s, struct ik_record *r)
 	r->created_at = sqlite3_column_int64(s, 9);
 	r->updated_at = sqlite3_column_int64(s, 10);
 	r->expires_at = sqlite3_column_int64(s, 11);
+	r->history = col_str(s, 12);
 }
 
 static int
@@ -187,6 +206,31 @@ get_locked(struct sq *q, const char *key, struct ik_record *r, ik_err *err)
 	if (rc == SQLITE_DONE)
 		return IK_EMPTY;
 	return sqerr(q, rc, "read record", err);
+}
+
+/* The history column, added to a store made before it.  Additive, so the
+ * schema version stays 1: an older idemkit still running on the same file
+ * during an upgrade (it refuses a newer version) keeps working, and its
+ * writes only add no history. */
+static int
+add_history(struct sq *q, ik_err *err)
+{
+	sqlite3_stmt *s;
+	int rc, have;
+
+	rc = sqlite3_prepare_v2(q->db, "SELECT 1 FROM pragma_table_info('records')"
+	    " WHERE name = 'history'", -1, &s, NULL);
+	if (rc != SQLITE_OK)
+		return sqerr(q, rc, "schema", err);
+	rc = sqlite3_step(s);
+	have = rc == SQLITE_ROW;
+	sqlite3_finalize(s);
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+		return sqerr(q, rc, "schema", err);
+	if (!have && (rc = sqlite3_exec(q->db, "ALTER TABLE records ADD COLUMN history TEXT",
+	    NULL, NULL, NULL)) != SQLITE_OK)
+		return sqerr(q, rc, "add the history column", err);
+	return IK_OK;
 }
 
 static int
@@ -214,6 +258,10 @@ migrate(struct sq *q, ik_err *err)
 		return sqerr(q, rc, "create schema", err);
 	}
 	/* Later versions: `if (version < 2) ...` here, each in this transaction. */
+	if ((rc = add_history(q, err))) {
+		simple(q, Q_ROLLBACK, NULL);
+		return rc;
+	}
 	return simple(q, Q_COMMIT, err);
 }
 
@@ -309,6 +357,7 @@ sq_claim(struct ik_store *st, const struct ik_claim_req *req,
 {
 	struct sq *q = st->impl;
 	sqlite3_stmt *s;
+	char *entry;
 	int rc, own;
 
 	memset(res, 0, sizeof *res);
@@ -325,6 +374,13 @@ sq_claim(struct ik_store *st, const struct ik_claim_req *req,
 	sqlite3_bind_text(s, 5, req->event, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(s, 6, req->now_ms);
 	sqlite3_bind_int64(s, 7, req->expires_at);
+	if (!(entry = ik_history_entry(&(struct ik_hist){ .op = "claim", .at = req->now_ms,
+	    .attempt = 1, .lease_until = req->now_ms + req->lease_ms, .owner = req->token }))) {
+		ik_errf(err, IK_SOFTWARE, "out of memory");
+		goto fail;
+	}
+	sqlite3_bind_text(s, 8, entry, -1, free);
+	sqlite3_bind_int(s, sqlite3_bind_parameter_index(s, ":hmax"), IK_HISTORY_MAX);
 	rc = sqlite3_step(s);
 	if (rc == SQLITE_ROW) {
 		res->code = IK_OK;
@@ -364,6 +420,22 @@ fail:
 	return err->code ? err->code : IK_SOFTWARE;
 }
 
+/* Binds h's history entry to parameter i, and the bound: IK_OK, or
+ * IK_SOFTWARE (out of memory) with the statement reset. */
+static int
+bind_entry(sqlite3_stmt *s, int i, const struct ik_hist *h, ik_err *err)
+{
+	char *e = ik_history_entry(h);
+
+	if (!e) {
+		sqlite3_reset(s);
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	}
+	sqlite3_bind_text(s, i, e, -1, free);
+	sqlite3_bind_int(s, sqlite3_bind_parameter_index(s, ":hmax"), IK_HISTORY_MAX);
+	return IK_OK;
+}
+
 /* Runs a one-statement conditional write (its own transaction, or the
  * group's): IK_OK when it changed the row, IK_LEASE_LOST when not. */
 static int
@@ -396,6 +468,10 @@ sq_finish(struct ik_store *st, const struct ik_finish_req *req, ik_err *err)
 	sqlite3_bind_text(s, 4, req->debit_ref, -1, SQLITE_STATIC);
 	sqlite3_bind_text(s, 5, req->last_error, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(s, 6, req->now_ms);
+	if (bind_entry(s, 7, &(struct ik_hist){ .op = "finish", .at = req->now_ms,
+	    .owner = req->token, .state = req->state, .debit_ref = req->debit_ref,
+	    .error = req->last_error }, err))
+		return err->code;
 	return changed(q, s, "finish", err);
 }
 
@@ -409,6 +485,9 @@ sq_renotified(struct ik_store *st, const char *key, int64_t now_ms, ik_err *err)
 		return err->code;
 	sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(s, 2, now_ms);
+	if (bind_entry(s, 3, &(struct ik_hist){ .op = "renotified", .at = now_ms,
+	    .state = IK_ST_DONE }, err))
+		return err->code;
 	return changed(q, s, "mark notified", err);
 }
 
@@ -424,6 +503,9 @@ sq_release(struct ik_store *st, const char *key, const char *token, int64_t now_
 	sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
 	sqlite3_bind_text(s, 2, token, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(s, 3, now_ms);
+	if (bind_entry(s, 4, &(struct ik_hist){ .op = "release", .at = now_ms, .owner = token },
+	    err))
+		return err->code;
 	return changed(q, s, "release", err);
 }
 

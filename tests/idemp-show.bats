@@ -3,8 +3,10 @@
 
 bats_require_minimum_version 1.5.0
 load helper
+load redis_helper
 
 setup() { export IDEMKIT_STORE=sqlite:$BATS_TEST_TMPDIR/s.db; }
+teardown() { redis_stop cache; }   # the one test that starts it
 
 @test "idemp-show: human view answers debited, holder, attempts, bank ref" {
 	env=$(ev CHG-H1 | idemp-claim 2>/dev/null)
@@ -97,4 +99,126 @@ setup() { export IDEMKIT_STORE=sqlite:$BATS_TEST_TMPDIR/s.db; }
 	[ "$output" = "$(ev CHG-F1)" ]
 	run idemp-list --format xml
 	[ "$status" -eq 64 ]
+}
+
+@test "idemp-show: the history as a UTC timeline, one line per transition; --json has the same entries" {
+	env=$(ev CHG-T1 | idemp-claim --lease 60s 2>/dev/null)
+	tok=$(jget "$env" claim.token)
+	printf '%s\n' "${env%\}},\"debit\":{\"outcome\":\"OK\",\"ref\":\"TXN-T1\"},\"notify\":{\"outcome\":\"NOTIFY_FAILED\",\"error\":\"HTTP 503\"}}" | idemp-done >/dev/null
+	json=$(idemp-show --json CHG-T1)
+	run --separate-stderr idemp-show CHG-T1
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"history      UTC, oldest first"* ]]
+	# the lines are the JSON's entries, times rendered by python from the JSON
+	python3 - "$json" "$output" <<'PY'
+import datetime, json, sys
+h = json.loads(sys.argv[1])["history"]
+lines = [l for l in sys.argv[2].splitlines() if l.startswith("    ")]
+iso = lambda ms: datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + "%03dZ" % (ms % 1000)
+assert len(h) == 2 and len(lines) == 2, (h, lines)
+c, f = h
+assert lines[0].split() == [iso(c["at"]), "claim", "attempt", "1,", "lease", "until", iso(c["leaseUntil"]) + ",", "owner", c["owner"][:8]], lines[0]
+assert lines[1].split() == [iso(f["at"]), "finish", "DEBITED_NOTIFICATION_FAILED,", "bank", "ref", "TXN-T1,", "error", "HTTP", "503,", "owner", c["owner"][:8]], lines[1]
+PY
+	[ "${tok:0:8}" = "$(jget "$json" owner | cut -c1-8)" ]
+}
+
+# The store of the previous release: the records table without a history
+# column (its v1 schema, made by hand here).
+old_store() {
+	python3 - "$1" <<'PY'
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+c.executescript("""
+PRAGMA journal_mode = WAL;
+CREATE TABLE records (key TEXT PRIMARY KEY NOT NULL,
+ state TEXT NOT NULL CHECK (state IN ('IN_PROGRESS', 'DONE', 'FAILED', 'DEBITED_NOTIFICATION_FAILED')),
+ owner TEXT, lease_until INTEGER NOT NULL DEFAULT 0, attempts INTEGER NOT NULL DEFAULT 0,
+ fingerprint TEXT NOT NULL, event TEXT, debit_ref TEXT, last_error TEXT,
+ created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, expires_at INTEGER NOT NULL) WITHOUT ROWID;
+CREATE INDEX records_state ON records (state, updated_at);
+PRAGMA user_version = 1;
+""")
+fp = "243d21ec76d04362e7f3f90d52ed9b52b45bf51641592c23ab31402081d37c46"
+ev = '{"chargeId":"%s","accountId":"ACC-0042","amount":2500,"currency":"INR","chargeType":"SMS_ALERT_FEE","dueDate":"2026-11-30"}'
+c.execute("INSERT INTO records VALUES ('CHG-OLD1', 'DONE', 'aaaa', 1, 1, ?, ?, 'TXN-OLD', NULL, 1000, 2000, 4102444800)", (fp, ev % "CHG-OLD1"))
+c.execute("INSERT INTO records VALUES ('CHG-OLD2', 'IN_PROGRESS', 'bbbb', 1, 3, ?, ?, NULL, NULL, 1000, 2000, 4102444800)", (fp, ev % "CHG-OLD2"))
+c.commit()
+PY
+}
+
+columns() { sqlite3 "$1" "SELECT group_concat(name, ' ') FROM pragma_table_info('records')"; }
+
+@test "a store from the previous release (no history column) is migrated on open and by idemp-init; its records then gain history" {
+	db=$BATS_TEST_TMPDIR/old.db
+	old_store "$db"
+	[[ "$(columns "$db")" != *history* ]]
+	export IDEMKIT_STORE=sqlite:$db
+	# a record written before: no history, shown as such
+	run --separate-stderr idemp-show CHG-OLD1
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"bank ref     TXN-OLD"* ]]
+	[[ "$output" == *"history      -"* ]]
+	[[ "$(columns "$db")" == *history* ]]
+	[ "$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["history"])' "$(idemp-show --json CHG-OLD1)")" = "[]" ]
+	# its expired claim is taken over: attempt 4, the first entry
+	env=$(ev CHG-OLD2 | idemp-claim 2>/dev/null)
+	[ "$(jget "$env" claim.attempt)" = 4 ]
+	printf '%s\n' "${env%\}},\"debit\":{\"outcome\":\"OK\",\"ref\":\"TXN-O2\"},\"notify\":{\"outcome\":\"OK\"}}" | idemp-done >/dev/null
+	python3 - "$(idemp-show --json CHG-OLD2)" "$(jget "$env" claim.token)" <<'PY'
+import json, sys
+r, tok = json.loads(sys.argv[1]), sys.argv[2]
+h = r["history"]
+assert [e["op"] for e in h] == ["claim", "finish"], h
+assert h[0]["attempt"] == 4 and h[0]["owner"] == tok and h[1]["debitRef"] == "TXN-O2", h
+assert r["state"] == "DONE" and r["attempts"] == 4, r
+PY
+	# a history that is not JSON (edited by hand) starts afresh rather than
+	# failing the transition
+	env=$(ev CHG-BRK | idemp-claim 2>/dev/null)
+	sqlite3 "$db" "UPDATE records SET history = 'not json' WHERE key = 'CHG-BRK'"
+	printf '%s\n' "${env%\}},\"debit\":{\"outcome\":\"LEASE_SHORT\"}}" | idemp-done >/dev/null
+	python3 - "$(idemp-show --json CHG-BRK)" "$(jget "$env" claim.token)" <<'PY'
+import json, sys
+r, tok = json.loads(sys.argv[1]), sys.argv[2]
+assert r["history"] == [{"at": r["updatedAt"], "op": "release", "owner": tok}], r["history"]
+PY
+	# the version is unchanged: the previous release still opens the file
+	[ "$(sqlite3 "$db" 'PRAGMA user_version')" = 1 ]
+	# idemp-init migrates too, and again is a no-op
+	db2=$BATS_TEST_TMPDIR/old2.db
+	old_store "$db2"
+	run --separate-stderr idemp-init --store "sqlite:$db2"
+	[ "$status" -eq 0 ]
+	[[ "$(columns "$db2")" == *history* ]]
+	run --separate-stderr idemp-init --store "sqlite:$db2"
+	[ "$status" -eq 0 ]
+	[ "$(columns "$db2" | grep -o history | wc -l)" -eq 1 ]
+}
+
+@test "history through the port: the entry of each op, the bound of 20, the DynamoDB List read back with the claims' attempts (C unit test)" {
+	run "$IDEMKIT_TEST_BIN/history"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "${lines[-1]}" = PASSED ]
+	[ "$(grep -c '^ok ' <<<"$output")" -eq 10 ]
+}
+
+@test "behind the Redis fast path (IDEMKIT_CACHE): idemp-show has the store's history; a duplicate the cache answered adds nothing" {
+	require_redis
+	redis_start cache
+	export IDEMKIT_CACHE=redis://127.0.0.1:$REDIS_PORT_cache
+	env=$(ev CHG-C1 | idemp-claim 2>/dev/null)
+	printf '%s\n' "${env%\}},\"debit\":{\"outcome\":\"OK\",\"ref\":\"TXN-C1\"},\"notify\":{\"outcome\":\"OK\"}}" | idemp-done >/dev/null
+	[ "$(rcli cache HGET idemkit:cache:CHG-C1 state)" = DONE ]
+	IDEMKIT_LOG=debug run --separate-stderr idemp-claim < <(ev CHG-C1)
+	[ "$status" -eq 10 ]
+	[[ "$stderr" == *"claim answered by the cache"* ]]
+	run --separate-stderr idemp-show --json CHG-C1
+	[ "$status" -eq 0 ]
+	python3 - "$output" <<'PY'
+import json, sys
+h = json.loads(sys.argv[1])["history"]
+assert [e["op"] for e in h] == ["claim", "finish"] and h[1]["debitRef"] == "TXN-C1", h
+PY
 }

@@ -214,3 +214,79 @@ setup() { store_backend_setup; }
 	[ "$status" -eq 1 ]
 	[[ "$stderr" == *"no record"* ]]
 }
+
+# The record's history (issue 17 item 3): the transitions in order, each
+# with the store's clock; refused claims and stale finishes add nothing.
+@test "history: claim, release, reclaim, a stale finish refused, finish -> four entries in order, on every store" {
+	id=$(uid hist)
+	env1=$(ev "$id" | idemp-claim --lease 60s 2>/dev/null)
+	tok1=$(jget "$env1" claim.token)
+	# charge-debit left it for lack of lease: idemp-done releases the claim
+	left=$(python3 -c 'import json,sys; e=json.loads(sys.argv[1]); e["debit"]={"outcome":"LEASE_SHORT"}; print(json.dumps(e))' "$env1")
+	run --separate-stderr idemp-done <<<"$left"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" done.released)" = True ]
+	env2=$(ev "$id" | idemp-claim --lease 60s 2>/dev/null)
+	tok2=$(jget "$env2" claim.token)
+	[ "$(jget "$env2" claim.attempt)" = 2 ]
+	# refused: a duplicate claim, and the first holder's finish
+	run idemp-claim < <(ev "$id")
+	[ "$status" -eq 11 ]
+	run idemp-done --state DONE <<<"$env1"
+	[ "$status" -eq 13 ]
+	ok=$(python3 -c 'import json,sys; e=json.loads(sys.argv[1]); e["debit"]={"outcome":"OK","ref":"BNK-H1"}; e["notify"]={"outcome":"OK"}; print(json.dumps(e))' "$env2")
+	run --separate-stderr idemp-done <<<"$ok"
+	[ "$status" -eq 0 ]
+	show=$(idemp-show --json "$id")
+	python3 - "$show" "$tok1" "$tok2" <<'PY'
+import json, sys
+r, t1, t2 = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+h = r["history"]
+assert [e["op"] for e in h] == ["claim", "release", "claim", "finish"], h
+assert [e.get("owner") for e in h] == [t1, t1, t2, t2], h
+assert h[0]["attempt"] == 1 and h[2]["attempt"] == 2, h
+assert all(e["leaseUntil"] > e["at"] for e in h if e["op"] == "claim"), h
+ats = [e["at"] for e in h]
+assert ats == sorted(ats) and all(a > 1.7e12 for a in ats), ats
+assert h[3]["state"] == "DONE" and h[3]["debitRef"] == "BNK-H1" and h[3]["error"] is None, h
+assert r["state"] == "DONE" and r["attempts"] == 2, r
+PY
+	# the human view shows the timeline
+	run --separate-stderr idemp-show "$id"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *claim*release*claim*finish* ]]
+	[[ "$output" == *BNK-H1* ]]
+}
+
+@test "history: a renotified record says so; the history keeps the last 20 transitions" {
+	id=$(uid hren)
+	env=$(ev "$id" | idemp-claim 2>/dev/null)
+	dnf=$(python3 -c 'import json,sys; e=json.loads(sys.argv[1]); e["debit"]={"outcome":"OK","ref":"BNK-H2"}; e["notify"]={"outcome":"NOTIFY_FAILED","error":"gateway 503"}; print(json.dumps(e))' "$env")
+	idemp-done <<<"$dnf" >/dev/null
+	# the re-drive's envelope, as charge-recover gets it, now notified
+	rec=$(idemp-list --state DEBITED_NOTIFICATION_FAILED --format envelope | grep -F "\"$id\"")
+	[ "$(jget "$rec" recovery.chargeId)" = "$id" ]
+	run --separate-stderr idemp-done --renotified <<<"${rec%\}},\"notify\":{\"outcome\":\"OK\"}}"
+	[ "$status" -eq 0 ]
+	python3 - "$(idemp-show --json "$id")" <<'PY'
+import json, sys
+h = json.loads(sys.argv[1])["history"]
+assert [e["op"] for e in h] == ["claim", "finish", "renotified"], h
+assert h[1]["state"] == "DEBITED_NOTIFICATION_FAILED" and h[1]["error"] == "gateway 503", h
+assert h[2]["state"] == "DONE", h
+PY
+	# 12 claims, each released: 24 transitions, the last 20 kept
+	id=$(uid hmax)
+	for i in $(seq 12); do
+		e=$(ev "$id" | idemp-claim 2>/dev/null)
+		[ "$(jget "$e" claim.attempt)" = "$i" ]
+		python3 -c 'import json,sys; e=json.loads(sys.argv[1]); e["debit"]={"outcome":"LEASE_SHORT"}; print(json.dumps(e))' "$e" | idemp-done >/dev/null
+	done
+	python3 - "$(idemp-show --json "$id")" <<'PY'
+import json, sys
+h = json.loads(sys.argv[1])["history"]
+assert len(h) == 20, len(h)
+assert [e["op"] for e in h] == ["claim", "release"] * 10, h
+assert h[0]["attempt"] == 3 and h[-2]["attempt"] == 12, h
+PY
+}
