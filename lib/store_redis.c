@@ -70,7 +70,8 @@
 	"  end\n" \
 	"end\n"
 
-enum { S_CLAIM, S_FINISH, S_RENOTIFIED, S_RELEASE, S_FORGET, S_LIST, S_STATS, S_N };
+enum { S_CLAIM, S_FINISH, S_RENOTIFIED, S_RELEASE, S_FORGET, S_LIST, S_STATS, S_BACKFILL,
+       S_N };
 
 /* KEYS: record, IN_PROGRESS index.  ARGV: chargeId, token, lease ms,
  * fingerprint, event, expiresAt (epoch s).  {1, attempts, leaseUntil,
@@ -243,6 +244,20 @@ static const char list_lua[] = LUA_PRELUDE
 	"for _, m in ipairs(dead) do redis.call('ZREM', KEYS[1], m) end\n"
 	"return out\n";
 
+/* For idemp-init: one page of a FAILED or DNF index into its live set, for
+ * records written before the live sets were.  KEYS: the index, the live
+ * set.  ARGV: state, first rank, page size.  The members read. */
+static const char backfill_lua[] =
+	"local ids = redis.call('ZRANGE', KEYS[1], tonumber(ARGV[2]),\n"
+	"  tonumber(ARGV[2]) + tonumber(ARGV[3]) - 1)\n"
+	"for _, m in ipairs(ids) do\n"
+	"  local r = redis.call('HMGET', '" REC_PREFIX "' .. m, 'state', 'expiresAt')\n"
+	"  if r[1] == ARGV[1] then\n"
+	"    redis.call('ZADD', KEYS[2], string.format('%.0f', (tonumber(r[2]) or 0) * 1000), m)\n"
+	"  end\n"
+	"end\n"
+	"return #ids\n";
+
 struct rs {
 	struct ik_redis r;
 	struct ik_redis_script sc[S_N];
@@ -256,6 +271,7 @@ static const struct ik_redis_script scripts[S_N] = {
 	[S_FORGET] = { "forget", forget_lua, "" },
 	[S_LIST] = { "list", list_lua, "" },
 	[S_STATS] = { "stats", stats_lua, "" },
+	[S_BACKFILL] = { "backfill", backfill_lua, "" },
 };
 
 /* ---- records ----------------------------------------------------------- */
@@ -374,11 +390,37 @@ run01(struct rs *q, int which, int nkeys, int argc, const char **argv, ik_err *e
 
 /* ---- the port ---------------------------------------------------------- */
 
+/* Nothing to create: keys appear with the first claim, and connecting
+ * (done at open) already checked the server.  The FAILED and DNF records
+ * of a store written before the live sets existed are added to them, a
+ * page per script so the server is never held long (idempotent; a member
+ * removed meanwhile can make the walk skip one, counted again by the next
+ * idemp-init). */
 static int
 rs_init(struct ik_store *st, ik_err *err)
 {
-	/* Nothing to create: keys appear with the first claim.  Connecting
-	 * (done at open) already checked the server. */
+	static const enum ik_state states[] = { IK_ST_FAILED, IK_ST_DNF };
+	struct rs *q = st->impl;
+
+	for (size_t i = 0; i < sizeof states / sizeof states[0]; i++) {
+		char idx[64], live[64], start[24];
+		int64_t n = 0, got;
+
+		do {
+			redisReply *rep;
+			snprintf(start, sizeof start, "%lld", (long long)n);
+			rep = ik_redis_eval(&q->r, &q->sc[S_BACKFILL], 2, 5, (const char *[]){
+			    idx_key(states[i], idx, sizeof idx), live_key(states[i], live, sizeof live),
+			    ik_state_name(states[i]), start, LIST_PAGE }, NULL, 0, err);
+			if (!rep)
+				return err->code;
+			if (rep->type != REDIS_REPLY_INTEGER)
+				return bad_reply(q, "backfill", rep, err);
+			got = rep->integer;
+			n += got;
+			freeReplyObject(rep);
+		} while (got == atoi(LIST_PAGE));
+	}
 	return IK_OK;
 }
 
