@@ -134,6 +134,9 @@ setup() {
 	[ "$status" -eq 78 ]
 	[ "$(jget "$output" claim.outcome)" = CONFIG ]
 	[[ $stderr == *"does not exist"*"run idemp-init"* ]]
+	run --separate-stderr idemp-stats
+	[ "$status" -eq 78 ]
+	[[ $stderr == *"does not exist"*"run idemp-init"* ]]
 	idemp-init >/dev/null 2>&1
 	pg_sql "UPDATE idemkit_schema SET version = 99 WHERE tbl = '$TBL'"
 	run --separate-stderr idemp-init
