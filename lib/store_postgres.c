@@ -34,7 +34,7 @@
 #include "store.h"
 #include "util.h"
 
-#define SCHEMA_VERSION 2
+#define SCHEMA_VERSION 3
 #define MAX_RETRIES 5          /* serialization failures / deadlocks */
 #define RECONNECT_MS 5000      /* wait for a server that went away, once per outage */
 #define PURGE_BATCH "1000"     /* rows per purge transaction */
@@ -44,38 +44,96 @@
 #define NOW_MS "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 #define COLS "key, state, owner, lease_until, attempts, fingerprint, event," \
              " debit_ref, last_error, created_at, updated_at, expires_at"
+#define XSTR(x) STR(x)
+#define STR(x) #x
+/* The history H with entry E (a jsonb object) appended, the last
+ * IK_HISTORY_MAX kept (store.h): in the same statement as the transition. */
+#define HPUSH(h, e) " jsonb_path_query_array(COALESCE(" h ", '[]'::jsonb) || " e "," \
+	" '$[last - " XSTR(IK_HISTORY_MAX) " + 1 to last]')"
 
-enum { Q_CLAIM, Q_GET, Q_FINISH, Q_RENOTIFIED, Q_RELEASE, Q_FORGET, Q_N };
+enum { Q_CLAIM, Q_GET, Q_FINISH, Q_RENOTIFIED, Q_RELEASE, Q_FORGET, Q_STATS, Q_N };
 
-/* %1$s is the quoted table name. */
-static const char *const sql_fmt[Q_N] = {
-	[Q_CLAIM] =
-	"WITH n AS (SELECT " NOW_MS " AS ms)"
-	" INSERT INTO %1$s AS r (key, state, owner, lease_until, attempts, fingerprint,"
-	"  event, created_at, updated_at, expires_at)"
-	" SELECT $1, 'IN_PROGRESS', $2, n.ms + $3::bigint, 1, $4, $5, n.ms, n.ms, $6::bigint"
-	" FROM n"
-	" ON CONFLICT (key) DO UPDATE SET owner = excluded.owner,"
-	"  lease_until = excluded.lease_until, attempts = r.attempts + 1,"
-	"  updated_at = excluded.updated_at, expires_at = excluded.expires_at,"
-	"  last_error = NULL"
-	" WHERE r.state = 'IN_PROGRESS' AND r.lease_until < excluded.updated_at"
-	"  AND r.fingerprint = excluded.fingerprint"
-	" RETURNING attempts, lease_until",
-	[Q_GET] =
-	"SELECT " COLS ", " NOW_MS " FROM %1$s WHERE key = $1",
-	[Q_FINISH] =
-	"UPDATE %1$s SET state = $3, debit_ref = COALESCE($4, debit_ref),"
-	" last_error = $5, updated_at = " NOW_MS
-	" WHERE key = $1 AND state = 'IN_PROGRESS' AND owner = $2",
-	[Q_RENOTIFIED] =
-	"UPDATE %1$s SET state = 'DONE', last_error = NULL, updated_at = " NOW_MS
-	" WHERE key = $1 AND state = 'DEBITED_NOTIFICATION_FAILED'",
-	[Q_RELEASE] =
-	"UPDATE %1$s SET lease_until = 0, updated_at = " NOW_MS
-	" WHERE key = $1 AND state = 'IN_PROGRESS' AND owner = $2",
-	[Q_FORGET] =
-	"DELETE FROM %1$s WHERE key = $1 AND state = 'FAILED'",
+/* Each write with and without the history column: a table from before
+ * schema version 3 keeps working (without history) until idemp-init
+ * migrates it.  %1$s is the quoted table name. */
+#define CLAIM_SQL(HCOL, HNEW, HSET) \
+	"WITH n AS (SELECT " NOW_MS " AS ms)" \
+	" INSERT INTO %1$s AS r (key, state, owner, lease_until, attempts, fingerprint," \
+	"  event, created_at, updated_at, expires_at" HCOL ")" \
+	" SELECT $1, 'IN_PROGRESS', $2, n.ms + $3::bigint, 1, $4, $5, n.ms, n.ms, $6::bigint" HNEW \
+	" FROM n" \
+	" ON CONFLICT (key) DO UPDATE SET owner = excluded.owner," \
+	"  lease_until = excluded.lease_until, attempts = r.attempts + 1," \
+	"  updated_at = excluded.updated_at, expires_at = excluded.expires_at," HSET \
+	"  last_error = NULL" \
+	" WHERE r.state = 'IN_PROGRESS' AND r.lease_until < excluded.updated_at" \
+	"  AND r.fingerprint = excluded.fingerprint" \
+	" RETURNING attempts, lease_until"
+#define CLAIM_ENTRY(at, attempt, lease, owner) \
+	"jsonb_build_object('at', " at ", 'op', 'claim', 'attempt', " attempt "," \
+	" 'leaseUntil', " lease ", 'owner', " owner ")"
+#define GET_SQL(HREAD) "SELECT " COLS ", " HREAD ", " NOW_MS " FROM %1$s WHERE key = $1"
+#define FINISH_SQL(HSET) \
+	"WITH n AS (SELECT " NOW_MS " AS ms)" \
+	" UPDATE %1$s AS r SET state = $3, debit_ref = COALESCE($4, r.debit_ref)," HSET \
+	" last_error = $5, updated_at = n.ms FROM n" \
+	" WHERE r.key = $1 AND r.state = 'IN_PROGRESS' AND r.owner = $2"
+#define RENOTIFIED_SQL(HSET) \
+	"WITH n AS (SELECT " NOW_MS " AS ms)" \
+	" UPDATE %1$s AS r SET state = 'DONE'," HSET " last_error = NULL, updated_at = n.ms" \
+	" FROM n WHERE r.key = $1 AND r.state = 'DEBITED_NOTIFICATION_FAILED'"
+#define RELEASE_SQL(HSET) \
+	"WITH n AS (SELECT " NOW_MS " AS ms)" \
+	" UPDATE %1$s AS r SET lease_until = 0," HSET " updated_at = n.ms" \
+	" FROM n WHERE r.key = $1 AND r.state = 'IN_PROGRESS' AND r.owner = $2"
+#define FORGET_SQL "DELETE FROM %1$s WHERE key = $1 AND state = 'FAILED'"
+/* One statement, one snapshot: the unfinished states from the partial
+ * index (their literal states let the planner prove it covers them), and
+ * DONE estimated as the planner does (reltuples scaled to the table's
+ * pages now) less those: never a count of the DONE rows. */
+#define STATS_SQL \
+	"WITH n AS (SELECT " NOW_MS " AS ms)," \
+	" o AS (SELECT state, count(*) AS c, min(updated_at) AS m FROM %1$s" \
+	"  WHERE state IN ('IN_PROGRESS', 'DEBITED_NOTIFICATION_FAILED', 'FAILED') GROUP BY state)," \
+	" s AS (SELECT count(*) AS c, min(updated_at) AS m FROM %1$s" \
+	"  WHERE state = 'IN_PROGRESS' AND lease_until < (SELECT ms FROM n))" \
+	" SELECT (SELECT ms FROM n)," \
+	" COALESCE((SELECT c FROM o WHERE state = 'IN_PROGRESS'), 0)," \
+	" COALESCE((SELECT c FROM o WHERE state = 'FAILED'), 0)," \
+	" COALESCE((SELECT c FROM o WHERE state = 'DEBITED_NOTIFICATION_FAILED'), 0)," \
+	" (SELECT m FROM o WHERE state = 'DEBITED_NOTIFICATION_FAILED'), s.c, s.m," \
+	" (SELECT CASE WHEN c.relpages > 0 THEN c.reltuples / c.relpages *" \
+	"   (pg_relation_size(c.oid) / current_setting('block_size')::bigint)" \
+	"   ELSE greatest(c.reltuples, 0) END::bigint FROM pg_class c WHERE c.oid = '%1$s'::regclass)" \
+	" FROM s"
+
+static const char *const sql_fmt[2][Q_N] = {
+	/* [0]: a table without the history column */
+	{
+		[Q_CLAIM] = CLAIM_SQL("", "", ""),
+		[Q_GET] = GET_SQL("NULL"),
+		[Q_FINISH] = FINISH_SQL(""),
+		[Q_RENOTIFIED] = RENOTIFIED_SQL(""),
+		[Q_RELEASE] = RELEASE_SQL(""),
+		[Q_FORGET] = FORGET_SQL,
+		[Q_STATS] = STATS_SQL,
+	},
+	{
+		[Q_CLAIM] = CLAIM_SQL(", history",
+		    ", jsonb_build_array(" CLAIM_ENTRY("n.ms", "1", "n.ms + $3::bigint", "$2::text") ")",
+		    " history =" HPUSH("r.history", CLAIM_ENTRY("excluded.updated_at",
+		        "r.attempts + 1", "excluded.lease_until", "excluded.owner")) ","),
+		[Q_GET] = GET_SQL("history::text"),
+		[Q_FINISH] = FINISH_SQL(" history =" HPUSH("r.history", "jsonb_build_object("
+		    "'at', n.ms, 'op', 'finish', 'state', $3::text, 'owner', $2::text,"
+		    " 'debitRef', $4::text, 'error', $5::text)") ","),
+		[Q_RENOTIFIED] = RENOTIFIED_SQL(" history =" HPUSH("r.history", "jsonb_build_object("
+		    "'at', n.ms, 'op', 'renotified', 'state', 'DONE')") ","),
+		[Q_RELEASE] = RELEASE_SQL(" history =" HPUSH("r.history", "jsonb_build_object("
+		    "'at', n.ms, 'op', 'release', 'owner', $2::text)") ","),
+		[Q_FORGET] = FORGET_SQL,
+		[Q_STATS] = STATS_SQL,
+	},
 };
 
 /* Migration N takes the schema from version N-1 to N, each in its own
@@ -103,6 +161,10 @@ static const char *const migrations[SCHEMA_VERSION + 1] = {
 	"CREATE INDEX \"%2$s_recover\" ON %1$s (state, updated_at, key)"
 	" WHERE state IN ('IN_PROGRESS', 'DEBITED_NOTIFICATION_FAILED', 'FAILED');"
 	"CREATE INDEX \"%2$s_expires\" ON %1$s (expires_at)",
+	/* Each record keeps its last transitions (store.h); a constant
+	 * default adds the column without rewriting the table. */
+	[3] =
+	"ALTER TABLE %1$s ADD COLUMN IF NOT EXISTS history jsonb NOT NULL DEFAULT '[]'::jsonb",
 };
 
 struct pg {
@@ -110,8 +172,11 @@ struct pg {
 	char *conninfo;       /* holds the password: wiped on close */
 	char table[64];       /* bare */
 	char qtable[72];      /* quoted */
-	char *sql[Q_N];
-	unsigned prepared;    /* bit per statement, on this connection */
+	char *sql[2][Q_N];    /* [has_history] */
+	unsigned prepared;    /* bit per statement and variant, on this connection */
+	int has_history;      /* the table has the history column (schema >= 3) */
+	int checked;          /* has_history is known on this connection */
+	int warned;           /* that it has not, once */
 	int waited;           /* waited for this outage already */
 	int group, in_tx, failed;
 };
@@ -156,6 +221,32 @@ pgerr(struct pg *p, PGresult *r, const char *doing, ik_err *err)
 	    state ? " " : "", state ? state : "");
 }
 
+/* Whether the table has the history column, before the first statement
+ * on each connection (an idemp-init elsewhere may have added it).  Without it (a table from
+ * before schema version 3) the statements without history are used and a
+ * warning says to run idemp-init. */
+static int
+history_column(struct pg *p, ik_err *err)
+{
+	const char *params[] = { p->qtable };
+	PGresult *r = PQexecParams(p->conn, "SELECT 1 FROM pg_attribute WHERE attrelid ="
+	    " to_regclass($1) AND attname = 'history' AND NOT attisdropped",
+	    1, NULL, params, NULL, NULL, 0);
+	int rc = IK_OK, had = p->has_history;
+
+	if (PQresultStatus(r) != PGRES_TUPLES_OK)
+		rc = pgerr(p, r, "read the table's columns", err);
+	else if (!(p->has_history = PQntuples(r) == 1) && (had || !p->warned)) {
+		p->warned = 1;
+		ik_log(IK_LOG_WARN, "the table has no history column (a schema from before "
+		    "version 3): records keep no history until idemp-init migrates it",
+		    "table", p->table, NULL);
+	}
+	PQclear(r);
+	p->checked = rc == IK_OK;
+	return rc;
+}
+
 /* Connected, or reconnected when the server went away.  libpq's own
  * message never holds the password. */
 static int
@@ -196,6 +287,7 @@ conn_ok(struct pg *p, ik_err *err)
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	if (PQstatus(p->conn) == CONNECTION_OK) {
 		PQsetNoticeProcessor(p->conn, NULL, NULL);
+		p->checked = 0;
 		return IK_OK;
 	}
 	snprintf(msg, sizeof msg, "%s", PQerrorMessage(p->conn));
@@ -220,22 +312,23 @@ run(struct pg *p, int which, int n, const char *const *params, const char *doing
 {
 	char name[16];
 	PGresult *r;
-	int rc, tries = 0;
+	int rc, tries = 0, bit;
 
 	*out = NULL;
-	snprintf(name, sizeof name, "ik%d", which);
 again:
-	if ((rc = conn_ok(p, err)))
+	if ((rc = conn_ok(p, err)) || (!p->checked && (rc = history_column(p, err))))
 		return rc;
-	if (!(p->prepared & (1u << which))) {
-		r = PQprepare(p->conn, name, p->sql[which], n, NULL);
+	bit = which + Q_N * p->has_history;
+	snprintf(name, sizeof name, "ik%d", bit);
+	if (!(p->prepared & (1u << bit))) {
+		r = PQprepare(p->conn, name, p->sql[p->has_history][which], n, NULL);
 		if (PQresultStatus(r) != PGRES_COMMAND_OK) {
 			rc = pgerr(p, r, doing, err);
 			PQclear(r);
 			return rc;
 		}
 		PQclear(r);
-		p->prepared |= 1u << which;
+		p->prepared |= 1u << bit;
 	}
 	r = PQexecPrepared(p->conn, name, n, params, NULL, NULL, 0);
 	tries++;
@@ -315,6 +408,7 @@ read_record(PGresult *r, int row, struct ik_record *rec)
 	rec->created_at = col_i64(r, row, 9);
 	rec->updated_at = col_i64(r, row, 10);
 	rec->expires_at = col_i64(r, row, 11);
+	rec->history = col_str(r, row, 12);
 }
 
 /* The record and the server's now; IK_OK, IK_EMPTY or an error. */
@@ -333,7 +427,7 @@ get_now(struct pg *p, const char *key, struct ik_record *rec, int64_t *now, ik_e
 	}
 	read_record(r, 0, rec);
 	if (now)
-		*now = col_i64(r, 0, 12);
+		*now = col_i64(r, 0, 13);
 	PQclear(r);
 	return IK_OK;
 }
@@ -531,7 +625,10 @@ pg_list(struct ik_store *st, const struct ik_list_filter *f, ik_record_cb cb, vo
 	enum ik_state state = f->expired ? IK_ST_IN_PROGRESS : f->state;
 
 	snprintf(older, sizeof older, "%lld", (long long)f->older_than_ms);
-	ik_buf_addstr(&q, "SELECT " COLS " FROM ");
+	if ((rc = conn_ok(p, err)) || (!p->checked && (rc = history_column(p, err))))
+		return rc;
+	ik_buf_addstr(&q, "SELECT " COLS);
+	ik_buf_addstr(&q, p->has_history ? ", history::text FROM " : ", NULL FROM ");
 	ik_buf_addstr(&q, p->qtable);
 	ik_buf_addstr(&q, " WHERE $1::bigint >= 0");
 	if (state != IK_ST_NONE) {
@@ -546,10 +643,6 @@ pg_list(struct ik_store *st, const struct ik_list_filter *f, ik_record_cb cb, vo
 	ik_buf_addstr(&q, " ORDER BY updated_at, key");
 	if (!q.p)
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
-	if ((rc = conn_ok(p, err))) {
-		ik_buf_free(&q);
-		return rc;
-	}
 	r = PQexecParams(p->conn, q.p, 1, NULL, params, NULL, NULL, 0);
 	ik_buf_free(&q);
 	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
@@ -566,6 +659,38 @@ pg_list(struct ik_store *st, const struct ik_list_filter *f, ik_record_cb cb, vo
 	}
 	PQclear(r);
 	return n ? IK_OK : IK_EMPTY;
+}
+
+/* The stats op (store.h): one statement, the unfinished states from the
+ * partial index, DONE estimated (done_approx).  tests/postgres.bats checks
+ * the server's plan. */
+static int
+pg_stats(struct ik_store *st, int64_t now_ms, struct ik_store_stats *out, ik_err *err)
+{
+	struct pg *p = st->impl;
+	PGresult *r;
+	int64_t now, est;
+	int rc;
+
+	memset(out, 0, sizeof *out);
+	if ((rc = run(p, Q_STATS, 0, NULL, "stats", &r, err)))
+		return rc;
+	if (PQntuples(r) != 1) {
+		PQclear(r);
+		return ik_errf(err, IK_SOFTWARE, "postgres %s: stats: no row", p->table);
+	}
+	now = col_i64(r, 0, 0);
+	out->in_progress = col_i64(r, 0, 1);
+	out->failed = col_i64(r, 0, 2);
+	out->dnf = col_i64(r, 0, 3);
+	out->oldest_dnf_ms = out->dnf ? now - col_i64(r, 0, 4) : 0;
+	out->stuck = col_i64(r, 0, 5);
+	out->oldest_stuck_ms = out->stuck ? now - col_i64(r, 0, 6) : 0;
+	est = col_i64(r, 0, 7) - out->in_progress - out->failed - out->dnf;
+	out->done = est > 0 ? est : 0;
+	out->done_approx = 1;
+	PQclear(r);
+	return IK_OK;
 }
 
 /* printf of a migration or statement with the table's names. */
@@ -693,7 +818,7 @@ pg_init(struct ik_store *st, ik_err *err)
 	struct pg *p = st->impl;
 	int rc;
 
-	if ((rc = conn_ok(p, err)) || (rc = migrate(p, err)))
+	if ((rc = conn_ok(p, err)) || (rc = migrate(p, err)) || (rc = history_column(p, err)))
 		return rc;
 	return purge(p, err);
 }
@@ -711,8 +836,9 @@ pg_close(struct ik_store *st)
 		sodium_memzero(p->conninfo, strlen(p->conninfo));
 		free(p->conninfo);
 	}
-	for (int i = 0; i < Q_N; i++)
-		free(p->sql[i]);
+	for (int v = 0; v < 2; v++)
+		for (int i = 0; i < Q_N; i++)
+			free(p->sql[v][i]);
 	free(p);
 	st->impl = NULL;
 }
@@ -730,6 +856,7 @@ static const struct ik_store_ops postgres_ops = {
 	.close = pg_close,
 	.begin = pg_begin,
 	.commit = pg_commit,
+	.stats = pg_stats,
 };
 
 /* Takes table=NAME out of the URL's query string (libpq does not know it)
@@ -802,11 +929,12 @@ ik_store_postgres_open(const char *url, struct ik_store *st, ik_err *err)
 		goto fail;
 	} else if (*p->conninfo)
 		PQconninfoFree(opts);
-	for (int i = 0; i < Q_N; i++)
-		if (!(p->sql[i] = with_table(p, sql_fmt[i]))) {
-			rc = ik_errf(err, IK_SOFTWARE, "out of memory");
-			goto fail;
-		}
+	for (int v = 0; v < 2; v++)
+		for (int i = 0; i < Q_N; i++)
+			if (!(p->sql[v][i] = with_table(p, sql_fmt[v][i]))) {
+				rc = ik_errf(err, IK_SOFTWARE, "out of memory");
+				goto fail;
+			}
 	return IK_OK;
 fail:
 	pg_close(st);

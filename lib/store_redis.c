@@ -37,14 +37,27 @@
 
 #define REC_PREFIX "idemkit:rec:"
 #define IDX_PREFIX "idemkit:idx:"
+#define LIVE_PREFIX "idemkit:live:"
 #define LIST_PAGE "200"
+#define XSTR(x) STR(x)
+#define STR(x) #x
 
-/* Shared by every script: the server's clock in ms, and numbers written
- * as integers (Lua's tostring would print 1.7644608e+12). */
+/* Shared by every script: the server's clock in ms, numbers written as
+ * integers (Lua's tostring would print 1.7644608e+12), and hpush: the
+ * record KEYS[1]'s history (store.h) with entry e appended, the last
+ * IK_HISTORY_MAX kept, in the script of the transition. */
 #define LUA_PRELUDE \
 	"local t = redis.call('TIME')\n" \
 	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n" \
-	"local function s(n) return string.format('%.0f', n) end\n"
+	"local function s(n) return string.format('%.0f', n) end\n" \
+	"local function hpush(e)\n" \
+	"  local h = redis.call('HGET', KEYS[1], 'history')\n" \
+	"  local a = {}\n" \
+	"  if h then a = cjson.decode(h) end\n" \
+	"  a[#a + 1] = e\n" \
+	"  while #a > " XSTR(IK_HISTORY_MAX) " do table.remove(a, 1) end\n" \
+	"  redis.call('HSET', KEYS[1], 'history', cjson.encode(a))\n" \
+	"end\n"
 
 /* Drops up to two members at the head of index KEYS[n] whose record is
  * gone (expired) or in another state: a finish adds one, so the index
@@ -57,7 +70,8 @@
 	"  end\n" \
 	"end\n"
 
-enum { S_CLAIM, S_FINISH, S_RENOTIFIED, S_RELEASE, S_FORGET, S_LIST, S_N };
+enum { S_CLAIM, S_FINISH, S_RENOTIFIED, S_RELEASE, S_FORGET, S_LIST, S_STATS, S_BACKFILL,
+       S_N };
 
 /* KEYS: record, IN_PROGRESS index.  ARGV: chargeId, token, lease ms,
  * fingerprint, event, expiresAt (epoch s).  {1, attempts, leaseUntil,
@@ -70,6 +84,7 @@ static const char claim_lua[] = LUA_PRELUDE
 	"    'updatedAt', s(now), 'expiresAt', ARGV[6])\n"
 	"  redis.call('PEXPIREAT', KEYS[1], s(tonumber(ARGV[6]) * 1000))\n"
 	"  redis.call('ZADD', KEYS[2], s(lease), ARGV[1])\n"
+	"  hpush({at = now, op = 'claim', attempt = a, leaseUntil = lease, owner = ARGV[2]})\n"
 	"  return {1, a, lease, now}\n"
 	"end\n"
 	"if not st then\n"
@@ -87,7 +102,8 @@ static const char claim_lua[] = LUA_PRELUDE
 	"end\n"
 	"return {0, now, redis.call('HGETALL', KEYS[1])}\n";
 
-/* KEYS: record, IN_PROGRESS index, the new state's index.  ARGV:
+/* KEYS: record, IN_PROGRESS index, the new state's index, its live set
+ * (FAILED and DNF: by expiry, for stats).  ARGV:
  * chargeId, token, state, has ref, ref, has error, error.  1 or 0. */
 static const char finish_lua[] = LUA_PRELUDE LUA_PRUNE
 	"local r = redis.call('HMGET', KEYS[1], 'state', 'owner')\n"
@@ -99,9 +115,18 @@ static const char finish_lua[] = LUA_PRELUDE LUA_PRUNE
 	"redis.call('ZREM', KEYS[2], ARGV[1])\n"
 	"redis.call('ZADD', KEYS[3], s(now), ARGV[1])\n"
 	"prune(KEYS[3], ARGV[3])\n"
+	"if ARGV[3] ~= 'DONE' then\n"
+	"  local exp = tonumber(redis.call('HGET', KEYS[1], 'expiresAt')) or 0\n"
+	"  redis.call('ZADD', KEYS[4], s(exp * 1000), ARGV[1])\n"
+	"  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. s(now))\n"
+	"end\n"
+	"local function opt(has, v) if has == '1' then return v end return cjson.null end\n"
+	"hpush({at = now, op = 'finish', state = ARGV[3], owner = ARGV[2],\n"
+	"  debitRef = opt(ARGV[4], ARGV[5]), error = opt(ARGV[6], ARGV[7])})\n"
 	"return 1\n";
 
-/* KEYS: record, DNF index, DONE index.  ARGV: chargeId.  1 or 0. */
+/* KEYS: record, DNF index, DONE index, DNF live set.  ARGV: chargeId.
+ * 1 or 0. */
 static const char renotified_lua[] = LUA_PRELUDE LUA_PRUNE
 	"if redis.call('HGET', KEYS[1], 'state') ~= 'DEBITED_NOTIFICATION_FAILED' then return 0 end\n"
 	"redis.call('HSET', KEYS[1], 'state', 'DONE', 'updatedAt', s(now))\n"
@@ -109,6 +134,8 @@ static const char renotified_lua[] = LUA_PRELUDE LUA_PRUNE
 	"redis.call('ZREM', KEYS[2], ARGV[1])\n"
 	"redis.call('ZADD', KEYS[3], s(now), ARGV[1])\n"
 	"prune(KEYS[3], 'DONE')\n"
+	"redis.call('ZREM', KEYS[4], ARGV[1])\n"
+	"hpush({at = now, op = 'renotified', state = 'DONE'})\n"
 	"return 1\n";
 
 /* KEYS: record, IN_PROGRESS index.  ARGV: chargeId, token.  1 or 0. */
@@ -117,14 +144,57 @@ static const char release_lua[] = LUA_PRELUDE
 	"if r[1] ~= 'IN_PROGRESS' or r[2] ~= ARGV[2] then return 0 end\n"
 	"redis.call('HSET', KEYS[1], 'leaseUntil', '0', 'updatedAt', s(now))\n"
 	"redis.call('ZADD', KEYS[2], '0', ARGV[1])\n"
+	"hpush({at = now, op = 'release', owner = ARGV[2]})\n"
 	"return 1\n";
 
-/* KEYS: record, FAILED index.  ARGV: chargeId.  1 or 0. */
+/* KEYS: record, FAILED index, FAILED live set.  ARGV: chargeId.  1 or 0. */
 static const char forget_lua[] =
 	"if redis.call('HGET', KEYS[1], 'state') ~= 'FAILED' then return 0 end\n"
 	"redis.call('DEL', KEYS[1])\n"
 	"redis.call('ZREM', KEYS[2], ARGV[1])\n"
+	"redis.call('ZREM', KEYS[3], ARGV[1])\n"
 	"return 1\n";
+
+/* The stats op (store.h), never a walk of the DONE records.  KEYS: the
+ * IN_PROGRESS index, the DNF index, the FAILED and DNF live sets, the DONE
+ * index.  FAILED and DNF are counted from their live sets (scored by the
+ * record's expiry, so an expired record drops out of the count the moment
+ * Redis forgets it); IN_PROGRESS is its index's size less the dead members
+ * of its ended-lease part, which is walked for stuck and its oldest (a dead
+ * member -- expired, or moved on -- always has an ended lease); the oldest
+ * DNF is the first live member from the head of its index; DONE is its
+ * index's size, an estimate (members of expired records stay until a
+ * finish or a list prunes them).  Dead members met are dropped.  Returns
+ * {now, in_progress, stuck, oldest stuck updatedAt, dnf, oldest dnf
+ * updatedAt, failed, done}. */
+static const char stats_lua[] = LUA_PRELUDE
+	"local ip, stuck, ost, odnf = redis.call('ZCARD', KEYS[1]), 0, 0, 0\n"
+	"local function rec(m)\n"
+	"  return redis.call('HMGET', '" REC_PREFIX "' .. m, 'state', 'updatedAt', 'leaseUntil')\n"
+	"end\n"
+	"for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. s(now))) do\n"
+	"  local r = rec(m)\n"
+	"  if r[1] ~= 'IN_PROGRESS' then\n"
+	"    redis.call('ZREM', KEYS[1], m)\n"
+	"    ip = ip - 1\n"
+	"  elseif (tonumber(r[3]) or 0) < now then\n"
+	"    stuck = stuck + 1\n"
+	"    local u = tonumber(r[2]) or 0\n"
+	"    if ost == 0 or u < ost then ost = u end\n"
+	"  end\n"
+	"end\n"
+	"while true do\n"
+	"  local ids = redis.call('ZRANGE', KEYS[2], 0, 49)\n"
+	"  if #ids == 0 then break end\n"
+	"  for _, m in ipairs(ids) do\n"
+	"    local r = rec(m)\n"
+	"    if r[1] == 'DEBITED_NOTIFICATION_FAILED' then odnf = tonumber(r[2]) or 0 break end\n"
+	"    redis.call('ZREM', KEYS[2], m)\n"
+	"  end\n"
+	"  if odnf > 0 then break end\n"
+	"end\n"
+	"return {now, ip, stuck, ost, redis.call('ZCOUNT', KEYS[4], s(now), '+inf'), odnf,\n"
+	"  redis.call('ZCOUNT', KEYS[3], s(now), '+inf'), redis.call('ZCARD', KEYS[5])}\n";
 
 /* One page of an index.  KEYS: the index.  ARGV: state, cursor score
  * ('-inf' to start), cursor member, 'expired' or '', older-than ms, page
@@ -174,6 +244,20 @@ static const char list_lua[] = LUA_PRELUDE
 	"for _, m in ipairs(dead) do redis.call('ZREM', KEYS[1], m) end\n"
 	"return out\n";
 
+/* For idemp-init: one page of a FAILED or DNF index into its live set, for
+ * records written before the live sets were.  KEYS: the index, the live
+ * set.  ARGV: state, first rank, page size.  The members read. */
+static const char backfill_lua[] =
+	"local ids = redis.call('ZRANGE', KEYS[1], tonumber(ARGV[2]),\n"
+	"  tonumber(ARGV[2]) + tonumber(ARGV[3]) - 1)\n"
+	"for _, m in ipairs(ids) do\n"
+	"  local r = redis.call('HMGET', '" REC_PREFIX "' .. m, 'state', 'expiresAt')\n"
+	"  if r[1] == ARGV[1] then\n"
+	"    redis.call('ZADD', KEYS[2], string.format('%.0f', (tonumber(r[2]) or 0) * 1000), m)\n"
+	"  end\n"
+	"end\n"
+	"return #ids\n";
+
 struct rs {
 	struct ik_redis r;
 	struct ik_redis_script sc[S_N];
@@ -186,6 +270,8 @@ static const struct ik_redis_script scripts[S_N] = {
 	[S_RELEASE] = { "release", release_lua, "" },
 	[S_FORGET] = { "forget", forget_lua, "" },
 	[S_LIST] = { "list", list_lua, "" },
+	[S_STATS] = { "stats", stats_lua, "" },
+	[S_BACKFILL] = { "backfill", backfill_lua, "" },
 };
 
 /* ---- records ----------------------------------------------------------- */
@@ -204,6 +290,13 @@ static char *
 idx_key(enum ik_state st, char *buf, size_t n)
 {
 	snprintf(buf, n, IDX_PREFIX "%s", ik_state_name(st));
+	return buf;
+}
+
+static char *
+live_key(enum ik_state st, char *buf, size_t n)
+{
+	snprintf(buf, n, LIVE_PREFIX "%s", ik_state_name(st));
 	return buf;
 }
 
@@ -264,6 +357,8 @@ read_fields(const char *id, const redisReply *a, struct ik_record *r)
 			r->updated_at = num(v);
 		else if (strcmp(f, "expiresAt") == 0)
 			r->expires_at = num(v);
+		else if (strcmp(f, "history") == 0)
+			r->history = dup_str(v);
 	}
 	return IK_OK;
 }
@@ -295,11 +390,37 @@ run01(struct rs *q, int which, int nkeys, int argc, const char **argv, ik_err *e
 
 /* ---- the port ---------------------------------------------------------- */
 
+/* Nothing to create: keys appear with the first claim, and connecting
+ * (done at open) already checked the server.  The FAILED and DNF records
+ * of a store written before the live sets existed are added to them, a
+ * page per script so the server is never held long (idempotent; a member
+ * removed meanwhile can make the walk skip one, counted again by the next
+ * idemp-init). */
 static int
 rs_init(struct ik_store *st, ik_err *err)
 {
-	/* Nothing to create: keys appear with the first claim.  Connecting
-	 * (done at open) already checked the server. */
+	static const enum ik_state states[] = { IK_ST_FAILED, IK_ST_DNF };
+	struct rs *q = st->impl;
+
+	for (size_t i = 0; i < sizeof states / sizeof states[0]; i++) {
+		char idx[64], live[64], start[24];
+		int64_t n = 0, got;
+
+		do {
+			redisReply *rep;
+			snprintf(start, sizeof start, "%lld", (long long)n);
+			rep = ik_redis_eval(&q->r, &q->sc[S_BACKFILL], 2, 5, (const char *[]){
+			    idx_key(states[i], idx, sizeof idx), live_key(states[i], live, sizeof live),
+			    ik_state_name(states[i]), start, LIST_PAGE }, NULL, 0, err);
+			if (!rep)
+				return err->code;
+			if (rep->type != REDIS_REPLY_INTEGER)
+				return bad_reply(q, "backfill", rep, err);
+			got = rep->integer;
+			n += got;
+			freeReplyObject(rep);
+		} while (got == atoi(LIST_PAGE));
+	}
 	return IK_OK;
 }
 
@@ -353,14 +474,15 @@ static int
 rs_finish(struct ik_store *st, const struct ik_finish_req *req, ik_err *err)
 {
 	struct rs *q = st->impl;
-	char ip[64], to[64];
+	char ip[64], to[64], live[64];
 	char *rk = rec_key(req->key);
 	int rc;
 
 	if (!rk)
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
-	rc = run01(q, S_FINISH, 3, 10, (const char *[]){ rk,
+	rc = run01(q, S_FINISH, 4, 11, (const char *[]){ rk,
 	    idx_key(IK_ST_IN_PROGRESS, ip, sizeof ip), idx_key(req->state, to, sizeof to),
+	    live_key(req->state, live, sizeof live),
 	    req->key, req->token, ik_state_name(req->state),
 	    req->debit_ref ? "1" : "0", req->debit_ref ? req->debit_ref : "",
 	    req->last_error ? "1" : "0", req->last_error ? req->last_error : "" }, err);
@@ -372,15 +494,15 @@ static int
 rs_renotified(struct ik_store *st, const char *key, int64_t now_ms, ik_err *err)
 {
 	struct rs *q = st->impl;
-	char dnf[64], done[64];
+	char dnf[64], done[64], live[64];
 	char *rk = rec_key(key);
 	int rc;
 
 	if (!rk)
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
-	rc = run01(q, S_RENOTIFIED, 3, 4, (const char *[]){ rk,
-	    idx_key(IK_ST_DNF, dnf, sizeof dnf), idx_key(IK_ST_DONE, done, sizeof done), key },
-	    err);
+	rc = run01(q, S_RENOTIFIED, 4, 5, (const char *[]){ rk,
+	    idx_key(IK_ST_DNF, dnf, sizeof dnf), idx_key(IK_ST_DONE, done, sizeof done),
+	    live_key(IK_ST_DNF, live, sizeof live), key }, err);
 	free(rk);
 	return rc;
 }
@@ -406,14 +528,15 @@ static int
 rs_forget_failed(struct ik_store *st, const char *key, ik_err *err)
 {
 	struct rs *q = st->impl;
-	char fi[64];
+	char fi[64], live[64];
 	char *rk = rec_key(key);
 	int rc;
 
 	if (!rk)
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
-	rc = run01(q, S_FORGET, 2, 3, (const char *[]){ rk,
-	    idx_key(IK_ST_FAILED, fi, sizeof fi), key }, err);
+	rc = run01(q, S_FORGET, 3, 4, (const char *[]){ rk,
+	    idx_key(IK_ST_FAILED, fi, sizeof fi), live_key(IK_ST_FAILED, live, sizeof live), key },
+	    err);
 	free(rk);
 	return rc == IK_LEASE_LOST ? IK_EMPTY : rc;
 }
@@ -505,6 +628,36 @@ rs_list(struct ik_store *st, const struct ik_list_filter *f, ik_record_cb cb, vo
 	return n ? IK_OK : IK_EMPTY;
 }
 
+static int
+rs_stats(struct ik_store *st, int64_t now_ms, struct ik_store_stats *out, ik_err *err)
+{
+	struct rs *q = st->impl;
+	char ip[64], dnf[64], lf[64], ld[64], done[64];
+	redisReply *rep;
+	int64_t now;
+
+	memset(out, 0, sizeof *out);
+	rep = ik_redis_eval(&q->r, &q->sc[S_STATS], 5, 5, (const char *[]){
+	    idx_key(IK_ST_IN_PROGRESS, ip, sizeof ip), idx_key(IK_ST_DNF, dnf, sizeof dnf),
+	    live_key(IK_ST_FAILED, lf, sizeof lf), live_key(IK_ST_DNF, ld, sizeof ld),
+	    idx_key(IK_ST_DONE, done, sizeof done) }, NULL, 0, err);
+	if (!rep)
+		return err->code;
+	if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 8)
+		return bad_reply(q, "stats", rep, err);
+	now = num(rep->element[0]);
+	out->in_progress = num(rep->element[1]);
+	out->stuck = num(rep->element[2]);
+	out->oldest_stuck_ms = out->stuck ? now - num(rep->element[3]) : 0;
+	out->dnf = num(rep->element[4]);
+	out->oldest_dnf_ms = out->dnf ? now - num(rep->element[5]) : 0;
+	out->failed = num(rep->element[6]);
+	out->done = num(rep->element[7]);
+	out->done_approx = 1;
+	freeReplyObject(rep);
+	return IK_OK;
+}
+
 static void
 rs_close(struct ik_store *st)
 {
@@ -528,6 +681,7 @@ static const struct ik_store_ops redis_ops = {
 	.get = rs_get,
 	.list = rs_list,
 	.close = rs_close,
+	.stats = rs_stats,
 };
 
 /* CONFIG GET NAME's value, or NULL with err. */

@@ -1,27 +1,47 @@
 #!/usr/bin/env bats
-# idemp-stats on every store (IDEMKIT_TEST_BACKEND=sqlite, the default, or
-# dynamodb against dynalite, each test on a fresh store): the counts per
-# state, stuck and the DNF backlog with their ages, the JSON shape, the
-# human view on a terminal, and on SQLite the proof that the stuck and DNF
-# counts search the index instead of scanning the table.
+# idemp-stats on every store (IDEMKIT_TEST_BACKEND=sqlite, the default,
+# dynamodb against dynalite, postgres or redis on a server started for the
+# file; each test on a fresh store): the counts per state, stuck and the DNF
+# backlog with their ages, the JSON shape, the human view on a terminal, and
+# on SQLite the proof that the stuck and DNF counts search the index
+# instead of scanning the table (postgres: tests/postgres.bats, the plan).
 
 bats_require_minimum_version 1.5.0
 load helper
 
+backend=${IDEMKIT_TEST_BACKEND:-sqlite}
+case $backend in
+postgres) load pg_helper ;;
+redis) load redis_helper ;;
+esac
+
 setup_file() {
-	if [ "${IDEMKIT_TEST_BACKEND:-sqlite}" = dynamodb ]; then
-		require_node
-		aws_test_env
-		dynalite_start
-	fi
+	case $backend in
+	dynamodb) require_node; aws_test_env; dynalite_start ;;
+	postgres) pg_start ;;
+	redis) require_redis; redis_start ;;
+	esac
 }
-teardown_file() { dynalite_stop; }
+teardown_file() {
+	case $backend in
+	dynamodb) dynalite_stop ;;
+	postgres) pg_stop ;;
+	redis) redis_stop ;;
+	esac
+}
 setup() {
-	if [ "${IDEMKIT_TEST_BACKEND:-sqlite}" = dynamodb ]; then
-		export IDEMKIT_STORE=dynamodb:st-$$-$RANDOM-${BATS_SUITE_TEST_NUMBER}
-	else
-		export IDEMKIT_STORE=sqlite:$BATS_TEST_TMPDIR/s.db
-	fi
+	case $backend in
+	dynamodb) export IDEMKIT_STORE=dynamodb:st-$$-$RANDOM-${BATS_SUITE_TEST_NUMBER} ;;
+	postgres)
+		export TBL=st_${BATS_SUITE_TEST_NUMBER}_$RANDOM
+		export IDEMKIT_STORE="$PG_URL?table=$TBL"
+		;;
+	redis)
+		rcli FLUSHALL >/dev/null
+		export IDEMKIT_STORE=redis://127.0.0.1:$REDIS_PORT
+		;;
+	*) export IDEMKIT_STORE=sqlite:$BATS_TEST_TMPDIR/s.db ;;
+	esac
 	idemp-init >/dev/null 2>&1
 }
 
@@ -34,12 +54,19 @@ record() {
 # done_is N: the DONE count in $output is N on SQLite (exact); on DynamoDB
 # it is the table's ItemCount less the open records, an estimate that
 # dynalite never refreshes (its ItemCount stays 0): a number, not below 0.
+# On PostgreSQL the estimate is the table's reltuples (less the open
+# records): exact once ANALYZE has run, so it is run and stats read again.
+# On Redis it is the size of the DONE index: exact on a store where no
+# record expired.
 done_is() {
-	if [ "${IDEMKIT_TEST_BACKEND:-sqlite}" = dynamodb ]; then
-		[[ "$(jget "$output" states.DONE)" =~ ^[0-9]+$ ]]
-	else
-		[ "$(jget "$output" states.DONE)" -eq "$1" ]
-	fi
+	case $backend in
+	dynamodb) [[ "$(jget "$output" states.DONE)" =~ ^[0-9]+$ ]] ;;
+	postgres)
+		pg_sql "ANALYZE $TBL"
+		[ "$(jget "$(idemp-stats --json 2>/dev/null)" states.DONE)" -eq "$1" ]
+		;;
+	*) [ "$(jget "$output" states.DONE)" -eq "$1" ] ;;
+	esac
 }
 
 @test "--help lists its exit codes; --version; stray arguments are 64" {
@@ -102,9 +129,13 @@ done_is() {
 	run script -qec "idemp-stats" /dev/null
 	[ "$status" -eq 0 ]
 	out=$(printf '%s' "$output" | tr -d '\r')
-	[[ "$out" == *"store        $IDEMKIT_STORE"* ]]
+	shown=$IDEMKIT_STORE
+	# the password as *** (postgres)
+	[ "$backend" != postgres ] || shown=${IDEMKIT_STORE/:$PG_PASSWORD@/:***@}
+	[[ "$out" == *"store        $shown"* ]]
+	[ "$backend" != postgres ] || [[ "$out" != *"$PG_PASSWORD"* ]]
 	[[ "$out" == *"IN_PROGRESS  1"* ]]
-	if [ "${IDEMKIT_TEST_BACKEND:-sqlite}" = dynamodb ]; then
+	if [ "$backend" != sqlite ]; then
 		[[ "$out" =~ "DONE         ~"[0-9]+" (estimate)" ]]
 	else
 		[[ "$out" == *"DONE         0"$'\n'* ]]
@@ -121,9 +152,15 @@ done_is() {
 	run --separate-stderr idemp-stats --store nosuch:x
 	[ "$status" -eq 78 ]
 	[[ "$stderr" == "idemp-stats: "* ]]
-	if [ "${IDEMKIT_TEST_BACKEND:-sqlite}" = dynamodb ]; then
+	if [ "$backend" = dynamodb ]; then
 		AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:$(free_port) IDEMKIT_AWS_MAX_ATTEMPTS=1 \
 			run --separate-stderr idemp-stats
+		[ "$status" -eq 75 ]
+	elif [ "$backend" = postgres ]; then
+		run --separate-stderr idemp-stats --store "postgres://idemkit@127.0.0.1:$(free_port)/idemkit"
+		[ "$status" -eq 75 ]
+	elif [ "$backend" = redis ]; then
+		run --separate-stderr idemp-stats --store "redis://127.0.0.1:$(free_port)"
 		[ "$status" -eq 75 ]
 	else
 		run --separate-stderr idemp-stats --store "sqlite:$BATS_TEST_TMPDIR/no/such/dir/s.db"
@@ -148,4 +185,51 @@ done_is() {
 	if grep -q ' plan SCAN' <<<"$output"; then false; fi
 	grep -qx "STUCK row 1" <<<"$output"
 	grep -qx "DNF row 1" <<<"$output"
+}
+
+@test "FAILED is exact: idemp-forget takes one off; claimed afresh it counts as IN_PROGRESS" {
+	record "$(uid f1)" FAILED
+	record "$(uid f2)" FAILED
+	record "$(uid f3)" FAILED
+	record "$(uid d1)" DONE
+	run --separate-stderr idemp-stats --json
+	[ "$(jget "$output" states.FAILED)" -eq 3 ]
+	done_is 1
+	idemp-forget "$(uid f2)" >/dev/null 2>&1
+	run --separate-stderr idemp-stats --json
+	[ "$(jget "$output" states.FAILED)" -eq 2 ]
+	[ "$(jget "$output" states.IN_PROGRESS)" -eq 0 ]
+	# forgotten and claimed again: IN_PROGRESS, not FAILED
+	record "$(uid f2)" IN_PROGRESS
+	run --separate-stderr idemp-stats --json
+	[ "$(jget "$output" states.FAILED)" -eq 2 ]
+	[ "$(jget "$output" states.IN_PROGRESS)" -eq 1 ]
+	[ "$(jget "$output" stuck)" -eq 0 ]
+}
+
+@test "redis: records past their retention drop out of the counts the moment Redis forgets them" {
+	[ "$backend" = redis ] || skip "the Redis store's live sets"
+	# expiresAt is whole seconds: a 4s retention ends 3 to 4s from now
+	IDEMKIT_RETENTION=4s record "$(uid f1)" FAILED
+	IDEMKIT_RETENTION=4s record "$(uid n1)" DEBITED_NOTIFICATION_FAILED
+	IDEMKIT_RETENTION=4s record "$(uid s1)" IN_PROGRESS 1s
+	record "$(uid f2)" FAILED
+	record "$(uid n2)" DEBITED_NOTIFICATION_FAILED
+	run --separate-stderr idemp-stats --json
+	[ "$(jget "$output" states.FAILED)" -eq 2 ]
+	[ "$(jget "$output" dnfBacklog)" -eq 2 ]
+	[ "$(jget "$output" states.IN_PROGRESS)" -eq 1 ]
+	sleep 4.5
+	[ "$(rcli EXISTS "idemkit:rec:$(uid f1)")" = 0 ]
+	run --separate-stderr idemp-stats --json
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" states.FAILED)" -eq 1 ]
+	[ "$(jget "$output" states.DEBITED_NOTIFICATION_FAILED)" -eq 1 ]
+	[ "$(jget "$output" dnfBacklog)" -eq 1 ]
+	[ "$(jget "$output" states.IN_PROGRESS)" -eq 0 ]
+	[ "$(jget "$output" stuck)" -eq 0 ]
+	[ "$(jget "$output" oldestStuckMs)" -eq 0 ]
+	# the expired members were dropped from the indexes as stats met them
+	[ "$(rcli ZCARD idemkit:idx:IN_PROGRESS)" = 0 ]
+	[ "$(rcli ZCARD idemkit:idx:DEBITED_NOTIFICATION_FAILED)" = 1 ]
 }

@@ -52,7 +52,8 @@ setup() {
 	[[ $stderr != *"$PG_PASSWORD"* ]]
 	[[ $stderr == *'"migrated"'*'"version":"1"'* ]]
 	[[ $stderr == *'"migrated"'*'"version":"2"'* ]]
-	[ "$(pg_sql "SELECT version FROM idemkit_schema WHERE tbl = '$TBL'")" = 2 ]
+	[[ $stderr == *'"migrated"'*'"version":"3"'* ]]
+	[ "$(pg_sql "SELECT version FROM idemkit_schema WHERE tbl = '$TBL'")" = 3 ]
 	run --separate-stderr idemp-init
 	[ "$status" -eq 0 ]
 	[[ $stderr != *'"migrated"'* ]]
@@ -133,11 +134,14 @@ setup() {
 	[ "$status" -eq 78 ]
 	[ "$(jget "$output" claim.outcome)" = CONFIG ]
 	[[ $stderr == *"does not exist"*"run idemp-init"* ]]
+	run --separate-stderr idemp-stats
+	[ "$status" -eq 78 ]
+	[[ $stderr == *"does not exist"*"run idemp-init"* ]]
 	idemp-init >/dev/null 2>&1
 	pg_sql "UPDATE idemkit_schema SET version = 99 WHERE tbl = '$TBL'"
 	run --separate-stderr idemp-init
 	[ "$status" -eq 78 ]
-	[[ $stderr == *"schema version 99 is newer than this idemkit (2)"* ]]
+	[[ $stderr == *"schema version 99 is newer than this idemkit (3)"* ]]
 }
 
 @test "idemp-init from 8 hosts at once: all 0, each migration applied once; an old schema (v1) is migrated" {
@@ -150,15 +154,52 @@ setup() {
 	wait $pids   # (not a bare wait: bats' own timeout watchdog is a child too)
 	cat "$BATS_TEST_TMPDIR"/err*
 	[ "$(cat "$BATS_TEST_TMPDIR"/rc* | sort -u)" = 0 ]
-	[ "$(cat "$BATS_TEST_TMPDIR"/err* | grep -c '"migrated"')" -eq 2 ]
-	[ "$(pg_sql "SELECT version FROM idemkit_schema WHERE tbl = '$TBL'")" = 2 ]
-	# back to version 1 (no indexes), then idemp-init applies only v2
-	pg_sql "DROP INDEX ${TBL}_recover; DROP INDEX ${TBL}_expires; UPDATE idemkit_schema SET version = 1 WHERE tbl = '$TBL'"
+	[ "$(cat "$BATS_TEST_TMPDIR"/err* | grep -c '"migrated"')" -eq 3 ]
+	[ "$(pg_sql "SELECT version FROM idemkit_schema WHERE tbl = '$TBL'")" = 3 ]
+	# back to version 1 (no indexes, no history), then idemp-init applies only v2 and v3
+	pg_sql "DROP INDEX ${TBL}_recover; DROP INDEX ${TBL}_expires; ALTER TABLE $TBL DROP COLUMN history; UPDATE idemkit_schema SET version = 1 WHERE tbl = '$TBL'"
 	run --separate-stderr idemp-init
 	[ "$status" -eq 0 ]
-	[[ $stderr == *'"version":"2"'* ]]
+	[[ $stderr == *'"version":"2"'*'"version":"3"'* ]]
 	[[ $stderr != *'"version":"1"'* ]]
 	[ "$(pg_sql "SELECT count(*) FROM pg_indexes WHERE tablename = '$TBL'")" = 3 ]
+}
+
+@test "a table from before the history column (v2) keeps working, with a warning; idemp-init migrates it (v3) and its records gain a history" {
+	idemp-init >/dev/null 2>&1
+	old=$(uid old)
+	ev "$old" | idemp-claim 2>/dev/null | idemp-done --state DONE >/dev/null
+	# the schema an idemkit before history made
+	pg_sql "ALTER TABLE $TBL DROP COLUMN history; UPDATE idemkit_schema SET version = 2 WHERE tbl = '$TBL'"
+	mid=$(uid mid)
+	run --separate-stderr idemp-claim < <(ev "$mid")
+	[ "$status" -eq 0 ]
+	[[ $stderr == *'"level":"warn"'*"no history column"*"idemp-init"* ]]
+	printf '%s\n' "$output" | idemp-done --state DEBITED_NOTIFICATION_FAILED >/dev/null 2>&1
+	run --separate-stderr idemp-show --json "$mid"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" state)" = DEBITED_NOTIFICATION_FAILED ]
+	[ "$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["history"])' "$output")" = "[]" ]
+	run --separate-stderr idemp-list --state DEBITED_NOTIFICATION_FAILED
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 1 ]
+	run --separate-stderr idemp-stats --json
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" dnfBacklog)" -eq 1 ]
+	# migrated: the old rows get an empty history, the next transition is kept
+	run --separate-stderr idemp-init
+	[ "$status" -eq 0 ]
+	[[ $stderr == *'"migrated"'*'"version":"3"'* ]]
+	[[ $stderr != *"no history column"* ]]
+	[ "$(pg_sql "SELECT count(*) FROM $TBL WHERE history = '[]'")" = 2 ]
+	idemp-list --state DEBITED_NOTIFICATION_FAILED --format envelope \
+		| sed 's/}$/,"notify":{"outcome":"OK"}}/' | idemp-done --renotified >/dev/null 2>&1
+	python3 - "$(idemp-show --json "$mid")" "$(idemp-show --json "$old")" <<'PY'
+import json, sys
+m, o = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+assert m["state"] == "DONE" and [e["op"] for e in m["history"]] == ["renotified"], m
+assert o["state"] == "DONE" and o["history"] == [], o
+PY
 }
 
 @test "purge: idemp-init deletes expired records in batches, keeps the rest" {
@@ -192,7 +233,24 @@ setup() {
 		[[ $plan == *"Index Scan"*"${TBL}_recover"* ]]
 		[[ $plan != *"Seq Scan"* ]]
 	done
+	# idemp-stats: one statement, on the same index; DONE from the estimate
+	: > "$PG_DIR/server.log"
+	run --separate-stderr idemp-stats --json
+	[ "$status" -eq 0 ]
+	plan=$(sed -n '/Query Text: WITH n AS/,$p' "$PG_DIR/server.log")
+	echo "stats: $output $plan"
+	[[ $plan == *"Index"*"Scan"*"${TBL}_recover"* ]]
+	[[ $plan != *"Seq Scan"* ]]
 	pg_sql "ALTER ROLE idemkit RESET auto_explain.log_min_duration"
+	python3 - "$output" <<'PY'
+import json, sys
+s = json.loads(sys.argv[1])
+assert s["states"]["IN_PROGRESS"] == 200 and s["states"]["FAILED"] == 200, s
+assert s["states"]["DEBITED_NOTIFICATION_FAILED"] == 200 and s["dnfBacklog"] == 200, s
+assert s["stuck"] == 200, s   # every lease 0: all ended
+# reltuples after ANALYZE, less the 600 open records: 199400, within 1%
+assert abs(s["states"]["DONE"] - 199400) < 2000, s
+PY
 }
 
 @test "sslmode=verify-full with our CA: connects; another CA or another host name -> 78" {

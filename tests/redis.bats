@@ -215,3 +215,33 @@ while True:
 	[ "$status" -eq 75 ]
 	[[ "$stderr" == *"timed out"* ]]
 }
+
+@test "idemp-stats after an upgrade: idemp-init puts the FAILED and DNF records written before the live sets into them" {
+	rcli FLUSHALL >/dev/null
+	for i in $(seq 250); do
+		ev "$(uid "f$i")" | idemp-claim 2>/dev/null | idemp-done --state FAILED >/dev/null 2>&1
+	done
+	ev "$(uid n1)" | idemp-claim 2>/dev/null | idemp-done --state DEBITED_NOTIFICATION_FAILED >/dev/null 2>&1
+	ev "$(uid d1)" | idemp-claim 2>/dev/null | idemp-done --state DONE >/dev/null 2>&1
+	run --separate-stderr idemp-stats --json
+	[ "$(jget "$output" states.FAILED)" -eq 250 ]
+	# what a store written before the live sets looks like
+	rcli DEL idemkit:live:FAILED idemkit:live:DEBITED_NOTIFICATION_FAILED >/dev/null
+	run --separate-stderr idemp-stats --json
+	[ "$(jget "$output" states.FAILED)" -eq 0 ]
+	[ "$(jget "$output" dnfBacklog)" -eq 0 ]
+	# a stale member (its record forgotten by another writer) is not counted
+	rcli DEL "idemkit:rec:$(uid f7)" >/dev/null
+	run --separate-stderr idemp-init
+	[ "$status" -eq 0 ]
+	run --separate-stderr idemp-stats --json
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" states.FAILED)" -eq 249 ]
+	[ "$(jget "$output" states.DEBITED_NOTIFICATION_FAILED)" -eq 1 ]
+	[ "$(jget "$output" dnfBacklog)" -eq 1 ]
+	[ "$(jget "$output" states.DONE)" -eq 1 ]
+	[ "$(jget "$output" states.IN_PROGRESS)" -eq 0 ]
+	# the live set scores are the records' expiry (ms)
+	exp=$(rcli HGET "idemkit:rec:$(uid f1)" expiresAt)
+	[ "$(rcli ZSCORE idemkit:live:FAILED "$(uid f1)")" = "${exp}000" ]
+}
