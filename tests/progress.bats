@@ -18,6 +18,16 @@ setup() {
 }
 teardown() { bank_stop; }
 
+# until_bank NAME N: wait (at most 20 s) until bank-sim's counter NAME >= N.
+until_bank() {
+	for _ in $(seq 1 400); do
+		[ "$(bank_stat "$1")" -ge "$2" ] && return 0
+		sleep 0.05
+	done
+	echo "bank $1 never reached $2" >&2
+	return 1
+}
+
 fast="--debit-timeout 2 --notify-timeout 1 --notify-retries 0 --lease 15s"
 E=$'\e'
 SUMMARY='{"summary":true,"received":12,"debited":10,"debitedNotificationFailed":0,"declined":1,"dupDone":1,"dupInProgress":0,"dupFailed":0,"payloadMismatch":0,"invalid":0,"leaseLost":0,"toDlq":1,"leftForRetry":0,"ackFailed":0,"config":0}'
@@ -124,6 +134,30 @@ worker_off_tty() {
 	[ "$status" -eq 0 ]
 	progress_checks charge-worker "charge-worker: 1 received, 1 debited, 0 duplicates, 0 left" 1
 	[[ "$text" =~ $'\n'"  OK "+"1  the step did its job" ]]
+}
+
+@test "charge-worker -j 2 long-running on a terminal: the line while it runs, the table after SIGTERM" {
+	charges
+	pidf=$BATS_TEST_TMPDIR/pid
+	script -qfec "sh -c 'echo \$\$ > $pidf; exec charge-worker -j 2 --wait 1 $fast'" /dev/null \
+		>"$BATS_TEST_TMPDIR/tty" 2>&1 3>&- &
+	sc=$!
+	t0=$SECONDS
+	until_bank debits 11
+	# the line reaches the totals while the loops wait for more
+	for _ in $(seq 1 100); do
+		grep -aq "12 received, 10 debited" "$BATS_TEST_TMPDIR/tty" && break
+		sleep 0.1
+	done
+	kill -TERM "$(cat "$pidf")"
+	rc=0
+	wait "$sc" || rc=$?
+	secs=$((SECONDS - t0 + 1))
+	[ "$rc" -eq 143 ]
+	output=$(cat "$BATS_TEST_TMPDIR/tty")
+	text=$(printf '%s' "$output" | tr -d '\r')
+	progress_checks charge-worker "charge-worker: 12 received, 10 debited, 1 duplicates, 0 left, 1 to the DLQ" 12
+	[[ "$text" =~ $'\n'"  OK "+"10  the step did its job"[^$'\n']*$'\n'"  DUP_DONE "+"1  "[^$'\n']*$'\n'"  DECLINED "+"1  "[^$'\n']*$'\n'"  to the DLQ "+"1  "[^$'\n']*$'\n'"$SUMMARY"$'\n'?$ ]]
 }
 
 @test "charge-worker off a terminal, -j 2: no line, no table, the same summary" {
