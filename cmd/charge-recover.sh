@@ -127,6 +127,74 @@ if [ -n "$metrics" ]; then
 	trap 'rc=$?; metrics_at_exit "$rc"; rm -rf "$tmp"; exit "$rc"' EXIT
 fi
 
+# --- progress on a terminal ----------------------------------------------------
+# When stderr is a terminal: one line, rewritten at most four times a
+# second, counting the lines of the step's output as they come (the reader
+# reads only what was added since it last looked), and at the end a table
+# before the summary line.  Off a terminal none of it.
+
+tty=0
+if [ -t 2 ] && p_t0=$(idemkit-metrics --clock 2>/dev/null); then tty=1; fi
+# progress_line DONE FOUND OK LABEL: the line, drawn in place (the cursor
+# left at its start, so what else is written covers it).
+progress_line() {
+	_ms=$(($(idemkit-metrics --clock) - p_t0))
+	_r10=$(($1 * 10000 / (_ms > 0 ? _ms : 1)))
+	printf '\r\033[K%s: %s %d of %d, %d %s, %d.%d/s\r' "$PROG" "$mode" "$1" "$2" "$3" "$4" \
+		$((_r10 / 10)) $((_r10 % 10)) >&2
+}
+# progress_start FILE PATTERN FOUND LABEL: a reader of FILE in the
+# background ($reader): its lines, and those matching PATTERN.
+progress_start() {
+	reader=
+	[ "$tty" -eq 1 ] || return 0
+	(
+		trap '' INT HUP
+		trap 'exit 0' TERM
+		off=0 n=0 ok=0
+		while :; do
+			sleep 0.25 2>/dev/null || sleep 1
+			kill -0 "$$" 2>/dev/null || exit 0   # the driver is gone
+			size=$(wc -c < "$1" 2>/dev/null) || size=0
+			if [ "$size" -gt "$off" ]; then
+				# the complete lines added since: count, matches, bytes
+				# shellcheck disable=SC2046  # three numbers, split on purpose
+				set -- "$1" "$2" "$3" "$4" $(tail -c +$((off + 1)) "$1" | head -c $((size - off)) |
+					LC_ALL=C awk -v m=$((size - off)) -v pat="$2" '
+					{ b += length($0) + 1; n++; k = index($0, pat) > 0; ok += k }
+					END { if (b > m) { n--; ok -= k; b -= length($0) + 1 }
+						printf "%d %d %d", n, ok, b }')
+				n=$((n + $5)) ok=$((ok + $6)) off=$((off + $7))
+				set -- "$1" "$2" "$3" "$4"
+			fi
+			progress_line "$n" "$3" "$ok" "$4"
+		done
+	) &
+	reader=$!
+}
+# progress_end DONE FOUND OK LABEL: the run's totals last, then the line
+# gives way to the table.
+progress_end() {
+	[ "$tty" -eq 1 ] || return 0
+	if [ -n "$reader" ]; then
+		kill -TERM "$reader" 2>/dev/null
+		wait "$reader"
+	fi
+	progress_line "$@"
+	printf '\r\033[K' >&2
+}
+# table NAME COUNT MEANING...: the outcomes for a person, on a terminal.
+table() {
+	[ "$tty" -eq 1 ] || return 0
+	_ms=$(($(idemkit-metrics --clock) - p_t0))
+	printf '%s: --%s in %d.%ds\n  %-18s %7s  %s\n' "$PROG" "$mode" $((_ms / 1000)) \
+		$((_ms % 1000 / 100)) outcome count meaning >&2
+	while [ $# -ge 3 ]; do
+		printf '  %-18s %7d  %s\n' "$1" "$2" "$3" >&2
+		shift 3
+	done
+}
+
 # list ARGS...: idemp-list into $tmp/list; exit 1 / the error when nothing.
 list() {
 	rc=0
@@ -144,10 +212,16 @@ case $mode in
 renotify)
 	list --state DEBITED_NOTIFICATION_FAILED --older-than "${older:-10m}" --format envelope
 	rc=0
+	found=$(wc -l < "$tmp/list")
+	: > "$tmp/out"
+	progress_start "$tmp/out" '"done":{"outcome":"OK"' "$found" renotified
 	charge-notify --stream --timeout "$notify_timeout" --retries "$notify_retries" < "$tmp/list" \
 		| idemp-done --stream --renotified > "$tmp/out" || rc=$?
-	found=$(wc -l < "$tmp/list")
 	ok=$(count '"done":{"outcome":"OK"' "$tmp/out")
+	progress_end "$(wc -l < "$tmp/out")" "$found" "$ok" renotified
+	table found "$found" "DEBITED_NOTIFICATION_FAILED records listed" \
+		renotified "$ok" "notification sent again; the record is DONE" \
+		stillFailed $((found - ok)) "still DEBITED_NOTIFICATION_FAILED: the next run tries again"
 	summary "{\"summary\":true,\"mode\":\"renotify\",\"found\":$found,\"renotified\":$ok,\"stillFailed\":$((found - ok))}"
 	[ "$rc" -eq 0 ] || exit "$rc"
 	[ "$ok" -eq "$found" ] || exit 75
@@ -155,9 +229,14 @@ renotify)
 redrive)
 	list --expired --older-than "${older:-1h}" --format event
 	rc=0
-	sqs-send < "$tmp/list" > "$tmp/out" || rc=$?
 	found=$(wc -l < "$tmp/list")
+	: > "$tmp/out"
+	progress_start "$tmp/out" '"messageId"' "$found" requeued
+	sqs-send < "$tmp/list" > "$tmp/out" || rc=$?
 	sent=$(count '"messageId"' "$tmp/out")
+	progress_end "$(wc -l < "$tmp/out")" "$found" "$sent" requeued
+	table found "$found" "IN_PROGRESS records whose lease ended long ago" \
+		requeued "$sent" "their stored event sent to the queue again"
 	summary "{\"summary\":true,\"mode\":\"redrive\",\"found\":$found,\"requeued\":$sent}"
 	[ "$rc" -eq 0 ] || exit "$rc"
 	;;
@@ -170,9 +249,14 @@ dlq)
 	*) exit "$rc" ;;
 	esac
 	rc=0
-	sqs-send --from-envelope < "$tmp/list" > "$tmp/out" || rc=$?
 	found=$(wc -l < "$tmp/list")
+	: > "$tmp/out"
+	progress_start "$tmp/out" '"messageId"' "$found" requeued
+	sqs-send --from-envelope < "$tmp/list" > "$tmp/out" || rc=$?
 	sent=$(count '"messageId"' "$tmp/out")
+	progress_end "$(wc -l < "$tmp/out")" "$found" "$sent" requeued
+	table found "$found" "messages received from the DLQ" \
+		requeued "$sent" "sent to the queue again, then deleted from the DLQ"
 	summary "{\"summary\":true,\"mode\":\"dlq\",\"found\":$found,\"requeued\":$sent}"
 	[ "$rc" -eq 0 ] || exit "$rc"
 	;;

@@ -259,6 +259,66 @@ metrics_at_exit() {
 	rm -f "$summary_file"
 }
 
+# --- progress on a terminal ------------------------------------------------------
+# When stderr is a terminal: one line, rewritten at most four times a second
+# by a reader that sums the counts each loop's sqs-ack keeps in
+# $tmp/ID.progress (sqs-ack --progress, through $IDEMKIT_PROGRESS, which a
+# replaced step ignores), and at the end a table of the outcomes before the
+# summary line.  The cursor is left at the start of the line, so what else
+# is written to stderr covers it; our own messages clear it first ($clr).
+# Off a terminal none of it, and sqs-ack keeps no counts.
+
+unset IDEMKIT_PROGRESS
+tty=0 clr=''
+if [ -t 2 ] && p_t0=$(idemkit-metrics --clock 2>/dev/null); then
+	tty=1 clr=$(printf '\033[K')
+fi
+# progress_line RECEIVED DEBITED DUPS LEFT DLQ: the line, drawn in place.
+progress_line() {
+	_ms=$(($(idemkit-metrics --clock) - p_t0))
+	_r10=$(($1 * 10000 / (_ms > 0 ? _ms : 1)))
+	_dlq=''
+	[ "${5:-0}" -eq 0 ] || _dlq=", $5 to the DLQ"
+	printf '\r\033[K%s: %d received, %d debited, %d duplicates, %d left%s, %d.%d/s\r' \
+		"$PROG" "$1" "$2" "$3" "$4" "$_dlq" $((_r10 / 10)) $((_r10 % 10)) >&2
+}
+# progress_reader: the line from the loops' counts, every 250 ms (1 s
+# where sleep takes whole seconds only).  A terminal's ^C is the
+# driver's to handle; TERM ends the reader.
+progress_reader() {
+	trap '' INT HUP
+	trap 'exit 0' TERM
+	dlq_names=$(idemkit-code | awk -F '\t' '$3 == "dlq" { printf "%s ", $2 }')
+	while :; do
+		sleep 0.25 2>/dev/null || sleep 1
+		kill -0 "$$" 2>/dev/null || exit 0   # the driver is gone
+		# shellcheck disable=SC2046  # five numbers, split on purpose
+		progress_line $(awk -F '\t' -v dlq=" $dlq_names" '
+			{ n[$1] += $2 }
+			index(dlq, " " $1 " ") { d += $2 }
+			END { printf "%d %d %d %d %d", n["RECEIVED"], n["OK"],
+				n["DUP_DONE"] + n["DUP_IN_PROGRESS"] + n["DUP_FAILED"], n["LEFT"], d }' \
+			"$tmp"/*.progress 2>/dev/null)
+	done
+}
+# outcomes_table: the run's outcomes for a person, from the v_NAME counts
+# and the meanings in the one table, then what is counted outside it.
+outcomes_table() {
+	_ms=$(($(idemkit-metrics --clock) - p_t0))
+	_r10=$((received * 10000 / (_ms > 0 ? _ms : 1)))
+	printf '%s: %d received in %d.%ds (%d.%d/s)\n' "$PROG" "$received" \
+		$((_ms / 1000)) $((_ms % 1000 / 100)) $((_r10 / 10)) $((_r10 % 10))
+	printf '  %-18s %7s  %s\n' outcome count meaning
+	idemkit-code | while IFS=$tab read -r _code _name _act _meaning; do
+		eval "_n=\${v_$_name:-0}"
+		[ "$_n" -eq 0 ] || printf '  %-18s %7d  %s\n' "$_name" "$_n" "$_meaning"
+	done
+	[ "$dlq" -eq 0 ] || printf '  %-18s %7d  %s\n' "to the DLQ" "$dlq" "sent to the dead-letter queue, then deleted"
+	[ "$left" -eq 0 ] || printf '  %-18s %7d  %s\n' "left for retry" "$left" "not settled in this run: received again later"
+	[ "$ack_failed" -eq 0 ] || printf '  %-18s %7d  %s\n' "ack failed" "$ack_failed" "recorded, but the queue refused the ack: comes back"
+	[ "$config" -eq 0 ] || printf '  %-18s %7d  %s\n' "config" "$config" "missing or invalid configuration met during the run"
+}
+
 # --- the loops ---------------------------------------------------------------
 
 stop=0
@@ -286,6 +346,7 @@ loop() {
 	work=$tmp/w$id
 	mkdir -p "$work"
 	: > "$tmp/$id.out"
+	[ "$tty" -eq 0 ] || export IDEMKIT_PROGRESS="$tmp/$id.progress"
 	for k in $COUNTERS; do eval "n_$k=0"; done
 	n=0
 	while [ "$stop" -eq 0 ]; do
@@ -306,7 +367,7 @@ loop() {
 		fi
 		if [ "$rc" -ne 0 ]; then
 			[ "$rc" -ge 128 ] && break
-			echo "$PROG: receive failed ($rc $(explain "$rc")); backing off" >&2
+			echo "$clr$PROG: receive failed ($rc $(explain "$rc")); backing off" >&2
 			[ "$rc" -eq 78 ] && { n_recv_config=$((n_recv_config + 1)); break; }
 			# A drain (cron) run ends here with 75, as the --stream
 			# pipeline does: the next run is the retry.  Otherwise it
@@ -330,12 +391,11 @@ loop() {
 		# retry, a redelivery is DUP_DONE); otherwise wait and go on.
 		case $arc in
 		75|78)
-			echo "$PROG: ack failed ($arc $(explain "$arc")); the message was left" >&2
+			echo "$clr$PROG: ack failed ($arc $(explain "$arc")); the message was left" >&2
 			{ [ "$drain" -eq 1 ] || [ "$once" -eq 1 ]; } && break
 			sleep 2 ;;
 		esac
 		[ "$once" -eq 1 ] && break
-		[ -t 2 ] && [ "$jobs" -eq 1 ] && printf '\r%s: received %d ' "$PROG" "$n" >&2
 	done
 	: > "$tmp/$id.stats"
 	for k in $COUNTERS; do eval "echo \"$k \$n_$k\"" >> "$tmp/$id.stats"; done
@@ -356,6 +416,7 @@ loop_stream() {
 	# what sqs-ack has written, so a slow bank slows the receiving instead
 	# of letting claimed messages wait in the pipes past their leases.
 	: > "$tmp/$id.out"
+	[ "$tty" -eq 0 ] || export IDEMKIT_PROGRESS="$tmp/$id.progress"
 	recv_args="--max 10 --wait $wait --window $window --max-age ${max_age_ms}ms --acked $tmp/$id.out"
 	if [ "$drain" -eq 1 ]; then
 		recv_args="$recv_args --drain --settle ${settle_ms}ms"
@@ -384,12 +445,14 @@ loop_stream() {
 	# idemp-done and sqs-ack now.
 	unacked "$tmp/$id.debited" "$tmp/$id.out" > "$tmp/$id.left"
 	if [ -s "$tmp/$id.left" ]; then
-		echo "$PROG: $(wc -l < "$tmp/$id.left") envelope(s) past charge-debit did not reach sqs-ack (a step ended early); recording them now" >&2
+		echo "$clr$PROG: $(wc -l < "$tmp/$id.left") envelope(s) past charge-debit did not reach sqs-ack (a step ended early); recording them now" >&2
 		$DONE --stream < "$tmp/$id.left" | $ACK --stream >> "$tmp/$id.out"
 	fi
 }
 
 pids=
+reader=
+if [ "$tty" -eq 1 ]; then progress_reader & reader=$!; fi
 i=1
 while [ "$i" -le "$jobs" ]; do
 	if [ "$stream" -eq 1 ]; then loop_stream "$i" & else loop "$i" & fi
@@ -402,7 +465,10 @@ trap 'stop=2; kill -TERM $pids 2>/dev/null' INT
 for p in $pids; do
 	while ! wait "$p"; do kill -0 "$p" 2>/dev/null || break; done
 done
-[ -t 2 ] && [ "$jobs" -eq 1 ] && printf '\n' >&2
+if [ -n "$reader" ]; then
+	kill -TERM "$reader" 2>/dev/null
+	wait "$reader"
+fi
 
 # --- the summary ---------------------------------------------------------------
 
@@ -422,6 +488,12 @@ ack_failed=$((v_ACK_FAILED + t_unacked))
 left=$((v_UNSETTLED + t_unacked + t_recv_failed))
 dlq=$((v_DUP_FAILED + v_PAYLOAD_MISMATCH + v_DATAERR + v_DECLINED))
 received=$((v_RECEIVED + t_unacked))
+if [ "$tty" -eq 1 ]; then
+	# The last line shows the run's totals, then gives way to the table.
+	progress_line "$received" "$v_OK" $((v_DUP_DONE + v_DUP_IN_PROGRESS + v_DUP_FAILED)) "$left" "$dlq"
+	printf '\r\033[K' >&2
+	outcomes_table >&2
+fi
 printf '{"summary":true,"received":%d,"debited":%d,"debitedNotificationFailed":%d,"declined":%d,"dupDone":%d,"dupInProgress":%d,"dupFailed":%d,"payloadMismatch":%d,"invalid":%d,"leaseLost":%d,"toDlq":%d,"leftForRetry":%d,"ackFailed":%d,"config":%d}\n' \
 	"$received" "$v_OK" "$v_NOTIFY_FAILED" "$v_DECLINED" "$v_DUP_DONE" \
 	"$v_DUP_IN_PROGRESS" "$v_DUP_FAILED" "$v_PAYLOAD_MISMATCH" "$v_DATAERR" "$v_LEASE_LOST" \

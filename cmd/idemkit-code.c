@@ -106,18 +106,15 @@ tally(void)
 	while ((r = ik_lines_next(&in, &line, &len)) == 1) {
 		ik_err err = { 0 };
 		cJSON *env = NULL;
-		const cJSON *ack;
-		const struct ik_outcome *v;
-		const char *act;
+		const struct ik_outcome *v = NULL;
+		int settled = 0;
 
 		if (!len)
 			continue;
 		received++;
 		ik_env_parse(line, len, &env, &err);
-		ack = env ? ik_env_result(env, "ack") : NULL;
-		v = ik_outcome_by_name(cJSON_GetStringValue(
-		    cJSON_GetObjectItemCaseSensitive(ack, "verdict")));
-		act = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ack, "action"));
+		if (env)
+			settled = ik_env_settled(env, &v);
 		if (v)
 			count[v - t]++;
 		if (!v || ik_env_step_code(env, "ack") != IK_OK)
@@ -133,9 +130,7 @@ tally(void)
 			seen = p;
 		}
 		seen[nseen].id = ik_strdup(env ? ik_env_str(env, "messageId") : NULL);
-		seen[nseen++].settled = v && act && ik_env_step_code(env, "ack") == IK_OK &&
-		    (strcmp(act, "delete") == 0 || strcmp(act, "delete-audit") == 0 ||
-		    strcmp(act, "dlq") == 0);
+		seen[nseen++].settled = settled;
 		cJSON_Delete(env);
 	}
 	ik_lines_free(&in);

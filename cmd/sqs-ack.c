@@ -20,7 +20,7 @@
 
 static const char usage[] =
 	"usage: sqs-ack [--queue URL] [--dlq URL] [--stream] [--backoff-base SECS]\n"
-	"               [--backoff-cap SECS] < envelope\n"
+	"               [--backoff-cap SECS] [--progress FILE] < envelope\n"
 	"       sqs-ack --actions\n";
 static const char options[] =
 	"  -q, --queue URL         the queue the message came from (default: the\n"
@@ -32,6 +32,8 @@ static const char options[] =
 	"  -b, --backoff-base SECS TEMPFAIL backoff: visibility = min(2^receiveCount *\n"
 	"                          base, cap) (default 2; $IDEMKIT_BACKOFF_BASE)\n"
 	"  -c, --backoff-cap SECS  (default 900; $IDEMKIT_BACKOFF_CAP)\n"
+	"  -p, --progress FILE     keep counts of the outcomes in FILE, rewritten at\n"
+	"                          most every 250 ms (default $IDEMKIT_PROGRESS)\n"
 	"  -A, --actions           print the action table (code, outcome, action, meaning)\n"
 	"  -h, --help              this help\n"
 	"  -V, --version           print the version\n";
@@ -91,27 +93,31 @@ main(int argc, char **argv)
 		{ "stream", no_argument, NULL, 's' },
 		{ "backoff-base", required_argument, NULL, 'b' },
 		{ "backoff-cap", required_argument, NULL, 'c' },
+		{ "progress", required_argument, NULL, 'p' },
 		{ "actions", no_argument, NULL, 'A' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct ik_acker_opts o = { .backoff_base_s = 2, .backoff_cap_s = 900 };
+	struct ik_acker_opts o = { .backoff_base_s = 2, .backoff_cap_s = 900,
+	    .progress = getenv("IDEMKIT_PROGRESS") };
 	struct ik_acker *a;
 	struct ik_step st = { .name = "ack", .fn = ack, .begin = ik_acker_begin,
-	    .commit = ik_acker_flush, .halt = ik_acker_halted, .group_max = IK_QUEUE_BATCH };
+	    .commit = ik_acker_flush, .halt = ik_acker_halted, .tick = ik_acker_tick,
+	    .group_max = IK_QUEUE_BATCH };
 	const char *base = getenv("IDEMKIT_BACKOFF_BASE"), *cap = getenv("IDEMKIT_BACKOFF_CAP");
 	ik_err err = { 0 };
 	int ch, rc;
 
 	ik_cli_init(argv[0]);
-	while ((ch = getopt_long(argc, argv, "q:D:sb:c:AhV", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "q:D:sb:c:p:AhV", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'q': o.queue = optarg; break;
 		case 'D': o.dlq = optarg; break;
 		case 's': st.stream = 1; break;
 		case 'b': base = optarg; break;
 		case 'c': cap = optarg; break;
+		case 'p': o.progress = optarg; break;
 		case 'A': return actions();
 		case 'h': return ik_help(usage, options, codes);
 		case 'V': return ik_version();

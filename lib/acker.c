@@ -25,7 +25,15 @@ struct ik_acker {
 	int batching;
 	struct held del[IK_QUEUE_BATCH];
 	size_t ndel;
+	/* progress: per outcome in the table, then the P_ extras below */
+	const struct ik_outcome *table;
+	int ntable, dirty;
+	long long *count;
+	int64_t written;       /* ik_mono_ms of the last write, 0 before */
 };
+
+enum { P_RECEIVED, P_ACK_FAILED, P_LEFT, P_EXTRAS };
+static const char *const extras[] = { "RECEIVED", "ACK_FAILED", "LEFT" };
 
 static const char *const steps[] = { "claim", "debit", "notify", "done" };
 
@@ -192,11 +200,90 @@ to_dlq(struct ik_acker *a, struct ik_queue *q, const cJSON *env, int verdict,
 	return rc;
 }
 
+/* ---- progress ---- */
+
+static void
+progress_write(struct ik_acker *a)
+{
+	size_t len = strlen(a->o.progress);
+	char *tmp = malloc(len + 5);
+	FILE *f;
+	int n = a->ntable, bad;
+
+	a->dirty = 0;
+	a->written = ik_mono_ms();
+	if (!tmp)
+		return;
+	memcpy(tmp, a->o.progress, len);
+	memcpy(tmp + len, ".tmp", 5);
+	if ((f = fopen(tmp, "w"))) {
+		for (int i = 0; i < n + P_EXTRAS; i++)
+			fprintf(f, "%s\t%lld\n", i < n ? a->table[i].name : extras[i - n],
+			        a->count[i]);
+		bad = ferror(f);
+		if (fclose(f) != 0 || bad || rename(tmp, a->o.progress) != 0)
+			remove(tmp);
+	}
+	free(tmp);
+}
+
+/* The counts the file holds already (none when there is no file). */
+static void
+progress_read(struct ik_acker *a)
+{
+	FILE *f = fopen(a->o.progress, "r");
+	char name[64];
+	long long v;
+
+	if (!f)
+		return;
+	while (fscanf(f, "%63s %lld", name, &v) == 2) {
+		const struct ik_outcome *o = ik_outcome_by_name(name);
+		if (o)
+			a->count[o - a->table] = v;
+		for (int i = 0; i < P_EXTRAS; i++)
+			if (strcmp(name, extras[i]) == 0)
+				a->count[a->ntable + i] = v;
+	}
+	fclose(f);
+}
+
+int
+ik_acker_tick(void *acker)
+{
+	struct ik_acker *a = acker;
+	int64_t wait;
+
+	if (!a->dirty)
+		return -1;
+	wait = a->written + IK_ACKER_PROGRESS_MS - ik_mono_ms();
+	if (a->written && wait > 0)
+		return (int)wait;
+	progress_write(a);
+	return -1;
+}
+
+/* env, finished: counted as idemkit-code --tally counts it. */
+static void
+progress_count(struct ik_acker *a, const cJSON *env)
+{
+	const struct ik_outcome *v;
+	int settled = ik_env_settled(env, &v), n = a->ntable;
+
+	if (v)
+		a->count[v - a->table]++;
+	a->count[n + P_RECEIVED]++;
+	a->count[n + P_ACK_FAILED] += !v || ik_env_step_code(env, "ack") != IK_OK;
+	a->count[n + P_LEFT] += !settled;
+	a->dirty = 1;
+	ik_acker_tick(a);
+}
+
 /* ---- recording the result ---- */
 
 /* env's "ack" = {"outcome": code, the fields of ack (freed), "error", "at"}. */
 static int
-finish(const struct ik_acker *a, cJSON *env, cJSON *ack, int code, const char *msg,
+finish(struct ik_acker *a, cJSON *env, cJSON *ack, int code, const char *msg,
        int audit, int dlq)
 {
 	cJSON *r = ik_env_set_result(env, "ack", code);
@@ -228,6 +315,8 @@ finish(const struct ik_acker *a, cJSON *env, cJSON *ack, int code, const char *m
 		       "messageId", ik_env_str(env, "messageId"),
 		       "action", cJSON_GetStringValue(cJSON_GetObjectItem(r, "action")),
 		       "outcome", ik_code_name(code), "error", msg, NULL);
+	if (a->count)
+		progress_count(a, env);
 	return code;
 }
 
@@ -352,9 +441,20 @@ ik_acker_ack(struct ik_acker *a, cJSON *env)
 int
 ik_acker_open(const struct ik_acker_opts *o, struct ik_acker **out, ik_err *err)
 {
-	if (!(*out = calloc(1, sizeof **out)))
+	struct ik_acker *a;
+
+	if (!(*out = a = calloc(1, sizeof *a)))
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
-	(*out)->o = *o;
+	a->o = *o;
+	if (o->progress) {
+		a->table = ik_outcomes(&a->ntable);
+		if (!(a->count = calloc((size_t)a->ntable + P_EXTRAS, sizeof *a->count))) {
+			free(a);
+			*out = NULL;
+			return ik_errf(err, IK_SOFTWARE, "out of memory");
+		}
+		progress_read(a);
+	}
 	return IK_OK;
 }
 
@@ -364,7 +464,10 @@ ik_acker_close(struct ik_acker *a)
 	if (!a)
 		return;
 	ik_acker_flush(a);
+	if (a->dirty)
+		progress_write(a);
 	ik_queue_close(a->q);
 	ik_queue_close(a->dlq);
+	free(a->count);
 	free(a);
 }

@@ -36,12 +36,15 @@
 
 /* DUP_IN_PROGRESS: visibility = min(2^receiveCount * this, lease left). */
 #define IK_ACKER_DUP_BASE_S 1
+/* The progress file is rewritten at most this often. */
+#define IK_ACKER_PROGRESS_MS 250
 
 struct ik_acker_opts {
 	const char *queue;     /* NULL: the envelope's "queue", else $IDEMKIT_QUEUE */
 	const char *dlq;       /* NULL: ik_queue_dlq_url's default */
 	int64_t backoff_base_s, backoff_cap_s;   /* TEMPFAIL: min(2^receiveCount * base, cap) */
 	int log_failures;      /* a warning log line for each failed ack (stream mode) */
+	const char *progress;  /* NULL, or the counts file (below) */
 };
 
 struct ik_acker;
@@ -67,5 +70,16 @@ int ik_acker_flush(void *acker);
 /* Non-zero once a queue's configuration turned out to be broken (every
  * further envelope would fail the same way): the exit code to stop with. */
 int ik_acker_halted(void *acker);
+
+/* Progress (o.progress): the acker counts the envelopes it finished, as
+ * idemkit-code --tally does (NAME TAB COUNT per verdict in the table, then
+ * RECEIVED and ACK_FAILED), with LEFT (lines not settled) for UNSETTLED,
+ * and replaces the file (a temporary file, then rename) with them at most
+ * every IK_ACKER_PROGRESS_MS and at close.  The counts start from the
+ * file's, so the one-shot acks of one loop, a process each, add up.  A
+ * file that cannot be written is no error: it is for a person to look at.
+ * tick (step.h's tick hook) writes counts that are due and returns how
+ * many ms until the next are (-1: none pending). */
+int ik_acker_tick(void *acker);
 
 #endif

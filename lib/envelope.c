@@ -181,6 +181,19 @@ ik_env_step_code(const cJSON *env, const char *step)
 }
 
 int
+ik_env_settled(const cJSON *env, const struct ik_outcome **verdict)
+{
+	const cJSON *ack = ik_env_result(env, "ack");
+	const char *act = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ack, "action"));
+
+	*verdict = ik_outcome_by_name(cJSON_GetStringValue(
+	    cJSON_GetObjectItemCaseSensitive(ack, "verdict")));
+	return *verdict && act && ik_env_step_code(env, "ack") == IK_OK &&
+	    (strcmp(act, "delete") == 0 || strcmp(act, "delete-audit") == 0 ||
+	    strcmp(act, "dlq") == 0);
+}
+
+int
 ik_env_outcome(const cJSON *env)
 {
 	static const char *const steps[] = { "claim", "debit", "notify", "done" };

@@ -76,4 +76,11 @@ int ik_env_outcome(const cJSON *env);
  *   unrecorded outcome) */
 int ik_env_verdict(const cJSON *env, const char **why);
 
+struct ik_outcome;
+/* What sqs-ack's "ack" result says, for the counts made of it
+ * (idemkit-code --tally, sqs-ack --progress): *verdict gets the outcome
+ * it acted on (NULL: none, the line was not acked); 1 when the message was
+ * settled (its delete, after the DLQ if so, succeeded), else 0. */
+int ik_env_settled(const cJSON *env, const struct ik_outcome **verdict);
+
 #endif

@@ -97,9 +97,15 @@ ik_lines_next(struct ik_lines *r, char **line, size_t *len)
 }
 
 int
-ik_lines_ready(const struct ik_lines *r)
+ik_lines_wait(const struct ik_lines *r, int ms)
 {
 	struct pollfd p = { .fd = r->fd, .events = POLLIN };
 
-	return poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP));
+	return poll(&p, 1, ms) > 0 && (p.revents & (POLLIN | POLLHUP));
+}
+
+int
+ik_lines_ready(const struct ik_lines *r)
+{
+	return ik_lines_wait(r, 0);
 }

@@ -39,5 +39,8 @@ char *ik_lines_take(struct ik_lines *r, size_t *len);
 
 /* 1 when fill would not wait: the input has data, or hung up; else 0. */
 int ik_lines_ready(const struct ik_lines *r);
+/* The same after waiting at most ms milliseconds for it: 0 when they
+ * passed first, or a signal came. */
+int ik_lines_wait(const struct ik_lines *r, int ms);
 
 #endif

@@ -99,11 +99,15 @@ oneshot(const struct ik_step *st)
 /* Waits for at least one line (or EOF), then takes whatever else is
  * already there, up to max lines, without waiting. */
 static int
-gather(struct ik_lines *r, size_t max)
+gather(const struct ik_step *st, struct ik_lines *r, size_t max)
 {
+	int ms;
+
 	while (!r->lines && !r->eof) {
 		if (ik_stop_signal)
 			return 0;
+		if (st->tick && (ms = st->tick(st->group_ctx)) >= 0 && !ik_lines_wait(r, ms))
+			continue;   /* its time came first: ask again */
 		if (ik_lines_fill(r) < 0) {
 			if (errno == EINTR)
 				continue;
@@ -193,7 +197,7 @@ stream(const struct ik_step *st)
 		char *line;
 		size_t len;
 
-		if (gather(&r, gmax) < 0) {
+		if (gather(st, &r, gmax) < 0) {
 			ik_warnx("stdin: %s", strerror(errno));
 			rc = IK_SOFTWARE;
 			break;

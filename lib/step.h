@@ -64,6 +64,12 @@ struct ik_step {
 	 * configuration broken, so every further line would fail the same
 	 * way). */
 	int (*halt)(void *group_ctx);
+	/* Optional, stream mode: asked before the loop waits for input, and
+	 * again whenever the wait it allowed ended first; returns how many ms
+	 * the loop may wait for input before asking again, or -1 for as long
+	 * as it takes.  sqs-ack's progress counts are written at most every
+	 * 250 ms, and the last of them must not wait for a next line. */
+	int (*tick)(void *group_ctx);
 };
 
 /* Runs the loop over stdin/stdout; returns the exit code for main. */

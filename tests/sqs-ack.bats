@@ -203,6 +203,62 @@ assert sizes == [10, 10, 5], sizes
 PY
 }
 
+@test "sqs-ack --progress: the counts of idemkit-code --tally, added to what the file holds" {
+	printf '%s\n' a b c | sqs-send >/dev/null
+	sqs-recv --max 10 >"$BATS_TEST_TMPDIR/new"
+	{
+		sed -n 1p "$BATS_TEST_TMPDIR/new" | envset "$FINISHED"
+		echo 'not an envelope'
+		sed -n 2p "$BATS_TEST_TMPDIR/new" | envset '{"claim":{"outcome":"DUP_DONE"}}'
+		sed -n 3p "$BATS_TEST_TMPDIR/new" | envset '{"claim":{"outcome":"LEASE_LOST"}}'
+	} >"$BATS_TEST_TMPDIR/in"
+	p=$BATS_TEST_TMPDIR/progress
+	run --separate-stderr sqs-ack --stream --progress "$p" <"$BATS_TEST_TMPDIR/in"
+	[ "$status" -eq 0 ]
+	printf '%s\n' "${lines[@]}" | idemkit-code --tally >"$BATS_TEST_TMPDIR/tally"
+	# the same rows; LEFT (lines not settled: the non-envelope, the lease lost)
+	diff <(grep -v UNSETTLED "$BATS_TEST_TMPDIR/tally") <(grep -v LEFT "$p")
+	grep -qx "$(printf 'OK\t1')" "$p"
+	grep -qx "$(printf 'RECEIVED\t4')" "$p"
+	grep -qx "$(printf 'ACK_FAILED\t1')" "$p"
+	grep -qx "$(printf 'LEFT\t2')" "$p"
+	[ ! -e "$p.tmp" ]
+	# a one-shot run (from the environment) adds to them
+	echo d | sqs-send >/dev/null
+	recv_with "$FINISHED" >"$BATS_TEST_TMPDIR/one"
+	IDEMKIT_PROGRESS=$p run --separate-stderr sqs-ack <"$BATS_TEST_TMPDIR/one"
+	[ "$status" -eq 0 ]
+	grep -qx "$(printf 'OK\t2')" "$p"
+	grep -qx "$(printf 'RECEIVED\t5')" "$p"
+	grep -qx "$(printf 'LEFT\t2')" "$p"
+	# a file that cannot be written is no error
+	echo e | sqs-send >/dev/null
+	recv_with "$FINISHED" >"$BATS_TEST_TMPDIR/one"
+	run --separate-stderr sqs-ack --progress "$BATS_TEST_TMPDIR/no/such/dir/p" <"$BATS_TEST_TMPDIR/one"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" ack.outcome)" = OK ]
+	[ -z "$stderr" ]
+}
+
+@test "sqs-ack --stream --progress: the last counts are written while the input is still open" {
+	printf '%s\n' a b | sqs-send >/dev/null
+	sqs-recv --max 10 | envset "$FINISHED" >"$BATS_TEST_TMPDIR/envs"
+	[ "$(wc -l <"$BATS_TEST_TMPDIR/envs")" -eq 2 ]
+	p=$BATS_TEST_TMPDIR/progress
+	mkfifo "$BATS_TEST_TMPDIR/fifo"
+	sqs-ack --stream --progress "$p" <"$BATS_TEST_TMPDIR/fifo" >"$BATS_TEST_TMPDIR/out" 2>/dev/null 3>&- &
+	pid=$!
+	exec 5>"$BATS_TEST_TMPDIR/fifo"
+	# two at once: the second is counted within 250 ms of the first write,
+	# so it is written when that time is up, not at the next line
+	cat "$BATS_TEST_TMPDIR/envs" >&5
+	for _ in $(seq 1 100); do grep -qx "$(printf 'RECEIVED\t2')" "$p" 2>/dev/null && break; sleep 0.05; done
+	got=$(grep RECEIVED "$p")
+	exec 5>&-
+	wait "$pid"
+	[ "$got" = "$(printf 'RECEIVED\t2')" ]
+}
+
 @test "sqs-ack: --actions is the library's table, and sqs-ack(1) prints every row" {
 	run sqs-ack --actions
 	[ "$status" -eq 0 ]
