@@ -208,7 +208,9 @@ fi
 # is received and its claim taken; the command said why on stderr.
 preflight() {
 	_rc=0
-	"$@" < /dev/null > /dev/null || _rc=$?
+	_err=$("$@" 2>&1 < /dev/null > /dev/null) || _rc=$?
+	# 1 is idemp-show's "no record", the answer it was asked for: quiet
+	[ "$_rc" -eq 1 ] || [ -z "$_err" ] || printf '%s\n' "$_err" >&2
 	case $_rc in
 	0|1) ;;
 	78) die "$1: configuration refused (above); nothing was received" 78 ;;
