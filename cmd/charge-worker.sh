@@ -488,7 +488,7 @@ ack_failed=$((v_ACK_FAILED + t_unacked))
 # Left for a retry: messages none of whose receives in this run ended in a
 # delete (a copy left, then received again and settled, is settled).
 left=$((v_UNSETTLED + t_unacked + t_recv_failed))
-dlq=$((v_DUP_FAILED + v_PAYLOAD_MISMATCH + v_DATAERR + v_DECLINED))
+dlq=$((v_DUP_FAILED + v_PAYLOAD_MISMATCH + v_DATAERR + v_DECLINED + v_STALE_EVENT))
 received=$((v_RECEIVED + t_unacked))
 if [ "$tty" -eq 1 ]; then
 	# The last line shows the run's totals, then gives way to the table.
@@ -496,9 +496,9 @@ if [ "$tty" -eq 1 ]; then
 	printf '\r\033[K' >&2
 	outcomes_table >&2
 fi
-printf '{"summary":true,"received":%d,"debited":%d,"debitedNotificationFailed":%d,"declined":%d,"dupDone":%d,"dupInProgress":%d,"dupFailed":%d,"payloadMismatch":%d,"invalid":%d,"leaseLost":%d,"toDlq":%d,"leftForRetry":%d,"ackFailed":%d,"config":%d}\n' \
+printf '{"summary":true,"received":%d,"debited":%d,"debitedNotificationFailed":%d,"declined":%d,"dupDone":%d,"dupInProgress":%d,"dupFailed":%d,"payloadMismatch":%d,"invalid":%d,"staleEvent":%d,"leaseLost":%d,"toDlq":%d,"leftForRetry":%d,"ackFailed":%d,"config":%d}\n' \
 	"$received" "$v_OK" "$v_NOTIFY_FAILED" "$v_DECLINED" "$v_DUP_DONE" \
-	"$v_DUP_IN_PROGRESS" "$v_DUP_FAILED" "$v_PAYLOAD_MISMATCH" "$v_DATAERR" "$v_LEASE_LOST" \
+	"$v_DUP_IN_PROGRESS" "$v_DUP_FAILED" "$v_PAYLOAD_MISMATCH" "$v_DATAERR" "$v_STALE_EVENT" "$v_LEASE_LOST" \
 	"$dlq" "$left" "$ack_failed" "$config" | summary_line
 [ -z "$metrics" ] || trap 'metrics_at_exit $?' EXIT
 

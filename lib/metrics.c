@@ -107,6 +107,7 @@ static const char *const worker_outcomes[][2] = {
 	{ "dupFailed", "dup_failed" },
 	{ "payloadMismatch", "payload_mismatch" },
 	{ "invalid", "invalid" },
+	{ "staleEvent", "stale_event" },
 	{ "leaseLost", "lease_lost" },
 	{ "config", "config" },
 	{ "left", "left" },

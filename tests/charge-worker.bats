@@ -440,3 +440,19 @@ SH
 	[[ "$(summary)" == *'"leftForRetry":1,'* ]]
 	[ "$(qcount)" = "0 1 0" ]
 }
+
+@test "a stale event (no record, first sent longer ago than records are kept) is counted in the summary: staleEvent and toDlq, the message in the DLQ" {
+	bank_start
+	event CHG-STALE1 | sqs-send >/dev/null
+	sleep 2.5
+	IDEMKIT_RETENTION=2s run --separate-stderr charge-worker --drain "${fast[@]}"
+	[ "$status" -eq 0 ]
+	s=$(printf '%s\n' "$stderr" | grep '^{"summary"')
+	[ "$(jget "$s" received)" = 1 ]
+	[ "$(jget "$s" staleEvent)" = 1 ]
+	[ "$(jget "$s" toDlq)" = 1 ]
+	[ "$(jget "$s" leftForRetry)" = 0 ]
+	[ "$(jget "$(sqs-stat --queue "$IDEMKIT_DLQ")" visible)" = 1 ]
+	[ "$(jget "$(idemp-show --json CHG-STALE1)" state)" = FAILED ]
+	[ "$(bank_get /stats | python3 -c 'import json,sys; print(json.load(sys.stdin).get("attempts", 0))')" = 0 ]
+}
