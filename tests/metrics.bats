@@ -86,7 +86,7 @@ PY
 	[ "$(prom "$M" 'v("idemkit_worker_messages_total", outcome="dup_done")')" = 1.0 ]
 	[ "$(prom "$M" 'v("idemkit_worker_messages_total", outcome="declined")')" = 1.0 ]
 	[ "$(prom "$M" 'v("idemkit_worker_messages_total", outcome="invalid")')" = 1.0 ]
-	[ "$(prom "$M" 'len(vs("idemkit_worker_messages_total"))')" = 11 ]
+	[ "$(prom "$M" 'len(vs("idemkit_worker_messages_total"))')" = 12 ]
 	# the store gauges are idemp-stats's
 	stats=$(idemp-stats --json)
 	[ "$(prom "$M" 'int(v("idemkit_records", state="DONE"))')" = "$(jget "$stats" states.DONE)" ]
