@@ -141,7 +141,10 @@ check: check-build $(NODE_STAMP)
 	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/dynamodb.bats' \
 	  'IDEMKIT_TEST_BACKEND=redis tests/store.bats' \
 	  'IDEMKIT_TEST_BACKEND=postgres tests/store.bats' \
+	  'IDEMKIT_TEST_BACKEND=sqlite-cache tests/store.bats' \
 	  'IDEMKIT_TEST_BACKEND=dynamodb tests/idemp-stats.bats' \
+	  'IDEMKIT_TEST_BACKEND=postgres tests/idemp-stats.bats' \
+	  'IDEMKIT_TEST_BACKEND=redis tests/idemp-stats.bats' \
 	  'IDEMKIT_TEST_QUEUE_BACKEND=sqs tests/queue.bats'
 
 # ASan + UBSan build of everything, then the whole suite against it.  Reports

@@ -104,7 +104,9 @@ source "$IDEMKIT_SRC/tests/ddblocal_helper.bash"
 # dynamodb starts one dynalite and one table for the whole file (tests
 # use unique chargeIds: uid); dynamodb-local the same on DynamoDB Local;
 # postgres starts one throwaway server and one table for the file
-# (pg_helper.bash); redis one redis-server (redis_helper.bash).
+# (pg_helper.bash); redis one redis-server (redis_helper.bash);
+# sqlite-cache the embedded store behind the Redis fast path
+# (IDEMKIT_CACHE, store_cache.c), its cache emptied before each test.
 store_backend_setup_file() {
 	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
 	sqlite) ;;
@@ -114,7 +116,7 @@ store_backend_setup_file() {
 		export IDEMKIT_TEST_TABLE=idem-$$-$RANDOM
 		idemp-init --store "dynamodb:$IDEMKIT_TEST_TABLE" >/dev/null || return 1
 		;;
-	redis) . "$IDEMKIT_SRC/tests/redis_helper.bash"; require_redis; redis_start || return 1 ;;
+	redis|sqlite-cache) . "$IDEMKIT_SRC/tests/redis_helper.bash"; require_redis; redis_start || return 1 ;;
 	postgres)
 		# shellcheck source=tests/pg_helper.bash
 		. "$IDEMKIT_SRC/tests/pg_helper.bash"
@@ -128,7 +130,7 @@ store_backend_setup_file() {
 store_backend_teardown_file() {
 	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
 	dynamodb|dynamodb-local) ddb_emulator_stop ;;
-	redis) redis_stop ;;
+	redis|sqlite-cache) redis_stop ;;
 	postgres) pg_stop ;;
 	esac
 }
@@ -137,6 +139,11 @@ store_backend_setup() {
 	sqlite) export IDEMKIT_STORE=sqlite:$BATS_TEST_TMPDIR/store.db ;;
 	dynamodb|dynamodb-local) export IDEMKIT_STORE=dynamodb:$IDEMKIT_TEST_TABLE ;;
 	redis) export IDEMKIT_STORE=redis://127.0.0.1:$REDIS_PORT ;;
+	sqlite-cache)
+		export IDEMKIT_STORE=sqlite:$BATS_TEST_TMPDIR/store.db
+		export IDEMKIT_CACHE=redis://127.0.0.1:$REDIS_PORT/1
+		redis-cli -p "$REDIS_PORT" -n 1 FLUSHDB >/dev/null
+		;;
 	postgres) export IDEMKIT_STORE=$PG_URL?table=$IDEMKIT_TEST_TABLE ;;
 	esac
 }
