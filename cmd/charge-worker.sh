@@ -46,7 +46,7 @@ Options:
       --notify-timeout S   total timeout of one notification call (default 5)
       --notify-retries N   notification retries before NOTIFY_FAILED (default 3)
       --window N           with --stream: at most N messages in flight per
-                           pipeline (default 256)
+                           pipeline (default 512)
       --inflight N         with --stream: bank and gateway requests each of
                            charge-debit and charge-notify keeps in flight
                            (default 64; charge-worker(1) says why)
@@ -81,7 +81,7 @@ TXT
 # --- options --------------------------------------------------------------
 
 jobs=1 drain=0 once=0 stream=0 trace=0 lease=${IDEMKIT_LEASE:-120s} wait=
-debit_timeout=10 notify_timeout=5 notify_retries=3 lock='' nolock=0 window=256 inflight=64 metrics=''
+debit_timeout=10 notify_timeout=5 notify_retries=3 lock='' nolock=0 window=512 inflight=64 metrics=''
 
 need() { [ $# -ge 2 ] || die "$1 needs a value"; }
 while [ $# -gt 0 ]; do
