@@ -23,6 +23,7 @@
 #include "outcome.h"
 
 #define IK_HTTP_IDLE_MAX 64      /* easy handles kept for reuse */
+#define IK_HTTP_MAX_CONNS 1024   /* idle connections kept alive, as --inflight's cap */
 
 struct ik_http_call;
 
@@ -78,6 +79,9 @@ ik_http_open(struct ik_http **out, ik_err *err)
 	/* HTTP/2 streams share one connection when the server offers it;
 	 * HTTP/1.1 requests in flight each take a kept-alive connection. */
 	curl_multi_setopt(h->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
+	/* Keep the connections of a burst for the next one (curl's default
+	 * cache shrinks with the number of transfers in flight). */
+	curl_multi_setopt(h->multi, CURLMOPT_MAXCONNECTS, (long)IK_HTTP_MAX_CONNS);
 	*out = h;
 	return IK_OK;
 }
