@@ -254,3 +254,21 @@ control() { bank_post /control "$1" >/dev/null; }
 	[ "$(jget "$s" leftForRetry)" -eq 0 ]
 	[ "$(sqs-stat | sed -n 's/.*"visible":\([0-9]*\),"inflight":\([0-9]*\).*/\1 \2/p')" = "0 0" ]
 }
+
+@test "bank-sim /control failKeys and slowKeys: checked (400, nothing changed), counted down per key" {
+	bank_start
+	for bad in '{"failKeys":3}' '{"failKeys":{"K":-1}}' '{"slowKeys":{"K":"x"}}' '{"slowKeys":{"K":3600001}}'; do
+		run bank_post /control "$bad" -o /dev/null -w '%{http_code}'
+		[ "$output" = 400 ]
+	done
+	control '{"failKeys":{"F-1":1}}'
+	run --separate-stderr charge-debit <<<"$(envelope F-1)"
+	[ "$status" -eq 75 ]
+	[ "$(jget "$output" debit.status)" = 503 ]
+	run --separate-stderr charge-debit <<<"$(envelope F-1)"
+	[ "$status" -eq 0 ]
+	run --separate-stderr charge-debit <<<"$(envelope F-2)"
+	[ "$status" -eq 0 ]
+	[ "$(ledger_debits)" -eq 2 ]
+	[ "$(bank_stat maxConcurrent)" -eq 1 ]
+}
