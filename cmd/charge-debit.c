@@ -37,12 +37,15 @@ static const char usage[] =
 	"                    [--cacert FILE] [--connect-timeout DUR] [--timeout DUR]\n"
 	"                    [--declined-status LIST] [--retry-status LIST]\n"
 	"                    [--lease-margin DUR] [--request FILTER] [--ref FILTER]\n"
-	"                    [--reason FILTER]\n"
+	"                    [--reason FILTER] [--inflight N]\n"
 	"                    [--client-cert FILE --client-key FILE] < envelope\n";
 static const char options[] =
 	"  --check                  check the configuration (URL, files, status lists,\n"
 	"                           jq programs) with no network call: 0, or 78 and why\n"
 	"  -s, --stream             many envelopes in, one out per line\n"
+	"  --inflight N             with --stream: up to N requests in flight (1-1024,\n"
+	"                           default 64, $IDEMKIT_BANK_INFLIGHT); envelopes are\n"
+	"                           written as their answers come, in any order\n"
 	"  -u, --url URL            the debit endpoint (default $IDEMKIT_BANK_URL)\n"
 	"  -k, --key-header NAME    idempotency-key header (default Idempotency-Key,\n"
 	"                           $IDEMKIT_BANK_KEY_HEADER)\n"
@@ -81,6 +84,7 @@ struct ctx {
 	int opened;
 	ik_err open_err;
 	int64_t lease_margin_ms;
+	struct job *finished, *last;   /* answered, not yet reaped (FIFO) */
 };
 
 static int
@@ -135,73 +139,179 @@ debited(struct ctx *c, cJSON *env, const struct ik_event *ev,
 	return rc;
 }
 
-static int
-debit(cJSON *env, void *arg)
-{
-	struct ctx *c = arg;
-	struct ik_http_res res = {0};
+/* One envelope from start to its result: made by start(), in flight
+ * until the bank answered, then on c->finished until reaped. */
+struct job {
+	struct ctx *c;
+	cJSON *env;
 	struct ik_event ev;
-	char reason[IK_BANKAPI_REASON_MAX + 1], msg[IK_BANKAPI_REASON_MAX + 64];
-	const char *body = ik_env_body(env);
-	char *req = NULL;
-	ik_err err = {0};
+	char *req;
+	struct ik_http_res res;
+	struct ik_bankapi_call call;
 	int rc;
+	int finished;
+	struct job *next;
+};
+
+static void
+job_free(struct job *j)
+{
+	ik_http_res_free(&j->res);
+	free(j->req);
+	free(j);
+}
+
+/* The bank's answer (or the transport's failure) into the envelope. */
+static void
+answered(void *arg, int rc, struct ik_http_res *res, const ik_err *err)
+{
+	struct job *j = arg;
+	struct ctx *c = j->c;
+	char reason[IK_BANKAPI_REASON_MAX + 1], msg[IK_BANKAPI_REASON_MAX + 64];
+
+	if (rc != IK_OK) {
+		j->rc = record(j->env, &j->ev, rc, err->msg, NULL, 0, 0, NULL);
+	} else if ((rc = ik_bankapi_classify(&c->api, res->status)) == IK_OK) {
+		j->rc = debited(c, j->env, &j->ev, res);
+	} else {
+		ik_bankapi_reason(&c->api, res, reason);
+		if (res->status == 401 && !reason[0])
+			snprintf(reason, sizeof reason, "bad credentials");
+		if (reason[0])
+			snprintf(msg, sizeof msg, "HTTP %ld: %s", res->status, reason);
+		else
+			snprintf(msg, sizeof msg, "HTTP %ld", res->status);
+		j->rc = record(j->env, &j->ev, rc, msg, NULL, 0, res->status, NULL);
+	}
+	ik_http_res_free(res);
+	j->finished = 1;
+	j->next = NULL;            /* reaped in the order answered */
+	*(c->finished ? &c->last->next : &c->finished) = j;
+	c->last = j;
+}
+
+/* Starts the debit of env: NULL with *rc when it is finished already (not
+ * ours to debit, a bad event, a configuration error, a lease too short:
+ * nothing sent), else the job now in flight. */
+static struct job *
+job_start(struct ctx *c, cJSON *env, int *rc)
+{
+	const char *body = ik_env_body(env);
+	struct job *j;
+	ik_err err = {0};
 
 	if (ik_env_step_code(env, "claim") != IK_OK) {
 		if (!ik_env_result(env, "claim"))
 			ik_log(IK_LOG_WARN, "not claimed: passed through", "step", "debit",
 			       "messageId", ik_env_str(env, "messageId"), NULL);
-		return ik_env_outcome(env);
+		*rc = ik_env_outcome(env);
+		return NULL;
 	}
-	if ((rc = ik_event_parse(body, strlen(body), &ev, &err)) != IK_OK)
-		return record(env, NULL, rc, err.msg, NULL, 0, 0, NULL);
+	if (!(j = calloc(1, sizeof *j))) {
+		*rc = record(env, NULL, IK_SOFTWARE, "out of memory", NULL, 0, 0, NULL);
+		return NULL;
+	}
+	j->c = c;
+	j->env = env;
+	if ((*rc = ik_event_parse(body, strlen(body), &j->ev, &err)) != IK_OK) {
+		*rc = record(env, NULL, *rc, err.msg, NULL, 0, 0, NULL);
+		goto done;
+	}
 	if (!c->opened) {
 		c->opened = 1;
 		if (ik_bankapi_open(&c->api, &c->opts, &c->open_err) != IK_OK)
 			ik_warnx("%s", c->open_err.msg);
 	}
-	if (c->open_err.code)
-		return record(env, &ev, c->open_err.code, c->open_err.msg, NULL, 0, 0, NULL);
+	if (c->open_err.code) {
+		*rc = record(env, &j->ev, c->open_err.code, c->open_err.msg, NULL, 0, 0, NULL);
+		goto done;
+	}
+	*rc = ik_bankapi_body(&c->api, body, &j->ev, j->ev.charge_id,
+	                      cJSON_GetObjectItemCaseSensitive(ik_env_result(env, "claim"), "attempt"),
+	                      NULL, &j->req, &err);
+	if (*rc != IK_OK) {
+		*rc = record(env, &j->ev, *rc, err.msg, NULL, 0, 0, NULL);
+		goto done;
+	}
+	/* The lease is checked when the request is sent, not now: the
+	 * envelope may have waited for a free slot. */
+	j->call = (struct ik_bankapi_call){ .api = &c->api, .key = j->ev.charge_id,
+		.body = j->req, .res = &j->res, .env = env, .need_ms = c->opts.timeout_ms,
+		.margin_ms = c->lease_margin_ms, .done = answered, .arg = j };
+	if ((*rc = ik_bankapi_submit(&j->call, &err)) != IK_OK) {
+		*rc = record(env, &j->ev, *rc, err.msg, NULL, 0, 0, NULL);
+		goto done;
+	}
+	return j;
+done:
+	job_free(j);
+	return NULL;
+}
 
-	rc = ik_bankapi_body(&c->api, body, &ev, ev.charge_id,
-	                     cJSON_GetObjectItemCaseSensitive(ik_env_result(env, "claim"), "attempt"),
-	                     NULL, &req, &err);
-	if (rc != IK_OK)
-		return record(env, &ev, rc, err.msg, NULL, 0, 0, NULL);
-	/* Right before the call: nothing goes out on a dying lease. */
-	if ((rc = ik_bankapi_lease_check(env, c->opts.timeout_ms, c->lease_margin_ms,
-	                                 &err)) != IK_OK) {
-		free(req);
-		return record(env, &ev, rc, err.msg, NULL, 0, 0, NULL);
-	}
-	rc = ik_bankapi_post(&c->api, ev.charge_id, req, &res, &err);
-	free(req);
-	if (rc != IK_OK) {
-		ik_http_res_free(&res);
-		return record(env, &ev, rc, err.msg, NULL, 0, 0, NULL);
-	}
+/* One-shot: start and wait for this one. */
+static int
+debit(cJSON *env, void *arg)
+{
+	struct ctx *c = arg;
+	struct job *j;
+	ik_err err = {0};
+	int rc;
 
-	rc = ik_bankapi_classify(&c->api, res.status);
-	if (rc == IK_OK) {
-		rc = debited(c, env, &ev, &res);
-	} else {
-		ik_bankapi_reason(&c->api, &res, reason);
-		if (res.status == 401 && !reason[0])
-			snprintf(reason, sizeof reason, "bad credentials");
-		if (reason[0])
-			snprintf(msg, sizeof msg, "HTTP %ld: %s", res.status, reason);
-		else
-			snprintf(msg, sizeof msg, "HTTP %ld", res.status);
-		rc = record(env, &ev, rc, msg, NULL, 0, res.status, NULL);
-	}
-	ik_http_res_free(&res);
+	if (!(j = job_start(c, env, &rc)))
+		return rc;
+	while (!j->finished)
+		if (ik_bankapi_run(&c->api, -1, 1000, NULL, &err) != IK_OK) {
+			ik_warnx("%s", err.msg);
+			return IK_SOFTWARE;   /* the job dies with the process */
+		}
+	c->finished = NULL;
+	rc = j->rc;
+	job_free(j);
 	return rc;
+}
+
+/* --stream --inflight: step.h's start, wait, reap. */
+static int
+debit_start(cJSON *env, void *arg)
+{
+	struct ctx *c = arg;
+	int rc;
+
+	return job_start(c, env, &rc) ? 0 : 1;
+}
+
+static int
+debit_wait(void *arg, int fd, int *readable)
+{
+	struct ctx *c = arg;
+	ik_err err = {0};
+
+	if (ik_bankapi_run(&c->api, fd, 1000, readable, &err) != IK_OK) {
+		ik_warnx("%s", err.msg);
+		return -1;
+	}
+	return 0;
+}
+
+static cJSON *
+debit_reap(void *arg)
+{
+	struct ctx *c = arg;
+	struct job *j = c->finished;
+	cJSON *env;
+
+	if (!j)
+		return NULL;
+	c->finished = j->next;
+	env = j->env;
+	job_free(j);
+	return env;
 }
 
 int
 main(int argc, char **argv)
 {
-	enum { O_CONNECT = 256, O_TIMEOUT, O_DECLINED, O_RETRY, O_MARGIN, O_CHECK, O_REQUEST, O_REF, O_REASON, O_CCERT, O_CKEY };
+	enum { O_CONNECT = 256, O_TIMEOUT, O_DECLINED, O_RETRY, O_MARGIN, O_CHECK, O_REQUEST, O_REF, O_REASON, O_CCERT, O_CKEY, O_INFLIGHT };
 	static const struct option longopts[] = {
 		{ "stream", no_argument, NULL, 's' },
 		{ "url", required_argument, NULL, 'u' },
@@ -218,14 +328,17 @@ main(int argc, char **argv)
 		{ "reason", required_argument, NULL, O_REASON },
 		{ "client-cert", required_argument, NULL, O_CCERT },
 		{ "client-key", required_argument, NULL, O_CKEY },
+		{ "inflight", required_argument, NULL, O_INFLIGHT },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct ctx c = { .opts = { .connect_timeout_ms = 3000, .timeout_ms = 10000 },
 	                 .lease_margin_ms = IK_BANKAPI_LEASE_MARGIN_MS };
-	struct ik_step st = { .name = "debit", .fn = debit, .ctx = &c };
+	struct ik_step st = { .name = "debit", .fn = debit, .ctx = &c,
+	                      .start = debit_start, .wait = debit_wait, .reap = debit_reap };
 	int64_t ms;
+	const char *inflight = NULL;
 	int ch, check = 0, rc = IK_USAGE;
 	ik_err err;
 
@@ -264,6 +377,7 @@ main(int argc, char **argv)
 		case O_REASON: c.opts.reason = optarg; break;
 		case O_CCERT: c.opts.client_cert = optarg; break;
 		case O_CKEY: c.opts.client_key = optarg; break;
+		case O_INFLIGHT: inflight = optarg; break;
 		case O_MARGIN:
 			if (ik_opt_duration("--lease-margin", optarg, 0, 3600000, &c.lease_margin_ms) < 0)
 				goto out;
@@ -281,6 +395,8 @@ main(int argc, char **argv)
 		rc = ik_bankapi_open(&c.api, &c.opts, &err) == IK_OK ? IK_OK : ik_fail(&err);
 		goto out;
 	}
+	if ((rc = ik_bankapi_inflight("BANK", inflight, &st.inflight)) != IK_OK)
+		goto out;
 	rc = ik_step_run(&st);
 out:
 	ik_bankapi_close(&c.api);

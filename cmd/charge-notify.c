@@ -32,12 +32,16 @@ static const char usage[] =
 	"                     [--cacert FILE] [--connect-timeout DUR] [--timeout DUR]\n"
 	"                     [--retries N] [--backoff DUR] [--declined-status LIST]\n"
 	"                     [--retry-status LIST] [--lease-margin DUR]\n"
-	"                     [--request FILTER] [--reason FILTER]\n"
+	"                     [--request FILTER] [--reason FILTER] [--inflight N]\n"
 	"                     [--client-cert FILE --client-key FILE] < envelope\n";
 static const char options[] =
 	"  --check                  check the configuration (URL, files, status lists,\n"
 	"                           jq programs) with no network call: 0, or 78 and why\n"
 	"  -s, --stream             many envelopes in, one out per line\n"
+	"  --inflight N             with --stream: up to N notifications in flight,\n"
+	"                           retries included (1-1024, default 64,\n"
+	"                           $IDEMKIT_NOTIFY_INFLIGHT); envelopes are written as\n"
+	"                           they finish, in any order\n"
 	"  -u, --url URL            the notification endpoint (default $IDEMKIT_NOTIFY_URL)\n"
 	"  -k, --key-header NAME    idempotency-key header (default Idempotency-Key,\n"
 	"                           $IDEMKIT_NOTIFY_KEY_HEADER)\n"
@@ -81,6 +85,8 @@ struct ctx {
 	long retries;
 	int64_t backoff_ms;
 	int64_t lease_margin_ms;
+	struct job *waiting;       /* answered TEMPFAIL, the next attempt due later */
+	struct job *finished, *last;   /* done, not yet reaped (FIFO) */
 };
 
 /* The most the attempts from attempt (1-based) on can take: each one's
@@ -116,96 +122,273 @@ record(cJSON *env, const char *id, int rc, const char *error, int attempts)
 	return rc;
 }
 
-static int
-notify(cJSON *env, void *arg)
-{
-	struct ctx *c = arg;
-	struct ik_http_res res = {0};
+/* One envelope from start to its result: in flight, or waiting for its
+ * next attempt (due), then on c->finished until reaped. */
+struct job {
+	struct ctx *c;
+	cJSON *env;
 	struct ik_event ev;
-	char reason[IK_BANKAPI_REASON_MAX + 1], msg[sizeof(ik_err){0}.msg + 64];
 	char key[IK_CHARGE_ID_MAX + sizeof ":notify"];
-	const char *body = ik_env_body(env), *ref;
-	char *req = NULL;
-	ik_err err = {0};
-	int rc = IK_OK, attempt;
+	char *req;
+	struct ik_http_res res;
+	struct ik_bankapi_call call;
+	int attempt;               /* of the request in flight, or the last one */
+	int64_t due;               /* epoch ms of the next attempt; 0: none waiting */
+	int rc;
+	int finished;
+	struct job *next;          /* on c->waiting or c->finished */
+};
 
-	if (ik_env_step_code(env, "debit") != IK_OK)
-		return ik_env_outcome(env);
+static void
+job_free(struct job *j)
+{
+	ik_http_res_free(&j->res);
+	free(j->req);
+	free(j);
+}
+
+static void
+job_finish(struct job *j, int rc, const char *msg, int attempts)
+{
+	struct ctx *c = j->c;
+
+	j->rc = record(j->env, j->ev.charge_id, rc, msg, attempts);
+	j->finished = 1;
+	j->next = NULL;            /* reaped in the order finished */
+	*(c->finished ? &c->last->next : &c->finished) = j;
+	c->last = j;
+}
+
+/* Takes j, the last one finished, off c->finished. */
+static void
+unfinish(struct ctx *c, struct job *j)
+{
+	struct job **pp = &c->finished;
+
+	c->last = NULL;
+	while (*pp != j) {
+		c->last = *pp;
+		pp = &(*pp)->next;
+	}
+	*pp = NULL;
+}
+
+/* Sends the next attempt: 0 when it is in flight, else the job is
+ * finished (the lease too short for this attempt and all it may still
+ * retry: nothing sent). */
+static int
+job_send(struct job *j)
+{
+	struct ctx *c = j->c;
+	ik_err err = {0};
+	int rc;
+
+	j->attempt++;
+	j->due = 0;
+	j->call.need_ms = budget(c, j->attempt);
+	if ((rc = ik_bankapi_submit(&j->call, &err)) == IK_OK)
+		return 0;
+	job_finish(j, rc, err.msg, rc == IK_LEASE_SHORT ? j->attempt - 1 : j->attempt);
+	return -1;
+}
+
+static void
+answered(void *arg, int rc, struct ik_http_res *res, const ik_err *err)
+{
+	struct job *j = arg;
+	struct ctx *c = j->c;
+	char reason[IK_BANKAPI_REASON_MAX + 1], msg[sizeof(ik_err){0}.msg + 64];
+	int again, cls;
+	size_t n;
+
+	if (rc == IK_OK && res->status >= 200 && res->status < 300) {
+		ik_http_res_free(res);
+		job_finish(j, IK_OK, NULL, j->attempt);
+		return;
+	}
+	if (rc == IK_OK) {
+		cls = ik_bankapi_classify(&c->api, res->status);
+		ik_bankapi_reason(&c->api, res, reason);
+		if (reason[0])
+			snprintf(msg, sizeof msg, "HTTP %ld: %s", res->status, reason);
+		else
+			snprintf(msg, sizeof msg, "HTTP %ld", res->status);
+		ik_http_res_free(res);
+		if (cls == IK_CONFIG) {   /* not the gateway's word on this message */
+			job_finish(j, IK_CONFIG, msg, j->attempt);
+			return;
+		}
+		again = cls == IK_TEMPFAIL;
+	} else {
+		snprintf(msg, sizeof msg, "%s", err->msg);
+		again = rc == IK_TEMPFAIL;
+		if (rc != IK_TEMPFAIL) {   /* CONFIG, SOFTWARE: not a notification failure */
+			job_finish(j, rc, msg, j->attempt);
+			return;
+		}
+	}
+	if (!again || j->attempt > c->retries || ik_stop_signal) {
+		n = strlen(msg);
+		if (again && j->attempt > 1)
+			snprintf(msg + n, sizeof msg - n, " after %d attempts", j->attempt);
+		job_finish(j, IK_NOTIFY_FAILED, msg, j->attempt);
+		return;
+	}
+	ik_log(IK_LOG_DEBUG, "notify retry", "chargeId", j->ev.charge_id, "error", msg, NULL);
+	/* The retry is a timer, full jitter: the others go on meanwhile. */
+	j->due = ik_now_ms() + ik_backoff_jitter(c->backoff_ms, BACKOFF_CAP_MS, j->attempt - 1);
+	j->next = c->waiting;
+	c->waiting = j;
+}
+
+/* Starts the notification of env: NULL with *rc when it finished at once
+ * (nothing to notify, a bad event, a configuration error, the lease too
+ * short), else the job in flight. */
+static struct job *
+job_start(struct ctx *c, cJSON *env, int *rc)
+{
+	const char *body = ik_env_body(env), *ref;
+	struct job *j;
+	ik_err err = {0};
+
+	if (ik_env_step_code(env, "debit") != IK_OK) {
+		*rc = ik_env_outcome(env);
+		return NULL;
+	}
 	ref = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
 		ik_env_result(env, "debit"), "ref"));
-	if ((rc = ik_event_parse(body, strlen(body), &ev, &err)) != IK_OK)
-		return record(env, NULL, rc, err.msg, 0);
+	if (!(j = calloc(1, sizeof *j))) {
+		*rc = record(env, NULL, IK_SOFTWARE, "out of memory", 0);
+		return NULL;
+	}
+	j->c = c;
+	j->env = env;
+	if ((*rc = ik_event_parse(body, strlen(body), &j->ev, &err)) != IK_OK) {
+		*rc = record(env, NULL, *rc, err.msg, 0);
+		goto done;
+	}
 	if (!c->opened) {
 		c->opened = 1;
 		if (ik_bankapi_open(&c->api, &c->opts, &c->open_err) != IK_OK)
 			ik_warnx("%s", c->open_err.msg);
 	}
-	if (c->open_err.code)
-		return record(env, ev.charge_id, c->open_err.code, c->open_err.msg, 0);
-
-	snprintf(key, sizeof key, "%s:notify", ev.charge_id);
-	rc = ik_bankapi_body(&c->api, body, &ev, key,
-	                     cJSON_GetObjectItemCaseSensitive(ik_env_result(env, "claim"), "attempt"),
-	                     ref, &req, &err);
-	if (rc != IK_OK)
-		return record(env, ev.charge_id, rc, err.msg, 0);
-
-	for (attempt = 1;; attempt++) {
-		int again;
-
-		/* Right before each call: this attempt and all it may still
-		 * retry must fit in the lease. */
-		if ((rc = ik_bankapi_lease_check(env, budget(c, attempt), c->lease_margin_ms,
-		                                 &err)) != IK_OK) {
-			rc = record(env, ev.charge_id, rc, err.msg, attempt - 1);
-			break;
-		}
-		rc = ik_bankapi_post(&c->api, key, req, &res, &err);
-		if (rc == IK_OK && res.status >= 200 && res.status < 300) {
-			rc = record(env, ev.charge_id, IK_OK, NULL, attempt);
-			break;
-		}
-		if (rc == IK_OK) {
-			int cls = ik_bankapi_classify(&c->api, res.status);
-			ik_bankapi_reason(&c->api, &res, reason);
-			if (reason[0])
-				snprintf(msg, sizeof msg, "HTTP %ld: %s", res.status, reason);
-			else
-				snprintf(msg, sizeof msg, "HTTP %ld", res.status);
-			if (cls == IK_CONFIG) {   /* not the gateway's word on this message */
-				rc = record(env, ev.charge_id, IK_CONFIG, msg, attempt);
-				break;
-			}
-			again = cls == IK_TEMPFAIL;
-		} else {
-			snprintf(msg, sizeof msg, "%s", err.msg);
-			again = rc == IK_TEMPFAIL;
-			if (rc != IK_TEMPFAIL) {   /* CONFIG, SOFTWARE: not a notification failure */
-				rc = record(env, ev.charge_id, rc, msg, attempt);
-				break;
-			}
-		}
-		if (!again || attempt > c->retries || ik_stop_signal) {
-			size_t n = strlen(msg);
-			if (again && attempt > 1)
-				snprintf(msg + n, sizeof msg - n, " after %d attempts", attempt);
-			rc = record(env, ev.charge_id, IK_NOTIFY_FAILED, msg, attempt);
-			break;
-		}
-		ik_log(IK_LOG_DEBUG, "notify retry", "chargeId", ev.charge_id,
-		       "error", msg, NULL);
-		/* full jitter; a stop signal cuts it short: fine */
-		ik_sleep_ms(ik_backoff_jitter(c->backoff_ms, BACKOFF_CAP_MS, attempt - 1));
+	if (c->open_err.code) {
+		*rc = record(env, j->ev.charge_id, c->open_err.code, c->open_err.msg, 0);
+		goto done;
 	}
-	ik_http_res_free(&res);
-	free(req);
+	snprintf(j->key, sizeof j->key, "%s:notify", j->ev.charge_id);
+	*rc = ik_bankapi_body(&c->api, body, &j->ev, j->key,
+	                      cJSON_GetObjectItemCaseSensitive(ik_env_result(env, "claim"), "attempt"),
+	                      ref, &j->req, &err);
+	if (*rc != IK_OK) {
+		*rc = record(env, j->ev.charge_id, *rc, err.msg, 0);
+		goto done;
+	}
+	/* Each attempt checks the lease when it is sent (ik_bankapi_call):
+	 * that attempt and all it may still retry must fit in it. */
+	j->call = (struct ik_bankapi_call){ .api = &c->api, .key = j->key, .body = j->req,
+		.res = &j->res, .env = env, .margin_ms = c->lease_margin_ms,
+		.done = answered, .arg = j };
+	if (job_send(j) == 0)
+		return j;
+	unfinish(c, j);            /* job_send finished it: ours to hand back */
+	*rc = j->rc;
+done:
+	job_free(j);
+	return NULL;
+}
+
+/* Sends the retries that are due (all of them after a stop signal: the
+ * last attempt goes now, as an interrupted backoff did); the ms until the
+ * next one, or -1 when none waits. */
+static int
+due_retries(struct ctx *c)
+{
+	struct job **pp = &c->waiting, *j;
+	int64_t now = ik_now_ms(), next = -1;
+
+	while ((j = *pp)) {
+		if (j->due <= now || ik_stop_signal) {
+			*pp = j->next;
+			job_send(j);
+			continue;
+		}
+		if (next < 0 || j->due - now < next)
+			next = j->due - now;
+		pp = &j->next;
+	}
+	return next > 1000 ? 1000 : (int)next;
+}
+
+static int
+run(struct ctx *c, int fd, int *readable)
+{
+	ik_err err = {0};
+	int t = due_retries(c);
+
+	if (c->finished)
+		t = 0;
+	if (ik_bankapi_run(&c->api, fd, t < 0 ? 1000 : t, readable, &err) != IK_OK) {
+		ik_warnx("%s", err.msg);
+		return -1;
+	}
+	due_retries(c);
+	return 0;
+}
+
+/* One-shot: start and wait for this one. */
+static int
+notify(cJSON *env, void *arg)
+{
+	struct ctx *c = arg;
+	struct job *j;
+	int rc;
+
+	if (!(j = job_start(c, env, &rc)))
+		return rc;
+	while (!j->finished)
+		if (run(c, -1, NULL) < 0)
+			return IK_SOFTWARE;
+	c->finished = NULL;
+	rc = j->rc;
+	job_free(j);
 	return rc;
+}
+
+/* --stream --inflight: step.h's start, wait, reap. */
+static int
+notify_start(cJSON *env, void *arg)
+{
+	int rc;
+
+	return job_start(arg, env, &rc) ? 0 : 1;
+}
+
+static int
+notify_wait(void *arg, int fd, int *readable)
+{
+	return run(arg, fd, readable);
+}
+
+static cJSON *
+notify_reap(void *arg)
+{
+	struct ctx *c = arg;
+	struct job *j = c->finished;
+	cJSON *env;
+
+	if (!j)
+		return NULL;
+	c->finished = j->next;
+	env = j->env;
+	job_free(j);
+	return env;
 }
 
 int
 main(int argc, char **argv)
 {
-	enum { O_CONNECT = 256, O_TIMEOUT, O_DECLINED, O_RETRY, O_MARGIN, O_CHECK, O_REQUEST, O_REF, O_REASON, O_CCERT, O_CKEY };
+	enum { O_CONNECT = 256, O_TIMEOUT, O_DECLINED, O_RETRY, O_MARGIN, O_CHECK, O_REQUEST, O_REF, O_REASON, O_CCERT, O_CKEY, O_INFLIGHT };
 	static const struct option longopts[] = {
 		{ "stream", no_argument, NULL, 's' },
 		{ "url", required_argument, NULL, 'u' },
@@ -223,6 +406,7 @@ main(int argc, char **argv)
 		{ "reason", required_argument, NULL, O_REASON },
 		{ "client-cert", required_argument, NULL, O_CCERT },
 		{ "client-key", required_argument, NULL, O_CKEY },
+		{ "inflight", required_argument, NULL, O_INFLIGHT },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -230,9 +414,11 @@ main(int argc, char **argv)
 	struct ctx c = { .opts = { .connect_timeout_ms = 3000, .timeout_ms = 10000 },
 	                 .retries = 3, .backoff_ms = 200,
 	                 .lease_margin_ms = IK_BANKAPI_LEASE_MARGIN_MS };
-	struct ik_step st = { .name = "notify", .fn = notify, .ctx = &c };
+	struct ik_step st = { .name = "notify", .fn = notify, .ctx = &c,
+	                      .start = notify_start, .wait = notify_wait, .reap = notify_reap };
 	long long n;
 	int64_t ms;
+	const char *inflight = NULL;
 	int ch, check = 0, rc = IK_USAGE;
 	ik_err err;
 
@@ -278,6 +464,7 @@ main(int argc, char **argv)
 		case O_REASON: c.opts.reason = optarg; break;
 		case O_CCERT: c.opts.client_cert = optarg; break;
 		case O_CKEY: c.opts.client_key = optarg; break;
+		case O_INFLIGHT: inflight = optarg; break;
 		case O_MARGIN:
 			if (ik_opt_duration("--lease-margin", optarg, 0, 3600000, &c.lease_margin_ms) < 0)
 				goto out;
@@ -295,6 +482,8 @@ main(int argc, char **argv)
 		rc = ik_bankapi_open(&c.api, &c.opts, &err) == IK_OK ? IK_OK : ik_fail(&err);
 		goto out;
 	}
+	if ((rc = ik_bankapi_inflight("NOTIFY", inflight, &st.inflight)) != IK_OK)
+		goto out;
 	rc = ik_step_run(&st);
 out:
 	ik_bankapi_close(&c.api);

@@ -19,7 +19,8 @@ VERSION=@VERSION@
 PROG=charge-worker
 USAGE="usage: charge-worker [-j N] [--drain | --once] [--stream] [--lease DUR]
                      [--wait SECS] [--debit-timeout SECS] [--notify-timeout SECS]
-                     [--notify-retries N] [--window N] [--lock FILE] [--no-lock]
+                     [--notify-retries N] [--window N] [--inflight N]
+                     [--lock FILE] [--no-lock]
                      [--metrics FILE]
        charge-worker --trace < event|envelope
 "
@@ -45,7 +46,10 @@ Options:
       --notify-timeout S   total timeout of one notification call (default 5)
       --notify-retries N   notification retries before NOTIFY_FAILED (default 3)
       --window N           with --stream: at most N messages in flight per
-                           pipeline (default 100)
+                           pipeline (default 512)
+      --inflight N         with --stream: bank and gateway requests each of
+                           charge-debit and charge-notify keeps in flight
+                           (default 64; charge-worker(1) says why)
       --lock FILE          the lock that keeps overlapping runs apart
                            (default $IDEMKIT_STATE_DIR/charge-worker.lock)
       --no-lock            do not take the lock
@@ -77,7 +81,7 @@ TXT
 # --- options --------------------------------------------------------------
 
 jobs=1 drain=0 once=0 stream=0 trace=0 lease=${IDEMKIT_LEASE:-120s} wait=
-debit_timeout=10 notify_timeout=5 notify_retries=3 lock='' nolock=0 window=100 metrics=''
+debit_timeout=10 notify_timeout=5 notify_retries=3 lock='' nolock=0 window=512 inflight=64 metrics=''
 
 need() { [ $# -ge 2 ] || die "$1 needs a value"; }
 while [ $# -gt 0 ]; do
@@ -94,6 +98,7 @@ while [ $# -gt 0 ]; do
 	--notify-timeout) need "$@"; notify_timeout=$2; shift ;;
 	--notify-retries) need "$@"; notify_retries=$2; shift ;;
 	--window) need "$@"; window=$2; shift ;;
+	--inflight) need "$@"; inflight=$2; shift ;;
 	--lock) need "$@"; lock=$2; shift ;;
 	--no-lock) nolock=1 ;;
 	--metrics) need "$@"; metrics=$2; shift ;;
@@ -108,6 +113,9 @@ done
 isnum() { case $1 in ''|*[!0-9]*) return 1 ;; esac; }
 if ! isnum "$jobs" || [ "$jobs" -lt 1 ] || [ "$jobs" -gt 256 ]; then
 	die "--jobs: want 1 to 256, got '$jobs'"
+fi
+if ! isnum "$inflight" || [ "$inflight" -lt 1 ] || [ "$inflight" -gt 1024 ]; then
+	die "--inflight: want 1 to 1024, got '$inflight'"
 fi
 for v in "$debit_timeout" "$notify_timeout" "$notify_retries" "$window"; do
 	isnum "$v" || die "timeouts and retries are whole numbers of seconds, got '$v'"
@@ -435,9 +443,9 @@ loop_stream() {
 	# receiving and debiting for nobody.
 	(
 		sh -c 'echo $$ > "$1"; shift; exec "$@"' sh "$tmp/$id.recv" $RECV $recv_args \
-			| $CLAIM --stream $claim_args | $DEBIT --stream $debit_args \
+			| $CLAIM --stream $claim_args | $DEBIT --stream --inflight $inflight $debit_args \
 			| tee -p "$tmp/$id.debited" \
-			| $NOTIFY --stream $notify_args | $DONE --stream \
+			| $NOTIFY --stream --inflight $inflight $notify_args | $DONE --stream \
 			| { $ACK --stream > "$tmp/$id.out"; kill -TERM "$(cat "$tmp/$id.recv")" 2>/dev/null; }
 	) &
 	pipe=$!

@@ -7,6 +7,7 @@
  * its value.
  */
 #include <ctype.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,6 +135,22 @@ ik_bankapi_lease_check(const cJSON *env, int64_t need_ms, int64_t margin_ms,
 	return ik_errf(err, IK_LEASE_SHORT, "the claim's lease has %lldms left; the call "
 	               "needs %lldms plus a %lldms margin: nothing was sent",
 	               (long long)left, (long long)need_ms, (long long)margin_ms);
+}
+
+int
+ik_bankapi_inflight(const char *prefix, const char *opt, size_t *out)
+{
+	char name[64];
+	const char *v = opt ? opt : env(prefix, "INFLIGHT", name, sizeof name);
+	long long n;
+
+	*out = IK_BANKAPI_INFLIGHT_DEFAULT;
+	if (!v)
+		return IK_OK;
+	if (ik_opt_int(opt ? "--inflight" : name, v, 1, IK_BANKAPI_INFLIGHT_MAX, &n) < 0)
+		return opt ? IK_USAGE : IK_CONFIG;
+	*out = (size_t)n;
+	return IK_OK;
 }
 
 int
@@ -331,6 +348,7 @@ oauth_fetch(struct ik_bankapi *a, ik_err *err)
 	if (ttl > 1e15)
 		ttl = 1e15;
 	a->oauth_refresh_at = ik_now_ms() + (int64_t)(ttl >= 120000 ? ttl - 60000 : ttl / 2);
+	a->token_gen++;
 	goto out;
 nomem:
 	rc = ik_errf(err, IK_SOFTWARE, "out of memory");
@@ -540,50 +558,39 @@ ik_bankapi_sign(const unsigned char *key, size_t keylen, const char *method,
 	sodium_memzero(mac, sizeof mac);
 }
 
-static int post_once(struct ik_bankapi *a, const char *key, const char *body,
-                     struct ik_http_res *res, ik_err *err);
-
-int
-ik_bankapi_post(struct ik_bankapi *a, const char *key, const char *body,
-                struct ik_http_res *res, ik_err *err)
-{
-	int rc;
-
-	if (!a->oauth_url)
-		return post_once(a, key, body, res, err);
-	if ((!a->auth.len || ik_now_ms() >= a->oauth_refresh_at) &&
-	    (rc = oauth_fetch(a, err)) != IK_OK)
-		return rc;
-	rc = post_once(a, key, body, res, err);
-	if (rc != IK_OK || res->status != 401)
-		return rc;
-	/* Revoked or expired early: one new token, one more try (a 401 was
-	 * not processed, and the idempotency key covers the rest). */
-	if ((rc = oauth_fetch(a, err)) != IK_OK)
-		return rc;
-	return post_once(a, key, body, res, err);
-}
+/* Sends call's request now: the lease checked, a token got when there is
+ * none or it is about to expire, the timestamp and signature made.  IK_OK
+ * when it is in flight. */
+static void on_answer(void *arg, int rc, struct ik_http_res *res, const ik_err *err);
 
 static int
-post_once(struct ik_bankapi *a, const char *key, const char *body,
-          struct ik_http_res *res, ik_err *err)
+send_call(struct ik_bankapi_call *k, ik_err *err)
 {
+	struct ik_bankapi *a = k->api;
 	struct ik_buf keyh = {0}, sigh = {0}, tsh = {0};
 	const char *hdrs[8];
 	char sig[IK_BANKAPI_SIG_HEX], ts[24];
-	size_t len = strlen(body);
+	size_t len = strlen(k->body);
 	long long t;
 	int n = 0, rc = IK_OK;
 	struct ik_http_req req = {
 		.method = "POST", .url = a->url, .headers = hdrs,
-		.body = body, .body_len = len,
+		.body = k->body, .body_len = len,
 		.connect_timeout_ms = a->connect_timeout_ms, .timeout_ms = a->timeout_ms,
 		.max_body = 1u << 20, .cacert = a->cacert,
 		.client_cert = a->client_cert, .client_key = a->client_key,
 	};
 
+	if (a->oauth_url && (!a->auth.len || ik_now_ms() >= a->oauth_refresh_at) &&
+	    (rc = oauth_fetch(a, err)) != IK_OK)
+		return rc;
+	/* Right before the request leaves (each time): nothing goes out on
+	 * a dying lease, however long the envelope waited to be sent. */
+	if (k->env && (rc = ik_bankapi_lease_check(k->env, k->need_ms, k->margin_ms,
+	                                           err)) != IK_OK)
+		return rc;
 	if (ik_buf_addstr(&keyh, a->key_header) < 0 || ik_buf_addstr(&keyh, ": ") < 0 ||
-	    ik_buf_addstr(&keyh, key) < 0) {
+	    ik_buf_addstr(&keyh, k->key) < 0) {
 		rc = ik_errf(err, IK_SOFTWARE, "out of memory");
 		goto out;
 	}
@@ -596,7 +603,7 @@ post_once(struct ik_bankapi *a, const char *key, const char *body,
 		t = (long long)(ik_now_ms() / 1000);
 		snprintf(ts, sizeof ts, "%lld", t);
 		ik_bankapi_sign((const unsigned char *)a->hmac_key.p, a->hmac_key.len,
-		                req.method, a->path, key, t, body, len, sig);
+		                req.method, a->path, k->key, t, k->body, len, sig);
 		if (ik_buf_addstr(&tsh, "X-Idemkit-Timestamp: ") < 0 ||
 		    ik_buf_addstr(&tsh, ts) < 0 ||
 		    ik_buf_addstr(&sigh, "X-Idemkit-Signature: v2=") < 0 ||
@@ -608,13 +615,92 @@ post_once(struct ik_bankapi *a, const char *key, const char *body,
 		hdrs[n++] = sigh.p;
 	}
 	hdrs[n] = NULL;
-	rc = ik_http_do(a->http, &req, res, err);
+	k->token_gen = a->token_gen;
+	rc = ik_http_submit(a->http, &req, k->res, on_answer, k, err);
 out:
 	ik_buf_free(&keyh);
 	ik_buf_free(&tsh);
 	ik_buf_wipe_free(&sigh);
 	sodium_memzero(sig, sizeof sig);
 	return rc;
+}
+
+/* A 401 with OAuth2: the token was revoked or expired early.  One new
+ * token (unless another call already got one since this one was sent),
+ * one more try: a 401 was not processed, and the idempotency key covers
+ * the rest. */
+static void
+on_answer(void *arg, int rc, struct ik_http_res *res, const ik_err *herr)
+{
+	struct ik_bankapi_call *k = arg;
+	struct ik_bankapi *a = k->api;
+	ik_err err = {0};
+
+	if (rc == IK_OK && res->status == 401 && a->oauth_url && !k->reauth) {
+		k->reauth = 1;
+		if (k->token_gen == a->token_gen)
+			ik_buf_wipe_free(&a->auth);   /* send_call fetches a new one */
+		if ((rc = send_call(k, &err)) == IK_OK)
+			return;
+		ik_http_res_free(res);
+		k->done(k->arg, rc, res, &err);
+		return;
+	}
+	k->done(k->arg, rc, res, herr);
+}
+
+int
+ik_bankapi_submit(struct ik_bankapi_call *k, ik_err *err)
+{
+	k->reauth = 0;
+	return send_call(k, err);
+}
+
+int
+ik_bankapi_run(struct ik_bankapi *a, int fd, int timeout_ms, int *readable, ik_err *err)
+{
+	struct pollfd p = { fd, POLLIN, 0 };
+	int rc;
+
+	rc = ik_http_run(a->http, &p, fd >= 0, timeout_ms, err);
+	if (readable)
+		*readable = fd >= 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+	return rc;
+}
+
+struct wait1 {
+	int done, rc;
+	ik_err err;
+};
+
+static void
+on_wait1(void *arg, int rc, struct ik_http_res *res, const ik_err *err)
+{
+	struct wait1 *w = arg;
+
+	w->done = 1;
+	w->rc = rc;
+	if (rc != IK_OK)
+		w->err = *err;
+}
+
+int
+ik_bankapi_post(struct ik_bankapi *a, const char *key, const char *body,
+                struct ik_http_res *res, ik_err *err)
+{
+	struct wait1 w = {0};
+	struct ik_bankapi_call k = { .api = a, .key = key, .body = body, .res = res,
+	                             .done = on_wait1, .arg = &w };
+	int rc;
+
+	if ((rc = ik_bankapi_submit(&k, err)) != IK_OK)
+		return rc;
+	while (!w.done)
+		if ((rc = ik_bankapi_run(a, -1, 1000, NULL, err)) != IK_OK)
+			return rc;
+	if (w.rc != IK_OK)
+		*err = w.err;
+	return w.rc;
 }
 
 /* ISO 4217 currencies whose minor unit is not 2 (the list of 2024). */

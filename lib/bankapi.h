@@ -73,6 +73,28 @@ struct ik_bankapi {
 	char *oauth_url, *oauth_id, *oauth_scope;  /* oauth_url NULL: no OAuth2 */
 	struct ik_buf oauth_secret;               /* the client secret; secret */
 	int64_t oauth_refresh_at;                 /* epoch ms; 0: no token yet */
+	unsigned token_gen;                       /* bumped by each token fetched */
+};
+
+/* One call to the endpoint, many of which may be in flight at once (one
+ * thread: ik_bankapi_run drives them).  The caller fills the first part
+ * and keeps the struct, key, body and res alive until done is called. */
+typedef void (*ik_bankapi_done)(void *arg, int rc, struct ik_http_res *res,
+                                const ik_err *err);
+struct ik_bankapi_call {
+	struct ik_bankapi *api;
+	const char *key;             /* the idempotency key's value */
+	const char *body;            /* JSON, NUL-terminated */
+	struct ik_http_res *res;
+	/* With env set, each send (the first, and the one after a 401) is
+	 * preceded by ik_bankapi_lease_check(env, need_ms, margin_ms). */
+	const cJSON *env;
+	int64_t need_ms, margin_ms;
+	ik_bankapi_done done;        /* rc, res and err as ik_bankapi_post's */
+	void *arg;
+	/* private */
+	int reauth;
+	unsigned token_gen;
 };
 
 /* Takes the secrets out of the environment at once (call early in main,
@@ -89,11 +111,25 @@ int ik_bankapi_open(struct ik_bankapi *a, const struct ik_bankapi_opts *o,
                     ik_err *err);
 void ik_bankapi_close(struct ik_bankapi *a);
 
+/* Sends k's request without waiting for the answer: the token (got or
+ * refreshed first when needed, blocking), the lease check, the key header,
+ * the signature made now.  IK_OK: k->done will be called once, from
+ * ik_bankapi_run; otherwise nothing was sent (IK_LEASE_SHORT among the
+ * codes) and done is not called. */
+int ik_bankapi_submit(struct ik_bankapi_call *k, ik_err *err);
+
+/* Moves the calls in flight on, running done for each one answered; waits
+ * up to timeout_ms (-1: no limit) when none is, or until fd (>= 0, e.g.
+ * stdin) is readable: *readable says so.  IK_OK or IK_SOFTWARE. */
+int ik_bankapi_run(struct ik_bankapi *a, int fd, int timeout_ms, int *readable,
+                   ik_err *err);
+
 /* POST body (JSON) to the URL with the key header = key, the bearer
  * token and the signature when configured.  As ik_http_do.  With OAuth2,
  * first gets a token when there is none or it is about to expire (the
  * token endpoint's refusal (400, 401) is IK_CONFIG, 429/5xx IK_TEMPFAIL),
- * and on a 401 from the bank gets a new one and sends once more. */
+ * and on a 401 from the bank gets a new one and sends once more.  A submit
+ * and a wait for that call. */
 int ik_bankapi_post(struct ik_bankapi *a, const char *key, const char *body,
                     struct ik_http_res *res, ik_err *err);
 
@@ -118,6 +154,16 @@ int ik_bankapi_status_list(const char *list, unsigned char cls[600], int code,
 #define IK_BANKAPI_LEASE_MARGIN_MS 2000
 int ik_bankapi_lease_check(const cJSON *env, int64_t need_ms, int64_t margin_ms,
                            ik_err *err);
+
+/* --stream: how many requests a step keeps in flight by default, and the
+ * most it takes (charge-debit(1) says why this number). */
+#define IK_BANKAPI_INFLIGHT_DEFAULT 64
+#define IK_BANKAPI_INFLIGHT_MAX 1024
+
+/* The in-flight count: opt (--inflight's value) when set, else
+ * $IDEMKIT_<P>_INFLIGHT, else the default.  IK_OK, or IK_USAGE (a bad
+ * --inflight) or IK_CONFIG (a bad variable) after a one-line complaint. */
+int ik_bankapi_inflight(const char *prefix, const char *opt, size_t *out);
 
 /* An option's status list, as ik_opt_duration: 0, or -1 after a one-line
  * complaint naming the option (the command then exits 64). */

@@ -22,6 +22,11 @@ static const struct {
 	S(curl_free, free), S(curl_url, url), S(curl_url_cleanup, url_cleanup),
 	S(curl_url_set, url_set), S(curl_url_get, url_get),
 	S(curl_url_strerror, url_strerror),
+	S(curl_multi_init, multi_init), S(curl_multi_cleanup, multi_cleanup),
+	S(curl_multi_setopt, multi_setopt), S(curl_multi_add_handle, multi_add_handle),
+	S(curl_multi_remove_handle, multi_remove_handle),
+	S(curl_multi_perform, multi_perform), S(curl_multi_poll, multi_poll),
+	S(curl_multi_info_read, multi_info_read), S(curl_multi_strerror, multi_strerror),
 #undef S
 };
 

@@ -39,6 +39,15 @@ struct ik_curl_api {
 	__typeof__(curl_url_set) *url_set;
 	__typeof__(curl_url_get) *url_get;
 	__typeof__(curl_url_strerror) *url_strerror;
+	__typeof__(curl_multi_init) *multi_init;
+	__typeof__(curl_multi_cleanup) *multi_cleanup;
+	__typeof__(curl_multi_setopt) *multi_setopt;
+	__typeof__(curl_multi_add_handle) *multi_add_handle;
+	__typeof__(curl_multi_remove_handle) *multi_remove_handle;
+	__typeof__(curl_multi_perform) *multi_perform;
+	__typeof__(curl_multi_poll) *multi_poll;
+	__typeof__(curl_multi_info_read) *multi_info_read;
+	__typeof__(curl_multi_strerror) *multi_strerror;
 };
 extern struct ik_curl_api ik_curl;
 
@@ -65,6 +74,16 @@ int ik_curl_load(ik_err *err);
 #define curl_url_set       (ik_curl.url_set)
 #define curl_url_get       (ik_curl.url_get)
 #define curl_url_strerror  (ik_curl.url_strerror)
+#undef curl_multi_setopt
+#define curl_multi_init    (ik_curl.multi_init)
+#define curl_multi_cleanup (ik_curl.multi_cleanup)
+#define curl_multi_setopt  (ik_curl.multi_setopt)
+#define curl_multi_add_handle (ik_curl.multi_add_handle)
+#define curl_multi_remove_handle (ik_curl.multi_remove_handle)
+#define curl_multi_perform (ik_curl.multi_perform)
+#define curl_multi_poll    (ik_curl.multi_poll)
+#define curl_multi_info_read (ik_curl.multi_info_read)
+#define curl_multi_strerror (ik_curl.multi_strerror)
 #endif
 
 #endif

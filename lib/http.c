@@ -1,12 +1,16 @@
 /* http.c: the libcurl wrapper; see http.h.
  *
- * The easy handle is reset (curl_easy_reset keeps the connection cache)
- * and fully configured on every request, so one request's options never
- * leak into the next.  Secrets pass through curl's own option copies and
+ * Every request runs on the multi handle (one thread; its connection
+ * cache keeps connections alive for the next request); easy handles are
+ * pooled, reset and fully configured for each request, so one request's
+ * options never leak into the next.  A blocking ik_http_do is a submit
+ * and a wait for that one call.  Secrets pass through curl's own option copies and
  * our header list; the list entries are wiped before they are freed.
  */
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <limits.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -18,8 +22,17 @@
 #include "http.h"
 #include "outcome.h"
 
+#define IK_HTTP_IDLE_MAX 64      /* easy handles kept for reuse */
+#define IK_HTTP_MAX_CONNS 1024   /* idle connections kept alive, as --inflight's cap */
+
+struct ik_http_call;
+
 struct ik_http {
-	CURL *curl;
+	CURLM *multi;               /* owns the connection cache */
+	CURL *idle[IK_HTTP_IDLE_MAX];
+	size_t nidle;
+	struct ik_http_call *calls; /* started, not yet reported */
+	size_t active;
 };
 
 struct sink {
@@ -59,21 +72,18 @@ ik_http_open(struct ik_http **out, ik_err *err)
 		return rc;
 	if (!(h = calloc(1, sizeof *h)))
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
-	if (!(h->curl = curl_easy_init())) {
+	if (!(h->multi = curl_multi_init())) {
 		free(h);
-		return ik_errf(err, IK_SOFTWARE, "curl: cannot create a handle");
+		return ik_errf(err, IK_SOFTWARE, "curl: cannot create a multi handle");
 	}
+	/* HTTP/2 streams share one connection when the server offers it;
+	 * HTTP/1.1 requests in flight each take a kept-alive connection. */
+	curl_multi_setopt(h->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
+	/* Keep the connections of a burst for the next one (curl's default
+	 * cache shrinks with the number of transfers in flight). */
+	curl_multi_setopt(h->multi, CURLMOPT_MAXCONNECTS, (long)IK_HTTP_MAX_CONNS);
 	*out = h;
 	return IK_OK;
-}
-
-void
-ik_http_close(struct ik_http *h)
-{
-	if (!h)
-		return;
-	curl_easy_cleanup(h->curl);
-	free(h);
 }
 
 static size_t
@@ -337,30 +347,60 @@ tls_refused(CURLcode rc, const char *msg)
 	if ((cc = curl_easy_setopt(c, opt, val)) != CURLE_OK) goto curl_fail; \
 } while (0)
 
-int
-ik_http_do(struct ik_http *h, const struct ik_http_req *req,
-           struct ik_http_res *res, ik_err *err)
-{
-	CURL *c = h->curl;
-	CURLcode cc = CURLE_OK;
-	struct curl_slist *hl = NULL, *t;
+/* One request started by ik_http_submit (or ik_http_do), until its
+ * completion is reported. */
+struct ik_http_call {
+	struct ik_http *h;
+	CURL *curl;
+	struct curl_slist *hl;
 	struct sink sink;
-	char host[256], errbuf[CURL_ERROR_SIZE];
+	char host[256];
+	char errbuf[CURL_ERROR_SIZE];
+	ik_http_cb cb;              /* NULL: ik_http_do's own call */
+	void *arg;
+	int done;                   /* finished; rc and err hold the result */
+	int rc;
+	ik_err err;
+	struct ik_http_call *next;
+};
+
+static CURL *
+easy_get(struct ik_http *h)
+{
+	if (h->nidle)
+		return h->idle[--h->nidle];
+	return curl_easy_init();
+}
+
+static void
+easy_put(struct ik_http *h, CURL *c)
+{
+	curl_easy_reset(c);   /* drops curl's copies of the credentials */
+	if (h->nidle < IK_HTTP_IDLE_MAX)
+		h->idle[h->nidle++] = c;
+	else
+		curl_easy_cleanup(c);
+}
+
+static void
+call_free(struct ik_http_call *k)
+{
+	slist_wipe_free(k->hl);
+	sodium_memzero(k->err.msg, sizeof k->err.msg);
+	free(k);
+}
+
+/* Configures k's easy handle for req; IK_OK or an error in err. */
+static int
+configure(struct ik_http_call *k, const struct ik_http_req *req, ik_err *err)
+{
+	CURL *c = k->curl;
+	CURLcode cc = CURLE_OK;
+	struct curl_slist *t;
 	const char *method;
 	const char *const *hp;
-	int rc;
+	int https = strncasecmp(req->url, "https:", 6) == 0;
 
-	ik_http_res_free(res);
-	memset(&sink, 0, sizeof sink);
-	sink.res = res;
-	sink.max = req->max_body ? req->max_body : IK_HTTP_MAX_BODY;
-	errbuf[0] = '\0';
-
-	if ((rc = url_host(req->url, host, sizeof host, err)) != IK_OK)
-		return rc;
-	if (req->cacert && access(req->cacert, R_OK) != 0)
-		return ik_errf(err, IK_CONFIG, "%s: CA file %.200s is not readable",
-		               host, req->cacert);
 	method = req->method ? req->method : (req->body ? "POST" : "GET");
 
 	/* Our own Expect: keeps curl from waiting for a 100 Continue on
@@ -369,14 +409,14 @@ ik_http_do(struct ik_http *h, const struct ik_http_req *req,
 	 * (curl issue 11664, fixed in 8.3), which AWS may refuse; there a short
 	 * CURLOPT_EXPECT_100_TIMEOUT_MS bounds the wait instead. */
 	if (!req->sigv4) {
-		if (!(t = curl_slist_append(hl, "Expect:")))
+		if (!(t = curl_slist_append(k->hl, "Expect:")))
 			goto nomem;
-		hl = t;
+		k->hl = t;
 	}
 	for (hp = req->headers; hp && *hp; hp++) {
-		if (!(t = curl_slist_append(hl, *hp)))
+		if (!(t = curl_slist_append(k->hl, *hp)))
 			goto nomem;
-		hl = t;
+		k->hl = t;
 	}
 
 	curl_easy_reset(c);
@@ -386,6 +426,12 @@ ik_http_do(struct ik_http *h, const struct ik_http_req *req,
 	SET(CURLOPT_FOLLOWLOCATION, 0L);
 	SET(CURLOPT_SSL_VERIFYPEER, 1L);
 	SET(CURLOPT_SSL_VERIFYHOST, 2L);
+	if (https) {
+		/* HTTP/2 when the server offers it in ALPN; a new request then
+		 * waits for a connection it can share rather than opening one. */
+		SET(CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+		SET(CURLOPT_PIPEWAIT, 1L);
+	}
 	if (req->cacert)
 		SET(CURLOPT_CAINFO, req->cacert);
 	if (req->client_cert) {
@@ -399,12 +445,13 @@ ik_http_do(struct ik_http *h, const struct ik_http_req *req,
 	SET(CURLOPT_CONNECTTIMEOUT_MS, req->connect_timeout_ms > 0 ? req->connect_timeout_ms : 3000L);
 	SET(CURLOPT_TIMEOUT_MS, req->timeout_ms > 0 ? req->timeout_ms : 10000L);
 	SET(CURLOPT_USERAGENT, "idemkit/" IK_VERSION);
-	SET(CURLOPT_ERRORBUFFER, errbuf);
+	SET(CURLOPT_ERRORBUFFER, k->errbuf);
 	SET(CURLOPT_WRITEFUNCTION, on_body);
-	SET(CURLOPT_WRITEDATA, &sink);
+	SET(CURLOPT_WRITEDATA, &k->sink);
 	SET(CURLOPT_HEADERFUNCTION, on_header);
-	SET(CURLOPT_HEADERDATA, &sink);
-	SET(CURLOPT_HTTPHEADER, hl);
+	SET(CURLOPT_HEADERDATA, &k->sink);
+	SET(CURLOPT_HTTPHEADER, k->hl);
+	SET(CURLOPT_PRIVATE, (void *)k);
 	if (req->sigv4)
 		SET(CURLOPT_EXPECT_100_TIMEOUT_MS, 200L);
 
@@ -424,37 +471,263 @@ ik_http_do(struct ik_http *h, const struct ik_http_req *req,
 		SET(CURLOPT_USERNAME, req->access_key ? req->access_key : "");
 		SET(CURLOPT_PASSWORD, req->secret_key ? req->secret_key : "");
 	}
-
-	cc = curl_easy_perform(c);
-	if (cc == CURLE_OK)
-		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &res->status);
-	/* Drop curl's copies of the credentials and our header list now. */
-	curl_easy_reset(c);
-	slist_wipe_free(hl);
-	hl = NULL;
-	if (sink.nomem || sink.too_big || cc != CURLE_OK)
-		ik_http_res_free(res);  /* no half response for the caller */
-	if (sink.nomem)
-		return ik_errf(err, IK_SOFTWARE, "%s: out of memory reading the response", host);
-	if (sink.too_big)
-		return ik_errf(err, IK_TEMPFAIL, "%s: response larger than %zu bytes", host, sink.max);
-	if (cc != CURLE_OK)
-		goto curl_fail;
-	if (res->status == 0)
-		return ik_errf(err, IK_TEMPFAIL, "%s: no HTTP response", host);
-	if (!res->body.p) {             /* callers may always read body.p */
-		if (!(res->body.p = calloc(1, 1)))
-			return ik_errf(err, IK_SOFTWARE, "out of memory");
-		res->body.cap = 1;
-	}
 	return IK_OK;
 
 curl_fail:
-	curl_easy_reset(c);
-	slist_wipe_free(hl);
-	return ik_errf(err, tls_refused(cc, errbuf) ? IK_CONFIG : classify(cc), "%s: %s", host,
-	               errbuf[0] ? errbuf : curl_easy_strerror(cc));
+	return ik_errf(err, classify(cc), "%s: %s", k->host, curl_easy_strerror(cc));
 nomem:
-	slist_wipe_free(hl);
 	return ik_errf(err, IK_SOFTWARE, "out of memory");
+}
+
+static int
+submit(struct ik_http *h, const struct ik_http_req *req, struct ik_http_res *res,
+       ik_http_cb cb, void *arg, struct ik_http_call **out, ik_err *err)
+{
+	struct ik_http_call *k;
+	CURLMcode mc;
+	int rc;
+
+	ik_http_res_free(res);
+	if (!(k = calloc(1, sizeof *k)))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	k->h = h;
+	k->cb = cb;
+	k->arg = arg;
+	k->sink.res = res;
+	k->sink.max = req->max_body ? req->max_body : IK_HTTP_MAX_BODY;
+	if ((rc = url_host(req->url, k->host, sizeof k->host, err)) != IK_OK)
+		goto fail;
+	if (req->cacert && access(req->cacert, R_OK) != 0) {
+		rc = ik_errf(err, IK_CONFIG, "%s: CA file %.200s is not readable",
+		             k->host, req->cacert);
+		goto fail;
+	}
+	if (!(k->curl = easy_get(h))) {
+		rc = ik_errf(err, IK_SOFTWARE, "curl: cannot create a handle");
+		goto fail;
+	}
+	if ((rc = configure(k, req, err)) != IK_OK)
+		goto fail;
+	if ((mc = curl_multi_add_handle(h->multi, k->curl)) != CURLM_OK) {
+		rc = ik_errf(err, IK_SOFTWARE, "curl: %s", curl_multi_strerror(mc));
+		goto fail;
+	}
+	k->next = h->calls;
+	h->calls = k;
+	h->active++;
+	*out = k;
+	return IK_OK;
+fail:
+	if (k->curl)
+		easy_put(h, k->curl);
+	call_free(k);
+	return rc;
+}
+
+int
+ik_http_submit(struct ik_http *h, const struct ik_http_req *req, struct ik_http_res *res,
+               ik_http_cb cb, void *arg, ik_err *err)
+{
+	struct ik_http_call *k;
+
+	return submit(h, req, res, cb, arg, &k, err);
+}
+
+size_t
+ik_http_active(const struct ik_http *h)
+{
+	return h ? h->active : 0;
+}
+
+/* The transfer of k ended with cc: its result into k->rc and k->err, the
+ * handle back to the pool, the header copies wiped. */
+static void
+finish(struct ik_http_call *k, CURLcode cc)
+{
+	struct ik_http *h = k->h;
+	struct ik_http_res *res = k->sink.res;
+
+	if (cc == CURLE_OK)
+		curl_easy_getinfo(k->curl, CURLINFO_RESPONSE_CODE, &res->status);
+	curl_multi_remove_handle(h->multi, k->curl);
+	easy_put(h, k->curl);
+	k->curl = NULL;
+	slist_wipe_free(k->hl);
+	k->hl = NULL;
+	k->done = 1;
+	k->rc = IK_OK;
+	if (k->sink.nomem || k->sink.too_big || cc != CURLE_OK)
+		ik_http_res_free(res);  /* no half response for the caller */
+	if (k->sink.nomem)
+		k->rc = ik_errf(&k->err, IK_SOFTWARE, "%s: out of memory reading the response",
+		                k->host);
+	else if (k->sink.too_big)
+		k->rc = ik_errf(&k->err, IK_TEMPFAIL, "%s: response larger than %zu bytes",
+		                k->host, k->sink.max);
+	else if (cc != CURLE_OK)
+		k->rc = ik_errf(&k->err, tls_refused(cc, k->errbuf) ? IK_CONFIG : classify(cc),
+		                "%s: %s", k->host, k->errbuf[0] ? k->errbuf : curl_easy_strerror(cc));
+	else if (res->status == 0)
+		k->rc = ik_errf(&k->err, IK_TEMPFAIL, "%s: no HTTP response", k->host);
+	else if (!res->body.p) {        /* callers may always read body.p */
+		if (!(res->body.p = calloc(1, 1)))
+			k->rc = ik_errf(&k->err, IK_SOFTWARE, "out of memory");
+		else
+			res->body.cap = 1;
+	}
+}
+
+/* Lets curl move every transfer on, and marks those that ended. */
+static int
+progress(struct ik_http *h, ik_err *err)
+{
+	CURLMcode mc;
+	CURLMsg *m;
+	int running, left;
+	void *p;
+
+	if ((mc = curl_multi_perform(h->multi, &running)) != CURLM_OK)
+		return ik_errf(err, IK_SOFTWARE, "curl: %s", curl_multi_strerror(mc));
+	while ((m = curl_multi_info_read(h->multi, &left))) {
+		if (m->msg != CURLMSG_DONE)
+			continue;
+		p = NULL;
+		curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &p);
+		if (p)
+			finish(p, m->data.result);
+	}
+	return IK_OK;
+}
+
+static void
+unlink_call(struct ik_http *h, struct ik_http_call *k)
+{
+	struct ik_http_call **pp;
+
+	for (pp = &h->calls; *pp; pp = &(*pp)->next)
+		if (*pp == k) {
+			*pp = k->next;
+			break;
+		}
+	h->active--;
+}
+
+/* Runs the callback of one finished call started by ik_http_submit;
+ * 0 when there was none. */
+static int
+deliver_one(struct ik_http *h)
+{
+	struct ik_http_call *k;
+
+	for (k = h->calls; k; k = k->next)
+		if (k->done && k->cb) {
+			unlink_call(h, k);
+			k->cb(k->arg, k->rc, k->sink.res, &k->err);
+			call_free(k);
+			return 1;
+		}
+	return 0;
+}
+
+static int
+has_done(const struct ik_http *h)
+{
+	const struct ik_http_call *k;
+
+	for (k = h->calls; k; k = k->next)
+		if (k->done && k->cb)
+			return 1;
+	return 0;
+}
+
+int
+ik_http_run(struct ik_http *h, struct pollfd *fds, unsigned nfds, int timeout_ms,
+            ik_err *err)
+{
+	struct curl_waitfd w[IK_HTTP_EXTRA_FDS];
+	CURLMcode mc;
+	unsigned i;
+	int rc;
+
+	if (nfds > IK_HTTP_EXTRA_FDS)
+		return ik_errf(err, IK_SOFTWARE, "ik_http_run: too many descriptors");
+	for (i = 0; i < nfds; i++) {
+		w[i].fd = fds[i].fd;
+		w[i].events = fds[i].events;
+		w[i].revents = 0;
+		fds[i].revents = 0;
+	}
+	if ((rc = progress(h, err)) != IK_OK)
+		return rc;
+	if (!has_done(h)) {
+		mc = curl_multi_poll(h->multi, w, nfds, timeout_ms < 0 ? INT_MAX : timeout_ms, NULL);
+		if (mc != CURLM_OK)
+			return ik_errf(err, IK_SOFTWARE, "curl: %s", curl_multi_strerror(mc));
+		for (i = 0; i < nfds; i++)
+			fds[i].revents = w[i].revents;
+		if ((rc = progress(h, err)) != IK_OK)
+			return rc;
+	}
+	while (deliver_one(h))
+		;
+	return IK_OK;
+}
+
+/* Submit and wait for this one call.  Others in flight move on meanwhile;
+ * their callbacks wait for the next ik_http_run, so none runs from in
+ * here (a callback may itself call ik_http_do). */
+int
+ik_http_do(struct ik_http *h, const struct ik_http_req *req,
+           struct ik_http_res *res, ik_err *err)
+{
+	struct ik_http_call *k;
+	CURLMcode mc;
+	int rc;
+
+	if ((rc = submit(h, req, res, NULL, NULL, &k, err)) != IK_OK)
+		return rc;
+	for (;;) {
+		if ((rc = progress(h, err)) != IK_OK)
+			break;
+		if (k->done) {
+			rc = k->rc;
+			if (rc != IK_OK)
+				*err = k->err;
+			break;
+		}
+		if ((mc = curl_multi_poll(h->multi, NULL, 0, 1000, NULL)) != CURLM_OK) {
+			rc = ik_errf(err, IK_SOFTWARE, "curl: %s", curl_multi_strerror(mc));
+			break;
+		}
+	}
+	if (!k->done) {            /* a multi failure: abandon the transfer */
+		curl_multi_remove_handle(h->multi, k->curl);
+		easy_put(h, k->curl);
+		ik_http_res_free(res);
+	}
+	unlink_call(h, k);
+	call_free(k);
+	return rc;
+}
+
+void
+ik_http_close(struct ik_http *h)
+{
+	struct ik_http_call *k;
+
+	if (!h)
+		return;
+	while ((k = h->calls)) {    /* abandoned: never reported */
+		h->calls = k->next;
+		if (k->curl) {
+			curl_multi_remove_handle(h->multi, k->curl);
+			curl_easy_cleanup(k->curl);
+		}
+		ik_http_res_free(k->sink.res);
+		call_free(k);
+	}
+	while (h->nidle)
+		curl_easy_cleanup(h->idle[--h->nidle]);
+	curl_multi_cleanup(h->multi);
+	free(h);
 }

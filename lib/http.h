@@ -1,7 +1,10 @@
 /* http.h: the one libcurl wrapper (bank API, notifications, AWS).
  *
- * A handle wraps ONE reused curl easy handle, so the requests of a process
- * share connections.  curl_global_init (TLS set-up, ~5 ms) runs lazily the
+ * A handle wraps one curl multi handle (and a pool of easy handles), so
+ * the requests of a process share kept-alive connections, and many can be
+ * in flight at once from one thread: ik_http_submit starts one,
+ * ik_http_run moves them all on (polling the caller's descriptors too)
+ * and reports each finished one to its callback.  curl_global_init (TLS set-up, ~5 ms) runs lazily the
  * first time a handle is opened: commands that make no HTTP call never pay
  * for it.  TLS peer and host verification are always on.
  *
@@ -59,10 +62,37 @@ struct ik_http_res {
 int ik_http_open(struct ik_http **out, ik_err *err);
 void ik_http_close(struct ik_http *h);      /* NULL is fine */
 
-/* res must be zeroed (or freed) before the first call; it is reset on each
+/* Blocks until req is answered.  Other submitted requests move on
+ * meanwhile, but their callbacks wait for ik_http_run.
+ * res must be zeroed (or freed) before the first call; it is reset on each
  * call.  Header values in req are wiped from the copies made here. */
 int ik_http_do(struct ik_http *h, const struct ik_http_req *req,
                struct ik_http_res *res, ik_err *err);
+
+/* A finished submitted request: rc and err as ik_http_do would return
+ * them (err only when rc != IK_OK), res the response given to
+ * ik_http_submit.  Called from ik_http_run only; it may submit more
+ * requests and call ik_http_do. */
+typedef void (*ik_http_cb)(void *arg, int rc, struct ik_http_res *res, const ik_err *err);
+
+/* Starts req without waiting.  IK_OK: cb will be called exactly once,
+ * from a later ik_http_run; req->body (not copied) and res must stay
+ * valid until then; the headers are copied.  Any other code: nothing was
+ * started, cb is never called. */
+int ik_http_submit(struct ik_http *h, const struct ik_http_req *req, struct ik_http_res *res,
+                   ik_http_cb cb, void *arg, ik_err *err);
+
+/* How many submitted requests have not been reported yet. */
+size_t ik_http_active(const struct ik_http *h);
+
+/* Moves every transfer on and runs the callbacks of those finished.
+ * When none finished yet, first waits up to timeout_ms (-1: as long as
+ * it takes) for one of them, or for fds (the caller's, poll(2) style;
+ * revents set, 0 when there was no wait).  IK_OK or IK_SOFTWARE. */
+#define IK_HTTP_EXTRA_FDS 4
+struct pollfd;
+int ik_http_run(struct ik_http *h, struct pollfd *fds, unsigned nfds, int timeout_ms,
+                ik_err *err);
 
 /* The value of response header name (case-insensitive), trimmed; NULL when
  * absent.  Valid until the next ik_http_do or ik_http_res_free. */

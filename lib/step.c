@@ -251,8 +251,114 @@ stream(const struct ik_step *st)
 	return ik_finish(rc);
 }
 
+/* Parses line and starts it: 0 when it is in flight, 1 when *env is
+ * finished already (a malformed line recorded, or the step done at once),
+ * -1 out of memory. */
+static int
+start_line(const struct ik_step *st, const char *line, size_t len, cJSON **env)
+{
+	ik_err err = { 0 };
+	cJSON *r;
+	int rc = ik_env_parse(line, len, env, &err);
+
+	if (!*env)
+		return -1;
+	if (rc == IK_OK)
+		return st->start(*env, st->ctx) == 0 ? 0 : 1;
+	if ((r = ik_env_set_result(*env, st->name, rc)))
+		cJSON_AddStringToObject(r, "error", err.msg);
+	ik_log(IK_LOG_WARN, "malformed envelope", "step", st->name,
+	    "outcome", ik_code_name(rc), "error", err.msg, NULL);
+	return 1;
+}
+
+/* The in-flight loop (step.h: start, wait, reap). */
+static int
+stream_inflight(const struct ik_step *st)
+{
+	struct ik_lines r;
+	size_t max = st->inflight ? st->inflight : 1, busy = 0;
+	int rc = IK_OK, ended = 0, unflushed = 0, readable, k;
+	cJSON *env;
+	char *line;
+	size_t len;
+
+	ik_lines_init(&r, STDIN_FILENO);
+	for (;;) {
+		if (ik_stop_signal)
+			ended = 1;    /* receive no more; finish what is in flight */
+		while ((env = st->reap(st->ctx))) {
+			busy--;
+			unflushed = 1;
+			if (rc == IK_OK && put(&env, 1, 0) < 0)
+				rc = IK_SOFTWARE;
+			else if (rc == IK_OK && st->halt && (rc = st->halt(st->group_ctx)) != IK_OK)
+				ended = 1;
+			cJSON_Delete(env);   /* NULL after put */
+		}
+		while (rc == IK_OK && !ended && busy < max && (line = ik_lines_take(&r, &len))) {
+			if (!len)
+				continue;
+			env = NULL;
+			if ((k = start_line(st, line, len, &env)) < 0) {
+				ik_warnx("out of memory");
+				rc = IK_SOFTWARE;
+			} else if (k == 0) {
+				busy++;
+			} else {
+				unflushed = 1;
+				if (put(&env, 1, 0) < 0)
+					rc = IK_SOFTWARE;
+				else if (st->halt && (rc = st->halt(st->group_ctx)) != IK_OK)
+					ended = 1;
+			}
+		}
+		if (rc != IK_OK)
+			ended = 1;
+		if (unflushed && rc == IK_OK && fflush(stdout) == EOF) {
+			ik_warnx("stdout: %s", strerror(errno));
+			rc = IK_SOFTWARE;
+			ended = 1;
+		}
+		unflushed = 0;
+		if (!busy && (ended || (r.eof && !r.lines)))
+			break;
+		if (!busy) {          /* nothing in flight: wait for input */
+			if (gather(st, &r, max) < 0) {
+				ik_warnx("stdin: %s", strerror(errno));
+				rc = IK_SOFTWARE;
+				ended = 1;
+			}
+			continue;
+		}
+		k = !ended && !r.eof && !r.lines && busy < max;
+		readable = 0;
+		if (st->wait(st->ctx, k ? STDIN_FILENO : -1, &readable) < 0) {
+			rc = IK_SOFTWARE;
+			ended = 1;
+			break;    /* the transfers are gone with the loop */
+		}
+		if (k && readable) {
+			if (ik_lines_fill(&r) < 0 && errno != EINTR) {
+				ik_warnx("stdin: %s", strerror(errno));
+				rc = IK_SOFTWARE;
+				ended = 1;
+			}
+			while (!ended && !r.eof && r.lines < max && ik_lines_ready(&r))
+				if (ik_lines_fill(&r) < 0 && errno != EINTR)
+					break;
+		}
+	}
+	ik_lines_free(&r);
+	if (ik_stop_signal && rc == IK_OK)
+		rc = 128 + ik_stop_signal;
+	return ik_finish(rc);
+}
+
 int
 ik_step_run(const struct ik_step *st)
 {
-	return st->stream ? stream(st) : oneshot(st);
+	if (!st->stream)
+		return oneshot(st);
+	return st->start ? stream_inflight(st) : stream(st);
 }

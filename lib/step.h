@@ -4,7 +4,8 @@
  *   envelope is written to stdout with the step's result, and the exit
  *   code is the step's outcome.  More than one line is a usage error,
  *   refused before anything is done.
- * stream (--stream): one envelope out per line in, in order, the outcome
+ * stream (--stream): one envelope out per line in, in order (but see
+ *   start/wait/reap below: in flight, the order is the answers'), the outcome
  *   only in the envelope; the exit code is 0 unless the loop itself failed
  *   (stdout closed, a signal: 128+sig).  Input is read from fd 0 directly
  *   (not stdio), so "what is available now" is known without blocking.
@@ -70,6 +71,24 @@ struct ik_step {
 	 * as it takes.  sqs-ack's progress counts are written at most every
 	 * 250 ms, and the last of them must not wait for a next line. */
 	int (*tick)(void *group_ctx);
+	/* Optional, stream mode: envelopes in flight (charge-debit,
+	 * charge-notify), instead of fn one at a time.  start takes env: 1
+	 * when it finished at once (the loop writes it), 0 when it is now in
+	 * flight.  wait moves what is in flight on, returning when one
+	 * finished, or fd (when >= 0: stdin, asked only while there is room
+	 * for more) is readable (*readable set), or a timer of its own
+	 * fired; 0, or -1 after a message (the loop then ends, 70).  reap
+	 * hands back the finished envelopes, one per call, NULL when there is
+	 * none.  At most inflight (0: 1) envelopes are started and not yet
+	 * reaped; lines are read while requests are in flight, and each
+	 * envelope is written as soon as it is reaped, so envelopes may leave
+	 * in another order than they came (idemkit(7)).  At end of input or a
+	 * stop signal nothing more is started, and what is in flight is
+	 * finished and written before the loop ends. */
+	size_t inflight;
+	int (*start)(cJSON *env, void *ctx);
+	int (*wait)(void *ctx, int fd, int *readable);
+	cJSON *(*reap)(void *ctx);
 };
 
 /* Runs the loop over stdin/stdout; returns the exit code for main. */

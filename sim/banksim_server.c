@@ -51,6 +51,11 @@ struct ik_banksim {
 	struct issued { char v[65]; int64_t until; } *toks;   /* guarded by mu */
 	size_t ntoks;
 	atomic_int stopping;
+	atomic_int busy, busy_max;     /* POSTs being answered now; the most at once */
+	/* Per idempotency key (guarded by mu): the next fail requests under it
+	 * are answered the error status, every one waits slow_ms more. */
+	struct keyfault { char key[256]; int fail; int64_t slow_ms; } *kf;
+	size_t nkf;
 	int port;
 	char url[96];
 };
@@ -437,6 +442,50 @@ idem_key(struct MHD_Connection *c)
 	return k;
 }
 
+/* The faults set for key by /control's failKeys and slowKeys: *fail when
+ * this request is one of the next ones to fail (counted down), *slow_ms
+ * added to the latency.  Call with mu held. */
+static void
+key_faults(struct ik_banksim *b, const char *key, int *fail, int64_t *slow_ms)
+{
+	size_t i;
+
+	for (i = 0; key && i < b->nkf; i++)
+		if (strcmp(b->kf[i].key, key) == 0) {
+			if (b->kf[i].fail > 0) {
+				b->kf[i].fail--;
+				*fail = 1;
+			}
+			*slow_ms += b->kf[i].slow_ms;
+			return;
+		}
+}
+
+/* Sets one key's fault (fail count or extra latency); 0, or -1 ENOMEM.
+ * Call with mu held. */
+static int
+key_fault_set(struct ik_banksim *b, const char *key, int is_slow, int64_t v)
+{
+	struct keyfault *n;
+	size_t i;
+
+	for (i = 0; i < b->nkf && strcmp(b->kf[i].key, key) != 0; i++)
+		;
+	if (i == b->nkf) {
+		if (!(n = realloc(b->kf, (b->nkf + 1) * sizeof *n)))
+			return -1;
+		b->kf = n;
+		memset(&b->kf[i], 0, sizeof b->kf[i]);
+		snprintf(b->kf[i].key, sizeof b->kf[i].key, "%s", key);
+		b->nkf++;
+	}
+	if (is_slow)
+		b->kf[i].slow_ms = v;
+	else
+		b->kf[i].fail = (int)v;
+	return 0;
+}
+
 /* ---- endpoints ---- */
 
 static unsigned
@@ -468,6 +517,7 @@ debit(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
 	fail = draw(b, b->f.error_rate);
 	status = b->f.error_status;
 	dec = declined(&b->f, ev.account_id);
+	key_faults(b, key, &fail, &latency);
 	pthread_mutex_unlock(&b->mu);
 
 	nap(b, latency);
@@ -678,6 +728,7 @@ notify(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
 	do_hang = b->f.notify_hang;
 	fail = draw(b, b->f.notify_fail_rate);
 	status = b->f.notify_fail_status;
+	key_faults(b, key, &fail, &latency);
 	pthread_mutex_unlock(&b->mu);
 
 	nap(b, latency);
@@ -717,7 +768,8 @@ control(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
 {
 	static const char *const known[] = { "decline", "latencyMs", "errorRate",
 		"errorStatus", "hang", "notifyFailRate", "notifyFail", "notifyHang",
-		"notifyFailStatus", "oauthReject", "revokeTokens", "seed", NULL };
+		"notifyFailStatus", "oauthReject", "revokeTokens", "seed", "failKeys",
+		"slowKeys", NULL };
 	struct ik_banksim_faults nf = {0};
 	cJSON *o = r->body.p ? cJSON_ParseWithLength(r->body.p, r->body.len) : NULL;
 	cJSON *it, *v;
@@ -773,6 +825,21 @@ control(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
 	if (!bad && (v = cJSON_GetObjectItemCaseSensitive(o, "seed")) &&
 	    (!cJSON_IsNumber(v) || v->valuedouble < 0))
 		bad = "seed: a non-negative number";
+	for (i = 0; !bad && i < 2; i++) {
+		v = cJSON_GetObjectItemCaseSensitive(o, i ? "slowKeys" : "failKeys");
+		if (!v)
+			continue;
+		if (!cJSON_IsObject(v)) {
+			bad = "failKeys, slowKeys: an object of key: number";
+			break;
+		}
+		cJSON_ArrayForEach(it, v)
+			if (!cJSON_IsNumber(it) || it->valuedouble < 0 ||
+			    it->valuedouble > (i ? 3600000 : 1000000) || strlen(it->string) > 255) {
+				bad = "failKeys: key: 0..1000000 requests; slowKeys: key: 0..3600000 ms";
+				break;
+			}
+	}
 	for (i = 0; !bad && i < 5; i++) {
 		static const char *const bools[] = { "hang", "notifyFail", "notifyHang",
 			"oauthReject", "revokeTokens" };
@@ -819,7 +886,17 @@ control(struct ik_banksim *b, struct MHD_Connection *c, const struct req *r,
 	}
 	if ((v = cJSON_GetObjectItemCaseSensitive(o, "seed")))
 		seed_rng(b, (uint64_t)v->valuedouble);
+	for (i = 0; i < 2; i++)
+		cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(o, i ? "slowKeys" : "failKeys"))
+			if (key_fault_set(b, it->string, (int)i, (int64_t)it->valuedouble) < 0)
+				bad = "out of memory";
 	pthread_mutex_unlock(&b->mu);
+	if (bad) {
+		ik_banksim_faults_free(&nf);
+		cJSON_Delete(o);
+		*ret = reply_reason(c, 503, NULL, bad);
+		return 503;
+	}
 	ik_banksim_faults_free(&nf);
 	cJSON_Delete(o);
 	*ret = reply_json(c, 200, faults_json(b), 0);
@@ -883,6 +960,8 @@ route(struct ik_banksim *b, struct MHD_Connection *c, const char *url,
 	}
 	if (get && strcmp(url, "/stats") == 0) {
 		cJSON *o = ik_ledger_stats(b->ledger, &e);
+		if (o)
+			cJSON_AddNumberToObject(o, "maxConcurrent", (double)atomic_load(&b->busy_max));
 		*ret = o ? reply_json(c, 200, o, 0) : reply_reason(c, 503, NULL, "ledger unavailable");
 		return o ? 200 : 503;
 	}
@@ -941,7 +1020,15 @@ handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
 		*upload_size = 0;
 		return MHD_YES;
 	}
-	status = route(b, c, url, method, r, &key, &ret);
+	if (strcmp(method, "POST") == 0 && strcmp(url, "/control") != 0) {
+		int now = atomic_fetch_add(&b->busy, 1) + 1, m = atomic_load(&b->busy_max);
+		while (now > m && !atomic_compare_exchange_weak(&b->busy_max, &m, now))
+			;
+		status = route(b, c, url, method, r, &key, &ret);
+		atomic_fetch_sub(&b->busy, 1);
+	} else {
+		status = route(b, c, url, method, r, &key, &ret);
+	}
 	if (status)
 		log_req(method, url, status, key);
 	else
@@ -1133,6 +1220,7 @@ ik_banksim_stop(struct ik_banksim *b)
 	if (b->toks)
 		sodium_memzero(b->toks, b->ntoks * sizeof *b->toks);
 	free(b->toks);
+	free(b->kf);
 	pthread_mutex_destroy(&b->mu);
 	free(b);
 }

@@ -496,7 +496,9 @@ assert got==want and "ref" not in d, (got, want)' "$s" "$outcome" || return 1
 
 @test "--stream: one envelope out per line, outcomes in the envelopes, exit 0" {
 	bank_start --decline ACC-9
-	run --separate-stderr charge-debit --stream < <(
+	# --inflight 1: one request at a time, so in order (tests/inflight.bats
+	# has the many in flight, whose order is the answers')
+	run --separate-stderr charge-debit --stream --inflight 1 < <(
 		envelope S1; envelope S2 ACC-9; envelope S3 ACC-1 2500 DUP_DONE; envelope S1)
 	[ "$status" -eq 0 ]
 	[ "${#lines[@]}" -eq 4 ]
@@ -692,7 +694,8 @@ oauth_auth() {
 @test "OAuth2: a token is fetched again shortly before its expires_in" {
 	# 1 s tokens, refreshed at half life; each debit takes 600 ms.
 	oauth_setup --oauth-expires-in 1 --latency 600ms
-	run --separate-stderr charge-debit --stream < <(envelope E1; envelope E2; envelope E3)
+	# One at a time (--inflight 1), so the later debits outlive the first token.
+	run --separate-stderr charge-debit --stream --inflight 1 < <(envelope E1; envelope E2; envelope E3)
 	[ "$status" -eq 0 ]
 	for i in 0 1 2; do [ "$(jget "${lines[$i]}" debit.outcome)" = OK ] || { echo "${lines[$i]}"; return 1; }; done
 	[ "$(ledger_counter unauthorized)" -eq 0 ]

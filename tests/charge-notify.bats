@@ -232,7 +232,8 @@ notify_expect() {
 
 @test "--stream: several envelopes, outcomes in the envelopes, exit 0" {
 	bank_start
-	run --separate-stderr charge-notify --stream < <(
+	# --inflight 1: in order (tests/inflight.bats has many in flight)
+	run --separate-stderr charge-notify --stream --inflight 1 < <(
 		debited "$(envelope S1)"; echo
 		envelope S2 ACC-1 2500 DUP_DONE
 		debited "$(envelope S3)"; echo)

@@ -1,0 +1,274 @@
+#!/usr/bin/env bats
+# --inflight: charge-debit and charge-notify --stream keep many requests
+# in flight (issue 16 item 1), against a real, slowed bank-sim.  Overlap is
+# proven from the bank's side (/stats maxConcurrent); every envelope comes
+# out once with its own outcome, in the order the answers came.
+
+bats_require_minimum_version 1.5.0
+load helper
+load bank_helper
+
+setup() { export IDEMKIT_LOG=quiet; }
+teardown() { bank_stop; }
+
+# until_bank NAME N: wait (at most 20 s) until bank-sim's counter NAME >= N.
+until_bank() {
+	for _ in $(seq 1 400); do
+		[ "$(bank_stat "$1")" -ge "$2" ] && return 0
+		sleep 0.05
+	done
+	echo "bank $1 never reached $2" >&2
+	return 1
+}
+# outcome_of FILE ID STEP: the STEP outcome of the envelope of charge ID.
+outcome_of() { grep "\"m-$2\"" "$1" | python3 -c "import json,sys; print(json.loads(sys.stdin.readline())['$3']['outcome'])"; }
+# ids FILE: the messageIds written, sorted.
+ids() { sed -n 's/.*"messageId":"\([^"]*\)".*/\1/p' "$1" | sort; }
+control() { bank_post /control "$1" >/dev/null; }
+
+@test "--inflight: bad values are usage (64) or configuration (78) errors; --help names it" {
+	for cmd in charge-debit charge-notify; do
+		run "$cmd" --stream --inflight 0 </dev/null
+		[ "$status" -eq 64 ]
+		[[ "$output" == *"--inflight"* ]]
+		run "$cmd" --stream --inflight many </dev/null
+		[ "$status" -eq 64 ]
+		run "$cmd" --help
+		[ "$status" -eq 0 ]
+		[[ "$output" == *"--inflight N"* ]]
+	done
+	run env IDEMKIT_BANK_INFLIGHT=0 charge-debit --stream </dev/null
+	[ "$status" -eq 78 ]
+	[[ "$output" == *"IDEMKIT_BANK_INFLIGHT"* ]]
+	run env IDEMKIT_NOTIFY_INFLIGHT=2000 charge-notify --stream </dev/null
+	[ "$status" -eq 78 ]
+	run env IDEMKIT_BANK_INFLIGHT=4 charge-debit --stream </dev/null
+	[ "$status" -eq 0 ]
+	run charge-worker --inflight 0
+	[ "$status" -eq 64 ]
+	[[ "$output" == *"--inflight: want 1 to 1024"* ]]
+}
+
+@test "charge-debit --stream --inflight 16: requests overlap at the bank, every envelope once, one debit per charge" {
+	bank_start --latency 200ms
+	for i in $(seq 1 48); do leased "O$i" 60000; done > "$BATS_TEST_TMPDIR/in"
+	run --separate-stderr charge-debit --stream --inflight 16 < "$BATS_TEST_TMPDIR/in"
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 48 ]
+	printf '%s\n' "${lines[@]}" > "$BATS_TEST_TMPDIR/out"
+	[ "$(ids "$BATS_TEST_TMPDIR/out")" = "$(ids "$BATS_TEST_TMPDIR/in")" ]
+	[ "$(grep -c '"debit":{"outcome":"OK","ref":"TXN-' "$BATS_TEST_TMPDIR/out")" -eq 48 ]
+	[ "$(ledger_debits)" -eq 48 ]
+	[ "$(bank_stat attempts)" -eq 48 ]
+	# more than one at once, never more than asked for
+	m=$(bank_stat maxConcurrent)
+	echo "maxConcurrent $m"
+	[ "$m" -ge 2 ]
+	[ "$m" -le 16 ]
+	# --inflight 1 is one at a time
+	bank_stop
+	rm -f "$BANK_DIR/ledger.db"
+	bank_start --latency 50ms
+	for i in $(seq 1 6); do envelope "P$i"; done | charge-debit --stream --inflight 1 >/dev/null
+	[ "$(bank_stat maxConcurrent)" -eq 1 ]
+	[ "$(ledger_debits)" -eq 6 ]
+}
+
+@test "a declined, a 5xx, a timeout and good debits in flight together each get their own outcome" {
+	bank_start --latency 100ms --decline ACC-POOR
+	control '{"failKeys":{"M-5XX":1},"slowKeys":{"M-SLOW":4000}}'
+	{
+		envelope M-SLOW; envelope M-DECL ACC-POOR; envelope M-5XX
+		for i in 1 2 3 4 5; do envelope "M-OK$i"; done
+	} > "$BATS_TEST_TMPDIR/in"
+	run --separate-stderr charge-debit --stream --inflight 8 --timeout 1s < "$BATS_TEST_TMPDIR/in"
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 8 ]
+	printf '%s\n' "${lines[@]}" > "$BATS_TEST_TMPDIR/out"
+	[ "$(ids "$BATS_TEST_TMPDIR/out")" = "$(ids "$BATS_TEST_TMPDIR/in")" ]
+	[ "$(outcome_of "$BATS_TEST_TMPDIR/out" M-DECL debit)" = DECLINED ]
+	[ "$(outcome_of "$BATS_TEST_TMPDIR/out" M-5XX debit)" = TEMPFAIL ]
+	grep '"m-M-5XX"' "$BATS_TEST_TMPDIR/out" | grep -q '"status":503'
+	[ "$(outcome_of "$BATS_TEST_TMPDIR/out" M-SLOW debit)" = TEMPFAIL ]
+	grep '"m-M-SLOW"' "$BATS_TEST_TMPDIR/out" | grep -qi 'timeout\|timed out'
+	for i in 1 2 3 4 5; do [ "$(outcome_of "$BATS_TEST_TMPDIR/out" "M-OK$i" debit)" = OK ]; done
+	# the slow one was read first and written last: the others did not wait
+	[[ "${lines[7]}" == *'"m-M-SLOW"'* ]]
+	for k in M-DECL M-5XX; do
+		run bank_get "/debits/$k" -o /dev/null -w '%{http_code}'
+		[ "$output" = 404 ]
+	done
+}
+
+@test "the lease is checked when each request is sent: envelopes queued behind a slow bank go out LEASE_SHORT with nothing sent" {
+	bank_start --latency 300ms
+	# 2.5 s leases, 1 s timeout + 500 ms margin: only what is sent within
+	# the first second may go; one at a time, 300 ms each, ten in the queue.
+	for i in $(seq 1 10); do leased "L$i" 2500; done > "$BATS_TEST_TMPDIR/in"
+	run --separate-stderr charge-debit --stream --inflight 1 --timeout 1s --lease-margin 500ms \
+		< "$BATS_TEST_TMPDIR/in"
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 10 ]
+	printf '%s\n' "${lines[@]}" > "$BATS_TEST_TMPDIR/out"
+	ok=$(grep -c '"debit":{"outcome":"OK"' "$BATS_TEST_TMPDIR/out" || true)
+	short=$(grep -c '"debit":{"outcome":"LEASE_SHORT"' "$BATS_TEST_TMPDIR/out" || true)
+	echo "ok $ok short $short"
+	[ "$ok" -ge 1 ]
+	[ $((ok + short)) -eq 10 ]
+	# the last ones waited past the check: never sent
+	[ "$(outcome_of "$BATS_TEST_TMPDIR/out" L10 debit)" = LEASE_SHORT ]
+	grep '"m-L10"' "$BATS_TEST_TMPDIR/out" | grep -q 'nothing was sent'
+	# the bank saw exactly the calls that were made, each one while its
+	# lease still had the timeout plus the margin left: its debit was made
+	# (after the 300 ms latency) before the lease's margin began
+	[ "$(bank_stat attempts)" -eq "$ok" ]
+	[ "$(ledger_debits)" -eq "$ok" ]
+	while read -r line; do
+		id=$(jget "$line" messageId); id=${id#m-}
+		until=$(jget "$line" claim.leaseUntil)
+		if [ "$(jget "$line" debit.outcome)" = OK ]; then
+			at=$(jget "$(bank_get "/debits/$id")" createdAt)
+			echo "$id created $at lease $until"
+			[ "${at%.*}" -le $((until - 500)) ]
+		else
+			run bank_get "/debits/$id" -o /dev/null -w '%{http_code}'
+			[ "$output" = 404 ]
+		fi
+	done < "$BATS_TEST_TMPDIR/out"
+}
+
+@test "kill -9 of charge-debit with requests in flight: a rerun gives replays only, no second debit" {
+	bank_start --latency 1s
+	for i in $(seq 1 20); do envelope "K$i"; done > "$BATS_TEST_TMPDIR/in"
+	charge-debit --stream --inflight 20 < "$BATS_TEST_TMPDIR/in" > "$BATS_TEST_TMPDIR/out1" 2>/dev/null 3>&- &
+	pid=$!
+	until_bank attempts 20
+	kill -9 "$pid"
+	rc=0; wait "$pid" || rc=$?
+	[ "$rc" -eq 137 ]
+	[ ! -s "$BATS_TEST_TMPDIR/out1" ]     # nothing was answered yet
+	until_bank debits 20                  # the bank finished what it got
+	run --separate-stderr charge-debit --stream --inflight 20 < "$BATS_TEST_TMPDIR/in"
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 20 ]
+	[ "$(printf '%s\n' "${lines[@]}" | grep -c '"outcome":"OK".*"replayed":true')" -eq 20 ]
+	[ "$(ledger_debits)" -eq 20 ]
+	[ "$(bank_stat replays)" -eq 20 ]
+}
+
+@test "SIGTERM: charge-debit stops reading, finishes what is in flight, exits 143" {
+	bank_start --latency 700ms
+	mkfifo "$BATS_TEST_TMPDIR/fifo"
+	charge-debit --stream --inflight 8 < "$BATS_TEST_TMPDIR/fifo" > "$BATS_TEST_TMPDIR/out" 2>/dev/null 3>&- &
+	pid=$!
+	exec 5> "$BATS_TEST_TMPDIR/fifo"
+	for i in 1 2 3 4 5; do envelope "T$i"; done >&5
+	until_bank attempts 5
+	kill -TERM "$pid"
+	envelope T6 >&5    # after the stop: never started
+	rc=0; wait "$pid" || rc=$?
+	exec 5>&-
+	[ "$rc" -eq 143 ]
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/out")" -eq 5 ]
+	[ "$(grep -c '"debit":{"outcome":"OK"' "$BATS_TEST_TMPDIR/out")" -eq 5 ]
+	[ "$(ledger_debits)" -eq 5 ]
+}
+
+@test "charge-notify --inflight: overlap; a retried notification does not hold up the others" {
+	bank_start
+	# N-R answers 503 twice, then OK; each of its attempts takes 300 ms
+	control '{"failKeys":{"N-R:notify":2},"slowKeys":{"N-R:notify":300}}'
+	{ debited "$(leased N-R 60000)"; echo
+	  for i in $(seq 1 9); do debited "$(leased "N$i" 60000)"; echo; done; } > "$BATS_TEST_TMPDIR/in"
+	run --separate-stderr charge-notify --stream --inflight 2 --backoff 50ms --retries 3 \
+		< "$BATS_TEST_TMPDIR/in"
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 10 ]
+	printf '%s\n' "${lines[@]}" > "$BATS_TEST_TMPDIR/out"
+	[ "$(ids "$BATS_TEST_TMPDIR/out")" = "$(ids "$BATS_TEST_TMPDIR/in")" ]
+	[ "$(jget "$(grep '"m-N-R"' "$BATS_TEST_TMPDIR/out")" notify.outcome)" = OK ]
+	[ "$(jget "$(grep '"m-N-R"' "$BATS_TEST_TMPDIR/out")" notify.attempts)" -eq 3 ]
+	for i in $(seq 1 9); do
+		[ "$(jget "$(grep "\"m-N$i\"" "$BATS_TEST_TMPDIR/out")" notify.attempts)" -eq 1 ]
+	done
+	# read first, written last: the nine went through the other slot
+	printf '%s\n' "${lines[@]}" | cut -c1-80
+	[[ "${lines[9]}" == *'"m-N-R"'* ]]
+	[ "$(bank_stat notifications)" -eq 10 ]
+	[ "$(bank_stat notificationAttempts)" -eq 12 ]
+
+	# and at latency, the notifications overlap
+	bank_stop
+	rm -f "$BANK_DIR/ledger.db"
+	bank_start --latency 200ms
+	for i in $(seq 1 24); do debited "$(envelope "NL$i")"; echo; done |
+		charge-notify --stream --inflight 8 > "$BATS_TEST_TMPDIR/out2"
+	[ "$(grep -c '"notify":{"outcome":"OK"' "$BATS_TEST_TMPDIR/out2")" -eq 24 ]
+	m=$(bank_stat maxConcurrent)
+	[ "$m" -ge 2 ]
+	[ "$m" -le 8 ]
+}
+
+@test "charge-notify: the lease is checked when a notification is sent, not when it was read" {
+	bank_start --latency 300ms
+	for i in $(seq 1 10); do debited "$(leased "NS$i" 2500)"; echo; done > "$BATS_TEST_TMPDIR/in"
+	run --separate-stderr charge-notify --stream --inflight 1 --timeout 1s --retries 0 \
+		--lease-margin 500ms < "$BATS_TEST_TMPDIR/in"
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 10 ]
+	printf '%s\n' "${lines[@]}" > "$BATS_TEST_TMPDIR/out"
+	ok=$(grep -c '"notify":{"outcome":"OK"' "$BATS_TEST_TMPDIR/out" || true)
+	short=$(grep -c '"notify":{"outcome":"LEASE_SHORT"' "$BATS_TEST_TMPDIR/out" || true)
+	echo "ok $ok short $short"
+	[ "$ok" -ge 1 ]
+	[ $((ok + short)) -eq 10 ]
+	[ "$(outcome_of "$BATS_TEST_TMPDIR/out" NS10 notify)" = LEASE_SHORT ]
+	[ "$(jget "$(grep '"m-NS10"' "$BATS_TEST_TMPDIR/out")" notify.attempts)" -eq 0 ]
+	[ "$(bank_stat notificationAttempts)" -eq "$ok" ]
+}
+
+@test "charge-worker --stream --inflight 16 end to end: every charge DONE once, queue empty, envelopes out of order handled" {
+	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/q.db#charges?visibility=30"
+	export IDEMKIT_DLQ="sqlite:$BATS_TEST_TMPDIR/q.db#charges-dlq"
+	export IDEMKIT_STORE="sqlite:$BATS_TEST_TMPDIR/store.db"
+	bank_start --latency 100ms --decline ACC-POOR
+	# a few slow charges, so that later ones overtake them in every step
+	control '{"slowKeys":{"E-3":600,"E-7":600,"E-3:notify":400}}'
+	{ for i in $(seq 1 60); do event "E-$i"; echo; done; event E-D ACC-POOR; echo; } | sqs-send >/dev/null
+	run --separate-stderr charge-worker --stream --drain --inflight 16 \
+		--debit-timeout 2 --notify-timeout 2 --notify-retries 1 --lease 20s
+	echo "$stderr" | tail -3
+	[ "$status" -eq 0 ]
+	[ "$(ledger_debits)" -eq 60 ]
+	[ "$(bank_stat replays)" -eq 0 ]
+	[ "$(bank_stat notifications)" -eq 60 ]
+	[ "$(bank_stat maxConcurrent)" -ge 2 ]
+	run idemp-list --state DONE
+	[ "${#lines[@]}" -eq 60 ]
+	run idemp-list --state IN_PROGRESS
+	[ "$status" -eq 1 ]
+	s=$(grep '"summary":true' <<<"$stderr")
+	[ "$(jget "$s" received)" -eq 61 ]
+	[ "$(jget "$s" debited)" -eq 60 ]
+	[ "$(jget "$s" declined)" -eq 1 ]
+	[ "$(jget "$s" leftForRetry)" -eq 0 ]
+	[ "$(sqs-stat | sed -n 's/.*"visible":\([0-9]*\),"inflight":\([0-9]*\).*/\1 \2/p')" = "0 0" ]
+}
+
+@test "bank-sim /control failKeys and slowKeys: checked (400, nothing changed), counted down per key" {
+	bank_start
+	for bad in '{"failKeys":3}' '{"failKeys":{"K":-1}}' '{"slowKeys":{"K":"x"}}' '{"slowKeys":{"K":3600001}}'; do
+		run bank_post /control "$bad" -o /dev/null -w '%{http_code}'
+		[ "$output" = 400 ]
+	done
+	control '{"failKeys":{"F-1":1}}'
+	run --separate-stderr charge-debit <<<"$(envelope F-1)"
+	[ "$status" -eq 75 ]
+	[ "$(jget "$output" debit.status)" = 503 ]
+	run --separate-stderr charge-debit <<<"$(envelope F-1)"
+	[ "$status" -eq 0 ]
+	run --separate-stderr charge-debit <<<"$(envelope F-2)"
+	[ "$status" -eq 0 ]
+	[ "$(ledger_debits)" -eq 2 ]
+	[ "$(bank_stat maxConcurrent)" -eq 1 ]
+}
