@@ -137,7 +137,7 @@ while :; do
 	rounds=$((rounds + 1))
 	rc=0
 	charge-worker -j 4 --drain --lease $lease --debit-timeout 2 --notify-timeout 1 \
-		--notify-retries 1 2>>"$DEMO/worker.log" || rc=$?
+		--notify-retries 1 --metrics "$DEMO/idemkit.prom" 2>>"$DEMO/worker.log" || rc=$?
 	case $rc in 0|1) ;; *) echo "demo: charge-worker exited $rc" >&2; tail -5 "$DEMO/worker.log" >&2; exit 1 ;; esac
 	stat=$(sqs-stat)
 	case $stat in *'"visible":0,"inflight":0,"delayed":0'*) break ;; esac
@@ -173,6 +173,15 @@ echo "worker runs:        $rounds (charge-worker -j 4 --drain)"
 echo "bank:               $(num "$stats" debits) debits, $(num "$stats" replays) replays absorbed, $(num "$stats" attempts) debit calls"
 echo "dead-letter queue:  $(num "$dlq" visible) message(s) (the poison one, body intact, reason in its attributes)"
 grep '"summary":true' "$DEMO/worker.log" | sed 's/^/worker summary:     /'
+echo
+echo "the store (idemp-stats):"
+idemp-stats | sed 's/^/  /'
+echo
+echo "one charge's record and its history (idemp-show $(head -1 "$DEMO/resent" | sed 's/.*"chargeId":"\([^"]*\)".*/\1/')):"
+idemp-show "$(head -1 "$DEMO/resent" | sed 's/.*"chargeId":"\([^"]*\)".*/\1/')" | sed 's/^/  /'
+echo
+echo "the metrics file for node_exporter's textfile collector ($DEMO/idemkit.prom), its samples:"
+grep -v '^#' "$DEMO/idemkit.prom" | grep -E 'messages_total|stuck|dnf|last_success' | sed 's/^/  /'
 echo
 if [ $bad -ne 0 ] || [ "$(num "$stats" debits)" -ne $N ] || [ "$(num "$dlq" visible)" -ne 1 ]; then
 	echo "demo: FAILED: $bad chargeId(s) not debited exactly once" >&2
