@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "envelope.h"
+#include "json.h"
 #include "outcome.h"
 #include "util.h"
 
@@ -88,19 +89,21 @@ ik_env_parse(const char *line, size_t len, cJSON **out, ik_err *err)
 char *
 ik_env_print(const cJSON *env)
 {
-	return cJSON_PrintUnformatted(env);
+	return ik_json_print(env);
 }
 
 int
 ik_env_write(FILE *f, const cJSON *env)
 {
-	char *s = ik_env_print(env);
-	int rc;
+	struct ik_jbuf b = { 0 };
+	int rc = -1;
 
-	if (!s)
-		return -1;
-	rc = fputs(s, f) < 0 || putc('\n', f) == EOF ? -1 : 0;
-	free(s);
+	if (ik_jbuf_json(&b, env) == 0) {
+		ik_jbuf_put(&b, "\n", 1);
+		if (!b.oom)
+			rc = fwrite(b.p, 1, b.len, f) == b.len ? 0 : -1;
+	}
+	free(b.p);
 	return rc;
 }
 
