@@ -95,16 +95,18 @@ ik_env_print(const cJSON *env)
 int
 ik_env_write(FILE *f, const cJSON *env)
 {
-	struct ik_jbuf b = { 0 };
-	int rc = -1;
+	/* One buffer for the process's whole stream, reused: an envelope
+	 * would otherwise cost a malloc and a few reallocs per step. */
+	static struct ik_jbuf b;
 
-	if (ik_jbuf_json(&b, env) == 0) {
-		ik_jbuf_put(&b, "\n", 1);
-		if (!b.oom)
-			rc = fwrite(b.p, 1, b.len, f) == b.len ? 0 : -1;
-	}
-	free(b.p);
-	return rc;
+	b.len = 0;
+	b.oom = 0;
+	if (ik_jbuf_json(&b, env) < 0)
+		return -1;
+	ik_jbuf_put(&b, "\n", 1);
+	if (b.oom)
+		return -1;
+	return fwrite(b.p, 1, b.len, f) == b.len ? 0 : -1;
 }
 
 const char *

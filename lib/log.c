@@ -76,12 +76,14 @@ put_key(struct ik_jbuf *b, const char *k)
 void
 ik_log(enum ik_level lvl, const char *msg, ...)
 {
+	static struct ik_jbuf b;   /* reused: a log line per charge */
 	va_list ap;
-	struct ik_jbuf b = { 0 };
 	const char *k, *v;
 
 	if (lvl != IK_LOG_AUDIT && lvl < threshold())
 		return;
+	b.len = 0;
+	b.oom = 0;
 	ik_jbuf_put(&b, "{\"ts\":", 6);
 	ik_jbuf_num(&b, (double)ik_now_ms());
 	put_key(&b, "level");
@@ -114,5 +116,4 @@ ik_log(enum ik_level lvl, const char *msg, ...)
 		fwrite(b.p, 1, b.len, stderr);
 		fflush(stderr);
 	}
-	free(b.p);
 }
