@@ -57,8 +57,8 @@ ik_env_parse(const char *line, size_t len, cJSON **out, ik_err *err)
 	int had_nul, rc = IK_OK;
 
 	*out = NULL;
-	if (!(copy = body_copy(line, len, &had_nul)))
-		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	/* An envelope (every line but the first step's) needs no copy. */
+	had_nul = memchr(line, '\0', len) != NULL;
 	if (!had_nul)
 		o = cJSON_ParseWithLengthOpts(line, len, &end, 0);
 	if (o && cJSON_IsObject(o) && cJSON_GetObjectItemCaseSensitive(o, "v")) {
@@ -70,13 +70,14 @@ ik_env_parse(const char *line, size_t len, cJSON **out, ik_err *err)
 		else if (!cJSON_IsString(body))
 			rc = ik_errf(err, IK_DATAERR, "envelope: \"body\" missing or not a string");
 		else {
-			free(copy);
 			*out = o;
 			return IK_OK;
 		}
 	}
 	cJSON_Delete(o);
 	/* A bare event, or anything else: the line itself is the body. */
+	if (!(copy = body_copy(line, len, &had_nul)))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	*out = ik_env_new(copy);
 	free(copy);
 	if (!*out)
