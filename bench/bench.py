@@ -30,8 +30,9 @@ exits 1 otherwise.
 
 Client CPU is user+sys of the toolkit's own processes only: the rusage
 wait4 gives for charge-worker, which waits for all of its descendants
-(bank-sim and the emulators are not in that tree); peak RSS is that
-rusage's ru_maxrss, the largest single process of the tree.  Stream
+(bank-sim and the emulators are not in that tree); peak RSS is the
+largest single process of that tree, from GNU time's %M (the bench's own
+python would otherwise count: Linux keeps the peak RSS across exec).  Stream
 scenarios also sample /proc for the split per command.  Claim-to-ack
 latency is taken for the charges a worker acquired: from the claim
 (claim.leaseUntil minus the lease) to ack.at, in the envelopes sqs-ack
@@ -375,17 +376,27 @@ def worker_run(name, n, stream, jobs, latency_ms=0, tap=True, bank_env=None,
         if inflight and HAS_INFLIGHT:
             args += ["--inflight", str(inflight)]
         err = open(os.path.join(state, "worker.err"), "w+")
+        # Linux keeps a process's peak RSS across exec, so anything this
+        # (large) python forks starts with python's: GNU time, small, forks
+        # charge-worker and reports the peak of that tree alone (%M).
+        rssf = os.path.join(state, "worker.rss")
+        if os.access("/usr/bin/time", os.X_OK):
+            args = ["/usr/bin/time", "-f", "%M", "-o", rssf] + args
         t0 = time.monotonic()
         p = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=err)
         watch = ProcWatch(p.pid) if stream else None
         # wait4: the worker's own rusage, which holds every descendant it
-        # waited for (all of them: it waits for its pipelines), and its
-        # ru_maxrss the largest single process of that tree only.
+        # waited for (all of them: it waits for its pipelines).
         _, status, ru = os.wait4(p.pid, 0)
         p.returncode = rc = os.waitstatus_to_exitcode(status)
         wall = time.monotonic() - t0
         cpu0, cpu1, maxrss = 0.0, ru.ru_utime + ru.ru_stime, ru.ru_maxrss
         procs = watch.finish() if watch else None
+        try:
+            with open(rssf) as f:
+                maxrss = int(f.read().split()[-1])
+        except (OSError, ValueError, IndexError):
+            pass   # no GNU time: the wait4 figure, python's size included
         err.seek(0)
         summary = {}
         for line in err:
@@ -496,7 +507,7 @@ def emulator_run(n, jobs):
                      IDEMKIT_DLQ="%s/123456789012/%s-dlq" % (sqs, q),
                      IDEMKIT_STORE="dynamodb:bench-%d" % os.getpid())
         subprocess.run([os.path.join(BIN, "idemp-init")], env=env_for(d, extra), check=True,
-                       stdout=subprocess.DEVNULL)
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return worker_run("emulators", n, True, jobs, 0, tap=True, inflight=INFLIGHT,
                           env_extra=extra, backend="dynalite + local-aws-sqs")
     finally:
@@ -515,7 +526,7 @@ def postgres_run(n, jobs):
         extra = {"PGPASSFILE": pg.pgpass, "IDEMKIT_STORE": url}
         st = tempfile.mkdtemp(prefix="idemkit-bench.", dir=os.environ.get("TMPDIR"))
         subprocess.run([os.path.join(BIN, "idemp-init")], env=env_for(st, extra), check=True,
-                       stdout=subprocess.DEVNULL)
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         shutil.rmtree(st, ignore_errors=True)
         return worker_run("postgres", n, True, jobs, 0, tap=True, inflight=INFLIGHT,
                           env_extra=extra, backend="PostgreSQL store, SQLite queue")
@@ -845,6 +856,8 @@ def redis_bench():
             p.terminate()
             p.wait()
         shutil.rmtree(state, ignore_errors=True)
+    return res
+
 # ---- claim cost on PostgreSQL ----------------------------------------------
 
 class Pg:
@@ -996,7 +1009,8 @@ def markdown(r):
            "Embedded default (SQLite queue and store, WAL, synchronous=FULL), bank-sim "
            "on loopback, unless the backend says otherwise.", "",
            "This machine's limits, measured in this run: durable single-row SQLite commits "
-           "(WAL, synchronous=FULL) %d/s at the start, %d/s at the end (mean %d/s); a latency "
+           "(WAL, synchronous=FULL) %d/s at the start, %d/s at the end (mean %d/s), and again "
+           "just before each embedded scenario (its ratio is against that one); a latency "
            "scenario's ceiling is inflight x jobs / bank latency.%s" % (
                lim["sqliteBefore"]["commitsPerSecond"], lim["sqliteAfter"]["commitsPerSecond"],
                lim["sqliteCommitsPerSecond"],
@@ -1010,7 +1024,7 @@ def markdown(r):
         if "ofCeiling" in s:
             of = "%d%% of %s/s" % (round(s["ofCeiling"] * 100), s["ceilingPerSecond"])
         elif "ofSqliteCommits" in s:
-            of = "%.3f x commits/s" % s["ofSqliteCommits"]
+            of = "%.3f x %d commits/s" % (s["ofSqliteCommits"], s["sqliteCommitsPerSecondBefore"])
         else:
             of = "-"
         out.append("| %s | %s | %s | %d | %s | %d ms | %d | %s | %s | %s | %s / %s | %d | %.1f |" % (
@@ -1024,10 +1038,10 @@ def markdown(r):
     rows = [s for s in r["scenarios"] if s.get("processes")]
     if rows:
         out += ["", "Per process (stream scenarios; sampled from /proc every 0.1 s, so a "
-                "little under getrusage's total): CPU ms per charge, peak RSS MB of the "
-                "largest process of that name:", "",
-                "| scenario | " + " | ".join(PROC_NAMES) + " | the rest (shells, sampling) |",
-                "| --- |" + " ---: |" * (len(PROC_NAMES) + 1)]
+                "little under getrusage's total): CPU ms per charge / peak RSS MB of the "
+                "largest process of that name; the largest process of all in the last column:", "",
+                "| scenario | " + " | ".join(PROC_NAMES) + " | the rest (shells, sampling) | largest |",
+                "| --- |" + " ---: |" * (len(PROC_NAMES) + 1) + " --- |"]
         for s in rows:
             rec = max(s["summary"].get("received", 0), 1)
             cells = []
@@ -1037,6 +1051,8 @@ def markdown(r):
                     b["cpuSeconds"] * 1000 / rec, b["peakRssKb"] / 1024.0))
             named = sum(b["cpuSeconds"] for pn, b in s["processes"].items() if pn in PROC_NAMES)
             cells.append("%.3f" % max(0.0, s["clientCpuMsPerCharge"] - named * 1000 / rec))
+            big = max(s["processes"].items(), key=lambda kv: kv[1]["peakRssKb"])
+            cells.append("%s %.1f MB" % (big[0], big[1]["peakRssKb"] / 1024.0))
             out.append("| %s | %s |" % (s["scenario"], " | ".join(cells)))
     jq = r.get("jqCost")
     if jq:
@@ -1140,7 +1156,10 @@ def main():
             continue
         log("bench: %s (%d messages, -j %d, bank latency %d ms%s)..." % (
             name, n, jobs, lat, ", --inflight %d" % inflight if inflight and HAS_INFLIGHT else ""))
+        # the machine drifts: its commit limit again, just before
+        limit = sqlite_commit_limit(0.5 if QUICK else 1.0)["commitsPerSecond"]
         s = worker_run(name, n, stream, jobs, lat, tap=stream, inflight=inflight)
+        s["sqliteCommitsPerSecondBefore"] = limit
         if not stream:
             s["latencyP50Ms"], s["latencyP99Ms"], s["latencySamples"] = \
                 oneshot_latency(name, max(50, n // 4), jobs, lat)
@@ -1188,7 +1207,7 @@ def main():
     r["limits"]["sqliteCommitsPerSecond"] = round(lim)
     for s in r["scenarios"]:
         if s["backend"] == "embedded":
-            s["ofSqliteCommits"] = round(s["chargesPerSecond"] / lim, 3)
+            s["ofSqliteCommits"] = round(s["chargesPerSecond"] / s["sqliteCommitsPerSecondBefore"], 3)
     with open(os.path.join(OUT, "results.json"), "w") as f:
         json.dump(r, f, indent=1)
     md = markdown(r)
