@@ -1087,8 +1087,8 @@ def markdown(r):
                 rows, c[rows]["storeBytes"] / 1048576.0, g["cpuUsPerClaim"], g["wallUsPerClaim"],
                 l["cpuUsPerClaim"], l["wallUsPerClaim"]))
         out.append("")
-        out.append("10^6 vs 10^3 ratio: grouped CPU %.2f, wall %.2f; lockstep CPU %.2f, "
-                   "wall %.2f." % (c["groupedCpuRatio"], c["groupedWallRatio"],
+        out.append("%d vs %d records, ratio: grouped CPU %.2f, wall %.2f; lockstep CPU %.2f, "
+                   "wall %.2f." % (BIG, SMALL, c["groupedCpuRatio"], c["groupedWallRatio"],
                                    c["lockstepCpuRatio"], c["lockstepWallRatio"]))
     rd = r.get("redis")
     if rd:
@@ -1119,8 +1119,8 @@ def markdown(r):
                 rows, g["cpuUsPerClaim"], g["serverCpuUsPerClaim"], g["wallUsPerClaim"],
                 l["cpuUsPerClaim"], l["serverCpuUsPerClaim"], l["wallUsPerClaim"]))
         out.append("")
-        out.append("10^6 vs 10^3 wall ratio: grouped %.2f, lockstep %.2f." % (
-            c["groupedWallRatio"], c["lockstepWallRatio"]))
+        out.append("%d vs %d records, wall ratio: grouped %.2f, lockstep %.2f." % (
+            BIG, SMALL, c["groupedWallRatio"], c["lockstepWallRatio"]))
     elif r.get("claimCostPostgresSkipped"):
         out += ["", "Claim cost on PostgreSQL: skipped (%s)." % r["claimCostPostgresSkipped"]]
     return "\n".join(out) + "\n"
