@@ -160,7 +160,9 @@ sanitize:
 	@echo 'sanitize: no reports'
 
 # End-to-end throughput, CPU per charge, latency and duplicates on this
-# machine (bench/bench.py; BENCH_N etc. there).  Not part of `make test`.
+# machine, as ratios against its own limits measured in the same run
+# (bench/bench.py; BENCH_ONLY=a,b, BENCH_QUICK=1 for a run of a few
+# minutes, BENCH_N etc. there).  Not part of `make test`.
 bench: all $(NODE_STAMP)
 	IDEMKIT_BIN=$(CURDIR)/$(O)/bin BENCH_OUT=$(CURDIR)/$(O)/bench python3 bench/bench.py
 

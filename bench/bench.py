@@ -1,45 +1,46 @@
 #!/usr/bin/env python3
-"""bench.py: `make bench` -- idemkit end to end on this machine.
+"""bench.py: `make bench` -- idemkit end to end on this machine, as ratios
+against this machine's own limits measured in the same run.
 
 N charges (BENCH_N, default 10 000; about 30% of the messages are
 redeliveries of an earlier charge) go through the embedded default (SQLite
 queue and store, durable commits) with bank-sim as the core-banking API:
 
+  limits        always: durable single-row SQLite commits/s (WAL,
+                synchronous=FULL, as lib/sqlite.c), at the start and the end
   oneshot       charge-worker, one process per step per message (-j 2)
   stream        charge-worker --stream (-j BENCH_J, default 1)
   oneshot-lat   one-shot, bank latency 50 ms, -j 32
-  stream-lat    --stream, bank latency 50 ms, -j 32
-  claim-cost    idemp-claim with 10^3 and 10^6 records already in the store
-  redis         the Redis store (redis-server 7, AOF appendfsync always, on
-                loopback): claims/s and CPU per claim (idemp-claim --stream,
-                one claim in flight); then claim + record of BENCH_CLAIMS
-                messages (~30% redeliveries) on the Redis store with and
-                without IDEMKIT_CACHE, counting the commands the store
-                server ran (INFO commandstats): the share the cache saves
-  jq            the stream scenario (zero bank latency, -j BENCH_J) with
-                the default request body, with the same body built by a jq
-                request program and a jq ref filter, and with the
-                open-banking mapping; BENCH_JQ_REPS (5) rounds, interleaved:
-                client CPU per charge and charge-debit's own, the ratios
-                (issue 13's target: the jq request within 10%)
-  claim-cost-pg the same on the PostgreSQL store: a throwaway PostgreSQL
-                (run as the postgres user: root needed, else skipped),
-                seeded with generate_series; client CPU and the server's
-                CPU (the postmaster and its backends) reported apart
+  stream-lat    --stream, bank latency 50 ms: -j 1 --inflight 64 when
+                charge-worker has --inflight, else -j 32 (one in flight)
+  emulators     the stream scenario on dynalite (store) and local-aws-sqs
+                (queue, DLQ) from node_modules (BENCH_EMU_N messages)
+  postgres      the stream scenario on a throwaway PostgreSQL store
+                (root needed, else skipped; BENCH_PG_N messages)
+  jq            the jq mapping's cost (issue 13), BENCH_JQ_REPS rounds
+  claim-cost    idemp-claim with 10^3 and BENCH_BIG (10^6) records stored
+  redis         the Redis store and the cache in front of it
+  claim-cost-pg the claim cost on PostgreSQL
 
-One-shot runs use BENCH_ONESHOT_N messages (default 1000): per-charge
-figures do not need 10 000 forks of six processes.
+BENCH_ONLY=a,b,... runs only those; BENCH_QUICK=1 makes every count small
+(1 000 messages, 100 one-shot, 10^5 records, 1 000 claims, 300 on the
+emulators, one jq round) so the whole bench takes a few minutes.  Every
+scenario's duplicates debited must be 0: the bench says so loudly and
+exits 1 otherwise.
 
-Client CPU is user+sys of the toolkit's own processes only: getrusage
-(RUSAGE_CHILDREN) around charge-worker, which waits for all of its
-descendants; bank-sim is started before and reaped after the window, and
-the producer (sqs-send) runs outside it.  Claim-to-ack latency is taken
-for the charges a worker acquired: from the claim (claim.leaseUntil minus
-the lease) to ack.at, in the envelopes sqs-ack writes, kept by a tee after
-sqs-ack (stream); one-shot latency comes from a separate, smaller run with
-a tap wrapper, so that the wrapper's CPU does not count.
-Duplicates debited come from bank-sim's ledger: a charge debited twice, or
-a debit request the bank had to answer as a replay of one it already had.
+Client CPU is user+sys of the toolkit's own processes only: the rusage
+wait4 gives for charge-worker, which waits for all of its descendants
+(bank-sim and the emulators are not in that tree); peak RSS is the
+largest single process of that tree, from GNU time's %M (the bench's own
+python would otherwise count: Linux keeps the peak RSS across exec).  Stream
+scenarios also sample /proc for the split per command.  Claim-to-ack
+latency is taken for the charges a worker acquired: from the claim
+(claim.leaseUntil minus the lease) to ack.at, in the envelopes sqs-ack
+writes, kept by a tee after sqs-ack (stream); one-shot latency comes from a
+separate, smaller run with a tap wrapper, so that the wrapper's CPU does
+not count.  Duplicates debited come from bank-sim's ledger: a charge
+debited twice, or a debit request the bank had to answer as a replay of one
+it already had.
 
 Results: build/bench/results.json and build/bench/results.md.
 """
@@ -61,16 +62,40 @@ import time
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("IDEMKIT_BIN", os.path.join(SRC, "build", "bin"))
 OUT = os.environ.get("BENCH_OUT", os.path.join(SRC, "build", "bench"))
-N = int(os.environ.get("BENCH_N", "10000"))
-N1 = min(N, int(os.environ.get("BENCH_ONESHOT_N", "1000")))
-J = int(os.environ.get("BENCH_J", "1"))
-LAT_MS = int(os.environ.get("BENCH_LATENCY_MS", "50"))
-LAT_J = int(os.environ.get("BENCH_LATENCY_J", "32"))
-BIG = int(os.environ.get("BENCH_BIG", "1000000"))
+QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
+
+
+def knob(name, full, quick):
+    return int(os.environ.get(name, str(quick if QUICK else full)))
+
+
+N = knob("BENCH_N", 10000, 1000)
+N1 = min(N, knob("BENCH_ONESHOT_N", 1000, 100))
+J = knob("BENCH_J", 1, 1)
+LAT_MS = knob("BENCH_LATENCY_MS", 50, 50)
+BIG = knob("BENCH_BIG", 1000000, 100000)
 SMALL = 1000
 LEASE_MS = 120000          # charge-worker's default --lease
-CLAIMS = int(os.environ.get("BENCH_CLAIMS", "5000"))
+CLAIMS = knob("BENCH_CLAIMS", 5000, 1000)
+EMU_N = knob("BENCH_EMU_N", 3000, 300)
+PG_N = knob("BENCH_PG_N", 5000, 500)
 ONLY = set(filter(None, os.environ.get("BENCH_ONLY", "").split(",")))
+
+
+def worker_help():
+    try:
+        return subprocess.run([os.path.join(BIN, "charge-worker"), "--help"],
+                              capture_output=True, text=True).stdout
+    except OSError:
+        return ""
+
+
+# charge-worker --inflight N (requests outstanding per --stream step): passed
+# when this build has it, so the bench runs before and after that option.
+HAS_INFLIGHT = "--inflight" in worker_help()
+INFLIGHT = knob("BENCH_INFLIGHT", 0, 0)            # 0: the command's default
+LAT_INFLIGHT = knob("BENCH_LATENCY_INFLIGHT", 64, 64) if HAS_INFLIGHT else 1
+LAT_J = knob("BENCH_LATENCY_J", 1 if HAS_INFLIGHT else 32, 1 if HAS_INFLIGHT else 32)
 
 
 def log(*a):
@@ -155,6 +180,98 @@ class Bank:
             self.p.wait()
 
 
+def sqlite_commit_limit(seconds=None):
+    """Durable single-row commits per second SQLite does here, with the
+    pragmas the store and queue use (lib/sqlite.c: journal_mode=WAL,
+    synchronous=FULL): one INSERT per transaction, on the file system the
+    bench's stores are on (TMPDIR), for about `seconds`."""
+    seconds = seconds or (1.0 if QUICK else 3.0)
+    d = tempfile.mkdtemp(prefix="idemkit-bench-commit.", dir=os.environ.get("TMPDIR"))
+    try:
+        c = sqlite3.connect(os.path.join(d, "c.db"), isolation_level=None)
+        c.execute("PRAGMA journal_mode=WAL")
+        c.execute("PRAGMA synchronous=FULL")
+        c.execute("CREATE TABLE t (k TEXT PRIMARY KEY, v TEXT)")
+        n, t0 = 0, time.monotonic()
+        cpu0 = time.process_time()
+        while True:
+            c.execute("BEGIN IMMEDIATE")
+            c.execute("INSERT INTO t VALUES (?, ?)", ("k%09d" % n, "x" * 100))
+            c.execute("COMMIT")
+            n += 1
+            el = time.monotonic() - t0
+            if el >= seconds and n >= 200:
+                break
+        cpu = time.process_time() - cpu0
+        c.close()
+        return {"commitsPerSecond": round(n / el), "commits": n,
+                "cpuUsPerCommit": round(cpu * 1e6 / n, 1)}
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+class ProcWatch:
+    """Samples /proc every 0.1 s for the processes under a root pid: CPU
+    (utime+stime) and peak RSS (VmHWM) per command name.  A process's last
+    tenth of a second can be missed; the total client CPU comes from
+    getrusage, this only splits it (and gives RSS per process)."""
+
+    def __init__(self, root):
+        import threading
+        self.root, self.seen, self.stop_ = root, {}, False
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self):
+        tck = os.sysconf("SC_CLK_TCK")
+        while not self.stop_:
+            kids, procs = {}, {}
+            for d in os.listdir("/proc"):
+                if not d.isdigit():
+                    continue
+                try:
+                    with open("/proc/%s/stat" % d) as f:
+                        st = f.read()
+                    comm = st[st.index("(") + 1:st.rindex(")")]
+                    f2 = st[st.rindex(")") + 2:].split()
+                    procs[int(d)] = (comm, int(f2[1]), (int(f2[11]) + int(f2[12])) / tck)
+                except (OSError, ValueError, IndexError):
+                    continue
+            for pid, (comm, ppid, cpu) in procs.items():
+                kids.setdefault(ppid, []).append(pid)
+            todo, mine = [self.root], []
+            while todo:
+                p = todo.pop()
+                for k in kids.get(p, ()):
+                    mine.append(k)
+                    todo.append(k)
+            for pid in mine:
+                comm, _, cpu = procs[pid]
+                hwm = 0
+                try:
+                    with open("/proc/%d/status" % pid) as f:
+                        for line in f:
+                            if line.startswith("VmHWM:"):
+                                hwm = int(line.split()[1])
+                except OSError:
+                    pass
+                key = (pid, comm)
+                old = self.seen.get(key, (0, 0))
+                self.seen[key] = (max(old[0], cpu), max(old[1], hwm))
+            time.sleep(0.1)
+
+    def finish(self):
+        self.stop_ = True
+        self.t.join()
+        by = {}
+        for (pid, comm), (cpu, hwm) in self.seen.items():
+            b = by.setdefault(comm, {"processes": 0, "cpuSeconds": 0.0, "peakRssKb": 0})
+            b["processes"] += 1
+            b["cpuSeconds"] = round(b["cpuSeconds"] + cpu, 3)
+            b["peakRssKb"] = max(b["peakRssKb"], hwm)
+        return by
+
+
 def children_usage():
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime, r.ru_maxrss
@@ -222,7 +339,7 @@ def tap_seconds(path):
 
 
 def worker_run(name, n, stream, jobs, latency_ms=0, tap=True, bank_env=None,
-               bank_args=(), debit_tap=False):
+               bank_args=(), debit_tap=False, inflight=0, env_extra=None, backend="embedded"):
     """Sends n messages, runs charge-worker --drain over them; returns the
     figures.  bank_env(url) -> extra environment for the bank's mapping;
     debit_tap: charge-debit's own CPU, measured in the same run."""
@@ -233,6 +350,7 @@ def worker_run(name, n, stream, jobs, latency_ms=0, tap=True, bank_env=None,
                  "IDEMKIT_NOTIFY_URL": bank.url + "/notifications"}
         if bank_env:
             extra.update(bank_env(bank.url))
+        extra.update(env_extra or {})
         if debit_tap:
             dtap = os.path.join(state, "debit-tap")
             with open(dtap, "w") as f:
@@ -255,12 +373,30 @@ def worker_run(name, n, stream, jobs, latency_ms=0, tap=True, bank_env=None,
         args = [os.path.join(BIN, "charge-worker"), "--drain", "--no-lock", "-j", str(jobs)]
         if stream:
             args.append("--stream")
+        if inflight and HAS_INFLIGHT:
+            args += ["--inflight", str(inflight)]
         err = open(os.path.join(state, "worker.err"), "w+")
-        cpu0, _ = children_usage()
+        # Linux keeps a process's peak RSS across exec, so anything this
+        # (large) python forks starts with python's: GNU time, small, forks
+        # charge-worker and reports the peak of that tree alone (%M).
+        rssf = os.path.join(state, "worker.rss")
+        if os.access("/usr/bin/time", os.X_OK):
+            args = ["/usr/bin/time", "-f", "%M", "-o", rssf] + args
         t0 = time.monotonic()
-        rc = subprocess.run(args, env=env, stdout=subprocess.DEVNULL, stderr=err).returncode
+        p = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        watch = ProcWatch(p.pid) if stream else None
+        # wait4: the worker's own rusage, which holds every descendant it
+        # waited for (all of them: it waits for its pipelines).
+        _, status, ru = os.wait4(p.pid, 0)
+        p.returncode = rc = os.waitstatus_to_exitcode(status)
         wall = time.monotonic() - t0
-        cpu1, maxrss = children_usage()
+        cpu0, cpu1, maxrss = 0.0, ru.ru_utime + ru.ru_stime, ru.ru_maxrss
+        procs = watch.finish() if watch else None
+        try:
+            with open(rssf) as f:
+                maxrss = int(f.read().split()[-1])
+        except (OSError, ValueError, IndexError):
+            pass   # no GNU time: the wait4 figure, python's size included
         err.seek(0)
         summary = {}
         for line in err:
@@ -271,7 +407,9 @@ def worker_run(name, n, stream, jobs, latency_ms=0, tap=True, bank_env=None,
         lat = latencies(tapdir) if tap else []
         received = summary.get("received", 0)
         res = {
-            "scenario": name, "mode": "stream" if stream else "one-shot", "jobs": jobs,
+            "scenario": name, "backend": backend,
+            "mode": "stream" if stream else "one-shot", "jobs": jobs,
+            "inflight": (inflight or "default") if HAS_INFLIGHT and stream else 1,
             "bankLatencyMs": latency_ms, "messages": n, "uniqueCharges": unique,
             "workerExit": rc, "wallSeconds": round(wall, 3),
             "chargesPerSecond": round(received / wall, 1) if wall else None,
@@ -280,6 +418,7 @@ def worker_run(name, n, stream, jobs, latency_ms=0, tap=True, bank_env=None,
             "peakRssKb": maxrss,
             "latencyP50Ms": pct(lat, 50), "latencyP99Ms": pct(lat, 99),
             "latencySamples": len(lat),
+            "processes": procs,
             "summary": summary, "ledger": ledger,
             "duplicatesDebited": ledger["duplicateDebits"] + ledger["replayedDebitRequests"],
         }
@@ -288,8 +427,12 @@ def worker_run(name, n, stream, jobs, latency_ms=0, tap=True, bank_env=None,
             res["debitCpuMsPerCharge"] = round(d * 1000 / max(received, 1), 4)
             res["debitCpuMsPerDebit"] = round(d * 1000 / max(ledger["debits"], 1), 4)
         if latency_ms:
-            res["ceilingPerSecond"] = round(jobs * 1000.0 / latency_ms, 1)
+            inf = inflight if (HAS_INFLIGHT and stream and inflight) else 1
+            res["ceilingPerSecond"] = round(inf * jobs * 1000.0 / latency_ms, 1)
             res["ofCeiling"] = round(res["chargesPerSecond"] / res["ceilingPerSecond"], 3)
+        if res["duplicatesDebited"]:
+            log("bench: %s: %d DUPLICATE DEBITS (ledger %s)" % (
+                name, res["duplicatesDebited"], json.dumps(ledger)))
         return res
     finally:
         shutil.rmtree(state, ignore_errors=True)
@@ -301,9 +444,99 @@ def oneshot_latency(name, n, jobs, latency_ms=0):
     return r["latencyP50Ms"], r["latencyP99Ms"], r["latencySamples"]
 
 
+# ---- the emulators and PostgreSQL ------------------------------------------
+
+AWS_ENV = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+           "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+           "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/credentials",
+           "AWS_CONFIG_FILE": "/nonexistent/config", "IDEMKIT_AWS_MAX_BACKOFF": "100ms"}
+
+
+def node_server(args, ready, d, name):
+    """A node emulator from node_modules on a loopback port; ready(log
+    text) -> port or None."""
+    logf = os.path.join(d, name + ".log")
+    out = open(logf, "w+")
+    p = subprocess.Popen(["node"] + args, cwd=SRC, stdout=out, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL)
+    for _ in range(200):
+        out.seek(0)
+        port = ready(out.read())
+        if port:
+            return p, port
+        if p.poll() is not None:
+            break
+        time.sleep(0.05)
+    p.kill()
+    p.wait()
+    raise RuntimeError("%s did not start" % name)
+
+
+def aws_call(url, target, body):
+    import urllib.request
+    req = urllib.request.Request(url + "/", data=json.dumps(body).encode(), headers={
+        "X-Amz-Target": "AmazonSQS." + target, "Content-Type": "application/x-amz-json-1.0"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read() or b"{}")
+
+
+def emulator_run(n, jobs):
+    """The stream scenario on dynalite (store) and local-aws-sqs (queue and
+    DLQ), both from node_modules on loopback: the same message mix."""
+    if not shutil.which("node") or not os.path.isdir(os.path.join(SRC, "node_modules", "dynalite")):
+        raise RuntimeError("needs node and node_modules (npm ci)")
+    d = tempfile.mkdtemp(prefix="idemkit-bench-emu.", dir=os.environ.get("TMPDIR"))
+    procs = []
+    try:
+        port = free_port()
+        procs.append(node_server(["node_modules/dynalite/cli.js", "--host", "127.0.0.1",
+                                  "--port", str(port), "--createTableMs", "20",
+                                  "--deleteTableMs", "20"],
+                                 lambda t: port if "listening" in t else None, d, "dynalite"))
+        procs.append(node_server(["tests/sqs-server.js"],
+                                 lambda t: int(t.split()[0]) if t.strip().split()
+                                 and t.strip().split()[0].isdigit() and t.endswith("\n") else None,
+                                 d, "sqs"))
+        sqs = "http://127.0.0.1:%d" % procs[1][1]
+        q = "bench%d" % os.getpid()
+        aws_call(sqs, "CreateQueue", {"QueueName": q + "-dlq"})
+        aws_call(sqs, "CreateQueue", {"QueueName": q, "Attributes": {"VisibilityTimeout": "120"}})
+        extra = dict(AWS_ENV, AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:%d" % port,
+                     AWS_ENDPOINT_URL_SQS=sqs,
+                     IDEMKIT_QUEUE="%s/123456789012/%s" % (sqs, q),
+                     IDEMKIT_DLQ="%s/123456789012/%s-dlq" % (sqs, q),
+                     IDEMKIT_STORE="dynamodb:bench-%d" % os.getpid())
+        subprocess.run([os.path.join(BIN, "idemp-init")], env=env_for(d, extra), check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return worker_run("emulators", n, True, jobs, 0, tap=True, inflight=INFLIGHT,
+                          env_extra=extra, backend="dynalite + local-aws-sqs")
+    finally:
+        for p, _ in procs:
+            p.terminate()
+            p.wait()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def postgres_run(n, jobs):
+    """The stream scenario with the PostgreSQL store (a throwaway server,
+    Pg below) and the embedded queue."""
+    pg = Pg()
+    try:
+        url = "%s?table=bench_stream" % pg.url
+        extra = {"PGPASSFILE": pg.pgpass, "IDEMKIT_STORE": url}
+        st = tempfile.mkdtemp(prefix="idemkit-bench.", dir=os.environ.get("TMPDIR"))
+        subprocess.run([os.path.join(BIN, "idemp-init")], env=env_for(st, extra), check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        shutil.rmtree(st, ignore_errors=True)
+        return worker_run("postgres", n, True, jobs, 0, tap=True, inflight=INFLIGHT,
+                          env_extra=extra, backend="PostgreSQL store, SQLite queue")
+    finally:
+        pg.stop()
+
+
 # ---- the cost of jq mapping (issue 13) -------------------------------------
 
-JQ_REPS = int(os.environ.get("BENCH_JQ_REPS", "5"))
+JQ_REPS = knob("BENCH_JQ_REPS", 5, 1)
 
 
 def bank_env_file(name):
@@ -623,6 +856,8 @@ def redis_bench():
             p.terminate()
             p.wait()
         shutil.rmtree(state, ignore_errors=True)
+    return res
+
 # ---- claim cost on PostgreSQL ----------------------------------------------
 
 class Pg:
@@ -757,28 +992,68 @@ def machine():
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
+PROC_NAMES = ("sqs-recv", "idemp-claim", "charge-debit", "charge-notify", "idemp-done",
+              "sqs-ack", "tee")
+
+
 def fmt(v, unit=""):
     return "-" if v is None else "%s%s" % (v, unit)
 
 
 def markdown(r):
     m = r["machine"]
-    out = ["# idemkit bench, %s" % m["date"], "",
+    lim = r["limits"]
+    out = ["# idemkit bench, %s%s" % (m["date"], " (BENCH_QUICK)" if r["params"]["quick"] else ""), "",
            "Machine: %s, %d CPUs (nproc), %s, Linux %s; load average at start %s." % (
                m["cpu"], m["nproc"], m["memory"], m["kernel"], " ".join(m["loadavg"])),
            "Embedded default (SQLite queue and store, WAL, synchronous=FULL), bank-sim "
-           "on loopback.", "",
-           "| scenario | mode | -j | bank latency | messages | charges/s | client CPU ms/charge "
-           "| p50 / p99 claim-to-ack ms | duplicates debited | peak RSS MB |",
-           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+           "on loopback, unless the backend says otherwise.", "",
+           "This machine's limits, measured in this run: durable single-row SQLite commits "
+           "(WAL, synchronous=FULL) %d/s at the start, %d/s at the end (mean %d/s), and again "
+           "just before each embedded scenario (its ratio is against that one); a latency "
+           "scenario's ceiling is inflight x jobs / bank latency.%s" % (
+               lim["sqliteBefore"]["commitsPerSecond"], lim["sqliteAfter"]["commitsPerSecond"],
+               lim["sqliteCommitsPerSecond"],
+               "" if r["params"]["hasInflight"] else
+               " (This build has no --inflight: one request in flight per step.)"), "",
+           "| scenario | backend | mode | -j | inflight | bank latency | messages | charges/s "
+           "| of the limit | client CPU ms/charge | p50 / p99 claim-to-ack ms | duplicates "
+           "debited | peak RSS MB (one process) |",
+           "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for s in r["scenarios"]:
-        rate = fmt(s["chargesPerSecond"])
         if "ofCeiling" in s:
-            rate += " (%d%% of j/latency)" % round(s["ofCeiling"] * 100)
-        out.append("| %s | %s | %d | %d ms | %d | %s | %s | %s / %s | %d | %.1f |" % (
-            s["scenario"], s["mode"], s["jobs"], s["bankLatencyMs"], s["messages"], rate,
-            s["clientCpuMsPerCharge"], fmt(s["latencyP50Ms"]), fmt(s["latencyP99Ms"]),
-            s["duplicatesDebited"], s["peakRssKb"] / 1024.0))
+            of = "%d%% of %s/s" % (round(s["ofCeiling"] * 100), s["ceilingPerSecond"])
+        elif "ofSqliteCommits" in s:
+            of = "%.3f x %d commits/s" % (s["ofSqliteCommits"], s["sqliteCommitsPerSecondBefore"])
+        else:
+            of = "-"
+        out.append("| %s | %s | %s | %d | %s | %d ms | %d | %s | %s | %s | %s / %s | %d | %.1f |" % (
+            s["scenario"], s["backend"], s["mode"], s["jobs"], s["inflight"], s["bankLatencyMs"],
+            s["messages"], fmt(s["chargesPerSecond"]), of, s["clientCpuMsPerCharge"],
+            fmt(s["latencyP50Ms"]), fmt(s["latencyP99Ms"]), s["duplicatesDebited"],
+            s["peakRssKb"] / 1024.0))
+    for name, why in r.get("skipped", {}).items():
+        out.append("")
+        out.append("%s: skipped (%s)." % (name, why))
+    rows = [s for s in r["scenarios"] if s.get("processes")]
+    if rows:
+        out += ["", "Per process (stream scenarios; sampled from /proc every 0.1 s, so a "
+                "little under getrusage's total): CPU ms per charge / peak RSS MB of the "
+                "largest process of that name; the largest process of all in the last column:", "",
+                "| scenario | " + " | ".join(PROC_NAMES) + " | the rest (shells, sampling) | largest |",
+                "| --- |" + " ---: |" * (len(PROC_NAMES) + 1) + " --- |"]
+        for s in rows:
+            rec = max(s["summary"].get("received", 0), 1)
+            cells = []
+            for pn in PROC_NAMES:
+                b = s["processes"].get(pn)
+                cells.append("-" if not b else "%.3f / %.1f" % (
+                    b["cpuSeconds"] * 1000 / rec, b["peakRssKb"] / 1024.0))
+            named = sum(b["cpuSeconds"] for pn, b in s["processes"].items() if pn in PROC_NAMES)
+            cells.append("%.3f" % max(0.0, s["clientCpuMsPerCharge"] - named * 1000 / rec))
+            big = max(s["processes"].items(), key=lambda kv: kv[1]["peakRssKb"])
+            cells.append("%s %.1f MB" % (big[0], big[1]["peakRssKb"] / 1024.0))
+            out.append("| %s | %s |" % (s["scenario"], " | ".join(cells)))
     jq = r.get("jqCost")
     if jq:
         out += ["", "jq mapping (issue 13): the stream scenario (%d messages, -j %d, bank "
@@ -812,8 +1087,8 @@ def markdown(r):
                 rows, c[rows]["storeBytes"] / 1048576.0, g["cpuUsPerClaim"], g["wallUsPerClaim"],
                 l["cpuUsPerClaim"], l["wallUsPerClaim"]))
         out.append("")
-        out.append("10^6 vs 10^3 ratio: grouped CPU %.2f, wall %.2f; lockstep CPU %.2f, "
-                   "wall %.2f." % (c["groupedCpuRatio"], c["groupedWallRatio"],
+        out.append("%d vs %d records, ratio: grouped CPU %.2f, wall %.2f; lockstep CPU %.2f, "
+                   "wall %.2f." % (BIG, SMALL, c["groupedCpuRatio"], c["groupedWallRatio"],
                                    c["lockstepCpuRatio"], c["lockstepWallRatio"]))
     rd = r.get("redis")
     if rd:
@@ -844,8 +1119,8 @@ def markdown(r):
                 rows, g["cpuUsPerClaim"], g["serverCpuUsPerClaim"], g["wallUsPerClaim"],
                 l["cpuUsPerClaim"], l["serverCpuUsPerClaim"], l["wallUsPerClaim"]))
         out.append("")
-        out.append("10^6 vs 10^3 wall ratio: grouped %.2f, lockstep %.2f." % (
-            c["groupedWallRatio"], c["lockstepWallRatio"]))
+        out.append("%d vs %d records, wall ratio: grouped %.2f, lockstep %.2f." % (
+            BIG, SMALL, c["groupedWallRatio"], c["lockstepWallRatio"]))
     elif r.get("claimCostPostgresSkipped"):
         out += ["", "Claim cost on PostgreSQL: skipped (%s)." % r["claimCostPostgresSkipped"]]
     return "\n".join(out) + "\n"
@@ -860,24 +1135,49 @@ def main():
         if not os.access(os.path.join(BIN, tool), os.X_OK):
             raise SystemExit("bench: %s/%s missing; run make first" % (BIN, tool))
     os.makedirs(OUT, exist_ok=True)
-    r = {"machine": machine(), "params": {"N": N, "oneshotN": N1, "j": J,
-                                          "latencyMs": LAT_MS, "latencyJ": LAT_J},
+    r = {"machine": machine(), "params": {"quick": QUICK, "N": N, "oneshotN": N1, "j": J,
+                                          "latencyMs": LAT_MS, "latencyJ": LAT_J,
+                                          "hasInflight": HAS_INFLIGHT, "inflight": INFLIGHT,
+                                          "latencyInflight": LAT_INFLIGHT, "big": BIG,
+                                          "claims": CLAIMS, "emulatorN": EMU_N, "postgresN": PG_N},
          "scenarios": []}
+    if True:   # always: the ratios need it
+        log("bench: this machine's durable SQLite commits/s (WAL, synchronous=FULL)...")
+        r["limits"] = {"sqliteBefore": sqlite_commit_limit()}
+        log("  %d commits/s" % r["limits"]["sqliteBefore"]["commitsPerSecond"])
     plan = [
-        ("oneshot", N1, False, 2, 0),
-        ("stream", N, True, J, 0),
-        ("oneshot-lat", N1, False, LAT_J, LAT_MS),
-        ("stream-lat", N, True, LAT_J, LAT_MS),
+        ("oneshot", N1, False, 2, 0, 0),
+        ("stream", N, True, J, 0, INFLIGHT),
+        ("oneshot-lat", N1, False, 32, LAT_MS, 0),
+        ("stream-lat", N, True, LAT_J, LAT_MS, LAT_INFLIGHT),
     ]
-    for name, n, stream, jobs, lat in plan:
+    for name, n, stream, jobs, lat, inflight in plan:
         if not want(name):
             continue
-        log("bench: %s (%d messages, -j %d, bank latency %d ms)..." % (name, n, jobs, lat))
-        s = worker_run(name, n, stream, jobs, lat, tap=stream)
+        log("bench: %s (%d messages, -j %d, bank latency %d ms%s)..." % (
+            name, n, jobs, lat, ", --inflight %d" % inflight if inflight and HAS_INFLIGHT else ""))
+        # the machine drifts: its commit limit again, just before
+        limit = sqlite_commit_limit(0.5 if QUICK else 1.0)["commitsPerSecond"]
+        s = worker_run(name, n, stream, jobs, lat, tap=stream, inflight=inflight)
+        s["sqliteCommitsPerSecondBefore"] = limit
         if not stream:
             s["latencyP50Ms"], s["latencyP99Ms"], s["latencySamples"] = \
                 oneshot_latency(name, max(50, n // 4), jobs, lat)
             s["latencyFrom"] = "a separate run of %d messages with the tap" % max(50, n // 4)
+        log("  %s/s, %s ms CPU per charge, p50 %s ms, p99 %s ms, duplicates debited %d" % (
+            s["chargesPerSecond"], s["clientCpuMsPerCharge"], s["latencyP50Ms"],
+            s["latencyP99Ms"], s["duplicatesDebited"]))
+        r["scenarios"].append(s)
+    for name, fn, n in (("emulators", emulator_run, EMU_N), ("postgres", postgres_run, PG_N)):
+        if not want(name):
+            continue
+        log("bench: %s (%d messages, stream, -j %d)..." % (name, n, J))
+        try:
+            s = fn(n, J)
+        except RuntimeError as e:
+            log("  skipped: %s" % e)
+            r.setdefault("skipped", {})[name] = str(e)
+            continue
         log("  %s/s, %s ms CPU per charge, p50 %s ms, p99 %s ms, duplicates debited %d" % (
             s["chargesPerSecond"], s["clientCpuMsPerCharge"], s["latencyP50Ms"],
             s["latencyP99Ms"], s["duplicatesDebited"]))
@@ -901,6 +1201,13 @@ def main():
         except RuntimeError as e:
             log("  skipped: %s" % e)
             r["claimCostPostgresSkipped"] = str(e)
+    r["limits"]["sqliteAfter"] = sqlite_commit_limit()
+    lim = (r["limits"]["sqliteBefore"]["commitsPerSecond"] +
+           r["limits"]["sqliteAfter"]["commitsPerSecond"]) / 2.0
+    r["limits"]["sqliteCommitsPerSecond"] = round(lim)
+    for s in r["scenarios"]:
+        if s["backend"] == "embedded":
+            s["ofSqliteCommits"] = round(s["chargesPerSecond"] / s["sqliteCommitsPerSecondBefore"], 3)
     with open(os.path.join(OUT, "results.json"), "w") as f:
         json.dump(r, f, indent=1)
     md = markdown(r)

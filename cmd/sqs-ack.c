@@ -2,8 +2,9 @@
  *
  * The acker (lib/acker.c) carries the verdict out; this file runs it on
  * the step loop (lib/step.c), whose groups of already-available lines are
- * its delete batches: a group is begun, acked, flushed (one
- * DeleteMessageBatch) and only then written, so a partial batch goes out
+ * its delete batches: a group is begun, acked, flushed (a
+ * DeleteMessageBatch per 10 on SQS, one transaction for the whole group on
+ * the SQLite queue) and only then written, so a partial batch goes out
  * as soon as the input is quiet and envelopes keep their input order.
  */
 #include <getopt.h>
@@ -104,7 +105,7 @@ main(int argc, char **argv)
 	struct ik_acker *a;
 	struct ik_step st = { .name = "ack", .fn = ack, .begin = ik_acker_begin,
 	    .commit = ik_acker_flush, .halt = ik_acker_halted, .tick = ik_acker_tick,
-	    .group_max = IK_QUEUE_BATCH };
+	    .group_max = IK_ACKER_GROUP_MAX };
 	const char *base = getenv("IDEMKIT_BACKOFF_BASE"), *cap = getenv("IDEMKIT_BACKOFF_CAP");
 	ik_err err = { 0 };
 	int ch, rc;

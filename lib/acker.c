@@ -23,8 +23,10 @@ struct ik_acker {
 	struct ik_queue *q, *dlq;
 	int halted;            /* the exit code once configuration is broken */
 	int batching;
-	struct held del[IK_QUEUE_BATCH];
+	struct held del[IK_ACKER_GROUP_MAX];
 	size_t ndel;
+	const char *receipts[IK_ACKER_GROUP_MAX];
+	struct ik_qresult res[IK_ACKER_GROUP_MAX];
 	/* progress: per outcome in the table, then the P_ extras below */
 	const struct ik_outcome *table;
 	int ntable, dirty;
@@ -34,6 +36,14 @@ struct ik_acker {
 
 enum { P_RECEIVED, P_ACK_FAILED, P_LEFT, P_EXTRAS };
 static const char *const extras[] = { "RECEIVED", "ACK_FAILED", "LEFT" };
+
+/* Deletes per call: the SQLite queue takes a whole group in one
+ * transaction (one durable commit), SQS at most its batch of 10. */
+static size_t
+batch_max(const struct ik_acker *a)
+{
+	return a->q && strcmp(a->q->ops->name, "sqlite") == 0 ? IK_ACKER_GROUP_MAX : IK_QUEUE_BATCH;
+}
 
 static const char *const steps[] = { "claim", "debit", "notify", "done" };
 
@@ -324,8 +334,8 @@ int
 ik_acker_flush(void *acker)
 {
 	struct ik_acker *a = acker;
-	const char *receipts[IK_QUEUE_BATCH];
-	struct ik_qresult res[IK_QUEUE_BATCH];
+	const char **receipts = a->receipts;
+	struct ik_qresult *res = a->res;
 	ik_err err = { 0 };
 	size_t k = a->ndel;
 	int rc;
@@ -372,7 +382,7 @@ hold_delete(struct ik_acker *a, cJSON *env, cJSON *ack, int audit, int dlq)
 {
 	int batching = a->batching;
 
-	if (a->ndel == IK_QUEUE_BATCH)
+	if (a->ndel == batch_max(a))
 		ik_acker_flush(a);
 	a->del[a->ndel++] = (struct held){ env, ack, audit, dlq };
 	if (!batching) {

@@ -18,12 +18,9 @@
  *    unwritten until ik_acker_flush returned;
  *  - an ack once started is finished, never abandoned for a signal.
  *
- * A batch is IK_QUEUE_BATCH, SQS's limit per call, for every queue.  A
- * queue that can delete more at once (the SQLite queue, one transaction)
- * would add its own limit to the port (an ops field read through a
- * function such as ik_queue_batch_max), the acker would size its held
- * deletes from it, and sqs-ack would take its step group_max from the
- * acker instead of IK_QUEUE_BATCH.
+ * A batch is IK_QUEUE_BATCH (SQS's limit per call) on SQS; the SQLite
+ * queue deletes a whole group (up to IK_ACKER_GROUP_MAX, what sqs-ack's
+ * step has ready) in one transaction: one durable commit for all.
  */
 #ifndef IK_ACKER_H
 #define IK_ACKER_H
@@ -38,6 +35,9 @@
 #define IK_ACKER_DUP_BASE_S 1
 /* The progress file is rewritten at most this often. */
 #define IK_ACKER_PROGRESS_MS 250
+
+/* The most deletes held at once: sqs-ack's group_max. */
+#define IK_ACKER_GROUP_MAX 512
 
 struct ik_acker_opts {
 	const char *queue;     /* NULL: the envelope's "queue", else $IDEMKIT_QUEUE */

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "envelope.h"
+#include "json.h"
 #include "outcome.h"
 #include "util.h"
 
@@ -56,8 +57,8 @@ ik_env_parse(const char *line, size_t len, cJSON **out, ik_err *err)
 	int had_nul, rc = IK_OK;
 
 	*out = NULL;
-	if (!(copy = body_copy(line, len, &had_nul)))
-		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	/* An envelope (every line but the first step's) needs no copy. */
+	had_nul = memchr(line, '\0', len) != NULL;
 	if (!had_nul)
 		o = cJSON_ParseWithLengthOpts(line, len, &end, 0);
 	if (o && cJSON_IsObject(o) && cJSON_GetObjectItemCaseSensitive(o, "v")) {
@@ -69,13 +70,14 @@ ik_env_parse(const char *line, size_t len, cJSON **out, ik_err *err)
 		else if (!cJSON_IsString(body))
 			rc = ik_errf(err, IK_DATAERR, "envelope: \"body\" missing or not a string");
 		else {
-			free(copy);
 			*out = o;
 			return IK_OK;
 		}
 	}
 	cJSON_Delete(o);
 	/* A bare event, or anything else: the line itself is the body. */
+	if (!(copy = body_copy(line, len, &had_nul)))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	*out = ik_env_new(copy);
 	free(copy);
 	if (!*out)
@@ -88,20 +90,24 @@ ik_env_parse(const char *line, size_t len, cJSON **out, ik_err *err)
 char *
 ik_env_print(const cJSON *env)
 {
-	return cJSON_PrintUnformatted(env);
+	return ik_json_print(env);
 }
 
 int
 ik_env_write(FILE *f, const cJSON *env)
 {
-	char *s = ik_env_print(env);
-	int rc;
+	/* One buffer for the process's whole stream, reused: an envelope
+	 * would otherwise cost a malloc and a few reallocs per step. */
+	static struct ik_jbuf b;
 
-	if (!s)
+	b.len = 0;
+	b.oom = 0;
+	if (ik_jbuf_json(&b, env) < 0)
 		return -1;
-	rc = fputs(s, f) < 0 || putc('\n', f) == EOF ? -1 : 0;
-	free(s);
-	return rc;
+	ik_jbuf_put(&b, "\n", 1);
+	if (b.oom)
+		return -1;
+	return fwrite(b.p, 1, b.len, f) == b.len ? 0 : -1;
 }
 
 const char *

@@ -1,12 +1,12 @@
-/* log.c: one JSON object per line on stderr; see log.h.  Built with cJSON so
- * that any value, however odd, is escaped correctly. */
+/* log.c: one JSON object per line on stderr; see log.h.  Strings are
+ * escaped by json.c exactly as cJSON escapes them, so any value, however
+ * odd, is written correctly. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
-
+#include "json.h"
 #include "log.h"
 #include "util.h"
 
@@ -27,15 +27,24 @@ ik_prog(void)
 	return prog;
 }
 
+/* IDEMKIT_LOG, read once: the environment of a process does not change
+ * under it, and a stream step logs per charge. */
 static enum ik_level
 threshold(void)
 {
-	const char *v = getenv("IDEMKIT_LOG");
+	static int cached = -1;
+	const char *v;
+
+	if (cached >= 0)
+		return (enum ik_level)cached;
+	v = getenv("IDEMKIT_LOG");
 	if (v && strcmp(v, "debug") == 0)
-		return IK_LOG_DEBUG;
-	if (v && (strcmp(v, "quiet") == 0 || strcmp(v, "warn") == 0))
-		return IK_LOG_WARN;
-	return IK_LOG_INFO;
+		cached = IK_LOG_DEBUG;
+	else if (v && (strcmp(v, "quiet") == 0 || strcmp(v, "warn") == 0))
+		cached = IK_LOG_WARN;
+	else
+		cached = IK_LOG_INFO;
+	return (enum ik_level)cached;
 }
 
 static const char *
@@ -51,39 +60,60 @@ level_name(enum ik_level l)
 	return "info";
 }
 
+/* ,"key":  */
+static void
+put_key(struct ik_jbuf *b, const char *k)
+{
+	ik_jbuf_put(b, ",", 1);
+	ik_jbuf_str(b, k);
+	ik_jbuf_put(b, ":", 1);
+}
+
+/* The line is written straight into one buffer, in the bytes a cJSON
+ * object of the same fields would print as (a NULL value, or a NULL msg,
+ * leaves its field out as cJSON_AddStringToObject did), and goes out in
+ * one write. */
 void
 ik_log(enum ik_level lvl, const char *msg, ...)
 {
+	static struct ik_jbuf b;   /* reused: a log line per charge */
 	va_list ap;
-	cJSON *o;
-	char *line;
 	const char *k, *v;
 
 	if (lvl != IK_LOG_AUDIT && lvl < threshold())
 		return;
-	if (!(o = cJSON_CreateObject()))
-		return;
-	cJSON_AddNumberToObject(o, "ts", (double)ik_now_ms());
-	cJSON_AddStringToObject(o, "level", level_name(lvl));
-	cJSON_AddStringToObject(o, "prog", prog);
-	cJSON_AddStringToObject(o, "msg", msg);
+	b.len = 0;
+	b.oom = 0;
+	ik_jbuf_put(&b, "{\"ts\":", 6);
+	ik_jbuf_num(&b, (double)ik_now_ms());
+	put_key(&b, "level");
+	ik_jbuf_str(&b, level_name(lvl));
+	put_key(&b, "prog");
+	ik_jbuf_str(&b, prog);
+	if (msg) {
+		put_key(&b, "msg");
+		ik_jbuf_str(&b, msg);
+	}
 	va_start(ap, msg);
 	while ((k = va_arg(ap, const char *))) {
 		if (k == ik_log_num_field) {
 			const char *name = va_arg(ap, const char *);
 			int64_t n = va_arg(ap, int64_t);
-			if (name)
-				cJSON_AddNumberToObject(o, name, (double)n);
+			if (name) {
+				put_key(&b, name);
+				ik_jbuf_num(&b, (double)n);
+			}
 			continue;
 		}
-		if ((v = va_arg(ap, const char *)))
-			cJSON_AddStringToObject(o, k, v);
+		if ((v = va_arg(ap, const char *))) {
+			put_key(&b, k);
+			ik_jbuf_str(&b, v);
+		}
 	}
 	va_end(ap);
-	if ((line = cJSON_PrintUnformatted(o))) {
-		fprintf(stderr, "%s\n", line);
+	ik_jbuf_put(&b, "}\n", 2);
+	if (!b.oom) {
+		fwrite(b.p, 1, b.len, stderr);
 		fflush(stderr);
-		free(line);
 	}
-	cJSON_Delete(o);
 }

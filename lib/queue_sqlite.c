@@ -511,6 +511,7 @@ sq_del(struct ik_queue *q, const char *receipt, ik_err *err)
 	return delete_one(q->impl, receipt, err);
 }
 
+/* Any n (the acker gives a whole group): one transaction, one commit. */
 static int
 sq_del_batch(struct ik_queue *q, const char *const *receipts, size_t n,
              struct ik_qresult *res, ik_err *err)

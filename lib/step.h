@@ -57,8 +57,8 @@ struct ik_step {
 	int (*commit)(void *group_ctx);
 	void *group_ctx;
 	/* At most this many lines a group (0: IK_STEP_GROUP_MAX); sqs-ack
-	 * uses a queue batch, so each group's envelopes go out as soon as
-	 * their batch completes. */
+	 * uses IK_ACKER_GROUP_MAX (one SQLite transaction, or batches of 10
+	 * on SQS, a group). */
 	size_t group_max;
 	/* Optional, stream mode: asked after each line or group was written;
 	 * non-zero ends the loop with that exit code (the step found its

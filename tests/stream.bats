@@ -215,3 +215,9 @@ print(len(won), max(won.values()), dict(other))' "$BATS_TEST_TMPDIR/all"
 	exec 5>&- 6<&-
 	wait "$pid"
 }
+
+@test "envelopes and log lines are the bytes cJSON prints, integers without its %g round trip (C unit test)" {
+	run "$IDEMKIT_TEST_BIN/json_print"
+	[ "$status" -eq 0 ]
+	[ "${lines[-1]}" = ok ]
+}
