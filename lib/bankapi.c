@@ -18,6 +18,7 @@
 
 #include "bankapi.h"
 #include "cli.h"
+#include "json.h"
 #include "outcome.h"
 
 #define SECRET_MAX 8192
@@ -767,7 +768,7 @@ ik_bankapi_body(struct ik_bankapi *a, const char *event, const struct ik_event *
 	if (!a->request) {
 		if (!(out = default_body(ev, ref)))
 			return ik_errf(err, IK_SOFTWARE, "out of memory");
-		*body = cJSON_PrintUnformatted(out);
+		*body = ik_json_print(out);
 		cJSON_Delete(out);
 		return *body ? IK_OK : ik_errf(err, IK_SOFTWARE, "out of memory");
 	}
@@ -779,7 +780,7 @@ ik_bankapi_body(struct ik_bankapi *a, const char *event, const struct ik_event *
 	    cJSON_AddItemToObject(vars, "attempt", cJSON_IsNumber(attempt) ?
 	                          cJSON_CreateNumber(attempt->valuedouble) : cJSON_CreateNull()) &&
 	    cJSON_AddItemToObject(vars, "ref", ref ? cJSON_CreateString(ref) : cJSON_CreateNull()))
-		vtext = cJSON_PrintUnformatted(vars);
+		vtext = ik_json_print(vars);
 	cJSON_Delete(vars);
 	if (!vtext)
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
