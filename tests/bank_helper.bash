@@ -107,10 +107,11 @@ envelope_of() {
 }
 
 # leased ID MS [ACCOUNT]: an ACQUIRED envelope whose claim's lease ends MS
-# milliseconds from now (claim.leaseUntil, epoch ms).
+# milliseconds from now, or from LEASE_FROM (epoch ms) when that is set, so
+# that a batch of envelopes share one lease end (claim.leaseUntil, epoch ms).
 leased() {
 	local until
-	until=$(( $(date +%s%3N) + $2 ))
+	until=$(( ${LEASE_FROM:-$(date +%s%3N)} + $2 ))
 	envelope "$1" "${3:-ACC-1}" | sed "s/\"claim\":{/\"claim\":{\"leaseUntil\":$until,/"
 }
 
