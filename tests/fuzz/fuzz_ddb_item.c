@@ -70,6 +70,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		} else if (res.cur.state == IK_ST_FAILED) {
 			if (res.code != IK_DUP_FAILED)
 				abort();
+		} else if (res.cur.state == IK_ST_IN_PROGRESS && res.cur.owner &&
+		           strcmp(res.cur.owner, req.token) == 0) {
+			/* our own claim, whose answer was lost: ACQUIRED again */
+			if (res.code != IK_OK || res.attempt != res.cur.attempts)
+				abort();
 		} else if (res.cur.state == IK_ST_IN_PROGRESS) {
 			if (res.code != IK_DUP_IN_PROGRESS || res.lease_until != res.cur.lease_until ||
 			    res.cur.lease_until < NOW)
@@ -82,6 +87,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case IK_DDB_NO_ITEM:
 	case IK_DDB_CLAIMABLE:
 		if (res.cur.key || res.cur.fingerprint || res.cur.event)
+			abort();
+		break;
+	case IK_DDB_UNKNOWN_STATE:
+		/* never claimable, and only for a state this version does not
+		 * know on a record whose payload matches */
+		if (res.cur.state != IK_ST_NONE || !res.cur.fingerprint ||
+		    strcmp(res.cur.fingerprint, FP) != 0)
 			abort();
 		break;
 	case IK_DDB_NOMEM:
