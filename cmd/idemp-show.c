@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "envelope.h"
 #include "log.h"
 #include "outcome.h"
 #include "store.h"
@@ -62,22 +63,6 @@ when(const char *label, int64_t ms, int64_t now)
 		printf("  %-12s %s (in %llds)\n", label, buf, (long long)-ago);
 }
 
-static const char *
-hstr(const cJSON *e, const char *name)
-{
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, name);
-
-	return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-static int64_t
-hnum(const cJSON *e, const char *name)
-{
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, name);
-
-	return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : -1;
-}
-
 /* The record's history (store.h), one line per transition, oldest first:
  * its time, the op, then what it set.  Owner tokens are cut to 8 hex
  * digits, enough to tell the holders of one record apart. */
@@ -96,14 +81,14 @@ timeline(const struct ik_record *r)
 	printf("  %-12s UTC, oldest first (at most the last %d transitions)\n", "history",
 	    IK_HISTORY_MAX);
 	cJSON_ArrayForEach(e, h) {
-		op = hstr(e, "op");
-		ow = hstr(e, "owner");
-		st = hstr(e, "state");
+		op = ik_env_str(e, "op");
+		ow = ik_env_str(e, "owner");
+		st = ik_env_str(e, "state");
 		sep = " ";
-		printf("    %s  %-10s", iso(at, hnum(e, "at")), op ? op : "?");
+		printf("    %s  %-10s", iso(at, ik_env_int(e, "at", -1)), op ? op : "?");
 		if (op && strcmp(op, "claim") == 0) {
-			printf(" attempt %lld, lease until %s", (long long)hnum(e, "attempt"),
-			    iso(lease, hnum(e, "leaseUntil")));
+			printf(" attempt %lld, lease until %s", (long long)ik_env_int(e, "attempt", -1),
+			    iso(lease, ik_env_int(e, "leaseUntil", -1)));
 			sep = ", ";
 		}
 		if (st) {
@@ -112,8 +97,8 @@ timeline(const struct ik_record *r)
 		}
 		if (op && strcmp(op, "finish") == 0) {
 			printf("%sbank ref %s, error %s", sep,
-			    hstr(e, "debitRef") ? hstr(e, "debitRef") : "-",
-			    hstr(e, "error") ? hstr(e, "error") : "-");
+			    ik_env_str(e, "debitRef") ? ik_env_str(e, "debitRef") : "-",
+			    ik_env_str(e, "error") ? ik_env_str(e, "error") : "-");
 			sep = ", ";
 		}
 		if (ow)
