@@ -61,6 +61,16 @@ bank_stat() {
 	bank_get /stats "${BANK_AUTH[@]}" | sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p"
 }
 
+# until_bank NAME N: wait (at most 20 s) until bank-sim's counter NAME >= N.
+until_bank() {
+	for _ in $(seq 1 400); do
+		[ "$(bank_stat "$1")" -ge "$2" ] && return 0
+		sleep 0.05
+	done
+	echo "bank $1 never reached $2" >&2
+	return 1
+}
+
 BANK_AUTH=()
 
 # ledger_debits: how many debits bank-sim's ledger holds (read from its file).

@@ -18,15 +18,6 @@ fast=(--debit-timeout 2 --notify-timeout 1 --notify-retries 1 --lease 15s)
 qcount() { sqs-stat "$@" | sed -n "s/.*\"visible\":\([0-9]*\),\"inflight\":\([0-9]*\),\"delayed\":\([0-9]*\).*/\1 \2 \3/p"; }
 state() { jget "$(idemp-show --json "$1" 2>/dev/null)" state; }
 summary() { grep '"summary":true' <<<"$stderr"; }
-# until_bank NAME N: wait (at most 20 s) until bank-sim's counter NAME >= N.
-until_bank() {
-	for _ in $(seq 1 400); do
-		[ "$(bank_stat "$1")" -ge "$2" ] && return 0
-		sleep 0.05
-	done
-	echo "bank $1 never reached $2" >&2
-	return 1
-}
 
 @test "--help, --version, usage errors, and a lease too short for the timeouts" {
 	run charge-worker --help

@@ -11,15 +11,6 @@ load bank_helper
 setup() { export IDEMKIT_LOG=quiet; }
 teardown() { bank_stop; }
 
-# until_bank NAME N: wait (at most 20 s) until bank-sim's counter NAME >= N.
-until_bank() {
-	for _ in $(seq 1 400); do
-		[ "$(bank_stat "$1")" -ge "$2" ] && return 0
-		sleep 0.05
-	done
-	echo "bank $1 never reached $2" >&2
-	return 1
-}
 # outcome_of FILE ID STEP: the STEP outcome of the envelope of charge ID.
 outcome_of() { grep "\"m-$2\"" "$1" | python3 -c "import json,sys; print(json.loads(sys.stdin.readline())['$3']['outcome'])"; }
 # ids FILE: the messageIds written, sorted.

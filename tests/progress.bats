@@ -18,15 +18,6 @@ setup() {
 }
 teardown() { bank_stop; }
 
-# until_bank NAME N: wait (at most 20 s) until bank-sim's counter NAME >= N.
-until_bank() {
-	for _ in $(seq 1 400); do
-		[ "$(bank_stat "$1")" -ge "$2" ] && return 0
-		sleep 0.05
-	done
-	echo "bank $1 never reached $2" >&2
-	return 1
-}
 
 fast="--debit-timeout 2 --notify-timeout 1 --notify-retries 0 --lease 15s"
 E=$'\e'
