@@ -87,6 +87,37 @@ long ik_aws_timeout_ms(const struct ik_aws *a);
 int ik_aws_call(struct ik_aws *a, const char *target, const cJSON *req,
                 cJSON **resp, struct ik_aws_error *aerr, ik_err *err);
 
+/* Calls in flight (issue 16): many calls of one client outstanding at once,
+ * from one thread, on the client's one HTTP handle (kept-alive
+ * connections).  A finished call reports to its callback what ik_aws_call
+ * would have returned: rc, resp (the callback owns it, NULL unless rc is
+ * IK_OK or IK_AWS_ERROR with a JSON error body), aerr and err (err only when
+ * rc != IK_OK).  The retries are the same standard mode, but the backoff
+ * between tries is a timer ik_aws_run keeps, never a sleep, so one call's
+ * backoff holds up no other (a stop signal makes every pending backoff due
+ * at once: the call still gets its tries). */
+typedef void (*ik_aws_cb)(void *arg, int rc, cJSON *resp, const struct ik_aws_error *aerr,
+                          const ik_err *err);
+
+/* Starts a call (req is printed now; it need not outlive this).  IK_OK: cb
+ * is called exactly once, from a later ik_aws_run.  Any other code (as
+ * ik_aws_call would return it, e.g. credentials that cannot be refreshed):
+ * nothing was started and cb is never called. */
+int ik_aws_submit(struct ik_aws *a, const char *target, const cJSON *req,
+                  ik_aws_cb cb, void *arg, ik_err *err);
+
+/* Calls submitted and not yet reported. */
+size_t ik_aws_active(const struct ik_aws *a);
+
+/* Moves every call on: runs the callbacks of those finished and resends
+ * those whose backoff is over.  When none finished, first waits up to
+ * timeout_ms (-1: as long as it takes; a pending backoff shortens it) for
+ * one, or for fds (poll(2) style, at most IK_HTTP_EXTRA_FDS; revents set).
+ * IK_OK or IK_SOFTWARE (a broken multi handle: the calls are lost). */
+struct pollfd;
+int ik_aws_run(struct ik_aws *a, struct pollfd *fds, unsigned nfds, int timeout_ms,
+               ik_err *err);
+
 /* The classifier, pure: from the status, the body and the
  * x-amzn-query-error and x-amzn-ErrorType header values (either may be
  * NULL) fill e.  A 2xx status is IK_AWS_OK. */
