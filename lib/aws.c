@@ -18,7 +18,9 @@
 
 #include "aws.h"
 #include "aws_int.h"
+#include "cli.h"
 #include "http.h"
+#include "json.h"
 #include "log.h"
 #include "outcome.h"
 #include "util.h"
@@ -32,6 +34,8 @@ struct ik_aws {
 	struct ik_aws_profile prof;
 	struct ik_aws_src *src;
 	struct ik_aws_creds cr;
+	struct ik_aws_job *backoff;     /* calls waiting to be sent again */
+	size_t active;                  /* calls submitted, not yet reported */
 };
 
 /* Replace each occurrence of secret in msg by "***". */
@@ -210,80 +214,111 @@ const char *ik_aws_cred_source(const struct ik_aws *a) { return ik_aws_src_name(
 const char *ik_aws_access_key_id(const struct ik_aws *a) { return a->cr.ak; }
 long ik_aws_timeout_ms(const struct ik_aws *a) { return a->cfg.timeout_ms; }
 
-int
-ik_aws_call(struct ik_aws *a, const char *target, const cJSON *req,
-            cJSON **resp, struct ik_aws_error *aerr, ik_err *err)
-{
-	struct ik_aws_error e_local, *e = aerr ? aerr : &e_local;
-	struct ik_http_req hr = { 0 };
-	struct ik_http_res res = { 0 };
-	struct ik_buf th = { 0 }, tok = { 0 }, what = { 0 };
+/* One call's request, built once and sent on every try. */
+struct call {
+	struct ik_http_req hr;
+	struct ik_buf th, tok, what;
 	const char *hdrs[4];
-	const char *op = strrchr(target, '.');
-	char *body = NULL, tries_s[32];
-	ik_err herr = { 0 };
-	int rc = IK_SOFTWARE, h = 0, tries = 0;
+	const char *op;           /* "PutItem": the target's last part */
+	char *body;
+};
 
-	op = op ? op + 1 : target;
-	*resp = NULL;
-	memset(e, 0, sizeof *e);
-	if (!(body = cJSON_PrintUnformatted(req)))
-		return ik_errf(err, IK_SOFTWARE, "%s %s: out of memory", a->service, op);
+static void
+call_free(struct call *c)
+{
+	ik_buf_wipe_free(&c->tok);
+	ik_buf_free(&c->th);
+	ik_buf_free(&c->what);
+	free(c->body);
+	memset(c, 0, sizeof *c);
+}
+
+/* Points c at the client's credentials as they are now (a call in flight
+ * may outlive a refresh made for another): the keys, and the session
+ * token's header.  -1 out of memory. */
+static int
+sign(const struct ik_aws *a, struct call *c)
+{
+	int h = 0;
+
+	ik_buf_wipe_free(&c->tok);
+	c->hdrs[h++] = "Content-Type: application/x-amz-json-1.0";
+	c->hdrs[h++] = c->th.p;
+	if (a->cr.tok) {
+		ik_buf_addstr(&c->tok, "X-Amz-Security-Token: ");
+		ik_buf_addstr(&c->tok, a->cr.tok);
+		if (!c->tok.p)
+			return -1;
+		c->hdrs[h++] = c->tok.p;
+	}
+	c->hdrs[h] = NULL;
+	c->hr.headers = c->hdrs;
+	c->hr.access_key = a->cr.ak;
+	c->hr.secret_key = a->cr.sk;
+	return 0;
+}
+
+/* Refreshes the credentials when due and builds c from them. */
+static int
+prepare(struct ik_aws *a, const char *target, const cJSON *req, struct call *c, ik_err *err)
+{
+	int rc;
+
+	memset(c, 0, sizeof *c);
+	c->op = strrchr(target, '.');
+	c->op = c->op ? c->op + 1 : target;
+	if (!(c->body = ik_json_print(req)))
+		return ik_errf(err, IK_SOFTWARE, "%s %s: out of memory", a->service, c->op);
 	/* a retry loop lasts seconds; the refresh margin is minutes (or half
 	 * the lifetime), so one check per call is enough */
 	if ((rc = ik_aws_creds_refresh(&a->cfg, a->src, &a->cr, err)) != IK_OK) {
-		ik_errwrap(err, "%s %s", a->service, op);
-		goto out;
+		ik_errwrap(err, "%s %s", a->service, c->op);
+		return rc;
 	}
-	ik_buf_addstr(&th, "X-Amz-Target: ");
-	ik_buf_addstr(&th, target);
-	ik_buf_addstr(&what, a->service);
-	ik_buf_addstr(&what, " ");
-	ik_buf_addstr(&what, op);
-	hdrs[h++] = "Content-Type: application/x-amz-json-1.0";
-	hdrs[h++] = th.p;
-	if (a->cr.tok) {
-		ik_buf_addstr(&tok, "X-Amz-Security-Token: ");
-		ik_buf_addstr(&tok, a->cr.tok);
-		hdrs[h++] = tok.p;
-	}
-	hdrs[h] = NULL;
-	if (!th.p || !what.p || (a->cr.tok && !tok.p)) {
-		rc = ik_errf(err, IK_SOFTWARE, "out of memory");
-		goto out;
-	}
-	hr.method = "POST";
-	hr.url = a->endpoint;
-	hr.body = body;
-	hr.body_len = strlen(body);
-	hr.cacert = a->cacert;
-	hr.connect_timeout_ms = a->cfg.timeout_ms < 3000 ? a->cfg.timeout_ms : 3000;
-	hr.timeout_ms = a->cfg.timeout_ms;
-	hr.sigv4 = a->sigv4;
-	hr.headers = hdrs;
-	hr.access_key = a->cr.ak;
-	hr.secret_key = a->cr.sk;
+	ik_buf_addstr(&c->th, "X-Amz-Target: ");
+	ik_buf_addstr(&c->th, target);
+	ik_buf_addstr(&c->what, a->service);
+	ik_buf_addstr(&c->what, " ");
+	ik_buf_addstr(&c->what, c->op);
+	if (!c->th.p || !c->what.p || sign(a, c) < 0)
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	c->hr.method = "POST";
+	c->hr.url = a->endpoint;
+	c->hr.body = c->body;
+	c->hr.body_len = strlen(c->body);
+	c->hr.cacert = a->cacert;
+	c->hr.connect_timeout_ms = a->cfg.timeout_ms < 3000 ? a->cfg.timeout_ms : 3000;
+	c->hr.timeout_ms = a->cfg.timeout_ms;
+	c->hr.sigv4 = a->sigv4;
+	return IK_OK;
+}
 
-	rc = ik_aws_send(&a->cfg, what.p, &hr, &res, e, &tries, &herr);
-	if (rc != IK_OK && rc != IK_TEMPFAIL) {
-		rc = ik_errf(err, rc, "%s %s: %s", a->service, op, herr.msg);
-		goto out;
-	}
+/* What the last try (rc from ik_aws_send's rules, res, e, herr) means for
+ * the caller, as ik_aws_call documents it. */
+static int
+conclude(struct ik_aws *a, const struct call *c, int rc, const ik_err *herr,
+         const struct ik_http_res *res, struct ik_aws_error *e, int tries,
+         cJSON **resp, ik_err *err)
+{
+	char tries_s[32];
+
+	*resp = NULL;
+	if (rc != IK_OK && rc != IK_TEMPFAIL)
+		return ik_errf(err, rc, "%s %s: %s", a->service, c->op, herr->msg);
 	if (rc == IK_OK && e->kind == IK_AWS_OK) {
-		*resp = res.body.len ? cJSON_ParseWithLength(res.body.p, res.body.len)
-		                     : cJSON_CreateObject();
-		if (!cJSON_IsObject(*resp)) {
-			cJSON_Delete(*resp);
-			*resp = NULL;
-			rc = ik_errf(err, IK_TEMPFAIL, "%s %s: unreadable response "
-			             "(HTTP %ld)", a->service, op, res.status);
-		}
-		goto out;
+		*resp = res->body.len ? cJSON_ParseWithLength(res->body.p, res->body.len)
+		                      : cJSON_CreateObject();
+		if (cJSON_IsObject(*resp))
+			return IK_OK;
+		cJSON_Delete(*resp);
+		*resp = NULL;
+		return ik_errf(err, IK_TEMPFAIL, "%s %s: unreadable response (HTTP %ld)",
+		               a->service, c->op, res->status);
 	}
 	scrub_creds(a, e->message);
 	rc = ik_aws_kind_code(e->kind);
-	if (rc == IK_AWS_ERROR && res.body.len) {
-		*resp = cJSON_ParseWithLength(res.body.p, res.body.len);
+	if (rc == IK_AWS_ERROR && res->body.len) {
+		*resp = cJSON_ParseWithLength(res->body.p, res->body.len);
 		if (!cJSON_IsObject(*resp)) {
 			cJSON_Delete(*resp);
 			*resp = NULL;
@@ -295,17 +330,176 @@ ik_aws_call(struct ik_aws *a, const char *target, const cJSON *req,
 		tries_s[0] = '\0';
 	if (e->type[0] || e->query[0])
 		ik_errf(err, rc == IK_AWS_ERROR ? IK_SOFTWARE : rc, "%s %s: %s: %s%s",
-		        a->service, op, e->type[0] ? e->type : e->query, e->message, tries_s);
+		        a->service, c->op, e->type[0] ? e->type : e->query, e->message, tries_s);
 	else
 		ik_errf(err, rc == IK_AWS_ERROR ? IK_SOFTWARE : rc, "%s %s: %s%s",
-		        a->service, op, e->message, tries_s);
+		        a->service, c->op, e->message, tries_s);
 	if (err)
 		scrub_creds(a, err->msg);
-out:
-	ik_http_res_free(&res);
-	ik_buf_wipe_free(&tok);
-	ik_buf_free(&th);
-	ik_buf_free(&what);
-	free(body);
 	return rc;
+}
+
+int
+ik_aws_call(struct ik_aws *a, const char *target, const cJSON *req,
+            cJSON **resp, struct ik_aws_error *aerr, ik_err *err)
+{
+	struct ik_aws_error e_local, *e = aerr ? aerr : &e_local;
+	struct ik_http_res res = { 0 };
+	struct call c;
+	ik_err herr = { 0 };
+	int rc, tries = 0;
+
+	*resp = NULL;
+	memset(e, 0, sizeof *e);
+	if ((rc = prepare(a, target, req, &c, err)) == IK_OK) {
+		rc = ik_aws_send(&a->cfg, c.what.p, &c.hr, &res, e, &tries, &herr);
+		rc = conclude(a, &c, rc, &herr, &res, e, tries, resp, err);
+	}
+	ik_http_res_free(&res);
+	call_free(&c);
+	return rc;
+}
+
+/* ---- calls in flight ------------------------------------------------- */
+
+struct ik_aws_job {
+	struct ik_aws *a;
+	struct call c;
+	struct ik_http_res res;
+	struct ik_aws_error e;
+	int tries;
+	int64_t due_ms;                 /* a backoff's end (monotonic) */
+	ik_aws_cb cb;
+	void *arg;
+	struct ik_aws_job *next;        /* in a->backoff */
+};
+
+static void
+job_free(struct ik_aws_job *j)
+{
+	ik_http_res_free(&j->res);
+	call_free(&j->c);
+	free(j);
+}
+
+/* The call is over: its callback, then it is gone. */
+static void
+job_report(struct ik_aws_job *j, int rc, const ik_err *herr)
+{
+	struct ik_aws *a = j->a;
+	ik_err err = { 0 };
+	cJSON *resp = NULL;
+
+	rc = conclude(a, &j->c, rc, herr, &j->res, &j->e, j->tries, &resp, &err);
+	a->active--;
+	j->cb(j->arg, rc, resp, &j->e, &err);
+	job_free(j);
+}
+
+static void on_http(void *arg, int rc, struct ik_http_res *res, const ik_err *herr);
+
+/* Sends the next try; a failure to start it ends the call. */
+static void
+job_try(struct ik_aws_job *j)
+{
+	ik_err herr = { 0 };
+	int rc;
+
+	j->tries++;
+	if (sign(j->a, &j->c) < 0)
+		rc = ik_errf(&herr, IK_SOFTWARE, "out of memory");
+	else if ((rc = ik_http_submit(j->a->cfg.http, &j->c.hr, &j->res, on_http, j, &herr)) != IK_OK)
+		job_report(j, rc, &herr);
+}
+
+static void
+on_http(void *arg, int rc, struct ik_http_res *res, const ik_err *herr)
+{
+	struct ik_aws_job *j = arg;
+	struct ik_aws *a = j->a;
+	int64_t wait;
+
+	(void)res;   /* j->res */
+	rc = ik_aws_judge(rc, &j->res, herr, &j->e);
+	if ((rc == IK_OK || rc == IK_TEMPFAIL) &&
+	    (wait = ik_aws_retry_wait_ms(&a->cfg, j->c.what.p, &j->e, j->tries)) >= 0) {
+		j->due_ms = ik_mono_ms() + wait;
+		j->next = a->backoff;
+		a->backoff = j;
+		return;
+	}
+	job_report(j, rc, herr);
+}
+
+int
+ik_aws_submit(struct ik_aws *a, const char *target, const cJSON *req,
+              ik_aws_cb cb, void *arg, ik_err *err)
+{
+	struct ik_aws_job *j;
+	int rc;
+
+	if (!(j = calloc(1, sizeof *j)))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	j->a = a;
+	j->cb = cb;
+	j->arg = arg;
+	if ((rc = prepare(a, target, req, &j->c, err)) != IK_OK) {
+		job_free(j);
+		return rc;
+	}
+	j->tries = 1;
+	if ((rc = ik_http_submit(a->cfg.http, &j->c.hr, &j->res, on_http, j, err)) != IK_OK) {
+		ik_errwrap(err, "%s %s", a->service, j->c.op);
+		job_free(j);
+		return rc;
+	}
+	a->active++;
+	return IK_OK;
+}
+
+size_t
+ik_aws_active(const struct ik_aws *a)
+{
+	return a ? a->active : 0;
+}
+
+/* Sends again every call whose backoff is over (all of them after a stop
+ * signal); returns the ms until the next one is due, or -1 for none. */
+static int64_t
+resend_due(struct ik_aws *a)
+{
+	struct ik_aws_job **pp = &a->backoff, *j, *due = NULL;
+	int64_t now = ik_mono_ms(), next = -1;
+
+	while ((j = *pp)) {
+		if (j->due_ms <= now || ik_stop_signal) {
+			*pp = j->next;
+			j->next = due;
+			due = j;
+		} else {
+			if (next < 0 || j->due_ms - now < next)
+				next = j->due_ms - now;
+			pp = &j->next;
+		}
+	}
+	while ((j = due)) {         /* after the walk: a try may report at once */
+		due = j->next;
+		j->next = NULL;
+		job_try(j);
+	}
+	return next;
+}
+
+int
+ik_aws_run(struct ik_aws *a, struct pollfd *fds, unsigned nfds, int timeout_ms, ik_err *err)
+{
+	int64_t next = resend_due(a);
+	int rc;
+
+	if (next >= 0 && (timeout_ms < 0 || next < timeout_ms))
+		timeout_ms = (int)next;
+	if ((rc = ik_http_run(a->cfg.http, fds, nfds, timeout_ms, err)) != IK_OK)
+		return rc;
+	resend_due(a);
+	return IK_OK;
 }

@@ -64,6 +64,16 @@ const char *ik_aws_xml_text(const char *body, size_t len, const char *tag, size_
 /* The backoff before try n+1 is ik_backoff_jitter(IK_AWS_BACKOFF_BASE_MS,
  * cap, n-1) (util.h): uniform in [0, min(cap, 50 ms * 2^(n-1))]. */
 #define IK_AWS_BACKOFF_BASE_MS 50
+/* One try's transport result (rc, res, herr as ik_http_do gives them)
+ * into e: an HTTP answer is classified, a transient transport failure is
+ * IK_AWS_TRANSIENT (retryable) with herr's message.  Returns rc. */
+int ik_aws_judge(int rc, const struct ik_http_res *res, const ik_err *herr,
+                 struct ik_aws_error *e);
+/* After try attempt was judged into e: the backoff in ms before the next
+ * try, or -1 when there is none (not retryable, or the attempts are
+ * spent).  Logs the retry at debug level. */
+int64_t ik_aws_retry_wait_ms(const struct ik_aws_cfg *cfg, const char *what,
+                             const struct ik_aws_error *e, int attempt);
 /* Send req up to cfg->max_attempts times while the answer (classified into
  * e) is retryable or the transport failed transiently, sleeping the
  * backoff between tries.  IK_OK when an answer that is not retryable came

@@ -121,6 +121,43 @@ setup() {
 	[ "$(wc -l < "$LOG")" -eq 1 ]
 }
 
+@test "calls in flight (ik_aws_submit): they overlap at the server, each is reported once, with the retries and errors of a call made alone" {
+	# one at a time, the fake never sees two open: the baseline
+	AWS_ENDPOINT_URL_DYNAMODB=$FAKE/slow run --separate-stderr probe dynamodb DynamoDB_20120810.GetItem '{}' 3
+	[ "$status" -eq 0 ]
+	[[ $output == *'response={"peak":1}'* ]]
+	: > "$LOG"
+	AWS_PROBE_INFLIGHT=1 AWS_ENDPOINT_URL_DYNAMODB=$FAKE/slow run --separate-stderr probe dynamodb DynamoDB_20120810.GetItem '{}' 8
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == *"active=8"* ]]
+	[[ $output == *"reported=8"* ]]
+	for i in 0 1 2 3 4 5 6 7; do [ "$(grep -c "^call=$i rc=0 " <<<"$output")" -eq 1 ]; done
+	peak=$(sed -n 's/^response={"peak":\([0-9]*\)}$/\1/p' <<<"$output" | sort -n | tail -1)
+	[ "$peak" -ge 2 ]
+	[ "$(wc -l < "$LOG")" -eq 8 ]
+	# throttled in flight: each call gets its own 3 tries, its backoff a timer, then 75
+	: > "$LOG"
+	AWS_PROBE_INFLIGHT=1 AWS_MAX_ATTEMPTS=3 AWS_ENDPOINT_URL_DYNAMODB=$FAKE/throttle run --separate-stderr probe dynamodb DynamoDB_20120810.PutItem '{}' 4
+	[ "$status" -eq 75 ]
+	[ "$(grep -c "^error=dynamodb PutItem: ThrottlingException: Rate of requests exceeds the allowed throughput. (3 tries)$" <<<"$output")" -eq 4 ]
+	[ "$(wc -l < "$LOG")" -eq 12 ]
+	# not retried: access denied, once each, 78; a client error for the caller (2)
+	: > "$LOG"
+	AWS_PROBE_INFLIGHT=1 AWS_ENDPOINT_URL_DYNAMODB=$FAKE/denied run --separate-stderr probe dynamodb DynamoDB_20120810.GetItem '{}' 3
+	[ "$status" -eq 78 ]
+	[ "$(grep -c "^error=dynamodb GetItem: AccessDeniedException: not authorized$" <<<"$output")" -eq 3 ]
+	[ "$(wc -l < "$LOG")" -eq 3 ]
+	AWS_PROBE_INFLIGHT=1 AWS_ENDPOINT_URL_SQS=$FAKE/nonexistent run --separate-stderr probe sqs AmazonSQS.GetQueueUrl '{}' 2
+	[ "$status" -eq 2 ]
+	[ "$(grep -c "type=QueueDoesNotExist status=400" <<<"$output")" -eq 2 ]
+	# nothing listens: a transport failure, retried, then 75 for each
+	AWS_PROBE_INFLIGHT=1 AWS_MAX_ATTEMPTS=2 AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:$(free_port) run --separate-stderr probe dynamodb DynamoDB_20120810.GetItem '{}' 3
+	[ "$status" -eq 75 ]
+	[ "$(grep -c "^call=[012] rc=75 " <<<"$output")" -eq 3 ]
+	[[ $output == *"(2 tries)"* ]]
+}
+
 @test "bad settings -> 78: AWS_MAX_ATTEMPTS, region name, CA bundle" {
 	AWS_MAX_ATTEMPTS=zero run --separate-stderr probe dynamodb
 	[ "$status" -eq 78 ]

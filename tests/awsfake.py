@@ -2,8 +2,12 @@
 # must not reach for real: container credentials (GET /creds, checks the
 # Authorization header against LOG.auth when that file exists) and a JSON-protocol endpoint whose
 # path picks the answer (/ok echoes what it got, /throttle, /denied,
-# /status500).  Every request is appended to LOG as one JSON line.
-import http.server, json, os, sys
+# /status500; /slow answers after 0.3 s with the most requests it has seen
+# open at once, to show calls overlap).  Every request is appended to LOG as one JSON line.
+import http.server, json, os, sys, threading, time
+
+LOCK = threading.Lock()
+OPEN = [0, 0]   # requests open now, the most seen at once
 
 CREDS = {"AccessKeyId": "ASIAFAKECONTAINER1", "SecretAccessKey": "containerSecretValue123",
          "Token": "containerSessionToken456", "Expiration": "2099-01-01T00:00:00Z"}
@@ -41,6 +45,15 @@ class H(http.server.BaseHTTPRequestHandler):
         if p == "/nonexistent":
             return self.send(400, {"__type": "com.amazonaws.sqs#QueueDoesNotExist", "message": "The specified queue does not exist."},
                              [("x-amzn-query-error", "AWS.SimpleQueueService.NonExistentQueue;Sender")])
+        if p == "/slow":
+            with LOCK:
+                OPEN[0] += 1
+                OPEN[1] = max(OPEN)
+            time.sleep(0.3)
+            with LOCK:
+                OPEN[0] -= 1
+                peak = OPEN[1]
+            return self.send(200, {"peak": peak})
         if p == "/status500":
             return self.send(500, {"__type": "com.amazonaws.dynamodb.v20120810#InternalServerError", "message": "boom"})
         return self.send(200, {"target": self.headers.get("X-Amz-Target"),
