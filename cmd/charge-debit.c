@@ -80,10 +80,7 @@ static const int codes[] = { IK_OK, IK_DUP_DONE, IK_DUP_IN_PROGRESS, IK_DUP_FAIL
 
 struct ctx {
 	struct ik_bankapi api;
-	struct ik_bankapi_opts opts;
-	int opened;
-	ik_err open_err;
-	int64_t lease_margin_ms;
+	struct ik_bankapi_cli cli;
 	struct job *finished, *last;   /* answered, not yet reaped (FIFO) */
 };
 
@@ -197,6 +194,7 @@ static struct job *
 job_start(struct ctx *c, cJSON *env, int *rc)
 {
 	const char *body = ik_env_body(env);
+	const ik_err *why;
 	struct job *j;
 	ik_err err = {0};
 
@@ -217,13 +215,8 @@ job_start(struct ctx *c, cJSON *env, int *rc)
 		*rc = record(env, NULL, *rc, err.msg, NULL, 0, 0, NULL);
 		goto done;
 	}
-	if (!c->opened) {
-		c->opened = 1;
-		if (ik_bankapi_open(&c->api, &c->opts, &c->open_err) != IK_OK)
-			ik_warnx("%s", c->open_err.msg);
-	}
-	if (c->open_err.code) {
-		*rc = record(env, &j->ev, c->open_err.code, c->open_err.msg, NULL, 0, 0, NULL);
+	if ((*rc = ik_bankapi_cli_open(&c->api, &c->cli, &why)) != IK_OK) {
+		*rc = record(env, &j->ev, *rc, why->msg, NULL, 0, 0, NULL);
 		goto done;
 	}
 	*rc = ik_bankapi_body(&c->api, body, &j->ev, j->ev.charge_id,
@@ -236,8 +229,8 @@ job_start(struct ctx *c, cJSON *env, int *rc)
 	/* The lease is checked when the request is sent, not now: the
 	 * envelope may have waited for a free slot. */
 	j->call = (struct ik_bankapi_call){ .api = &c->api, .key = j->ev.charge_id,
-		.body = j->req, .res = &j->res, .env = env, .need_ms = c->opts.timeout_ms,
-		.margin_ms = c->lease_margin_ms, .done = answered, .arg = j };
+		.body = j->req, .res = &j->res, .env = env, .need_ms = c->cli.opts.timeout_ms,
+		.margin_ms = c->cli.lease_margin_ms, .done = answered, .arg = j };
 	if ((*rc = ik_bankapi_submit(&j->call, &err)) != IK_OK) {
 		*rc = record(env, &j->ev, *rc, err.msg, NULL, 0, 0, NULL);
 		goto done;
@@ -311,77 +304,31 @@ debit_reap(void *arg)
 int
 main(int argc, char **argv)
 {
-	enum { O_CONNECT = 256, O_TIMEOUT, O_DECLINED, O_RETRY, O_MARGIN, O_CHECK, O_REQUEST, O_REF, O_REASON, O_CCERT, O_CKEY, O_INFLIGHT };
 	static const struct option longopts[] = {
 		{ "stream", no_argument, NULL, 's' },
-		{ "url", required_argument, NULL, 'u' },
-		{ "key-header", required_argument, NULL, 'k' },
-		{ "cacert", required_argument, NULL, 'c' },
-		{ "connect-timeout", required_argument, NULL, O_CONNECT },
-		{ "timeout", required_argument, NULL, O_TIMEOUT },
-		{ "declined-status", required_argument, NULL, O_DECLINED },
-		{ "retry-status", required_argument, NULL, O_RETRY },
-		{ "lease-margin", required_argument, NULL, O_MARGIN },
-		{ "check", no_argument, NULL, O_CHECK },
-		{ "request", required_argument, NULL, O_REQUEST },
-		{ "ref", required_argument, NULL, O_REF },
-		{ "reason", required_argument, NULL, O_REASON },
-		{ "client-cert", required_argument, NULL, O_CCERT },
-		{ "client-key", required_argument, NULL, O_CKEY },
-		{ "inflight", required_argument, NULL, O_INFLIGHT },
+		IK_BANKAPI_LONGOPTS,
+		IK_BANKAPI_LONGOPT_REF,
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct ctx c = { .opts = { .connect_timeout_ms = 3000, .timeout_ms = 10000 },
-	                 .lease_margin_ms = IK_BANKAPI_LEASE_MARGIN_MS };
+	struct ctx c = { 0 };
 	struct ik_step st = { .name = "debit", .fn = debit, .ctx = &c,
 	                      .start = debit_start, .wait = debit_wait, .reap = debit_reap };
-	int64_t ms;
-	const char *inflight = NULL;
-	int ch, check = 0, rc = IK_USAGE;
+	int ch, k, rc = IK_USAGE;
 	ik_err err;
 
 	ik_cli_init(argv[0]);
+	ik_bankapi_cli_init(&c.cli);
 	/* First thing: the token leaves the environment before anything else. */
 	ik_bankapi_take_env(&c.api, "BANK");
-	while ((ch = getopt_long(argc, argv, "su:k:c:hV", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "s" IK_BANKAPI_SHORTOPTS "hV", longopts, NULL)) != -1) {
+		if ((k = ik_bankapi_cli_opt(&c.cli, ch, optarg)) < 0)
+			goto out;
+		if (k)
+			continue;
 		switch (ch) {
 		case 's': st.stream = 1; break;
-		case 'u': c.opts.url = optarg; break;
-		case 'k': c.opts.key_header = optarg; break;
-		case 'c': c.opts.cacert = optarg; break;
-		case O_CONNECT:
-			if (ik_opt_duration("--connect-timeout", optarg, 1, 3600000, &ms) < 0)
-				goto out;
-			c.opts.connect_timeout_ms = (long)ms;
-			break;
-		case O_TIMEOUT:
-			if (ik_opt_duration("--timeout", optarg, 1, 3600000, &ms) < 0)
-				goto out;
-			c.opts.timeout_ms = (long)ms;
-			break;
-		case O_DECLINED:
-			if (ik_bankapi_opt_status("--declined-status", optarg) < 0)
-				goto out;
-			c.opts.declined = optarg;
-			break;
-		case O_RETRY:
-			if (ik_bankapi_opt_status("--retry-status", optarg) < 0)
-				goto out;
-			c.opts.retry = optarg;
-			break;
-		case O_CHECK: check = 1; break;
-		case O_REQUEST: c.opts.request = optarg; break;
-		case O_REF: c.opts.ref = optarg; break;
-		case O_REASON: c.opts.reason = optarg; break;
-		case O_CCERT: c.opts.client_cert = optarg; break;
-		case O_CKEY: c.opts.client_key = optarg; break;
-		case O_INFLIGHT: inflight = optarg; break;
-		case O_MARGIN:
-			if (ik_opt_duration("--lease-margin", optarg, 0, 3600000, &c.lease_margin_ms) < 0)
-				goto out;
-			break;
 		case 'h': rc = ik_help(usage, options, codes); goto out;
 		case 'V': rc = ik_version(); goto out;
 		default: rc = ik_usage(usage); goto out;
@@ -391,11 +338,11 @@ main(int argc, char **argv)
 		rc = ik_usage(usage);
 		goto out;
 	}
-	if (check) {   /* what charge-worker asks before it receives anything */
-		rc = ik_bankapi_open(&c.api, &c.opts, &err) == IK_OK ? IK_OK : ik_fail(&err);
+	if (c.cli.check) {   /* what charge-worker asks before it receives anything */
+		rc = ik_bankapi_open(&c.api, &c.cli.opts, &err) == IK_OK ? IK_OK : ik_fail(&err);
 		goto out;
 	}
-	if ((rc = ik_bankapi_inflight("BANK", inflight, &st.inflight)) != IK_OK)
+	if ((rc = ik_bankapi_inflight("BANK", c.cli.inflight, &st.inflight)) != IK_OK)
 		goto out;
 	rc = ik_step_run(&st);
 out:

@@ -79,12 +79,9 @@ static const int codes[] = { IK_OK, IK_DUP_DONE, IK_DUP_IN_PROGRESS, IK_DUP_FAIL
 
 struct ctx {
 	struct ik_bankapi api;
-	struct ik_bankapi_opts opts;
-	int opened;
-	ik_err open_err;
+	struct ik_bankapi_cli cli;
 	long retries;
 	int64_t backoff_ms;
-	int64_t lease_margin_ms;
 	struct job *waiting;       /* answered TEMPFAIL, the next attempt due later */
 	struct job *finished, *last;   /* done, not yet reaped (FIFO) */
 };
@@ -98,7 +95,7 @@ budget(const struct ctx *c, int attempt)
 	int k;
 
 	for (k = attempt; k <= c->retries + 1; k++) {
-		ms += c->opts.timeout_ms;
+		ms += c->cli.opts.timeout_ms;
 		if (k <= c->retries)
 			ms += ik_backoff_ceil(c->backoff_ms, BACKOFF_CAP_MS, k - 1);
 	}
@@ -248,6 +245,7 @@ static struct job *
 job_start(struct ctx *c, cJSON *env, int *rc)
 {
 	const char *body = ik_env_body(env), *ref;
+	const ik_err *why;
 	struct job *j;
 	ik_err err = {0};
 
@@ -267,13 +265,8 @@ job_start(struct ctx *c, cJSON *env, int *rc)
 		*rc = record(env, NULL, *rc, err.msg, 0);
 		goto done;
 	}
-	if (!c->opened) {
-		c->opened = 1;
-		if (ik_bankapi_open(&c->api, &c->opts, &c->open_err) != IK_OK)
-			ik_warnx("%s", c->open_err.msg);
-	}
-	if (c->open_err.code) {
-		*rc = record(env, j->ev.charge_id, c->open_err.code, c->open_err.msg, 0);
+	if ((*rc = ik_bankapi_cli_open(&c->api, &c->cli, &why)) != IK_OK) {
+		*rc = record(env, j->ev.charge_id, *rc, why->msg, 0);
 		goto done;
 	}
 	snprintf(j->key, sizeof j->key, "%s:notify", j->ev.charge_id);
@@ -287,7 +280,7 @@ job_start(struct ctx *c, cJSON *env, int *rc)
 	/* Each attempt checks the lease when it is sent (ik_bankapi_call):
 	 * that attempt and all it may still retry must fit in it. */
 	j->call = (struct ik_bankapi_call){ .api = &c->api, .key = j->key, .body = j->req,
-		.res = &j->res, .env = env, .margin_ms = c->lease_margin_ms,
+		.res = &j->res, .env = env, .margin_ms = c->cli.lease_margin_ms,
 		.done = answered, .arg = j };
 	if (job_send(j) == 0)
 		return j;
@@ -388,58 +381,32 @@ notify_reap(void *arg)
 int
 main(int argc, char **argv)
 {
-	enum { O_CONNECT = 256, O_TIMEOUT, O_DECLINED, O_RETRY, O_MARGIN, O_CHECK, O_REQUEST, O_REF, O_REASON, O_CCERT, O_CKEY, O_INFLIGHT };
 	static const struct option longopts[] = {
 		{ "stream", no_argument, NULL, 's' },
-		{ "url", required_argument, NULL, 'u' },
-		{ "key-header", required_argument, NULL, 'k' },
-		{ "cacert", required_argument, NULL, 'c' },
-		{ "connect-timeout", required_argument, NULL, O_CONNECT },
-		{ "timeout", required_argument, NULL, O_TIMEOUT },
+		IK_BANKAPI_LONGOPTS,
 		{ "retries", required_argument, NULL, 'r' },
 		{ "backoff", required_argument, NULL, 'b' },
-		{ "declined-status", required_argument, NULL, O_DECLINED },
-		{ "retry-status", required_argument, NULL, O_RETRY },
-		{ "lease-margin", required_argument, NULL, O_MARGIN },
-		{ "check", no_argument, NULL, O_CHECK },
-		{ "request", required_argument, NULL, O_REQUEST },
-		{ "reason", required_argument, NULL, O_REASON },
-		{ "client-cert", required_argument, NULL, O_CCERT },
-		{ "client-key", required_argument, NULL, O_CKEY },
-		{ "inflight", required_argument, NULL, O_INFLIGHT },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct ctx c = { .opts = { .connect_timeout_ms = 3000, .timeout_ms = 10000 },
-	                 .retries = 3, .backoff_ms = 200,
-	                 .lease_margin_ms = IK_BANKAPI_LEASE_MARGIN_MS };
+	struct ctx c = { .retries = 3, .backoff_ms = 200 };
 	struct ik_step st = { .name = "notify", .fn = notify, .ctx = &c,
 	                      .start = notify_start, .wait = notify_wait, .reap = notify_reap };
 	long long n;
-	int64_t ms;
-	const char *inflight = NULL;
-	int ch, check = 0, rc = IK_USAGE;
+	int ch, k, rc = IK_USAGE;
 	ik_err err;
 
 	ik_cli_init(argv[0]);
+	ik_bankapi_cli_init(&c.cli);
 	ik_bankapi_take_env(&c.api, "NOTIFY");
-	while ((ch = getopt_long(argc, argv, "su:k:c:r:b:hV", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "s" IK_BANKAPI_SHORTOPTS "r:b:hV", longopts, NULL)) != -1) {
+		if ((k = ik_bankapi_cli_opt(&c.cli, ch, optarg)) < 0)
+			goto out;
+		if (k)
+			continue;
 		switch (ch) {
 		case 's': st.stream = 1; break;
-		case 'u': c.opts.url = optarg; break;
-		case 'k': c.opts.key_header = optarg; break;
-		case 'c': c.opts.cacert = optarg; break;
-		case O_CONNECT:
-			if (ik_opt_duration("--connect-timeout", optarg, 1, 3600000, &ms) < 0)
-				goto out;
-			c.opts.connect_timeout_ms = (long)ms;
-			break;
-		case O_TIMEOUT:
-			if (ik_opt_duration("--timeout", optarg, 1, 3600000, &ms) < 0)
-				goto out;
-			c.opts.timeout_ms = (long)ms;
-			break;
 		case 'r':
 			if (ik_opt_int("--retries", optarg, 0, 20, &n) < 0)
 				goto out;
@@ -447,26 +414,6 @@ main(int argc, char **argv)
 			break;
 		case 'b':
 			if (ik_opt_duration("--backoff", optarg, 0, 3600000, &c.backoff_ms) < 0)
-				goto out;
-			break;
-		case O_DECLINED:
-			if (ik_bankapi_opt_status("--declined-status", optarg) < 0)
-				goto out;
-			c.opts.declined = optarg;
-			break;
-		case O_RETRY:
-			if (ik_bankapi_opt_status("--retry-status", optarg) < 0)
-				goto out;
-			c.opts.retry = optarg;
-			break;
-		case O_CHECK: check = 1; break;
-		case O_REQUEST: c.opts.request = optarg; break;
-		case O_REASON: c.opts.reason = optarg; break;
-		case O_CCERT: c.opts.client_cert = optarg; break;
-		case O_CKEY: c.opts.client_key = optarg; break;
-		case O_INFLIGHT: inflight = optarg; break;
-		case O_MARGIN:
-			if (ik_opt_duration("--lease-margin", optarg, 0, 3600000, &c.lease_margin_ms) < 0)
 				goto out;
 			break;
 		case 'h': rc = ik_help(usage, options, codes); goto out;
@@ -478,11 +425,11 @@ main(int argc, char **argv)
 		rc = ik_usage(usage);
 		goto out;
 	}
-	if (check) {   /* what charge-worker asks before it receives anything */
-		rc = ik_bankapi_open(&c.api, &c.opts, &err) == IK_OK ? IK_OK : ik_fail(&err);
+	if (c.cli.check) {   /* what charge-worker asks before it receives anything */
+		rc = ik_bankapi_open(&c.api, &c.cli.opts, &err) == IK_OK ? IK_OK : ik_fail(&err);
 		goto out;
 	}
-	if ((rc = ik_bankapi_inflight("NOTIFY", inflight, &st.inflight)) != IK_OK)
+	if ((rc = ik_bankapi_inflight("NOTIFY", c.cli.inflight, &st.inflight)) != IK_OK)
 		goto out;
 	rc = ik_step_run(&st);
 out:

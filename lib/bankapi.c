@@ -166,6 +166,72 @@ ik_bankapi_opt_status(const char *opt, const char *list)
 	return -1;
 }
 
+void
+ik_bankapi_cli_init(struct ik_bankapi_cli *c)
+{
+	memset(c, 0, sizeof *c);
+	c->opts.connect_timeout_ms = 3000;
+	c->opts.timeout_ms = 10000;
+	c->lease_margin_ms = IK_BANKAPI_LEASE_MARGIN_MS;
+}
+
+int
+ik_bankapi_cli_opt(struct ik_bankapi_cli *c, int ch, const char *arg)
+{
+	int64_t ms;
+
+	switch (ch) {
+	case 'u': c->opts.url = arg; break;
+	case 'k': c->opts.key_header = arg; break;
+	case 'c': c->opts.cacert = arg; break;
+	case IK_BANKAPI_O_CONNECT:
+		if (ik_opt_duration("--connect-timeout", arg, 1, 3600000, &ms) < 0)
+			return -1;
+		c->opts.connect_timeout_ms = (long)ms;
+		break;
+	case IK_BANKAPI_O_TIMEOUT:
+		if (ik_opt_duration("--timeout", arg, 1, 3600000, &ms) < 0)
+			return -1;
+		c->opts.timeout_ms = (long)ms;
+		break;
+	case IK_BANKAPI_O_DECLINED:
+		if (ik_bankapi_opt_status("--declined-status", arg) < 0)
+			return -1;
+		c->opts.declined = arg;
+		break;
+	case IK_BANKAPI_O_RETRY:
+		if (ik_bankapi_opt_status("--retry-status", arg) < 0)
+			return -1;
+		c->opts.retry = arg;
+		break;
+	case IK_BANKAPI_O_MARGIN:
+		if (ik_opt_duration("--lease-margin", arg, 0, 3600000, &c->lease_margin_ms) < 0)
+			return -1;
+		break;
+	case IK_BANKAPI_O_CHECK: c->check = 1; break;
+	case IK_BANKAPI_O_REQUEST: c->opts.request = arg; break;
+	case IK_BANKAPI_O_REF: c->opts.ref = arg; break;
+	case IK_BANKAPI_O_REASON: c->opts.reason = arg; break;
+	case IK_BANKAPI_O_CCERT: c->opts.client_cert = arg; break;
+	case IK_BANKAPI_O_CKEY: c->opts.client_key = arg; break;
+	case IK_BANKAPI_O_INFLIGHT: c->inflight = arg; break;
+	default: return 0;
+	}
+	return 1;
+}
+
+int
+ik_bankapi_cli_open(struct ik_bankapi *a, struct ik_bankapi_cli *c, const ik_err **why)
+{
+	if (!c->opened) {
+		c->opened = 1;
+		if (ik_bankapi_open(a, &c->opts, &c->open_err) != IK_OK)
+			ik_warnx("%s", c->open_err.msg);
+	}
+	*why = &c->open_err;
+	return c->open_err.code;
+}
+
 int
 ik_bankapi_classify(const struct ik_bankapi *a, long status)
 {

@@ -165,6 +165,54 @@ int ik_bankapi_lease_check(const cJSON *env, int64_t need_ms, int64_t margin_ms,
  * --inflight) or IK_CONFIG (a bad variable) after a one-line complaint. */
 int ik_bankapi_inflight(const char *prefix, const char *opt, size_t *out);
 
+/* The command line charge-debit and charge-notify share: their common long
+ * options (IK_BANKAPI_LONGOPTS, for a struct option array; --ref is the
+ * debit's only, IK_BANKAPI_LONGOPT_REF) and one handler for them, so the
+ * two commands cannot drift apart in what an option means. */
+enum {
+	IK_BANKAPI_O_CONNECT = 256, IK_BANKAPI_O_TIMEOUT, IK_BANKAPI_O_DECLINED,
+	IK_BANKAPI_O_RETRY, IK_BANKAPI_O_MARGIN, IK_BANKAPI_O_CHECK, IK_BANKAPI_O_REQUEST,
+	IK_BANKAPI_O_REF, IK_BANKAPI_O_REASON, IK_BANKAPI_O_CCERT, IK_BANKAPI_O_CKEY,
+	IK_BANKAPI_O_INFLIGHT,
+	IK_BANKAPI_O_END      /* a command's own options start here */
+};
+#define IK_BANKAPI_SHORTOPTS "u:k:c:"
+#define IK_BANKAPI_LONGOPTS \
+	{ "url", required_argument, NULL, 'u' }, \
+	{ "key-header", required_argument, NULL, 'k' }, \
+	{ "cacert", required_argument, NULL, 'c' }, \
+	{ "connect-timeout", required_argument, NULL, IK_BANKAPI_O_CONNECT }, \
+	{ "timeout", required_argument, NULL, IK_BANKAPI_O_TIMEOUT }, \
+	{ "declined-status", required_argument, NULL, IK_BANKAPI_O_DECLINED }, \
+	{ "retry-status", required_argument, NULL, IK_BANKAPI_O_RETRY }, \
+	{ "lease-margin", required_argument, NULL, IK_BANKAPI_O_MARGIN }, \
+	{ "check", no_argument, NULL, IK_BANKAPI_O_CHECK }, \
+	{ "request", required_argument, NULL, IK_BANKAPI_O_REQUEST }, \
+	{ "reason", required_argument, NULL, IK_BANKAPI_O_REASON }, \
+	{ "client-cert", required_argument, NULL, IK_BANKAPI_O_CCERT }, \
+	{ "client-key", required_argument, NULL, IK_BANKAPI_O_CKEY }, \
+	{ "inflight", required_argument, NULL, IK_BANKAPI_O_INFLIGHT }
+#define IK_BANKAPI_LONGOPT_REF { "ref", required_argument, NULL, IK_BANKAPI_O_REF }
+
+struct ik_bankapi_cli {
+	struct ik_bankapi_opts opts;
+	int64_t lease_margin_ms;
+	const char *inflight;      /* --inflight's value, or NULL */
+	int check;                 /* --check */
+	/* the bank API opened on first use (ik_bankapi_cli_open) */
+	int opened;
+	ik_err open_err;
+};
+/* The defaults: timeouts 3 s and 10 s, the lease margin. */
+void ik_bankapi_cli_init(struct ik_bankapi_cli *c);
+/* 1 when ch (from getopt_long) was one of the shared options, taken into
+ * c; 0 when it is none of them; -1 after a one-line complaint about its
+ * value (the command exits 64). */
+int ik_bankapi_cli_opt(struct ik_bankapi_cli *c, int ch, const char *arg);
+/* Opens a with c's options the first time it is asked (a failure is said
+ * once on stderr and kept): IK_OK, or the kept failure's code with *why. */
+int ik_bankapi_cli_open(struct ik_bankapi *a, struct ik_bankapi_cli *c, const ik_err **why);
+
 /* An option's status list, as ik_opt_duration: 0, or -1 after a one-line
  * complaint naming the option (the command then exits 64). */
 int ik_bankapi_opt_status(const char *opt, const char *list);
