@@ -48,8 +48,10 @@ Options:
       --window N           with --stream: at most N messages in flight per
                            pipeline (default 512)
       --inflight N         with --stream: bank and gateway requests each of
-                           charge-debit and charge-notify keeps in flight
-                           (default 64; charge-worker(1) says why)
+                           charge-debit and charge-notify keeps in flight, set
+                           as their IDEMKIT_BANK_INFLIGHT and
+                           IDEMKIT_NOTIFY_INFLIGHT (default: those variables,
+                           else 64; charge-worker(1) says why)
       --lock FILE          the lock that keeps overlapping runs apart
                            (default $IDEMKIT_STATE_DIR/charge-worker.lock)
       --no-lock            do not take the lock
@@ -81,7 +83,7 @@ TXT
 # --- options --------------------------------------------------------------
 
 jobs=1 drain=0 once=0 stream=0 trace=0 lease=${IDEMKIT_LEASE:-120s} wait=
-debit_timeout=10 notify_timeout=5 notify_retries=3 lock='' nolock=0 window=512 inflight=64 metrics=''
+debit_timeout=10 notify_timeout=5 notify_retries=3 lock='' nolock=0 window=512 inflight='' metrics=''
 
 need() { [ $# -ge 2 ] || die "$1 needs a value"; }
 while [ $# -gt 0 ]; do
@@ -114,8 +116,14 @@ isnum() { case $1 in ''|*[!0-9]*) return 1 ;; esac; }
 if ! isnum "$jobs" || [ "$jobs" -lt 1 ] || [ "$jobs" -gt 256 ]; then
 	die "--jobs: want 1 to 256, got '$jobs'"
 fi
-if ! isnum "$inflight" || [ "$inflight" -lt 1 ] || [ "$inflight" -gt 1024 ]; then
-	die "--inflight: want 1 to 1024, got '$inflight'"
+if [ -n "$inflight" ]; then
+	if ! isnum "$inflight" || [ "$inflight" -lt 1 ] || [ "$inflight" -gt 1024 ]; then
+		die "--inflight: want 1 to 1024, got '$inflight'"
+	fi
+	# Through the environment, not as an option: a step replaced by
+	# CHARGE_DEBIT_CMD that knows no --inflight still runs.
+	IDEMKIT_BANK_INFLIGHT=$inflight IDEMKIT_NOTIFY_INFLIGHT=$inflight
+	export IDEMKIT_BANK_INFLIGHT IDEMKIT_NOTIFY_INFLIGHT
 fi
 for v in "$debit_timeout" "$notify_timeout" "$notify_retries" "$window"; do
 	isnum "$v" || die "timeouts and retries are whole numbers of seconds, got '$v'"
@@ -443,9 +451,9 @@ loop_stream() {
 	# receiving and debiting for nobody.
 	(
 		sh -c 'echo $$ > "$1"; shift; exec "$@"' sh "$tmp/$id.recv" $RECV $recv_args \
-			| $CLAIM --stream $claim_args | $DEBIT --stream --inflight $inflight $debit_args \
+			| $CLAIM --stream $claim_args | $DEBIT --stream $debit_args \
 			| tee -p "$tmp/$id.debited" \
-			| $NOTIFY --stream --inflight $inflight $notify_args | $DONE --stream \
+			| $NOTIFY --stream $notify_args | $DONE --stream \
 			| { $ACK --stream > "$tmp/$id.out"; kill -TERM "$(cat "$tmp/$id.recv")" 2>/dev/null; }
 	) &
 	pipe=$!

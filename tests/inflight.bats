@@ -250,6 +250,40 @@ control() { bank_post /control "$1" >/dev/null; }
 	[ "$(sqs-stat | sed -n 's/.*"visible":\([0-9]*\),"inflight":\([0-9]*\).*/\1 \2/p')" = "0 0" ]
 }
 
+@test "charge-worker without --inflight keeps the steps' IDEMKIT_BANK_INFLIGHT and IDEMKIT_NOTIFY_INFLIGHT" {
+	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/q.db#charges?visibility=30"
+	export IDEMKIT_DLQ="sqlite:$BATS_TEST_TMPDIR/q.db#charges-dlq"
+	export IDEMKIT_STORE="sqlite:$BATS_TEST_TMPDIR/store.db"
+	bank_start --latency 100ms
+	# one at a time each, as the variables say: at most a debit and a
+	# notification at the bank together
+	{ for i in $(seq 1 12); do event "V-$i"; echo; done; } | sqs-send >/dev/null
+	IDEMKIT_BANK_INFLIGHT=1 IDEMKIT_NOTIFY_INFLIGHT=1 run --separate-stderr \
+		charge-worker --stream --drain --lease 60s
+	[ "$status" -eq 0 ]
+	[ "$(ledger_debits)" -eq 12 ]
+	[ "$(bank_stat maxConcurrent)" -le 2 ]
+}
+
+@test "charge-worker --inflight wins over the variables, and a replaced step that refuses the option is never given it" {
+	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/q.db#charges?visibility=30"
+	export IDEMKIT_DLQ="sqlite:$BATS_TEST_TMPDIR/q.db#charges-dlq"
+	export IDEMKIT_STORE="sqlite:$BATS_TEST_TMPDIR/store.db"
+	bank_start --latency 100ms
+	printf '#!/bin/sh\nfor a; do [ "$a" = --inflight ] && { echo "unknown option --inflight" >&2; exit 64; }; done\nexec charge-debit "$@"\n' \
+		> "$BATS_TEST_TMPDIR/debit-wrap"
+	chmod +x "$BATS_TEST_TMPDIR/debit-wrap"
+	{ for i in $(seq 1 12); do event "W-$i"; echo; done; } | sqs-send >/dev/null
+	IDEMKIT_BANK_INFLIGHT=1 IDEMKIT_NOTIFY_INFLIGHT=1 CHARGE_DEBIT_CMD=$BATS_TEST_TMPDIR/debit-wrap \
+		run --separate-stderr charge-worker --stream --drain --inflight 8 --lease 60s
+	echo "$stderr" | tail -3
+	[ "$status" -eq 0 ]
+	[ "$(ledger_debits)" -eq 12 ]
+	[ "$(bank_stat maxConcurrent)" -ge 3 ]
+	run idemp-list --state DONE
+	[ "${#lines[@]}" -eq 12 ]
+}
+
 @test "bank-sim /control failKeys and slowKeys: checked (400, nothing changed), counted down per key" {
 	bank_start
 	for bad in '{"failKeys":3}' '{"failKeys":{"K":-1}}' '{"slowKeys":{"K":"x"}}' '{"slowKeys":{"K":3600001}}'; do
