@@ -35,7 +35,8 @@ struct ik_aws {
 	struct ik_aws_src *src;
 	struct ik_aws_creds cr;
 	struct ik_aws_job *backoff;     /* calls waiting to be sent again */
-	size_t active;                  /* calls submitted, not yet reported */
+	struct ik_aws_job *jobs;        /* every call submitted, not yet reported */
+	size_t active;                  /* how many */
 };
 
 /* Replace each occurrence of secret in msg by "***". */
@@ -191,15 +192,22 @@ fail:
 	return rc;
 }
 
+static void job_free(struct ik_aws_job *j);
+
 void
 ik_aws_close(struct ik_aws *a)
 {
 	if (!a)
 		return;
+	/* Calls still in flight are abandoned, never reported: the HTTP
+	 * handle drops their transfers, and they go with it. */
+	ik_http_close(a->cfg.http);
+	a->cfg.http = NULL;
+	while (a->jobs)
+		job_free(a->jobs);
 	ik_aws_creds_free(&a->cr);
 	ik_aws_src_free(a->src);
 	ik_aws_profile_free(&a->prof);
-	ik_http_close(a->cfg.http);
 	free(a->region);
 	free(a->endpoint);
 	free(a->sigv4);
@@ -372,11 +380,21 @@ struct ik_aws_job {
 	ik_aws_cb cb;
 	void *arg;
 	struct ik_aws_job *next;        /* in a->backoff */
+	struct ik_aws_job *prev_job, *next_job;   /* in a->jobs */
 };
 
+/* Frees j, taking it off a->jobs when it is there. */
 static void
 job_free(struct ik_aws_job *j)
 {
+	struct ik_aws *a = j->a;
+
+	if (j->prev_job)
+		j->prev_job->next_job = j->next_job;
+	else if (a->jobs == j)
+		a->jobs = j->next_job;
+	if (j->next_job)
+		j->next_job->prev_job = j->prev_job;
 	ik_http_res_free(&j->res);
 	call_free(&j->c);
 	free(j);
@@ -454,6 +472,10 @@ ik_aws_submit(struct ik_aws *a, const char *target, const cJSON *req,
 		return rc;
 	}
 	a->active++;
+	j->next_job = a->jobs;
+	if (a->jobs)
+		a->jobs->prev_job = j;
+	a->jobs = j;
 	return IK_OK;
 }
 

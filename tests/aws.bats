@@ -156,6 +156,10 @@ setup() {
 	[ "$status" -eq 75 ]
 	[ "$(grep -c "^call=[012] rc=75 " <<<"$output")" -eq 3 ]
 	[[ $output == *"(2 tries)"* ]]
+	# closed with calls in flight: none reported, nothing leaks (make sanitize)
+	AWS_PROBE_INFLIGHT=1 AWS_PROBE_ABANDON=1 AWS_ENDPOINT_URL_DYNAMODB=$FAKE/slow run --separate-stderr probe dynamodb DynamoDB_20120810.GetItem '{}' 4
+	[ "$status" -eq 0 ]
+	[[ $output == *"abandoned=4 reported=0"* ]]
 }
 
 @test "bad settings -> 78: AWS_MAX_ATTEMPTS, region name, CA bundle" {
