@@ -12,7 +12,7 @@ ik_dl_load(struct ik_dl *l, ik_err *err)
 
 	if (l->handle)
 		return IK_OK;
-	if (!(h = dlopen(l->soname, RTLD_NOW | RTLD_LOCAL)))
+	if (!(h = dlopen(l->soname, RTLD_LAZY | RTLD_LOCAL)))
 		return ik_errf(err, IK_CONFIG, "cannot load %s: %s (install the Debian "
 		    "package %s)", l->what, dlerror(), l->deb);
 	for (size_t i = 0; i < l->nsyms; i++) {
