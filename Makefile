@@ -24,6 +24,9 @@ DEPS := libcurl:libcurl4-openssl-dev libcjson:libcjson-dev \
 SIM_DEPS := libmicrohttpd:libmicrohttpd-dev gnutls:libgnutls28-dev
 PKG_CONFIG ?= pkg-config
 PKGS := $(foreach d,$(DEPS),$(word 1,$(subst :, ,$(d))))
+# Loaded with dlopen on first use (lib/dl.h): their headers, never their
+# link flags, so a process that does not use them does not load them.
+DL_PKGS := libcurl hiredis libpq
 
 # Debian packages per kind of target; mk/deps.sh installs the missing ones
 # (CMD:PACKAGE: only when CMD is not on PATH already).  `make demo` and
@@ -44,7 +47,7 @@ ifneq ($(strip $(MISSING)),)
 $(error missing libraries; install them with: apt-get install $(MISSING)   (or: make test, make demo, make deps, which install them as root))
 endif
 PKG_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PKGS))
-PKG_LIBS   := $(shell $(PKG_CONFIG) --libs $(PKGS))
+PKG_LIBS   := $(shell $(PKG_CONFIG) --libs $(filter-out $(DL_PKGS),$(PKGS)))
 # libjq (the bank request/response mapping): Debian's libjq-dev ships no
 # pkg-config file, so it is found by its header and linked as -ljq.
 ifeq ($(shell printf '\043include <jq.h>\n' | $(CC) $(CPPFLAGS) -E - >/dev/null 2>&1 && echo y),)

@@ -396,13 +396,11 @@ loop() {
 		fi
 		n=$((n + 1))
 		process "$work/recv"
+		# sqs-ack writes one envelope line per message straight into
+		# the loop's output (no copy per message); the messages it wrote
+		# none for are counted once, when the loop ends.
 		arc=0
-		$ACK < "$final" > "$work/acked" || arc=$?
-		if [ -s "$work/acked" ]; then
-			cat "$work/acked" >> "$tmp/$id.out"
-		else
-			n_unacked=$((n_unacked + 1))
-		fi
+		$ACK < "$final" >> "$tmp/$id.out" || arc=$?
 		# The queue refused the ack (busy, unreachable, misconfigured):
 		# the message was left and comes back.  A drain or --once run
 		# ends here with 75 as on a failed receive (the next run is the
@@ -415,6 +413,8 @@ loop() {
 		esac
 		[ "$once" -eq 1 ] && break
 	done
+	n_unacked=$((n - $(wc -l < "$tmp/$id.out")))
+	[ "$n_unacked" -ge 0 ] || n_unacked=0
 	: > "$tmp/$id.stats"
 	for k in $COUNTERS; do eval "echo \"$k \$n_$k\"" >> "$tmp/$id.stats"; done
 }

@@ -240,6 +240,8 @@ ik_redis_ensure(struct ik_redis *r, ik_err *err)
 
 	if (r->c)
 		return IK_OK;
+	if ((rc = ik_hiredis_load(err)) != IK_OK)
+		return ik_errwrap(err, "%s", r->u.label);
 	r->c = redisConnectWithTimeout(r->u.host, r->u.port, tv(ms));
 	if (!r->c || r->c->err)
 		return ctx_err(r, "connect", err);

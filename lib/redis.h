@@ -1,6 +1,7 @@
 /* redis.h: what the Redis store (store_redis.c) and the Redis cache
  * (store_cache.c) share: the URL, one connection with timeouts, and Lua
- * scripts run by SHA.  hiredis is called only from redis.c and those two.
+ * scripts run by SHA.  hiredis is called only from redis.c and those two,
+ * through redis_dl.h (loaded on first use).
  *
  * Rules: the password is a secret: it is never part of a message or a log
  * line (messages name "redis HOST:PORT/DB"), and it is wiped on free.
@@ -15,9 +16,8 @@
 
 #include <stdint.h>
 
-#include <hiredis/hiredis.h>
-
 #include "err.h"
+#include "redis_dl.h"
 
 struct ik_redis_url {
 	char *host;

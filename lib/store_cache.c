@@ -484,6 +484,9 @@ ik_store_cache_open(const char *url, int (*open)(const char *, struct ik_store *
 		    "spiped), see \"TLS to Redis\" in idemkit(7)");
 	if (strncmp(url, "redis://", 8) != 0)
 		return ik_errf(err, IK_CONFIG, "IDEMKIT_CACHE: want redis://HOST:PORT[/DB]");
+	/* Missing hiredis is configuration: refused at once, not bypassed. */
+	if ((rc = ik_hiredis_load(err)) != IK_OK)
+		return ik_errwrap(err, "IDEMKIT_CACHE");
 	if (!(c = calloc(1, sizeof *c)))
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	if ((rc = ik_redis_url_parse(url + 8, &c->r.u, err)) != IK_OK) {

@@ -1,6 +1,6 @@
 /* store_postgres.c: the PostgreSQL idempotency store (postgres://...,
  * postgresql://..., or a bare postgres: for libpq's PG* environment and
- * ~/.pgpass), through libpq.
+ * ~/.pgpass), through libpq, loaded when the store is opened (pq_dl.h).
  *
  * Rules: claim, finish, renotified, release and forget are each ONE
  * conditional statement under READ COMMITTED (an INSERT ... ON CONFLICT DO
@@ -26,11 +26,11 @@
 #include <string.h>
 #include <time.h>
 
-#include <libpq-fe.h>
 #include <sodium.h>
 
 #include "log.h"
 #include "outcome.h"
+#include "pq_dl.h"
 #include "store.h"
 #include "util.h"
 
@@ -911,6 +911,8 @@ ik_store_postgres_open(const char *url, struct ik_store *st, ik_err *err)
 	PQconninfoOption *opts;
 	int rc;
 
+	if ((rc = ik_pq_load(err)) != IK_OK)
+		return ik_errwrap(err, "postgres");
 	if (!(p = calloc(1, sizeof *p)))
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	st->impl = p;

@@ -288,6 +288,27 @@ SH
 	[ "$(bank_stat debits)" -eq 1 ]
 }
 
+@test "sqs-ack crashes with nothing written: the message is counted received, ack failed and left (75); the others settled" {
+	bank_start
+	cat > "$BATS_TEST_TMPDIR/ack" <<'SH'
+#!/bin/sh
+in=$(cat)
+case $in in *CHG-AK2*) exit 70 ;; esac
+printf '%s\n' "$in" | exec sqs-ack "$@"
+SH
+	chmod +x "$BATS_TEST_TMPDIR/ack"
+	{ event CHG-AK1; echo; event CHG-AK2; echo; event CHG-AK3; echo; } | sqs-send >/dev/null
+	SQS_ACK_CMD=$BATS_TEST_TMPDIR/ack run --separate-stderr charge-worker --drain "${fast[@]}"
+	echo "$(summary)"
+	[ "$status" -eq 75 ]
+	# debited counts what sqs-ack wrote; the bank and the record know all three
+	[[ "$(summary)" == *'"received":3,"debited":2,'* ]]
+	[[ "$(summary)" == *'"leftForRetry":1,"ackFailed":1,'* ]]
+	[ "$(bank_stat debits)" -eq 3 ]
+	[ "$(state CHG-AK2)" = DONE ]
+	[ "$(qcount)" = "0 1 0" ]
+}
+
 @test "--stream: charge-notify crashes mid-stream: every debited charge is recorded DNF, nothing debited twice" {
 	bank_start --latency 50ms
 	crash_notify

@@ -4,6 +4,7 @@
 # exactly the codes its --help lists, and a USAGE that matches.
 
 load helper
+bats_require_minimum_version 1.5.0
 
 @test "idemkit(7) prints the table of lib/outcome.c, row for row" {
 	run "$IDEMKIT_TEST_BIN/outcome_table"
@@ -115,4 +116,54 @@ layout_violations() {
 	[[ "$output" == *"a.c includes aws.h"* ]]
 	[[ "$output" == *"http.c includes banksim.h (the bank simulator is a test double)"* ]]
 	[[ "$output" != *"store_sqlite.c includes"* ]]
+}
+
+# without "SONAME..." CMD...: CMD where none of those libraries can be
+# loaded: a private mount namespace with /dev/null bound over each.
+without() {
+	local so p paths=''
+	for so in $1; do
+		p=$(ldconfig -p | awk -v so="$so" '$1 == so { print $NF; exit }')
+		[ -n "$p" ] || { echo "$so is not installed" >&2; return 99; }
+		paths="$paths $p"
+	done
+	shift
+	IK_HIDE=$paths unshare -m sh -c \
+		'for p in $IK_HIDE; do mount --bind /dev/null "$p" || exit 99; done; exec "$@"' sh "$@"
+}
+
+@test "libcurl, libpq and hiredis are loaded on first use: no command links them; the embedded default runs without them" {
+	local b
+	for b in "$IDEMKIT_BIN"/*; do
+		head -c 4 "$b" | grep -q ELF || continue
+		if readelf -d "$b" | grep -E 'NEEDED.*\[(libcurl|libpq|libhiredis)'; then
+			echo "$b links a library that lib/dl.h loads on first use" >&2
+			return 1
+		fi
+	done
+	unshare -m true 2>/dev/null || skip "needs unshare -m (root)"
+	ev "$(uid)" > "$BATS_TEST_TMPDIR/ev"
+	run without "libcurl.so.4 libpq.so.5 libhiredis.so.0.14" idemp-claim < "$BATS_TEST_TMPDIR/ev"
+	[ "$status" -eq 0 ]
+	[[ $output == *'"outcome":"ACQUIRED"'* ]]
+}
+
+@test "a missing libpq, hiredis or libcurl is CONFIG (78) naming the library and its Debian package" {
+	unshare -m true 2>/dev/null || skip "needs unshare -m (root)"
+	ev "$(uid)" > "$BATS_TEST_TMPDIR/ev"
+	run --separate-stderr without libpq.so.5 idemp-claim --store postgres://127.0.0.1:1/x < "$BATS_TEST_TMPDIR/ev"
+	[ "$status" -eq 78 ]
+	[[ $stderr == *"idemp-claim: postgres: cannot load libpq: "*"(install the Debian package libpq5)"* ]]
+	run --separate-stderr without libhiredis.so.0.14 idemp-claim --store redis://127.0.0.1:1 < "$BATS_TEST_TMPDIR/ev"
+	[ "$status" -eq 78 ]
+	[[ $stderr == *"cannot load hiredis: "*"(install the Debian package libhiredis0.14)"* ]]
+	IDEMKIT_CACHE=redis://127.0.0.1:1 run --separate-stderr without libhiredis.so.0.14 idemp-claim < "$BATS_TEST_TMPDIR/ev"
+	[ "$status" -eq 78 ]
+	[[ $stderr == *"IDEMKIT_CACHE: cannot load hiredis: "*"libhiredis0.14)"* ]]
+	# nothing was claimed on the way: the embedded store still has the charge free
+	idemp-claim < "$BATS_TEST_TMPDIR/ev" > "$BATS_TEST_TMPDIR/claimed"
+	IDEMKIT_BANK_URL=http://127.0.0.1:1/debits run --separate-stderr without libcurl.so.4 \
+		charge-debit < "$BATS_TEST_TMPDIR/claimed"
+	[ "$status" -eq 78 ]
+	[[ $stderr == *"cannot load libcurl: "*"(install the Debian package libcurl4)"* ]]
 }

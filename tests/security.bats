@@ -145,6 +145,31 @@ absent() {
 	[ -z "$output" ] || { echo "TLS verification switched off: $output"; return 1; }
 }
 
+@test "libpq and hiredis: only their adapters drive them; the lib/*_dl.c loaders name symbols and call none" {
+	local f bad=0
+	for f in $(product_c); do
+		case $f in
+		*/lib/store_postgres.c) ;;
+		*) if grep -nE '(^|[^A-Za-z_])PQ[a-zA-Z]+[[:space:]]*\(' "$f"; then
+			echo "libpq called outside lib/store_postgres.c: $f" >&2
+			bad=1
+		   fi ;;
+		esac
+		case $f in
+		*/lib/redis.c|*/lib/store_redis.c|*/lib/store_cache.c) ;;
+		*) if grep -nE '(^|[^A-Za-z_])(redis[A-Z][a-zA-Z]*|freeReplyObject)[[:space:]]*\(' "$f"; then
+			echo "hiredis called outside redis.c, store_redis.c, store_cache.c: $f" >&2
+			bad=1
+		   fi ;;
+		esac
+	done
+	[ "$bad" -eq 0 ]
+	# Their own headers only through the loaders' (a direct include would
+	# call the library by name, and the link would need it again).
+	run grep -lE '#include <(curl/curl|libpq-fe|hiredis/hiredis)\.h>' $(product_c) "$IDEMKIT_SRC"/lib/*.h
+	[ "$(printf '%s\n' "$output" | sed 's#.*/##' | sort | tr '\n' ' ')" = "curl_dl.h pq_dl.h redis_dl.h " ]
+}
+
 # tls_server DIR: an HTTPS server on loopback with a self-signed cert for
 # 127.0.0.1; logs each request path to DIR/log; sets TLS_PID, TLS_URL.
 tls_server() {

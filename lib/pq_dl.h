@@ -1,0 +1,60 @@
+/* pq_dl.h: libpq, loaded the first time it is needed (dl.h says why).
+ *
+ * lib/store_postgres.c, libpq's only caller, includes this header instead
+ * of <libpq-fe.h>, and ik_store_postgres_open calls ik_pq_load() before
+ * any PQ* function.
+ */
+#ifndef IK_PQ_DL_H
+#define IK_PQ_DL_H
+
+#include <libpq-fe.h>
+
+#include "dl.h"
+
+#ifndef IK_LIBPQ
+#define IK_LIBPQ "libpq.so.5"
+#endif
+#ifndef IK_LIBPQ_DEB
+#define IK_LIBPQ_DEB "libpq5"
+#endif
+
+#define IK_PQ_FUNCS(X) \
+	X(PQclear) X(PQcmdTuples) X(PQconnectdbParams) X(PQconnectionNeedsPassword) \
+	X(PQconninfoFree) X(PQconninfoParse) X(PQerrorMessage) X(PQexec) \
+	X(PQexecParams) X(PQexecPrepared) X(PQfinish) X(PQfreemem) X(PQgetisnull) \
+	X(PQgetvalue) X(PQntuples) X(PQprepare) X(PQreset) X(PQresultErrorField) \
+	X(PQresultStatus) X(PQsetNoticeProcessor) X(PQstatus)
+
+struct ik_pq_api {
+	IK_PQ_FUNCS(IK_DL_FIELD)
+};
+extern struct ik_pq_api ik_pq;
+
+/* IK_OK, or IK_CONFIG when libpq or one of its functions is missing. */
+int ik_pq_load(ik_err *err);
+
+#ifndef IK_PQ_DL_IMPL  /* pq_dl.c names the symbols themselves */
+#define PQclear                   (ik_pq.PQclear)
+#define PQcmdTuples               (ik_pq.PQcmdTuples)
+#define PQconnectdbParams         (ik_pq.PQconnectdbParams)
+#define PQconnectionNeedsPassword (ik_pq.PQconnectionNeedsPassword)
+#define PQconninfoFree            (ik_pq.PQconninfoFree)
+#define PQconninfoParse           (ik_pq.PQconninfoParse)
+#define PQerrorMessage            (ik_pq.PQerrorMessage)
+#define PQexec                    (ik_pq.PQexec)
+#define PQexecParams              (ik_pq.PQexecParams)
+#define PQexecPrepared            (ik_pq.PQexecPrepared)
+#define PQfinish                  (ik_pq.PQfinish)
+#define PQfreemem                 (ik_pq.PQfreemem)
+#define PQgetisnull               (ik_pq.PQgetisnull)
+#define PQgetvalue                (ik_pq.PQgetvalue)
+#define PQntuples                 (ik_pq.PQntuples)
+#define PQprepare                 (ik_pq.PQprepare)
+#define PQreset                   (ik_pq.PQreset)
+#define PQresultErrorField        (ik_pq.PQresultErrorField)
+#define PQresultStatus            (ik_pq.PQresultStatus)
+#define PQsetNoticeProcessor      (ik_pq.PQsetNoticeProcessor)
+#define PQstatus                  (ik_pq.PQstatus)
+#endif
+
+#endif
