@@ -227,7 +227,7 @@ struct call {
 	struct ik_http_req hr;
 	struct ik_buf th, tok, what;
 	const char *hdrs[4];
-	const char *op;           /* "PutItem": the target's last part */
+	const char *op;           /* "PutItem": the target's last part, in what */
 	char *body;
 };
 
@@ -290,6 +290,8 @@ prepare(struct ik_aws *a, const char *target, const cJSON *req, struct call *c, 
 	ik_buf_addstr(&c->what, c->op);
 	if (!c->th.p || !c->what.p || sign(a, c) < 0)
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	/* target need not outlive the call's start: the name from our copy */
+	c->op = c->what.p + strlen(a->service) + 1;
 	c->hr.method = "POST";
 	c->hr.url = a->endpoint;
 	c->hr.body = c->body;

@@ -99,7 +99,8 @@ int ik_aws_call(struct ik_aws *a, const char *target, const cJSON *req,
 typedef void (*ik_aws_cb)(void *arg, int rc, cJSON *resp, const struct ik_aws_error *aerr,
                           const ik_err *err);
 
-/* Starts a call (req is printed now; it need not outlive this).  IK_OK: cb
+/* Starts a call (target and req are copied now; they need not outlive
+ * this).  IK_OK: cb
  * is called exactly once, from a later ik_aws_run.  Any other code (as
  * ik_aws_call would return it, e.g. credentials that cannot be refreshed):
  * nothing was started and cb is never called. */
