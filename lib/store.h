@@ -23,10 +23,28 @@
  *    alone).  An adapter without begin/commit (NULL) is one item at a time.
  *  - transient trouble (busy, unreachable, throttled) is IK_TEMPFAIL;
  *    bad configuration IK_CONFIG.
+ *  - in flight (optional ops claim_start, finish_start, run, active; for
+ *    adapters whose writes cross a network, DynamoDB): many claims and
+ *    finishes outstanding at once, from one thread.  Each is still the ONE
+ *    conditional write above (a claim refused without the old item in the
+ *    answer adds the one consistent read that decides it, and an expired
+ *    lease found there writes again, as boundedly as the blocking claim),
+ *    its refusal decided by ik_claim_decide; none waits for another, so
+ *    they take effect, and answer, in any order.  A start that returns
+ *    IK_OK calls its callback exactly once, later, from run, with what the
+ *    blocking op would have returned (res filled for a claim); any other
+ *    code started nothing and the callback is never called.  req, its
+ *    strings and res must stay valid until the callback.  The callback may
+ *    make a blocking call on the same store (a rare path: release, a stale
+ *    refusal's finish); that call moves the other ops on but calls no other
+ *    op's callback.  The blocking claim and finish of such an adapter ARE
+ *    start + run until the callback: one implementation.  Groups and
+ *    in-flight ops do not mix.
  */
 #ifndef IK_STORE_H
 #define IK_STORE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "err.h"
@@ -139,6 +157,9 @@ typedef int (*ik_record_cb)(const struct ik_record *r, void *arg);
 
 struct ik_store;
 
+/* An in-flight op's answer (claim_start, finish_start). */
+typedef void (*ik_store_cb)(void *arg, int rc, const ik_err *err);
+
 struct ik_store_ops {
 	const char *name;   /* "sqlite", "dynamodb" */
 	/* Create or migrate the schema/table; idempotent. */
@@ -183,6 +204,22 @@ struct ik_store_ops {
 	 * read, and idemp-stats says so (exit 78).  IK_OK or an error. */
 	int (*stats)(struct ik_store *s, int64_t now_ms, struct ik_store_stats *st,
 	             ik_err *err);
+	/* Optional in-flight ops (see the rules above); all four or none.
+	 * rc is what claim (res filled) or finish would have returned; err is
+	 * set when rc != IK_OK. */
+	int (*claim_start)(struct ik_store *s, const struct ik_claim_req *req,
+	                   struct ik_claim_res *res, ik_store_cb cb, void *arg, ik_err *err);
+	int (*finish_start)(struct ik_store *s, const struct ik_finish_req *req,
+	                    ik_store_cb cb, void *arg, ik_err *err);
+	/* Moves the ops on and calls the callbacks of those finished.  When
+	 * none has finished, first waits up to timeout_ms (-1: as long as it
+	 * takes) for one, or for fd (>= 0; *readable set when it is readable,
+	 * so a stream reads its next lines meanwhile).  IK_OK, or IK_SOFTWARE
+	 * with err when the ops in flight are lost (their callbacks never
+	 * come). */
+	int (*run)(struct ik_store *s, int fd, int *readable, int timeout_ms, ik_err *err);
+	/* Ops started whose callback has not yet been called. */
+	size_t (*active)(struct ik_store *s);
 };
 
 struct ik_store {
