@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 #include <sodium.h>
 
+#include "cli.h"
 #include "log.h"
 #include "outcome.h"
 #include "redis.h"
@@ -319,6 +320,43 @@ ik_store_lazy_get(struct ik_store_lazy *l, ik_err *err)
 	if (!l->store)
 		*err = l->open_err;
 	return l->store;
+}
+
+int
+ik_store_lazy_inflight(struct ik_store_lazy *l)
+{
+	ik_err err = { 0 };
+	struct ik_store *s = ik_store_lazy_get(l, &err);
+
+	return s && s->ops->claim_start && s->ops->finish_start && s->ops->run &&
+	    s->ops->active;
+}
+
+int
+ik_store_lazy_wait(struct ik_store_lazy *l, int fd, int *readable)
+{
+	ik_err err = { 0 };
+
+	if (l->store->ops->run(l->store, fd, readable, 1000, &err) == IK_OK)
+		return 0;
+	ik_warnx("%s", err.msg);
+	return -1;
+}
+
+int
+ik_store_inflight(const char *opt, size_t *out)
+{
+	const char *v = opt ? opt : getenv("IDEMKIT_STORE_INFLIGHT");
+	long long n;
+
+	*out = IK_STORE_INFLIGHT_DEFAULT;
+	if (!v || (!opt && !*v))
+		return IK_OK;
+	if (ik_opt_int(opt ? "--inflight" : "IDEMKIT_STORE_INFLIGHT", v, 1,
+	    IK_STORE_INFLIGHT_MAX, &n) < 0)
+		return opt ? IK_USAGE : IK_CONFIG;
+	*out = (size_t)n;
+	return IK_OK;
 }
 
 int

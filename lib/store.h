@@ -246,6 +246,20 @@ struct ik_store_lazy {
 };
 /* The open store, or NULL with *err set to why it could not be opened. */
 struct ik_store *ik_store_lazy_get(struct ik_store_lazy *l, ik_err *err);
+/* Whether the store offers the in-flight ops (claim_start...): opens it
+ * now, and a failure to open is kept as on first use (then 0: the steps
+ * take the group path, and each envelope records the failure). */
+int ik_store_lazy_inflight(struct ik_store_lazy *l);
+/* step.h's wait over the open store's run (1 s at most, so the loop sees
+ * a stop signal): 0, or -1 after a message. */
+int ik_store_lazy_wait(struct ik_store_lazy *l, int fd, int *readable);
+/* --inflight for the store steps in --stream: opt when set, else
+ * $IDEMKIT_STORE_INFLIGHT, else IK_STORE_INFLIGHT_DEFAULT (idemp-claim(1)
+ * says why), 1 to IK_STORE_INFLIGHT_MAX.  IK_OK, or IK_USAGE (a bad
+ * option) or IK_CONFIG (a bad variable) after a one-line complaint. */
+#define IK_STORE_INFLIGHT_DEFAULT 32
+#define IK_STORE_INFLIGHT_MAX 1024
+int ik_store_inflight(const char *opt, size_t *out);
 /* step.h's group hooks over a struct ik_store_lazy (its group_ctx). */
 int ik_store_group_begin(void *lazy);
 int ik_store_group_commit(void *lazy);
