@@ -11,6 +11,13 @@
  * debited again.  Such a copy that finds NO record is refused
  * (STALE_EVENT, to the DLQ); one that finds its record is decided by it
  * as always.  See stale_refusal for why that stays one conditional write.
+ *
+ * In --stream, on a store that offers claims in flight (DynamoDB), up to
+ * --inflight claims are outstanding at once (step.h's start, wait, reap),
+ * each still its own conditional write, and each envelope is written as
+ * soon as its answer is in: out of order.  The one-shot and group paths run
+ * the same prepare and claimed around the blocking claim; a stale
+ * refusal's finish, rare, is a blocking call from the answer.
  */
 #include <getopt.h>
 #include <stdio.h>

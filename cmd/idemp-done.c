@@ -5,6 +5,10 @@
  * --state the final state comes from the envelope; an envelope with nothing
  * to record (not acquired, debit transient) passes through untouched.  A
  * debit left for lack of lease (LEASE_SHORT) has its claim released.
+ * In --stream on a store that offers finishes in flight (DynamoDB), up to
+ * --inflight finishes are outstanding at once (step.h's start, wait, reap)
+ * and envelopes leave as their answers come; a release, rare, is made on
+ * its own meanwhile, and re-notify mode keeps the group path.
  */
 #include <getopt.h>
 #include <stdio.h>

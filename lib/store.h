@@ -34,12 +34,12 @@
  *    IK_OK calls its callback exactly once, later, from run, with what the
  *    blocking op would have returned (res filled for a claim); any other
  *    code started nothing and the callback is never called.  req, its
- *    strings and res must stay valid until the callback.  The callback may
- *    make a blocking call on the same store (a rare path: release, a stale
- *    refusal's finish); that call moves the other ops on but calls no other
- *    op's callback.  The blocking claim and finish of such an adapter ARE
- *    start + run until the callback: one implementation.  Groups and
- *    in-flight ops do not mix.
+ *    strings and res must stay valid until the callback.  A blocking call
+ *    on the same store while ops are in flight (a rare path, from a
+ *    callback or between starts: release, a stale refusal's finish) moves
+ *    them on but calls none of their callbacks; run does.  The blocking
+ *    claim and finish of such an adapter ARE start + run until the
+ *    callback: one implementation.  Groups and in-flight ops do not mix.
  */
 #ifndef IK_STORE_H
 #define IK_STORE_H

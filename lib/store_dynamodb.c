@@ -26,6 +26,10 @@
  * when the returned list is over IK_HISTORY_MAX, one more UpdateItem
  * removes the oldest, conditioned on the length it saw (another writer's
  * append in between: the next write trims).
+ * In flight (store.h): the claim and the conditional updates are ops, small
+ * state machines over ik_aws_submit (see "writes in flight"); the blocking
+ * claim, finish, release and re-notify are the same ops run to their end,
+ * so each request and each decision is written once.
  */
 #include <poll.h>
 #include <stdarg.h>
@@ -1625,9 +1629,18 @@ static void
 dd_close(struct ik_store *st)
 {
 	struct ddb *d = st->impl;
+	struct op *o;
 
 	if (!d)
 		return;
+	/* Answers not yet acted on or reported (a stream that ended early):
+	 * the calls still in flight die with the client. */
+	while ((o = op_dequeue(&d->answered, &d->answered_last)) ||
+	       (o = op_dequeue(&d->done, &d->done_last))) {
+		cJSON_Delete(o->resp);
+		cJSON_Delete(o->write);
+		free(o);
+	}
 	ik_aws_close(d->aws);
 	free(d->table);
 	free(d->key);
