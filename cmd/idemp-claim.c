@@ -50,12 +50,9 @@ static const int codes[] = { IK_OK, IK_DUP_DONE, IK_DUP_IN_PROGRESS,
 	IK_DUP_FAILED, IK_PAYLOAD_MISMATCH, IK_STALE_EVENT, IK_USAGE,
 	IK_DATAERR, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1 };
 
-struct job;
-
 struct ctx {
 	struct ik_store_lazy db;
 	int64_t lease_ms, retention_ms;
-	struct job *finished, *last;   /* answered, not yet reaped (FIFO) */
 };
 
 /* How much sooner than the retention a copy counts as stale: a tenth of
@@ -114,9 +111,9 @@ stale_refusal(struct ctx *c, struct ik_store *store, const struct ik_claim_req *
 }
 
 /* One claim from its envelope to its result: on the stack for a claim
- * made alone, in flight (--stream on a store that offers it) until the
- * store answered, then on c->finished until reaped.  req's strings point
- * into it and into env, so they live until the answer. */
+ * made alone, on the heap while in flight (--stream on a store that offers
+ * it) until the store answered.  req's strings point into it and into env,
+ * so they live until the answer. */
 struct job {
 	struct ctx *c;
 	cJSON *env;
@@ -124,7 +121,6 @@ struct job {
 	char token[IK_TOKEN_HEX];
 	struct ik_claim_req req;
 	struct ik_claim_res res;
-	struct job *next;
 };
 
 /* The claim could not be made (rc, err): no store, or the store failed. */
@@ -248,8 +244,8 @@ answered(void *arg, int rc, const ik_err *err)
 	struct ctx *c = j->c;
 
 	claimed(j, c->db.store, rc, err);
-	*(c->finished ? &c->last->next : &c->finished) = j;   /* reaped as answered */
-	c->last = j;
+	ik_store_lazy_done(&c->db, j->env);
+	free(j);
 }
 
 static int
@@ -286,16 +282,7 @@ claim_wait(void *arg, int fd, int *readable)
 static cJSON *
 claim_reap(void *arg)
 {
-	struct ctx *c = arg;
-	struct job *j = c->finished;
-	cJSON *env;
-
-	if (!j)
-		return NULL;
-	c->finished = j->next;
-	env = j->env;
-	free(j);
-	return env;
+	return ik_store_lazy_reap(&((struct ctx *)arg)->db);
 }
 
 int
@@ -337,12 +324,12 @@ main(int argc, char **argv)
 	if ((rc = ik_store_inflight(inflight, &st.inflight)) != IK_OK)
 		return rc;
 	c.retention_ms = ik_store_retention_ms();
-	if (st.stream && ik_store_lazy_inflight(&c.db)) {
+	if (st.stream && ik_store_lazy_inflight(&c.db, st.inflight)) {
 		st.start = claim_start;
 		st.wait = claim_wait;
 		st.reap = claim_reap;
 	}
 	rc = ik_step_run(&st);
-	ik_store_close(c.db.store);
+	ik_store_lazy_close(&c.db);
 	return rc;
 }

@@ -43,13 +43,10 @@ static const int codes[] = {
 	IK_OK, IK_LEASE_LOST, IK_USAGE, IK_DATAERR, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1
 };
 
-struct job;
-
 struct ctx {
 	struct ik_store_lazy db;
 	enum ik_state state;
 	int renotified;
-	struct job *finished, *last;   /* answered, not yet reaped (FIFO) */
 };
 
 /* Re-notify: the envelope came from idemp-list --format envelope through
@@ -156,14 +153,13 @@ last_error(const cJSON *env)
 }
 
 /* One finish from its envelope to its result: on the stack for a finish
- * made alone, in flight (--stream on a store that offers it) until the
- * store answered, then on c->finished until reaped.  req's strings point
- * into env (or are literals), so they live until the answer. */
+ * made alone, on the heap while in flight (--stream on a store that offers
+ * it) until the store answered.  req's strings point into env (or are
+ * literals), so they live until the answer. */
 struct job {
 	struct ctx *c;
 	cJSON *env;
 	struct ik_finish_req req;
-	struct job *next;
 };
 
 /* Reads the envelope into j->req: 1 when the finish is to be made, else 0
@@ -261,8 +257,8 @@ answered(void *arg, int rc, const ik_err *err)
 	struct ctx *c = j->c;
 
 	recorded(j, rc, err);
-	*(c->finished ? &c->last->next : &c->finished) = j;   /* reaped as answered */
-	c->last = j;
+	ik_store_lazy_done(&c->db, j->env);
+	free(j);
 }
 
 static int
@@ -298,16 +294,7 @@ done_wait(void *arg, int fd, int *readable)
 static cJSON *
 done_reap(void *arg)
 {
-	struct ctx *c = arg;
-	struct job *j = c->finished;
-	cJSON *env;
-
-	if (!j)
-		return NULL;
-	c->finished = j->next;
-	env = j->env;
-	free(j);
-	return env;
+	return ik_store_lazy_reap(&((struct ctx *)arg)->db);
 }
 
 int
@@ -355,12 +342,12 @@ main(int argc, char **argv)
 	if ((rc = ik_store_inflight(inflight, &st.inflight)) != IK_OK)
 		return rc;
 	/* Re-notify is a recovery job's rare write: it keeps the group path. */
-	if (st.stream && !c.renotified && ik_store_lazy_inflight(&c.db)) {
+	if (st.stream && !c.renotified && ik_store_lazy_inflight(&c.db, st.inflight)) {
 		st.start = done_start;
 		st.wait = done_wait;
 		st.reap = done_reap;
 	}
 	rc = ik_step_run(&st);
-	ik_store_close(c.db.store);
+	ik_store_lazy_close(&c.db);
 	return rc;
 }

@@ -323,13 +323,47 @@ ik_store_lazy_get(struct ik_store_lazy *l, ik_err *err)
 }
 
 int
-ik_store_lazy_inflight(struct ik_store_lazy *l)
+ik_store_lazy_inflight(struct ik_store_lazy *l, size_t n)
 {
 	ik_err err = { 0 };
 	struct ik_store *s = ik_store_lazy_get(l, &err);
 
-	return s && s->ops->claim_start && s->ops->finish_start && s->ops->run &&
-	    s->ops->active;
+	if (!s || !s->ops->claim_start || !s->ops->finish_start || !s->ops->run ||
+	    !s->ops->active || !n || !(l->done = calloc(n, sizeof *l->done)))
+		return 0;
+	l->done_cap = n;
+	return 1;
+}
+
+void
+ik_store_lazy_done(struct ik_store_lazy *l, cJSON *env)
+{
+	/* The step loop starts at most done_cap envelopes it has not reaped. */
+	l->done[(l->done_head + l->done_n++) % l->done_cap] = env;
+}
+
+cJSON *
+ik_store_lazy_reap(struct ik_store_lazy *l)
+{
+	cJSON *env;
+
+	if (!l->done_n)
+		return NULL;
+	env = l->done[l->done_head];
+	l->done_head = (l->done_head + 1) % l->done_cap;
+	l->done_n--;
+	return env;
+}
+
+void
+ik_store_lazy_close(struct ik_store_lazy *l)
+{
+	while (l->done_n)
+		cJSON_Delete(ik_store_lazy_reap(l));
+	free(l->done);
+	l->done = NULL;
+	ik_store_close(l->store);
+	l->store = NULL;
 }
 
 int

@@ -243,16 +243,28 @@ struct ik_store_lazy {
 	const char *url;          /* NULL: $IDEMKIT_STORE or the default */
 	struct ik_store *store;
 	ik_err open_err;
+	/* in flight: the envelopes answered and not yet reaped, oldest first
+	 * (a ring of the in-flight count's slots: never full) */
+	struct cJSON **done;
+	size_t done_cap, done_head, done_n;
 };
 /* The open store, or NULL with *err set to why it could not be opened. */
 struct ik_store *ik_store_lazy_get(struct ik_store_lazy *l, ik_err *err);
-/* Whether the store offers the in-flight ops (claim_start...): opens it
- * now, and a failure to open is kept as on first use (then 0: the steps
- * take the group path, and each envelope records the failure). */
-int ik_store_lazy_inflight(struct ik_store_lazy *l);
-/* step.h's wait over the open store's run (1 s at most, so the loop sees
- * a stop signal): 0, or -1 after a message. */
+/* Whether the store offers the in-flight ops (claim_start...), for up to
+ * n envelopes in flight: opens it now, and a failure to open is kept as on
+ * first use (then 0: the steps take the group path, and each envelope
+ * records the failure). */
+int ik_store_lazy_inflight(struct ik_store_lazy *l, size_t n);
+/* step.h's wait and reap for the store steps: wait runs the open store
+ * (1 s at most, so the loop sees a stop signal): 0, or -1 after a
+ * message; an op's callback hands its envelope, result recorded, to
+ * ik_store_lazy_done, and reap returns them in that order, NULL when
+ * none is waiting. */
 int ik_store_lazy_wait(struct ik_store_lazy *l, int fd, int *readable);
+void ik_store_lazy_done(struct ik_store_lazy *l, struct cJSON *env);
+struct cJSON *ik_store_lazy_reap(struct ik_store_lazy *l);
+/* Closes the store and frees what the lazy holds. */
+void ik_store_lazy_close(struct ik_store_lazy *l);
 /* --inflight for the store steps in --stream: opt when set, else
  * $IDEMKIT_STORE_INFLIGHT, else IK_STORE_INFLIGHT_DEFAULT (idemp-claim(1)
  * says why), 1 to IK_STORE_INFLIGHT_MAX.  IK_OK, or IK_USAGE (a bad
