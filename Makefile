@@ -142,6 +142,7 @@ check: check-build $(NODE_STAMP)
 	  'IDEMKIT_TEST_BACKEND=dynamodb tests/store.bats' \
 	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/store.bats' \
 	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/dynamodb.bats' \
+	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/ddb-inflight.bats' \
 	  'IDEMKIT_TEST_BACKEND=redis tests/store.bats' \
 	  'IDEMKIT_TEST_BACKEND=postgres tests/store.bats' \
 	  'IDEMKIT_TEST_BACKEND=sqlite-cache tests/store.bats' \

@@ -11,6 +11,13 @@
  * debited again.  Such a copy that finds NO record is refused
  * (STALE_EVENT, to the DLQ); one that finds its record is decided by it
  * as always.  See stale_refusal for why that stays one conditional write.
+ *
+ * In --stream, on a store that offers claims in flight (DynamoDB), up to
+ * --inflight claims are outstanding at once (step.h's start, wait, reap),
+ * each still its own conditional write, and each envelope is written as
+ * soon as its answer is in: out of order.  The one-shot and group paths run
+ * the same prepare and claimed around the blocking claim; a stale
+ * refusal's finish, rare, is a blocking call from the answer.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -27,10 +34,14 @@
 #include "util.h"
 
 static const char usage[] =
-	"usage: idemp-claim [--stream] [--lease DUR] [--store URL] < envelope|event\n";
+	"usage: idemp-claim [--stream] [--inflight N] [--lease DUR] [--store URL]\n"
+	"                   < envelope|event\n";
 static const char options[] =
 	"  -s, --stream       many envelopes in, one out per line; outcome in the envelope\n"
 	"  -l, --lease DUR    how long the claim is held (default 120s; $IDEMKIT_LEASE)\n"
+	"  -n, --inflight N   with --stream on DynamoDB: up to N claims in flight (1-1024,\n"
+	"                     default 32, $IDEMKIT_STORE_INFLIGHT); envelopes then\n"
+	"                     leave in the order the answers come\n"
 	"  -S, --store URL    sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE,\n"
 	"                     else sqlite:$IDEMKIT_STATE_DIR/idempotency.db)\n"
 	"  -h, --help         this help\n"
@@ -99,23 +110,48 @@ stale_refusal(struct ctx *c, struct ik_store *store, const struct ik_claim_req *
 	return IK_STALE_EVENT;
 }
 
-static int
-claim(cJSON *env, void *arg)
-{
-	struct ctx *c = arg;
+/* One claim from its envelope to its result: on the stack for a claim
+ * made alone, on the heap while in flight (--stream on a store that offers
+ * it) until the store answered.  req's strings point into it and into env,
+ * so they live until the answer. */
+struct job {
+	struct ctx *c;
+	cJSON *env;
 	struct ik_event ev;
+	char token[IK_TOKEN_HEX];
 	struct ik_claim_req req;
 	struct ik_claim_res res;
-	struct ik_store *store;
-	char token[IK_TOKEN_HEX], why[1536];
+};
+
+/* The claim could not be made (rc, err): no store, or the store failed. */
+static int
+failed(struct job *j, int rc, const ik_err *err)
+{
+	cJSON *r = ik_env_set_result(j->env, "claim", rc);
+
+	cJSON_AddStringToObject(r, "chargeId", j->ev.charge_id);
+	note(r, "error", err->msg);
+	ik_warnx("%s", err->msg);
+	return rc;
+}
+
+/* Reads the envelope into j: 1 when the claim is to be made (on *store),
+ * else 0 with its outcome in *out, already recorded (claimed upstream, a
+ * bad event, no store). */
+static int
+prepare(struct job *j, struct ik_store **store, int *out)
+{
+	struct ctx *c = j->c;
+	cJSON *env = j->env, *r;
 	const char *body = ik_env_body(env);
 	ik_err err = { 0 };
-	cJSON *r;
 	int rc;
 
-	if (ik_env_result(env, "claim"))
-		return ik_env_outcome(env);   /* already claimed upstream */
-	if ((rc = ik_event_parse(body, strlen(body), &ev, &err)) != IK_OK) {
+	if (ik_env_result(env, "claim")) {
+		*out = ik_env_outcome(env);   /* already claimed upstream */
+		return 0;
+	}
+	if ((rc = ik_event_parse(body, strlen(body), &j->ev, &err)) != IK_OK) {
 		char id[IK_CHARGE_ID_MAX + 1];
 		ik_event_peek_id(body, id);
 		r = ik_env_set_result(env, "claim", rc);
@@ -123,61 +159,130 @@ claim(cJSON *env, void *arg)
 		ik_log(IK_LOG_WARN, "invalid event", "step", "claim", "chargeId", id[0] ? id : NULL,
 		    "messageId", ik_env_str(env, "messageId"), "outcome", ik_code_name(rc),
 		    "error", err.msg, NULL);
-		return rc;
+		*out = rc;
+		return 0;
 	}
-	if (!(store = ik_store_lazy_get(&c->db, &err))) {
-		rc = err.code;
-		goto failed;
+	if (!(*store = ik_store_lazy_get(&c->db, &err))) {
+		*out = failed(j, err.code, &err);
+		return 0;
 	}
-	ik_store_token(token);
-	req = (struct ik_claim_req){
-		.key = ev.charge_id, .fingerprint = ev.fingerprint, .event = body,
-		.token = token, .now_ms = ik_now_ms(), .lease_ms = c->lease_ms,
+	ik_store_token(j->token);
+	j->req = (struct ik_claim_req){
+		.key = j->ev.charge_id, .fingerprint = j->ev.fingerprint, .event = body,
+		.token = j->token, .now_ms = ik_now_ms(), .lease_ms = c->lease_ms,
 	};
-	req.expires_at = (req.now_ms + c->retention_ms) / 1000;
-	if ((rc = store->ops->claim(store, &req, &res, &err)) != IK_OK)
-		goto failed;
+	j->req.expires_at = (j->req.now_ms + c->retention_ms) / 1000;
+	return 1;
+}
 
-	rc = res.code;
+/* The store's answer (rc, err as store.h's claim returns them) into the
+ * envelope; the outcome. */
+static int
+claimed(struct job *j, struct ik_store *store, int rc, const ik_err *err)
+{
+	const struct ik_claim_res *res = &j->res;
+	cJSON *env = j->env, *r;
+	char why[1536];
+
+	if (rc != IK_OK)
+		return failed(j, rc, err);
+	rc = res->code;
 	if (rc == IK_OK)
-		rc = stale_refusal(c, store, &req, &res, ik_env_first_sent_at(env), why, sizeof why);
+		rc = stale_refusal(j->c, store, &j->req, res, ik_env_first_sent_at(env), why,
+		    sizeof why);
 	r = ik_env_set_result(env, "claim", rc);
-	cJSON_AddStringToObject(r, "chargeId", ev.charge_id);
+	cJSON_AddStringToObject(r, "chargeId", j->ev.charge_id);
 	if (rc == IK_STALE_EVENT) {
 		cJSON_AddNumberToObject(r, "firstSentAt", (double)ik_env_first_sent_at(env));
 		cJSON_AddStringToObject(r, "error", why);
 	} else if (rc == IK_OK) {
-		cJSON_AddStringToObject(r, "token", token);
-		cJSON_AddNumberToObject(r, "attempt", (double)res.attempt);
-		cJSON_AddNumberToObject(r, "leaseUntil", (double)res.lease_until);
+		cJSON_AddStringToObject(r, "token", j->token);
+		cJSON_AddNumberToObject(r, "attempt", (double)res->attempt);
+		cJSON_AddNumberToObject(r, "leaseUntil", (double)res->lease_until);
 	} else {
-		cJSON_AddStringToObject(r, "state", ik_state_name(res.cur.state));
-		cJSON_AddNumberToObject(r, "attempts", (double)res.cur.attempts);
+		cJSON_AddStringToObject(r, "state", ik_state_name(res->cur.state));
+		cJSON_AddNumberToObject(r, "attempts", (double)res->cur.attempts);
 		if (rc == IK_DUP_IN_PROGRESS)
-			cJSON_AddNumberToObject(r, "leaseUntil", (double)res.lease_until);
-		note(r, "debitRef", res.cur.debit_ref);
+			cJSON_AddNumberToObject(r, "leaseUntil", (double)res->lease_until);
+		note(r, "debitRef", res->cur.debit_ref);
 		if (rc == IK_PAYLOAD_MISMATCH)
 			cJSON_AddStringToObject(r, "error", "the same chargeId was first claimed "
 			    "with different accountId, amount, currency or chargeType");
 		else
-			note(r, "error", res.cur.last_error);
+			note(r, "error", res->cur.last_error);
 	}
-	ik_record_free(&res.cur);   /* also set on our own claim found again */
+	ik_record_free(&j->res.cur);   /* also set on our own claim found again */
 	if (rc == IK_STALE_EVENT)
 		ik_log(IK_LOG_WARN, "stale event refused", "step", "claim", "chargeId",
-		    ev.charge_id, "messageId", ik_env_str(env, "messageId"), "outcome",
+		    j->ev.charge_id, "messageId", ik_env_str(env, "messageId"), "outcome",
 		    ik_code_name(rc), "error", why, NULL);
 	ik_log(rc == IK_OK ? IK_LOG_DEBUG : IK_LOG_INFO, "claim", "step", "claim",
-	    "chargeId", ev.charge_id, "messageId", ik_env_str(env, "messageId"),
+	    "chargeId", j->ev.charge_id, "messageId", ik_env_str(env, "messageId"),
 	    "outcome", rc == IK_OK ? "ACQUIRED" : ik_code_name(rc), NULL);
 	return rc;
+}
 
-failed:
-	r = ik_env_set_result(env, "claim", rc);
-	cJSON_AddStringToObject(r, "chargeId", ev.charge_id);
-	note(r, "error", err.msg);
-	ik_warnx("%s", err.msg);
-	return rc;
+static int
+claim(cJSON *env, void *arg)
+{
+	struct job j = { .c = arg, .env = env };
+	struct ik_store *store = NULL;
+	ik_err err = { 0 };
+	int rc;
+
+	if (!prepare(&j, &store, &rc))
+		return rc;
+	rc = store->ops->claim(store, &j.req, &j.res, &err);
+	return claimed(&j, store, rc, &err);
+}
+
+/* --stream on a store with in-flight claims: step.h's start, wait, reap. */
+static void
+answered(void *arg, int rc, const ik_err *err)
+{
+	struct job *j = arg;
+	struct ctx *c = j->c;
+
+	claimed(j, c->db.store, rc, err);
+	ik_store_lazy_done(&c->db, j->env);
+	free(j);
+}
+
+static int
+claim_start(cJSON *env, void *arg)
+{
+	struct ctx *c = arg;
+	struct ik_store *store = NULL;
+	struct job *j = calloc(1, sizeof *j);
+	ik_err err = { 0 };
+	int rc;
+
+	if (!j) {
+		failed(&(struct job){ .c = c, .env = env }, IK_SOFTWARE,
+		    &(ik_err){ .code = IK_SOFTWARE, .msg = "out of memory" });
+		return 1;
+	}
+	*j = (struct job){ .c = c, .env = env };
+	if (prepare(j, &store, &rc)) {
+		if ((rc = store->ops->claim_start(store, &j->req, &j->res, answered, j,
+		    &err)) == IK_OK)
+			return 0;
+		claimed(j, store, rc, &err);
+	}
+	free(j);
+	return 1;
+}
+
+static int
+claim_wait(void *arg, int fd, int *readable)
+{
+	return ik_store_lazy_wait(&((struct ctx *)arg)->db, fd, readable);
+}
+
+static cJSON *
+claim_reap(void *arg)
+{
+	return ik_store_lazy_reap(&((struct ctx *)arg)->db);
 }
 
 int
@@ -186,6 +291,7 @@ main(int argc, char **argv)
 	static const struct option longopts[] = {
 		{ "stream", no_argument, NULL, 's' },
 		{ "lease", required_argument, NULL, 'l' },
+		{ "inflight", required_argument, NULL, 'n' },
 		{ "store", required_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -196,13 +302,15 @@ main(int argc, char **argv)
 	    .begin = ik_store_group_begin, .commit = ik_store_group_commit,
 	    .group_ctx = &c.db };
 	const char *lease = getenv("IDEMKIT_LEASE");
+	const char *inflight = NULL;
 	int ch, rc;
 
 	ik_cli_init(argv[0]);
-	while ((ch = getopt_long(argc, argv, "sl:S:hV", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "sl:n:S:hV", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 's': st.stream = 1; break;
 		case 'l': lease = optarg; break;
+		case 'n': inflight = optarg; break;
 		case 'S': c.db.url = optarg; break;
 		case 'h': return ik_help(usage, options, codes);
 		case 'V': return ik_version();
@@ -213,8 +321,15 @@ main(int argc, char **argv)
 		return ik_usage(usage);
 	if (lease && ik_opt_duration("--lease", lease, 1000, INT64_MAX, &c.lease_ms) < 0)
 		return IK_USAGE;
+	if ((rc = ik_store_inflight(inflight, &st.inflight)) != IK_OK)
+		return rc;
 	c.retention_ms = ik_store_retention_ms();
+	if (st.stream && ik_store_lazy_inflight(&c.db, st.inflight)) {
+		st.start = claim_start;
+		st.wait = claim_wait;
+		st.reap = claim_reap;
+	}
 	rc = ik_step_run(&st);
-	ik_store_close(c.db.store);
+	ik_store_lazy_close(&c.db);
 	return rc;
 }

@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 #include <sodium.h>
 
+#include "cli.h"
 #include "log.h"
 #include "outcome.h"
 #include "redis.h"
@@ -319,6 +320,77 @@ ik_store_lazy_get(struct ik_store_lazy *l, ik_err *err)
 	if (!l->store)
 		*err = l->open_err;
 	return l->store;
+}
+
+int
+ik_store_lazy_inflight(struct ik_store_lazy *l, size_t n)
+{
+	ik_err err = { 0 };
+	struct ik_store *s = ik_store_lazy_get(l, &err);
+
+	if (!s || !s->ops->claim_start || !s->ops->finish_start || !s->ops->run ||
+	    !s->ops->active || !n || !(l->done = calloc(n, sizeof *l->done)))
+		return 0;
+	l->done_cap = n;
+	return 1;
+}
+
+void
+ik_store_lazy_done(struct ik_store_lazy *l, cJSON *env)
+{
+	/* The step loop starts at most done_cap envelopes it has not reaped. */
+	l->done[(l->done_head + l->done_n++) % l->done_cap] = env;
+}
+
+cJSON *
+ik_store_lazy_reap(struct ik_store_lazy *l)
+{
+	cJSON *env;
+
+	if (!l->done_n)
+		return NULL;
+	env = l->done[l->done_head];
+	l->done_head = (l->done_head + 1) % l->done_cap;
+	l->done_n--;
+	return env;
+}
+
+void
+ik_store_lazy_close(struct ik_store_lazy *l)
+{
+	while (l->done_n)
+		cJSON_Delete(ik_store_lazy_reap(l));
+	free(l->done);
+	l->done = NULL;
+	ik_store_close(l->store);
+	l->store = NULL;
+}
+
+int
+ik_store_lazy_wait(struct ik_store_lazy *l, int fd, int *readable)
+{
+	ik_err err = { 0 };
+
+	if (l->store->ops->run(l->store, fd, readable, 1000, &err) == IK_OK)
+		return 0;
+	ik_warnx("%s", err.msg);
+	return -1;
+}
+
+int
+ik_store_inflight(const char *opt, size_t *out)
+{
+	const char *v = opt ? opt : getenv("IDEMKIT_STORE_INFLIGHT");
+	long long n;
+
+	*out = IK_STORE_INFLIGHT_DEFAULT;
+	if (!v || (!opt && !*v))
+		return IK_OK;
+	if (ik_opt_int(opt ? "--inflight" : "IDEMKIT_STORE_INFLIGHT", v, 1,
+	    IK_STORE_INFLIGHT_MAX, &n) < 0)
+		return opt ? IK_USAGE : IK_CONFIG;
+	*out = (size_t)n;
+	return IK_OK;
 }
 
 int

@@ -23,10 +23,28 @@
  *    alone).  An adapter without begin/commit (NULL) is one item at a time.
  *  - transient trouble (busy, unreachable, throttled) is IK_TEMPFAIL;
  *    bad configuration IK_CONFIG.
+ *  - in flight (optional ops claim_start, finish_start, run, active; for
+ *    adapters whose writes cross a network, DynamoDB): many claims and
+ *    finishes outstanding at once, from one thread.  Each is still the ONE
+ *    conditional write above (a claim refused without the old item in the
+ *    answer adds the one consistent read that decides it, and an expired
+ *    lease found there writes again, as boundedly as the blocking claim),
+ *    its refusal decided by ik_claim_decide; none waits for another, so
+ *    they take effect, and answer, in any order.  A start that returns
+ *    IK_OK calls its callback exactly once, later, from run, with what the
+ *    blocking op would have returned (res filled for a claim); any other
+ *    code started nothing and the callback is never called.  req, its
+ *    strings and res must stay valid until the callback.  A blocking call
+ *    on the same store while ops are in flight (a rare path, from a
+ *    callback or between starts: release, a stale refusal's finish) moves
+ *    them on but calls none of their callbacks; run does.  The blocking
+ *    claim and finish of such an adapter ARE start + run until the
+ *    callback: one implementation.  Groups and in-flight ops do not mix.
  */
 #ifndef IK_STORE_H
 #define IK_STORE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "err.h"
@@ -139,6 +157,9 @@ typedef int (*ik_record_cb)(const struct ik_record *r, void *arg);
 
 struct ik_store;
 
+/* An in-flight op's answer (claim_start, finish_start). */
+typedef void (*ik_store_cb)(void *arg, int rc, const ik_err *err);
+
 struct ik_store_ops {
 	const char *name;   /* "sqlite", "dynamodb" */
 	/* Create or migrate the schema/table; idempotent. */
@@ -183,6 +204,22 @@ struct ik_store_ops {
 	 * read, and idemp-stats says so (exit 78).  IK_OK or an error. */
 	int (*stats)(struct ik_store *s, int64_t now_ms, struct ik_store_stats *st,
 	             ik_err *err);
+	/* Optional in-flight ops (see the rules above); all four or none.
+	 * rc is what claim (res filled) or finish would have returned; err is
+	 * set when rc != IK_OK. */
+	int (*claim_start)(struct ik_store *s, const struct ik_claim_req *req,
+	                   struct ik_claim_res *res, ik_store_cb cb, void *arg, ik_err *err);
+	int (*finish_start)(struct ik_store *s, const struct ik_finish_req *req,
+	                    ik_store_cb cb, void *arg, ik_err *err);
+	/* Moves the ops on and calls the callbacks of those finished.  When
+	 * none has finished, first waits up to timeout_ms (-1: as long as it
+	 * takes) for one, or for fd (>= 0; *readable set when it is readable,
+	 * so a stream reads its next lines meanwhile).  IK_OK, or IK_SOFTWARE
+	 * with err when the ops in flight are lost (their callbacks never
+	 * come). */
+	int (*run)(struct ik_store *s, int fd, int *readable, int timeout_ms, ik_err *err);
+	/* Ops started whose callback has not yet been called. */
+	size_t (*active)(struct ik_store *s);
 };
 
 struct ik_store {
@@ -206,9 +243,35 @@ struct ik_store_lazy {
 	const char *url;          /* NULL: $IDEMKIT_STORE or the default */
 	struct ik_store *store;
 	ik_err open_err;
+	/* in flight: the envelopes answered and not yet reaped, oldest first
+	 * (a ring of the in-flight count's slots: never full) */
+	struct cJSON **done;
+	size_t done_cap, done_head, done_n;
 };
 /* The open store, or NULL with *err set to why it could not be opened. */
 struct ik_store *ik_store_lazy_get(struct ik_store_lazy *l, ik_err *err);
+/* Whether the store offers the in-flight ops (claim_start...), for up to
+ * n envelopes in flight: opens it now, and a failure to open is kept as on
+ * first use (then 0: the steps take the group path, and each envelope
+ * records the failure). */
+int ik_store_lazy_inflight(struct ik_store_lazy *l, size_t n);
+/* step.h's wait and reap for the store steps: wait runs the open store
+ * (1 s at most, so the loop sees a stop signal): 0, or -1 after a
+ * message; an op's callback hands its envelope, result recorded, to
+ * ik_store_lazy_done, and reap returns them in that order, NULL when
+ * none is waiting. */
+int ik_store_lazy_wait(struct ik_store_lazy *l, int fd, int *readable);
+void ik_store_lazy_done(struct ik_store_lazy *l, struct cJSON *env);
+struct cJSON *ik_store_lazy_reap(struct ik_store_lazy *l);
+/* Closes the store and frees what the lazy holds. */
+void ik_store_lazy_close(struct ik_store_lazy *l);
+/* --inflight for the store steps in --stream: opt when set, else
+ * $IDEMKIT_STORE_INFLIGHT, else IK_STORE_INFLIGHT_DEFAULT (idemp-claim(1)
+ * says why), 1 to IK_STORE_INFLIGHT_MAX.  IK_OK, or IK_USAGE (a bad
+ * option) or IK_CONFIG (a bad variable) after a one-line complaint. */
+#define IK_STORE_INFLIGHT_DEFAULT 32
+#define IK_STORE_INFLIGHT_MAX 1024
+int ik_store_inflight(const char *opt, size_t *out);
 /* step.h's group hooks over a struct ik_store_lazy (its group_ctx). */
 int ik_store_group_begin(void *lazy);
 int ik_store_group_commit(void *lazy);

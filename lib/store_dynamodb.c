@@ -26,7 +26,12 @@
  * when the returned list is over IK_HISTORY_MAX, one more UpdateItem
  * removes the oldest, conditioned on the length it saw (another writer's
  * append in between: the next write trims).
+ * In flight (store.h): the claim and the conditional updates are ops, small
+ * state machines over ik_aws_submit (see "writes in flight"); the blocking
+ * claim, finish, release and re-notify are the same ops run to their end,
+ * so each request and each decision is written once.
  */
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,10 +50,16 @@
 #define TARGET_PREFIX "DynamoDB_20120810."
 #define ACTIVE_WAIT_MS 120000
 
+struct op;
+
 struct ddb {
 	struct ik_aws *aws;
 	char *table;
 	char *key;      /* the partition key attribute name */
+	/* writes in flight (see "writes in flight" below) */
+	struct op *answered, *answered_last;   /* answers to act on */
+	struct op *done, *done_last;           /* finished, callback due */
+	size_t active;                         /* started, callback not yet called */
 };
 
 /* ---- items and records ------------------------------------------------- */
@@ -241,27 +252,25 @@ add_hist(cJSON *vals, const struct ik_hist *h)
 
 static void add_names(struct ddb *d, cJSON *req, const char *exprs);
 static cJSON *new_req(struct ddb *d, const char *key);
-static int ddb_call(struct ddb *d, const char *op, cJSON *req, const char *pass,
-                    cJSON **resp, ik_err *err);
 
 /* After a write that appended to the history and returned it (UPDATED_NEW
  * in resp): over IK_HISTORY_MAX, one UpdateItem removes the oldest,
- * conditioned on the length seen.  The write it follows stands whatever
- * this does: refused, another write came in between (and trims); any
+ * conditioned on the length seen; this is that request, NULL when none is
+ * needed (or out of memory).  The write it follows stands whatever the
+ * trim does: refused, another write came in between (and trims); any
  * other failure is logged, and the next write trims. */
-static void
-hist_trim(struct ddb *d, const char *key, const cJSON *resp)
+static cJSON *
+trim_req(struct ddb *d, const char *key, const cJSON *resp)
 {
 	const cJSON *l = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(
 	    cJSON_GetObjectItemCaseSensitive(resp, "Attributes"), "history"), "L");
-	int n = cJSON_GetArraySize(l), i, bad, rc;
+	int n = cJSON_GetArraySize(l), i, bad;
 	struct ik_buf upd = { 0 };
-	cJSON *r, *v, *out = NULL;
-	ik_err e = { 0 };
+	cJSON *r, *v;
 	char part[32];
 
 	if (!key || n <= IK_HISTORY_MAX)
-		return;
+		return NULL;
 	bad = ik_buf_addstr(&upd, "REMOVE ");
 	for (i = 0; i < n - IK_HISTORY_MAX; i++) {
 		snprintf(part, sizeof part, "%s#h[%d]", i ? ", " : "", i);
@@ -269,7 +278,7 @@ hist_trim(struct ddb *d, const char *key, const cJSON *resp)
 	}
 	if (bad) {
 		free(upd.p);
-		return;
+		return NULL;
 	}
 	r = new_req(d, key);
 	cJSON_AddStringToObject(r, "ConditionExpression", "size(#h) = :n");
@@ -277,13 +286,8 @@ hist_trim(struct ddb *d, const char *key, const cJSON *resp)
 	add_names(d, r, "#h");
 	v = cJSON_AddObjectToObject(r, "ExpressionAttributeValues");
 	cJSON_AddItemToObject(v, ":n", av_n(n));
-	rc = ddb_call(d, "UpdateItem", r, "ConditionalCheckFailedException", &out, &e);
-	if (rc != IK_OK && rc != IK_AWS_ERROR)
-		ik_log(IK_LOG_WARN, "history not trimmed; the next write trims it", "table",
-		       d->table, "chargeId", key, "error", e.msg, NULL);
-	cJSON_Delete(out);
-	cJSON_Delete(r);
 	free(upd.p);
+	return r;
 }
 
 /* ---- the open index ----------------------------------------------------
@@ -366,8 +370,37 @@ errsuffix(ik_err *err, int code, const char *fmt, ...)
 	return ik_errf(err, code, "%s%s", msg, tail);
 }
 
-/* One DynamoDB call.  IK_AWS_ERROR only for the error type the caller
- * handles (pass, may be NULL); any other AWS error becomes a code here. */
+/* What a DynamoDB call's answer is to the caller: IK_AWS_ERROR only for
+ * the error type the caller handles (pass, may be NULL); any other AWS
+ * error becomes a code here (and *resp is freed).  Blocking calls and
+ * calls in flight both go through it. */
+static int
+ddb_answer(struct ddb *d, const char *pass, int rc, cJSON **resp,
+           const struct ik_aws_error *ae, ik_err *err)
+{
+	if (rc != IK_AWS_ERROR)
+		return rc;
+	if (pass && strcmp(ae->type, pass) == 0)
+		return IK_AWS_ERROR;
+	cJSON_Delete(*resp);
+	*resp = NULL;
+	if (strcmp(ae->type, "ResourceNotFoundException") == 0) {
+		return errsuffix(err, IK_CONFIG, " (table %s: create it with idemp-init)", d->table);
+	}
+	/* The wording differs: "does not match the schema" (DynamoDB),
+	 * "Missing the key" (dynalite), "One of the required keys was not
+	 * given a value" (DynamoDB Local). */
+	if (strcmp(ae->type, "ValidationException") == 0 &&
+	    (strstr(ae->message, "key") || strstr(ae->message, "Key")) &&
+	    (strstr(ae->message, "schema") || strstr(ae->message, "Missing the key") ||
+	     strstr(ae->message, "required keys"))) {
+		return errsuffix(err, IK_CONFIG, " (table %s: key attribute %s, "
+		                 "IDEMKIT_DYNAMODB_KEY)", d->table, d->key);
+	}
+	return err ? err->code : IK_SOFTWARE;   /* IK_SOFTWARE: a request we got wrong */
+}
+
+/* One blocking DynamoDB call, answered as ddb_answer says. */
 static int
 ddb_call(struct ddb *d, const char *op, cJSON *req, const char *pass,
          cJSON **resp, ik_err *err)
@@ -381,45 +414,177 @@ ddb_call(struct ddb *d, const char *op, cJSON *req, const char *pass,
 		return ik_errf(err, IK_SOFTWARE, "dynamodb %s: out of memory", op);
 	snprintf(target, sizeof target, TARGET_PREFIX "%s", op);
 	rc = ik_aws_call(d->aws, target, req, resp, &ae, err);
-	if (rc != IK_AWS_ERROR)
-		return rc;
-	if (pass && strcmp(ae.type, pass) == 0)
-		return IK_AWS_ERROR;
-	cJSON_Delete(*resp);
-	*resp = NULL;
-	if (strcmp(ae.type, "ResourceNotFoundException") == 0) {
-		return errsuffix(err, IK_CONFIG, " (table %s: create it with idemp-init)", d->table);
-	}
-	/* The wording differs: "does not match the schema" (DynamoDB),
-	 * "Missing the key" (dynalite), "One of the required keys was not
-	 * given a value" (DynamoDB Local). */
-	if (strcmp(ae.type, "ValidationException") == 0 &&
-	    (strstr(ae.message, "key") || strstr(ae.message, "Key")) &&
-	    (strstr(ae.message, "schema") || strstr(ae.message, "Missing the key") ||
-	     strstr(ae.message, "required keys"))) {
-		return errsuffix(err, IK_CONFIG, " (table %s: key attribute %s, "
-		                 "IDEMKIT_DYNAMODB_KEY)", d->table, d->key);
-	}
-	return err ? err->code : IK_SOFTWARE;   /* IK_SOFTWARE: a request we got wrong */
+	return ddb_answer(d, pass, rc, resp, &ae, err);
 }
 
 /* ---- the port ---------------------------------------------------------- */
 
+/* The consistent read that decides a refused claim when the refusal came
+ * without the old item (dynalite), and idemp-show's read. */
+static cJSON *
+get_req(struct ddb *d, const char *key)
+{
+	cJSON *req = new_req(d, key);
+
+	cJSON_AddTrueToObject(req, "ConsistentRead");
+	return req;
+}
+
 static int
 get_item(struct ddb *d, const char *key, cJSON **resp, ik_err *err)
 {
-	cJSON *req = new_req(d, key);
-	int rc;
+	cJSON *req = get_req(d, key);
+	int rc = ddb_call(d, "GetItem", req, NULL, resp, err);
 
-	cJSON_AddTrueToObject(req, "ConsistentRead");
-	rc = ddb_call(d, "GetItem", req, NULL, resp, err);
 	cJSON_Delete(req);
 	return rc;
 }
 
+/* ---- writes in flight ---------------------------------------------------
+ * The claim and the conditional updates (finish, renotified, release) are
+ * each an op: a small state machine over ik_aws_submit, moved on by
+ * advance() after ik_aws_run reported an answer (never from inside
+ * ik_aws_run's callback, which only queues the answer: the next request
+ * is submitted, and the caller's callback called, outside it).  The
+ * blocking claim and finish are the same ops, run until they finished:
+ * there is one implementation of each.  A sync op (a blocking call's)
+ * reports at once; the others wait on d->done for dd_run, so a blocking
+ * call made while ops are in flight (a command's rare path, from a
+ * callback or a start) moves them on but calls none of their callbacks. */
+
+enum op_kind { OP_CLAIM, OP_COND };
+enum op_stage {
+	ST_WRITE,      /* the conditional UpdateItem */
+	ST_READ,       /* claim refused without the old item: GetItem */
+	ST_TRIM,       /* the write's history is over IK_HISTORY_MAX: trim it */
+};
+
+struct op {
+	struct ddb *d;
+	enum op_kind kind;
+	enum op_stage stage;
+	const struct ik_claim_req *req;   /* OP_CLAIM: the caller's */
+	struct ik_claim_res *res;
+	int tries;                        /* OP_CLAIM: writes made */
+	cJSON *write;                     /* OP_COND: the UpdateItem, kept for its key */
+	int hist;                         /* OP_COND: it appends to the history */
+	int sync;
+	ik_store_cb cb;
+	void *arg;
+	/* the answer of the call last made */
+	int arc;
+	cJSON *resp;
+	struct ik_aws_error aerr;
+	ik_err err;
+	struct op *next;                  /* on d->answered or d->done */
+};
+
+/* The queue an op waits on: d->answered (answers to act on) or d->done
+ * (finished, callback not yet called). */
+static void
+op_queue(struct op **head, struct op **tail, struct op *o)
+{
+	o->next = NULL;
+	*(*head ? &(*tail)->next : head) = o;
+	*tail = o;
+}
+
+static struct op *
+op_dequeue(struct op **head, struct op **tail)
+{
+	struct op *o = *head;
+
+	if (o && !(*head = o->next))
+		*tail = NULL;
+	return o;
+}
+
+/* ik_aws_submit's callback: the answer is only queued (see above). */
+static void
+op_answered(void *arg, int rc, cJSON *resp, const struct ik_aws_error *aerr,
+            const ik_err *err)
+{
+	struct op *o = arg;
+
+	o->arc = rc;
+	o->resp = resp;
+	memset(&o->aerr, 0, sizeof o->aerr);
+	if (aerr)
+		o->aerr = *aerr;
+	ik_errclear(&o->err);
+	if (rc != IK_OK && err)
+		o->err = *err;
+	op_queue(&o->d->answered, &o->d->answered_last, o);
+}
+
+/* Sends the op's next request (printed now: req is the caller's to free).
+ * op is a literal: ik_aws_submit keeps the target for its messages. */
+#define op_submit(o, op, req, err) \
+	op_send((o), TARGET_PREFIX op, op, (req), (err))
 static int
-claim_once(struct ddb *d, const struct ik_claim_req *req, struct ik_claim_res *res,
-           int *again, ik_err *err)
+op_send(struct op *o, const char *target, const char *op, const cJSON *req, ik_err *err)
+{
+	if (!req)
+		return ik_errf(err, IK_SOFTWARE, "dynamodb %s: out of memory", op);
+	return ik_aws_submit(o->d->aws, target, req, op_answered, o, err);
+}
+
+/* The op is over with rc (o->err says why when rc != IK_OK). */
+static void
+op_end(struct op *o, int rc)
+{
+	struct ddb *d = o->d;
+
+	if (rc == IK_OK)
+		ik_errclear(&o->err);
+	o->arc = rc;
+	if (o->kind == OP_CLAIM && rc != IK_OK)
+		ik_record_free(&o->res->cur);
+	if (!o->sync) {
+		op_queue(&d->done, &d->done_last, o);
+		return;
+	}
+	d->active--;
+	o->cb(o->arg, rc, &o->err);
+	cJSON_Delete(o->write);
+	free(o);
+}
+
+/* Trims the history the write just returned, when it is over the bound:
+ * 1 when the trim is now in flight. */
+static int
+op_trim(struct op *o, const char *key, const cJSON *resp)
+{
+	cJSON *t = trim_req(o->d, key, resp);
+	int rc;
+
+	if (!t)
+		return 0;
+	rc = op_submit(o, "UpdateItem", t, &o->err);
+	cJSON_Delete(t);
+	if (rc != IK_OK) {
+		ik_log(IK_LOG_WARN, "history not trimmed; the next write trims it", "table",
+		       o->d->table, "chargeId", key, "error", o->err.msg, NULL);
+		ik_errclear(&o->err);
+		return 0;
+	}
+	o->stage = ST_TRIM;
+	return 1;
+}
+
+static void
+trimmed(struct op *o, int rc, const char *key)
+{
+	if (rc != IK_OK && rc != IK_AWS_ERROR)
+		ik_log(IK_LOG_WARN, "history not trimmed; the next write trims it", "table",
+		       o->d->table, "chargeId", key, "error", o->err.msg, NULL);
+	op_end(o, IK_OK);
+}
+
+/* ---- the claim --------------------------------------------------------- */
+
+static cJSON *
+claim_req(struct ddb *d, const struct ik_claim_req *req)
 {
 	static const char cond[] =
 		"attribute_not_exists(#k) OR (#st = :ip AND #lu < :now AND #fp = :fp)";
@@ -428,12 +593,9 @@ claim_once(struct ddb *d, const struct ik_claim_req *req, struct ik_claim_res *r
 		" #at = if_not_exists(#at, :zero) + :one,"
 		" #ca = if_not_exists(#ca, :now), #ua = :now, #xa = :exp, #fp = :fp,"
 		" #ev = if_not_exists(#ev, :ev), #os = :os, " HIST_SET " REMOVE #le";
-	cJSON *r = new_req(d, req->key), *v, *resp = NULL, *attrs;
+	cJSON *r = new_req(d, req->key), *v;
 	char os[64];
-	enum ik_ddb_refusal why;
-	int rc;
 
-	*again = 0;
 	cJSON_AddStringToObject(r, "ConditionExpression", cond);
 	cJSON_AddStringToObject(r, "UpdateExpression", upd);
 	add_names(d, r, "#k #st #ow #lu #at #ca #ua #xa #fp #ev #le #os #h");
@@ -452,105 +614,276 @@ claim_once(struct ddb *d, const struct ik_claim_req *req, struct ik_claim_res *r
 	         .lease_until = req->now_ms + req->lease_ms, .owner = req->token });
 	cJSON_AddStringToObject(r, "ReturnValues", "UPDATED_NEW");
 	cJSON_AddStringToObject(r, "ReturnValuesOnConditionCheckFailure", "ALL_OLD");
+	return r;
+}
 
-	rc = ddb_call(d, "UpdateItem", r, "ConditionalCheckFailedException", &resp, err);
+/* The claim's conditional write, the first or again (at most 3). */
+static int
+claim_write(struct op *o, ik_err *err)
+{
+	cJSON *r = claim_req(o->d, o->req);
+	int rc;
+
+	o->stage = ST_WRITE;
+	o->tries++;
+	rc = op_submit(o, "UpdateItem", r, err);
 	cJSON_Delete(r);
+	return rc;
+}
+
+/* A refused claim, decided (ik_ddb_claim_refused, the port's rule). */
+static void
+claim_decided(struct op *o, enum ik_ddb_refusal why)
+{
+	int rc;
+
+	switch (why) {
+	case IK_DDB_DECIDED:
+		op_end(o, IK_OK);
+		return;
+	case IK_DDB_NOMEM:
+		op_end(o, ik_errf(&o->err, IK_SOFTWARE, "out of memory"));
+		return;
+	case IK_DDB_UNKNOWN_STATE:
+		op_end(o, ik_errf(&o->err, IK_SOFTWARE, "dynamodb %s: record %.128s is in a "
+		       "state this version does not know; refusing the claim", o->d->table,
+		       o->req->key));
+		return;
+	default:                 /* gone or expired since: claim again */
+		break;
+	}
+	if (o->tries >= 3)
+		rc = ik_errf(&o->err, IK_TEMPFAIL, "dynamodb UpdateItem: the record for %s "
+		             "keeps changing under the claim", o->req->key);
+	else if ((rc = claim_write(o, &o->err)) == IK_OK)
+		return;
+	op_end(o, rc);
+}
+
+static void
+claim_advance(struct op *o, int rc, cJSON *resp)
+{
+	const struct ik_claim_req *req = o->req;
+	struct ik_claim_res *res = o->res;
+	cJSON *g, *attrs;
+	enum ik_ddb_refusal why;
+
+	switch (o->stage) {
+	case ST_TRIM:
+		trimmed(o, rc, req->key);
+		return;
+	case ST_READ:
+		if (rc != IK_OK) {
+			op_end(o, rc);
+			return;
+		}
+		claim_decided(o, ik_ddb_claim_refused(resp, o->d->key, req, res));
+		return;
+	case ST_WRITE:
+		break;
+	}
 	if (rc == IK_OK) {
 		attrs = cJSON_GetObjectItemCaseSensitive(resp, "Attributes");
 		res->code = IK_OK;
 		res->attempt = attr_n(attrs, "attempts");
 		res->lease_until = req->now_ms + req->lease_ms;
 		if (res->attempt < 1)
-			rc = ik_errf(err, IK_SOFTWARE, "dynamodb UpdateItem: no attempts "
-			             "in the response");
-		else
-			hist_trim(d, req->key, resp);
-		goto out;
+			op_end(o, ik_errf(&o->err, IK_SOFTWARE, "dynamodb UpdateItem: no attempts "
+			       "in the response"));
+		else if (!op_trim(o, req->key, resp))
+			op_end(o, IK_OK);
+		return;
 	}
-	if (rc != IK_AWS_ERROR)
-		goto out;
+	if (rc != IK_AWS_ERROR) {
+		op_end(o, rc);
+		return;
+	}
 	/* Refused: the item that refused it decides, from ALL_OLD or a read. */
-	why = ik_ddb_claim_refused(resp, d->key, req, res);
-	if (why == IK_DDB_NO_ITEM) {
+	why = ik_ddb_claim_refused(resp, o->d->key, req, res);
+	if (why != IK_DDB_NO_ITEM) {
+		claim_decided(o, why);
+		return;
+	}
+	o->stage = ST_READ;
+	g = get_req(o->d, req->key);
+	rc = op_submit(o, "GetItem", g, &o->err);
+	cJSON_Delete(g);
+	if (rc != IK_OK)
+		op_end(o, rc);
+}
+
+/* ---- conditional updates ------------------------------------------------ */
+
+/* IK_OK, or IK_LEASE_LOST when the condition failed.  One that appends to
+ * the history gets it back, to keep it bounded. */
+static void
+cond_advance(struct op *o, int rc, cJSON *resp)
+{
+	const char *key = attr_s(cJSON_GetObjectItemCaseSensitive(o->write, "Key"), o->d->key);
+
+	if (o->stage == ST_TRIM) {
+		trimmed(o, rc, key);
+		return;
+	}
+	if (rc == IK_AWS_ERROR) {
+		ik_errclear(&o->err);
+		op_end(o, IK_LEASE_LOST);
+	} else if (rc != IK_OK || !o->hist || !op_trim(o, key, resp)) {
+		op_end(o, rc);
+	}
+}
+
+/* Moves on every op whose answer is in. */
+static void
+advance(struct ddb *d)
+{
+	struct op *o;
+	cJSON *resp;
+	int rc;
+
+	while ((o = op_dequeue(&d->answered, &d->answered_last))) {
+		resp = o->resp;
+		o->resp = NULL;
+		rc = ddb_answer(d, o->stage == ST_READ ? NULL : "ConditionalCheckFailedException",
+		                o->arc, &resp, &o->aerr, &o->err);
+		if (o->kind == OP_CLAIM)
+			claim_advance(o, rc, resp);
+		else
+			cond_advance(o, rc, resp);
 		cJSON_Delete(resp);
-		if ((rc = get_item(d, req->key, &resp, err)) != IK_OK)
-			goto out;
-		why = ik_ddb_claim_refused(resp, d->key, req, res);
 	}
-	switch (why) {
-	case IK_DDB_DECIDED:
-		rc = IK_OK;
-		break;
-	case IK_DDB_NOMEM:
-		rc = ik_errf(err, IK_SOFTWARE, "out of memory");
-		break;
-	case IK_DDB_UNKNOWN_STATE:
-		rc = ik_errf(err, IK_SOFTWARE, "dynamodb %s: record %.128s is in a state this "
-		             "version does not know; refusing the claim", d->table, req->key);
-		ik_record_free(&res->cur);
-		break;
-	default:                 /* gone or expired since: claim again */
-		*again = 1;
-		rc = IK_OK;
-		break;
+}
+
+static struct op *
+op_new(struct ddb *d, enum op_kind kind, ik_store_cb cb, void *arg, ik_err *err)
+{
+	struct op *o = calloc(1, sizeof *o);
+
+	if (!o) {
+		ik_errf(err, IK_SOFTWARE, "out of memory");
+		return NULL;
 	}
-out:
-	cJSON_Delete(resp);
-	return rc;
+	o->d = d;
+	o->kind = kind;
+	o->cb = cb;
+	o->arg = arg;
+	return o;
+}
+
+/* A blocking call: its op reports here, at once. */
+struct sync {
+	int fired, rc;
+	ik_err err;
+};
+
+static void
+sync_done(void *arg, int rc, const ik_err *err)
+{
+	struct sync *s = arg;
+
+	s->fired = 1;
+	s->rc = rc;
+	if (rc != IK_OK && err)
+		s->err = *err;
+}
+
+/* Runs the calls in flight until the blocking op behind s reported. */
+static int
+sync_wait(struct ddb *d, struct sync *s, ik_err *err)
+{
+	while (!s->fired) {
+		if (ik_aws_run(d->aws, NULL, 0, -1, err) != IK_OK)
+			return err->code ? err->code : IK_SOFTWARE;
+		advance(d);
+	}
+	if (s->rc != IK_OK && err)
+		*err = s->err;
+	return s->rc;
+}
+
+static int
+claim_start(struct ddb *d, const struct ik_claim_req *req, struct ik_claim_res *res,
+            ik_store_cb cb, void *arg, int sync, ik_err *err)
+{
+	struct op *o;
+	int rc;
+
+	memset(res, 0, sizeof *res);
+	if (!(o = op_new(d, OP_CLAIM, cb, arg, err)))
+		return err->code;
+	o->req = req;
+	o->res = res;
+	o->sync = sync;
+	if ((rc = claim_write(o, err)) != IK_OK) {
+		free(o);
+		return rc;
+	}
+	d->active++;
+	return IK_OK;
+}
+
+static int
+dd_claim_start(struct ik_store *st, const struct ik_claim_req *req,
+               struct ik_claim_res *res, ik_store_cb cb, void *arg, ik_err *err)
+{
+	return claim_start(st->impl, req, res, cb, arg, 0, err);
 }
 
 static int
 dd_claim(struct ik_store *st, const struct ik_claim_req *req,
          struct ik_claim_res *res, ik_err *err)
 {
-	struct ddb *d = st->impl;
-	int rc, again, tries;
+	struct sync s = { 0 };
+	int rc = claim_start(st->impl, req, res, sync_done, &s, 1, err);
 
-	memset(res, 0, sizeof *res);
-	for (tries = 0; tries < 3; tries++) {
-		rc = claim_once(d, req, res, &again, err);
-		if (rc != IK_OK || !again)
-			break;
-	}
-	if (rc == IK_OK && again)
-		rc = ik_errf(err, IK_TEMPFAIL, "dynamodb UpdateItem: the record for %s "
-		             "keeps changing under the claim", req->key);
-	if (rc != IK_OK)
-		ik_record_free(&res->cur);
-	return rc;
+	return rc == IK_OK ? sync_wait(st->impl, &s, err) : rc;
 }
 
-/* A conditional update: IK_OK, IK_LEASE_LOST when the condition failed.
- * One that appends to the history gets it back, to keep it bounded. */
+/* Starts the conditional update r (consumed) with cond and upd. */
 static int
-cond_update(struct ddb *d, cJSON *r, const char *cond, const char *upd, ik_err *err)
+cond_start(struct ddb *d, cJSON *r, const char *cond, const char *upd,
+           ik_store_cb cb, void *arg, int sync, ik_err *err)
 {
-	cJSON *resp = NULL;
 	char exprs[512];
-	int rc, hist = strstr(upd, "#h") != NULL;
+	struct op *o;
+	int rc;
 
+	if (!(o = op_new(d, OP_COND, cb, arg, err))) {
+		cJSON_Delete(r);
+		return err->code;
+	}
+	o->write = r;
+	o->sync = sync;
+	o->hist = strstr(upd, "#h") != NULL;
 	cJSON_AddStringToObject(r, "ConditionExpression", cond);
 	cJSON_AddStringToObject(r, "UpdateExpression", upd);
 	snprintf(exprs, sizeof exprs, "%s %s", cond, upd);
 	add_names(d, r, exprs);
-	if (hist)
+	if (o->hist)
 		cJSON_AddStringToObject(r, "ReturnValues", "UPDATED_NEW");
-	rc = ddb_call(d, "UpdateItem", r, "ConditionalCheckFailedException", &resp, err);
-	if (rc == IK_OK && hist)
-		hist_trim(d, attr_s(cJSON_GetObjectItemCaseSensitive(r, "Key"), d->key), resp);
-	cJSON_Delete(resp);
-	cJSON_Delete(r);
-	if (rc == IK_AWS_ERROR) {
-		ik_errclear(err);
-		return IK_LEASE_LOST;
+	if ((rc = op_submit(o, "UpdateItem", r, err)) != IK_OK) {
+		cJSON_Delete(r);
+		free(o);
+		return rc;
 	}
-	return rc;
+	d->active++;
+	return IK_OK;
+}
+
+/* The blocking conditional update: IK_OK, IK_LEASE_LOST, or an error. */
+static int
+cond_update(struct ddb *d, cJSON *r, const char *cond, const char *upd, ik_err *err)
+{
+	struct sync s = { 0 };
+	int rc = cond_start(d, r, cond, upd, sync_done, &s, 1, err);
+
+	return rc == IK_OK ? sync_wait(d, &s, err) : rc;
 }
 
 static int
-dd_finish(struct ik_store *st, const struct ik_finish_req *req, ik_err *err)
+finish_start(struct ddb *d, const struct ik_finish_req *req, ik_store_cb cb, void *arg,
+             int sync, ik_err *err)
 {
-	struct ddb *d = st->impl;
 	cJSON *r = new_req(d, req->key), *v;
 	char upd[256], os[64];
 	int open = req->state != IK_ST_DONE;
@@ -575,7 +908,57 @@ dd_finish(struct ik_store *st, const struct ik_finish_req *req, ik_err *err)
 		cJSON_AddItemToObject(v, ":le", av_s(req->last_error));
 	add_hist(v, &(struct ik_hist){ .op = "finish", .at = req->now_ms, .owner = req->token,
 	         .state = req->state, .debit_ref = req->debit_ref, .error = req->last_error });
-	return cond_update(d, r, "#st = :ip AND #ow = :tok", upd, err);
+	return cond_start(d, r, "#st = :ip AND #ow = :tok", upd, cb, arg, sync, err);
+}
+
+static int
+dd_finish_start(struct ik_store *st, const struct ik_finish_req *req, ik_store_cb cb,
+                void *arg, ik_err *err)
+{
+	return finish_start(st->impl, req, cb, arg, 0, err);
+}
+
+static int
+dd_finish(struct ik_store *st, const struct ik_finish_req *req, ik_err *err)
+{
+	struct sync s = { 0 };
+	int rc = finish_start(st->impl, req, sync_done, &s, 1, err);
+
+	return rc == IK_OK ? sync_wait(st->impl, &s, err) : rc;
+}
+
+/* step.h's wait, for the store: see store.h. */
+static int
+dd_run(struct ik_store *st, int fd, int *readable, int timeout_ms, ik_err *err)
+{
+	struct ddb *d = st->impl;
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	struct op *o;
+	int rc;
+
+	if (readable)
+		*readable = 0;
+	/* Answers already in (from a blocking call meanwhile): no wait. */
+	rc = ik_aws_run(d->aws, fd >= 0 ? &p : NULL, fd >= 0 ? 1 : 0,
+	                d->done || d->answered ? 0 : timeout_ms, err);
+	if (rc != IK_OK)
+		return rc;
+	if (fd >= 0 && readable && (p.revents & (POLLIN | POLLHUP | POLLERR)))
+		*readable = 1;
+	advance(d);
+	while ((o = op_dequeue(&d->done, &d->done_last))) {
+		d->active--;
+		o->cb(o->arg, o->arc, &o->err);
+		cJSON_Delete(o->write);
+		free(o);
+	}
+	return IK_OK;
+}
+
+static size_t
+dd_active(struct ik_store *st)
+{
+	return ((struct ddb *)st->impl)->active;
 }
 
 static int
@@ -1246,9 +1629,18 @@ static void
 dd_close(struct ik_store *st)
 {
 	struct ddb *d = st->impl;
+	struct op *o;
 
 	if (!d)
 		return;
+	/* Answers not yet acted on or reported (a stream that ended early):
+	 * the calls still in flight die with the client. */
+	while ((o = op_dequeue(&d->answered, &d->answered_last)) ||
+	       (o = op_dequeue(&d->done, &d->done_last))) {
+		cJSON_Delete(o->resp);
+		cJSON_Delete(o->write);
+		free(o);
+	}
 	ik_aws_close(d->aws);
 	free(d->table);
 	free(d->key);
@@ -1268,6 +1660,10 @@ static const struct ik_store_ops dynamodb_ops = {
 	.list = dd_list,
 	.close = dd_close,
 	.stats = dd_stats,
+	.claim_start = dd_claim_start,
+	.finish_start = dd_finish_start,
+	.run = dd_run,
+	.active = dd_active,
 };
 
 int

@@ -12,7 +12,9 @@ Faults, when RECPROXY_FAULTS names a JSON file: a list of rules, each
 "op" is the operation (the X-Amz-Target after its dot; "*" for any).  A
 rule applies to the requests it matches after the first "skip" of them,
 "times" of them (null: every one); the first rule that applies wins, and
-the log line of that request gets "fault": ACTION.  ACTION is one of
+the log line of that request gets "fault": ACTION.  Every log line also
+has "concurrent": how many requests the proxy was handling when this one
+arrived, itself included (1: none overlapped it).  ACTION is one of
   lose-response  forward the request (it takes effect upstream), then
                  reset the connection: the answer is lost
   reset          reset the connection without forwarding anything
@@ -41,6 +43,7 @@ if os.environ.get("RECPROXY_FAULTS"):
         RULES = json.load(f)
 SEEN = [0] * len(RULES)
 LOCK = threading.Lock()
+BUSY = [0]
 
 
 def fault_for(op):
@@ -92,6 +95,16 @@ class H(http.server.BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_POST(self):
+        with LOCK:
+            BUSY[0] += 1
+            self.concurrent = BUSY[0]
+        try:
+            self.handle_post()
+        finally:
+            with LOCK:
+                BUSY[0] -= 1
+
+    def handle_post(self):
         n = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(n) if n else b""
         try:
@@ -100,7 +113,7 @@ class H(http.server.BaseHTTPRequestHandler):
             parsed = body.decode("utf-8", "replace")
         target = self.headers.get("X-Amz-Target") or ""
         rule = fault_for(target.rsplit(".", 1)[-1])
-        line = {"target": target, "body": parsed}
+        line = {"target": target, "body": parsed, "concurrent": self.concurrent}
         if rule:
             line["fault"] = rule["do"]
         with open(sys.argv[3], "a") as f:
