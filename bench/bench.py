@@ -339,10 +339,12 @@ def tap_seconds(path):
 
 
 def worker_run(name, n, stream, jobs, latency_ms=0, tap=True, bank_env=None,
-               bank_args=(), debit_tap=False, inflight=0, env_extra=None, backend="embedded"):
+               bank_args=(), debit_tap=False, inflight=0, env_extra=None, backend="embedded",
+               meter=None):
     """Sends n messages, runs charge-worker --drain over them; returns the
     figures.  bank_env(url) -> extra environment for the bank's mapping;
-    debit_tap: charge-debit's own CPU, measured in the same run."""
+    debit_tap: charge-debit's own CPU, measured in the same run; meter:
+    start() just before the worker starts, stop(res) after it ended."""
     state = tempfile.mkdtemp(prefix="idemkit-bench.", dir=os.environ.get("TMPDIR"))
     try:
         bank = Bank(state, latency_ms, bank_args)
@@ -382,6 +384,8 @@ def worker_run(name, n, stream, jobs, latency_ms=0, tap=True, bank_env=None,
         rssf = os.path.join(state, "worker.rss")
         if os.access("/usr/bin/time", os.X_OK):
             args = ["/usr/bin/time", "-f", "%M", "-o", rssf] + args
+        if meter:
+            meter.start()
         t0 = time.monotonic()
         p = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=err)
         watch = ProcWatch(p.pid) if stream else None
@@ -426,6 +430,8 @@ def worker_run(name, n, stream, jobs, latency_ms=0, tap=True, bank_env=None,
             d = tap_seconds(os.path.join(state, "debit.cpu"))
             res["debitCpuMsPerCharge"] = round(d * 1000 / max(received, 1), 4)
             res["debitCpuMsPerDebit"] = round(d * 1000 / max(ledger["debits"], 1), 4)
+        if meter:
+            meter.stop(res)
         if latency_ms:
             inf = inflight if (HAS_INFLIGHT and stream and inflight) else 1
             res["ceilingPerSecond"] = round(inf * jobs * 1000.0 / latency_ms, 1)
@@ -480,6 +486,43 @@ def aws_call(url, target, body):
         return json.loads(r.read() or b"{}")
 
 
+def proc_cpu_s(pid):
+    """utime + stime of one process, in seconds (/proc/PID/stat)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class EmulatorMeter:
+    """The emulators' own CPU while the worker runs (they are outside its
+    process tree), and the limit it implies: each is one node thread, so
+    it can serve at most 1000 / (its ms per message) messages/s; and the
+    machine's cores shared by the client and both emulators."""
+
+    def __init__(self, procs):
+        self.procs = procs     # [(name, Popen)]
+
+    def start(self):
+        self.c0 = [proc_cpu_s(p.pid) for _, p in self.procs]
+
+    def stop(self, res):
+        got = max(res["summary"].get("received", 0), 1)
+        per = {}
+        for (name, p), c0 in zip(self.procs, self.c0):
+            per[name] = round((proc_cpu_s(p.pid) - c0) * 1000 / got, 3)
+        res["emulatorCpuMsPerMessage"] = per
+        one = min(1000.0 / v for v in per.values() if v > 0) if any(per.values()) else None
+        total = res["clientCpuMsPerCharge"] + sum(per.values())
+        cores = os.cpu_count() or 1
+        res["emulatorThreadCeilingPerSecond"] = round(one, 1) if one else None
+        res["machineCeilingPerSecond"] = round(cores * 1000.0 / total, 1) if total else None
+        lims = [v for v in (res["emulatorThreadCeilingPerSecond"],
+                            res["machineCeilingPerSecond"]) if v]
+        if lims:
+            res["ceilingPerSecond"] = min(lims)
+            res["ofCeiling"] = round(res["chargesPerSecond"] / res["ceilingPerSecond"], 3)
+
+
 def emulator_run(n, jobs):
     """The stream scenario on dynalite (store) and local-aws-sqs (queue and
     DLQ), both from node_modules on loopback: the same message mix."""
@@ -508,8 +551,9 @@ def emulator_run(n, jobs):
                      IDEMKIT_STORE="dynamodb:bench-%d" % os.getpid())
         subprocess.run([os.path.join(BIN, "idemp-init")], env=env_for(d, extra), check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        meter = EmulatorMeter([("dynalite", procs[0][0]), ("local-aws-sqs", procs[1][0])])
         return worker_run("emulators", n, True, jobs, 0, tap=True, inflight=INFLIGHT,
-                          env_extra=extra, backend="dynalite + local-aws-sqs")
+                          env_extra=extra, backend="dynalite + local-aws-sqs", meter=meter)
     finally:
         for p, _ in procs:
             p.terminate()
@@ -1011,7 +1055,9 @@ def markdown(r):
            "This machine's limits, measured in this run: durable single-row SQLite commits "
            "(WAL, synchronous=FULL) %d/s at the start, %d/s at the end (mean %d/s), and again "
            "just before each embedded scenario (its ratio is against that one); a latency "
-           "scenario's ceiling is inflight x jobs / bank latency.%s" % (
+           "scenario's ceiling is inflight x jobs / bank latency; the emulators' ceiling is "
+           "the lower of what their own CPU per message allows one node thread and what the "
+           "client's and theirs together allow this machine's cores.%s" % (
                lim["sqliteBefore"]["commitsPerSecond"], lim["sqliteAfter"]["commitsPerSecond"],
                lim["sqliteCommitsPerSecond"],
                "" if r["params"]["hasInflight"] else
@@ -1032,6 +1078,14 @@ def markdown(r):
             s["messages"], fmt(s["chargesPerSecond"]), of, s["clientCpuMsPerCharge"],
             fmt(s["latencyP50Ms"]), fmt(s["latencyP99Ms"]), s["duplicatesDebited"],
             s["peakRssKb"] / 1024.0))
+    for s in r["scenarios"]:
+        if s.get("emulatorCpuMsPerMessage"):
+            out += ["", "%s: the emulators' own CPU per message: %s; one node thread allows "
+                    "%s/s, the client and the emulators on %d cores %s/s." % (
+                        s["scenario"], ", ".join("%s %s ms" % kv for kv in
+                                                 s["emulatorCpuMsPerMessage"].items()),
+                        fmt(s["emulatorThreadCeilingPerSecond"]), os.cpu_count() or 1,
+                        fmt(s["machineCeilingPerSecond"]))]
     for name, why in r.get("skipped", {}).items():
         out.append("")
         out.append("%s: skipped (%s)." % (name, why))
@@ -1181,6 +1235,10 @@ def main():
         log("  %s/s, %s ms CPU per charge, p50 %s ms, p99 %s ms, duplicates debited %d" % (
             s["chargesPerSecond"], s["clientCpuMsPerCharge"], s["latencyP50Ms"],
             s["latencyP99Ms"], s["duplicatesDebited"]))
+        if s.get("emulatorCpuMsPerMessage"):
+            log("  emulators' CPU ms per message %s; ceiling %s/s (%s of it)" % (
+                json.dumps(s["emulatorCpuMsPerMessage"]), s.get("ceilingPerSecond"),
+                s.get("ofCeiling")))
         r["scenarios"].append(s)
     if want("jq"):
         log("bench: jq mapping cost (%d messages x %d rounds x 3 variants, stream)..." % (N, JQ_REPS))
