@@ -274,12 +274,13 @@ debit_start(cJSON *env, void *arg)
 }
 
 static int
-debit_wait(void *arg, int fd, int *readable)
+debit_wait(void *arg, int fd, int *readable, int timeout_ms)
 {
 	struct ctx *c = arg;
 	ik_err err = {0};
 
-	if (ik_bankapi_run(&c->api, fd, 1000, readable, &err) != IK_OK) {
+	if (ik_bankapi_run(&c->api, fd, timeout_ms < 0 || timeout_ms > 1000 ? 1000 : timeout_ms,
+	    readable, &err) != IK_OK) {
 		ik_warnx("%s", err.msg);
 		return -1;
 	}

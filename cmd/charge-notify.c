@@ -314,13 +314,15 @@ due_retries(struct ctx *c)
 }
 
 static int
-run(struct ctx *c, int fd, int *readable)
+run(struct ctx *c, int fd, int *readable, int timeout_ms)
 {
 	ik_err err = {0};
 	int t = due_retries(c);
 
 	if (c->finished)
 		t = 0;
+	if (timeout_ms >= 0 && (t < 0 || timeout_ms < t))
+		t = timeout_ms;
 	if (ik_bankapi_run(&c->api, fd, t < 0 ? 1000 : t, readable, &err) != IK_OK) {
 		ik_warnx("%s", err.msg);
 		return -1;
@@ -340,7 +342,7 @@ notify(cJSON *env, void *arg)
 	if (!(j = job_start(c, env, &rc)))
 		return rc;
 	while (!j->finished)
-		if (run(c, -1, NULL) < 0)
+		if (run(c, -1, NULL, -1) < 0)
 			return IK_SOFTWARE;
 	c->finished = NULL;
 	rc = j->rc;
@@ -358,9 +360,9 @@ notify_start(cJSON *env, void *arg)
 }
 
 static int
-notify_wait(void *arg, int fd, int *readable)
+notify_wait(void *arg, int fd, int *readable, int timeout_ms)
 {
-	return run(arg, fd, readable);
+	return run(arg, fd, readable, timeout_ms);
 }
 
 static cJSON *

@@ -274,9 +274,9 @@ claim_start(cJSON *env, void *arg)
 }
 
 static int
-claim_wait(void *arg, int fd, int *readable)
+claim_wait(void *arg, int fd, int *readable, int timeout_ms)
 {
-	return ik_store_lazy_wait(&((struct ctx *)arg)->db, fd, readable);
+	return ik_store_lazy_wait(&((struct ctx *)arg)->db, fd, readable, timeout_ms);
 }
 
 static cJSON *

@@ -286,9 +286,9 @@ done_start(cJSON *env, void *arg)
 }
 
 static int
-done_wait(void *arg, int fd, int *readable)
+done_wait(void *arg, int fd, int *readable, int timeout_ms)
 {
-	return ik_store_lazy_wait(&((struct ctx *)arg)->db, fd, readable);
+	return ik_store_lazy_wait(&((struct ctx *)arg)->db, fd, readable, timeout_ms);
 }
 
 static cJSON *

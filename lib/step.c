@@ -278,7 +278,8 @@ stream_inflight(const struct ik_step *st)
 {
 	struct ik_lines r;
 	size_t max = st->inflight ? st->inflight : 1, busy = 0;
-	int rc = IK_OK, ended = 0, unflushed = 0, readable, k;
+	int rc = IK_OK, ended = 0, unflushed = 0, readable, k, wait_ms;
+	int64_t held = 0, now;
 	cJSON *env;
 	char *line;
 	size_t len;
@@ -315,12 +316,25 @@ stream_inflight(const struct ik_step *st)
 		}
 		if (rc != IK_OK)
 			ended = 1;
-		if (unflushed && rc == IK_OK && fflush(stdout) == EOF) {
-			ik_warnx("stdout: %s", strerror(errno));
-			rc = IK_SOFTWARE;
-			ended = 1;
+		/* Flushed when nothing is left in flight, else at most
+		 * IK_STEP_HOLD_US after the first envelope written. */
+		wait_ms = -1;
+		if (unflushed) {
+			now = mono_us();
+			if (!held)
+				held = now;
+			if (busy && rc == IK_OK && now - held < IK_STEP_HOLD_US) {
+				wait_ms = (int)((IK_STEP_HOLD_US - (now - held) + 999) / 1000);
+			} else {
+				if (rc == IK_OK && fflush(stdout) == EOF) {
+					ik_warnx("stdout: %s", strerror(errno));
+					rc = IK_SOFTWARE;
+					ended = 1;
+				}
+				unflushed = 0;
+				held = 0;
+			}
 		}
-		unflushed = 0;
 		if (!busy && (ended || (r.eof && !r.lines)))
 			break;
 		if (!busy) {          /* nothing in flight: wait for input */
@@ -333,7 +347,7 @@ stream_inflight(const struct ik_step *st)
 		}
 		k = !ended && !r.eof && !r.lines && busy < max;
 		readable = 0;
-		if (st->wait(st->ctx, k ? STDIN_FILENO : -1, &readable) < 0) {
+		if (st->wait(st->ctx, k ? STDIN_FILENO : -1, &readable, wait_ms) < 0) {
 			rc = IK_SOFTWARE;
 			ended = 1;
 			break;    /* the transfers are gone with the loop */

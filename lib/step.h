@@ -77,17 +77,22 @@ struct ik_step {
 	 * flight.  wait moves what is in flight on, returning when one
 	 * finished, or fd (when >= 0: stdin, asked only while there is room
 	 * for more) is readable (*readable set), or a timer of its own
-	 * fired; 0, or -1 after a message (the loop then ends, 70).  reap
+	 * fired, or timeout_ms passed (-1: no limit of the loop's; the hook
+	 * still comes back within its own timers, at most a second); 0, or -1
+	 * after a message (the loop then ends, 70).  reap
 	 * hands back the finished envelopes, one per call, NULL when there is
 	 * none.  At most inflight (0: 1) envelopes are started and not yet
 	 * reaped; lines are read while requests are in flight, and each
 	 * envelope is written as soon as it is reaped, so envelopes may leave
-	 * in another order than they came (idemkit(7)).  At end of input or a
+	 * in another order than they came (idemkit(7)); written envelopes are
+	 * flushed when nothing is in flight any more, or IK_STEP_HOLD_US after
+	 * the first unflushed one (answers that come close together share a
+	 * write, and the next step wakes once for them).  At end of input or a
 	 * stop signal nothing more is started, and what is in flight is
 	 * finished and written before the loop ends. */
 	size_t inflight;
 	int (*start)(cJSON *env, void *ctx);
-	int (*wait)(void *ctx, int fd, int *readable);
+	int (*wait)(void *ctx, int fd, int *readable, int timeout_ms);
 	cJSON *(*reap)(void *ctx);
 };
 

@@ -367,11 +367,12 @@ ik_store_lazy_close(struct ik_store_lazy *l)
 }
 
 int
-ik_store_lazy_wait(struct ik_store_lazy *l, int fd, int *readable)
+ik_store_lazy_wait(struct ik_store_lazy *l, int fd, int *readable, int timeout_ms)
 {
 	ik_err err = { 0 };
 
-	if (l->store->ops->run(l->store, fd, readable, 1000, &err) == IK_OK)
+	if (l->store->ops->run(l->store, fd, readable,
+	    timeout_ms < 0 || timeout_ms > 1000 ? 1000 : timeout_ms, &err) == IK_OK)
 		return 0;
 	ik_warnx("%s", err.msg);
 	return -1;

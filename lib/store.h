@@ -260,7 +260,7 @@ int ik_store_lazy_inflight(struct ik_store_lazy *l, size_t n);
  * message; an op's callback hands its envelope, result recorded, to
  * ik_store_lazy_done, and reap returns them in that order, NULL when
  * none is waiting. */
-int ik_store_lazy_wait(struct ik_store_lazy *l, int fd, int *readable);
+int ik_store_lazy_wait(struct ik_store_lazy *l, int fd, int *readable, int timeout_ms);
 void ik_store_lazy_done(struct ik_store_lazy *l, struct cJSON *env);
 struct cJSON *ik_store_lazy_reap(struct ik_store_lazy *l);
 /* Closes the store and frees what the lazy holds. */
