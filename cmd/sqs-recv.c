@@ -62,7 +62,7 @@ static const char options[] =
 	"  -S, --settle DUR       when a receive brings nothing, go on while a message is\n"
 	"                         in flight or a copy left is due back within DUR\n"
 	"  -i, --inflight N       with --follow or --drain on SQS: up to N receives\n"
-	"                         outstanding, 1..16 (default 4)\n"
+	"                         outstanding, 1..16 (default 8)\n"
 	"  -h, --help             this help\n"
 	"  -V, --version          print the version\n";
 static const int codes[] = {
@@ -371,7 +371,7 @@ reader_gone(void)
  * receiving goes on.  A stop, an error or a reader gone starts nothing
  * more: what is in flight is finished and written first. */
 #define RECV_INFLIGHT_MAX 16
-#define RECV_INFLIGHT_DEFAULT 4   /* measured: see man/sqs-recv.1 */
+#define RECV_INFLIGHT_DEFAULT 8   /* measured: see man/sqs-recv.1 */
 
 struct loop {
 	int max, wait, vis, follow, drain, inflight;
