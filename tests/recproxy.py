@@ -24,6 +24,8 @@ the log line of that request gets "fault": ACTION.  ACTION is one of
                  else a plain text body
   delay          hold the request "ms" (default 50) milliseconds, then
                  forward it: calls in flight then overlap for certain
+  slow-answer    forward the request at once (it takes effect upstream),
+                 then hold the answer "after" (default 500) milliseconds
   fail-entries   a batch call (DeleteMessageBatch, SendMessageBatch,
                  ChangeMessageVisibilityBatch): the entries whose Id is in
                  "ids" are not forwarded and come back in "Failed" with
@@ -173,6 +175,8 @@ class H(http.server.BaseHTTPRequestHandler):
                 data, hdrs = b"injected by recproxy\n", [("Content-Type", "text/plain")]
             return self.answer(rule.get("status", 400), hdrs, data)
         r, data = self.forward(body)
+        if act == "slow-answer":
+            time.sleep(rule.get("after", 500) / 1000.0)
         if act == "lose-response":
             return self.reset()
         self.answer(r.status, r.getheaders(), data, cut=act == "cut")

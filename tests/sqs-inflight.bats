@@ -63,6 +63,20 @@ print(len({json.loads(l)["messageId"] for l in open(sys.argv[1])}))' "$BATS_TEST
 	[ "$(max_inflight ReceiveMessage)" -le 4 ]
 }
 
+@test "sqs-recv --drain: an empty receive answered before one that brought messages ends nothing early: they are written, 0" {
+	seq 1 10 | AWS_ENDPOINT_URL_SQS=$SQS_DIRECT sqs-send >/dev/null
+	# the first receive takes all 10 and is answered late; the second
+	# reaches the queue after it, finds nothing and is answered first
+	via_proxy '[{"op":"ReceiveMessage","times":1,"do":"slow-answer","after":800},
+	            {"op":"ReceiveMessage","times":null,"do":"delay","ms":200}]'
+	run --separate-stderr sqs-recv --max 10 --drain --visibility 600 --inflight 2
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 10 ]
+	printf '%s\n' "${lines[@]}" >"$BATS_TEST_TMPDIR/out"
+	[ "$(bodies "$BATS_TEST_TMPDIR/out")" = "$(seq 1 10 | sort)" ]
+	[ "$(stat_direct)" = '{"visible":10,"inflight":10,"delayed":0}' ]
+}
+
 @test "sqs-recv --inflight 1: one receive at a time, as before" {
 	seq -f 'm%03g' 1 50 | AWS_ENDPOINT_URL_SQS=$SQS_DIRECT sqs-send >/dev/null
 	via_proxy '[{"op":"ReceiveMessage","times":null,"do":"delay","ms":20}]'
