@@ -532,13 +532,18 @@ s_stats(struct ik_queue *q, struct ik_qstats *st, ik_err *err)
  * left is polled again by s_run, after ik_aws_run returned (never from
  * inside a callback). */
 
-static const char *const op_action[] = {
-	[IK_QOP_RECEIVE] = "ReceiveMessage",
-	[IK_QOP_DEL] = "DeleteMessage",
-	[IK_QOP_DEL_BATCH] = "DeleteMessageBatch",
-	[IK_QOP_CHVIS] = "ChangeMessageVisibility",
-	[IK_QOP_SEND] = "SendMessage",
+/* ik_aws_submit keeps a pointer into the target until the call is over
+ * (its messages name the operation): static strings, never a buffer. */
+#define OP(name) "AmazonSQS." name
+static const char *const op_target[] = {
+	[IK_QOP_RECEIVE] = OP("ReceiveMessage"),
+	[IK_QOP_DEL] = OP("DeleteMessage"),
+	[IK_QOP_DEL_BATCH] = OP("DeleteMessageBatch"),
+	[IK_QOP_CHVIS] = OP("ChangeMessageVisibility"),
+	[IK_QOP_SEND] = OP("SendMessage"),
 };
+#undef OP
+#define op_action(k) (op_target[k] + strlen("AmazonSQS."))
 
 static void
 unlink_call(struct sqsq *s, struct scall *c)
@@ -569,7 +574,7 @@ answered(void *arg, int rc, cJSON *resp, const struct ik_aws_error *aerr, const 
 
 	if (rc != IK_OK && err)
 		op->err = *err;
-	op->rc = judge(s, op_action[op->kind], rc, aerr, &op->err);
+	op->rc = judge(s, op_action(op->kind), rc, aerr, &op->err);
 	if (op->rc == IK_OK) {
 		switch (op->kind) {
 		case IK_QOP_RECEIVE:
@@ -601,7 +606,6 @@ send_call(struct sqsq *s, struct scall *c)
 {
 	struct ik_qop *op = c->op;
 	cJSON *req = NULL;
-	char target[64];
 	int rc;
 
 	switch (op->kind) {
@@ -623,8 +627,7 @@ send_call(struct sqsq *s, struct scall *c)
 	}
 	if (!req)
 		return oom(&op->err);
-	snprintf(target, sizeof target, "AmazonSQS.%s", op_action[op->kind]);
-	rc = ik_aws_submit(s->aws, target, req, answered, c, &op->err);
+	rc = ik_aws_submit(s->aws, op_target[op->kind], req, answered, c, &op->err);
 	cJSON_Delete(req);
 	return rc;
 }
@@ -638,7 +641,7 @@ s_submit(struct ik_queue *q, struct ik_qop *op, ik_err *err)
 
 	if ((op->kind == IK_QOP_RECEIVE && (op->max < 1 || op->max > IK_QUEUE_BATCH)) ||
 	    (op->kind == IK_QOP_DEL_BATCH && (op->n < 1 || op->n > IK_QUEUE_BATCH)))
-		return ik_errf(err, IK_USAGE, "%s: 1 to %d entries", op_action[op->kind],
+		return ik_errf(err, IK_USAGE, "%s: 1 to %d entries", op_action(op->kind),
 		               IK_QUEUE_BATCH);
 	if (!(c = calloc(1, sizeof *c)))
 		return oom(err);
