@@ -2,8 +2,9 @@
  *
  * The acker (lib/acker.c) carries the verdict out; this file runs it on
  * the step loop (lib/step.c), whose groups of already-available lines are
- * its delete batches: a group is begun, acked, flushed (a
- * DeleteMessageBatch per 10 on SQS, one transaction for the whole group on
+ * its delete batches: a group is begun, acked, flushed (on SQS the DLQ
+ * copies, then a DeleteMessageBatch per 10 and the visibility changes, each
+ * phase's calls in flight together; one transaction for the whole group on
  * the SQLite queue) and only then written, so a partial batch goes out
  * as soon as the input is quiet and envelopes keep their input order.
  */

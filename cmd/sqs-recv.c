@@ -20,6 +20,9 @@
  *  - --settle DUR: a receive that brings nothing is not the end while a
  *    message is still in flight or a copy left is due back within DUR; so
  *    a drain ends when every message it saw was settled or is due later.
+ *
+ * On SQS several receives are outstanding at once (--inflight, see
+ * receive_loop); the window counts what they may bring as held.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -42,7 +45,7 @@
 static const char usage[] =
 	"usage: sqs-recv [--queue URL] [--max N] [--wait SECS] [--visibility SECS]\n"
 	"                [--follow | --drain] [--acked FILE [--window N] [--max-age DUR]\n"
-	"                [--settle DUR]]\n";
+	"                [--settle DUR]] [--inflight N]\n";
 static const char options[] =
 	"  -q, --queue URL        sqlite:PATH#NAME or an SQS queue URL (default $IDEMKIT_QUEUE,\n"
 	"                         else sqlite:$IDEMKIT_STATE_DIR/queue.db#charges)\n"
@@ -58,6 +61,8 @@ static const char options[] =
 	"                         DUR (with --acked)\n"
 	"  -S, --settle DUR       when a receive brings nothing, go on while a message is\n"
 	"                         in flight or a copy left is due back within DUR\n"
+	"  -i, --inflight N       with --follow or --drain on SQS: up to N receives\n"
+	"                         outstanding, 1..16 (default 8)\n"
 	"  -h, --help             this help\n"
 	"  -V, --version          print the version\n";
 static const int codes[] = {
@@ -89,6 +94,17 @@ fail:
 	return NULL;
 }
 
+/* Make msgs[0..n) visible again at once: received, never written. */
+static void
+give_back(struct ik_queue *q, struct ik_qmsg *msgs, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		ik_err err = { 0 };
+		if (q->ops->change_visibility(q, msgs[i].receipt, 0, &err) != IK_OK)
+			ik_warnx("%s", err.msg);
+	}
+}
+
 /* Write msgs[0..n) out; from the first one that could not be written on,
  * make them visible again.  0 or -1. */
 static int
@@ -110,11 +126,7 @@ emit(struct ik_queue *q, struct ik_qmsg *msgs, size_t n)
 		ik_log(IK_LOG_DEBUG, "received", "step", "recv", "messageId", msgs[i].message_id,
 		       NULL);
 	}
-	for (; i < n; i++) {
-		ik_err err = { 0 };
-		if (q->ops->change_visibility(q, msgs[i].receipt, 0, &err) != IK_OK)
-			ik_warnx("%s", err.msg);
-	}
+	give_back(q, msgs + i, n - i);
 	return rc;
 }
 
@@ -256,15 +268,17 @@ count_acked(struct window *w)
 	}
 }
 
-/* How many messages the next receive may take (0: none now).  The count
- * bound is --window.  The age bound is --max-age twice over: nothing while
- * the oldest in flight is older, and no more in flight than the pipeline
+/* How many messages the next receive may take (0: none now), with
+ * `pending` more already asked for by the receives in flight (each may
+ * bring as many as it asked for, so they count as held).  The count bound
+ * is --window.  The age bound is --max-age twice over: nothing while the
+ * oldest in flight is older, and no more in flight than the pipeline
  * finishes in that time at the rate it has been acking (Little's law: in
  * flight = rate x wait), so a message received now is not made to wait
  * longer than --max-age behind the others; that bound takes what fits.
  * Before any ack one batch goes. */
 static int
-room(struct window *w, int max)
+room(struct window *w, int max, size_t pending)
 {
 	int64_t now = ik_mono_ms(), span, allowed;
 	size_t n = 0;
@@ -280,7 +294,7 @@ room(struct window *w, int max)
 		w->nfl--;
 	}
 
-	if (w->size && (long)w->nfl + max > w->size)
+	if (w->size && (long)(w->nfl + pending) + max > w->size)
 		return 0;     /* the count bound waits for room for a whole batch */
 	if (w->max_age >= 0) {
 		if (w->nfl && now - w->fl[0].at >= w->max_age)
@@ -291,8 +305,8 @@ room(struct window *w, int max)
 		allowed = w->nacks ? (int64_t)n * w->max_age / (span > 0 ? span : 1) : max;
 		if (allowed < 1)
 			allowed = 1;
-		if (allowed - (int64_t)w->nfl < left)
-			left = (long)(allowed - (int64_t)w->nfl);
+		if (allowed - (int64_t)(w->nfl + pending) < left)
+			left = (long)(allowed - (int64_t)(w->nfl + pending));
 	}
 	return left <= 0 ? 0 : left < max ? (int)left : max;
 }
@@ -336,25 +350,150 @@ window_free(struct window *w)
 		close(w->fd);
 }
 
-/* Waits until the window has room; returns how many the next receive may
- * take, or -1 when a signal came or the reader of stdout went away
- * (nothing more can be delivered, so nothing more may be received). */
+/* 1 when the reader of stdout went away: nothing more can be delivered,
+ * so nothing more may be received. */
 static int
-wait_window(struct window *w, int max)
+reader_gone(void)
 {
-	for (;;) {
-		struct pollfd out = { .fd = STDOUT_FILENO, .events = 0 };
-		int n;
+	struct pollfd out = { .fd = STDOUT_FILENO, .events = 0 };
 
-		count_acked(w);
-		if ((n = room(w, max)) > 0)
-			return n;
-		if (ik_stop_signal)
-			return -1;
-		if (poll(&out, 1, 0) > 0 && (out.revents & (POLLERR | POLLHUP)))
-			return -1;
-		ik_sleep_ms(5);
+	return poll(&out, 1, 0) > 0 && (out.revents & (POLLERR | POLLHUP));
+}
+
+/* ---- the receive loop ----
+ * Up to `inflight` receives outstanding (SQS; one elsewhere), each started
+ * while the window has room for what it may bring on top of what those in
+ * flight may bring, each written out as soon as it is in, in the order
+ * they finish.  An empty receive means what it meant with one at a time,
+ * and no sooner: it starts no further receive, the others are waited for
+ * (and written), and only when none of them brought anything either is
+ * the queue taken to be empty (--settle may still go on); when one did,
+ * receiving goes on.  A stop, an error or a reader gone starts nothing
+ * more: what is in flight is finished and written first. */
+#define RECV_INFLIGHT_MAX 16
+#define RECV_INFLIGHT_DEFAULT 8   /* measured: see man/sqs-recv.1 */
+
+struct loop {
+	int max, wait, vis, follow, drain, inflight;
+	int64_t settle;
+	struct window *win;
+};
+
+struct recv {
+	struct ik_qop op;
+	struct ik_qmsg msgs[IK_QUEUE_BATCH];
+	int busy;
+};
+
+/* The messages op brought: handed out and written; once the reader is
+ * gone (*dead), or when they cannot be handed out, made visible again at
+ * once.  IK_OK or IK_SOFTWARE. */
+static int
+deliver(struct ik_queue *q, struct window *win, struct ik_qop *op, int *dead)
+{
+	int rc = IK_OK;
+
+	for (size_t i = 0; i < op->got && win->fd >= 0; i++)
+		if (hand_out(win, op->msgs[i].receipt) < 0) {
+			ik_warnx("out of memory");
+			rc = IK_SOFTWARE;
+			break;
+		}
+	if (rc != IK_OK || *dead)
+		give_back(q, op->msgs, op->got);
+	else if (emit(q, op->msgs, op->got) < 0)
+		*dead = 1, rc = IK_SOFTWARE;
+	for (size_t i = 0; i < op->got; i++)
+		ik_qmsg_free(&op->msgs[i]);
+	return *dead ? IK_SOFTWARE : rc;
+}
+
+static int
+receive_loop(struct ik_queue *q, const struct loop *l, int *got)
+{
+	struct recv r[RECV_INFLIGHT_MAX];
+	struct window *win = l->win;
+	size_t out = 0, pending = 0;
+	int rc = IK_OK, quiet = 0, brought = 0, done = 0, dead = 0, gone = 0;
+	int64_t backoff = 0, hold = 0;
+
+	memset(r, 0, sizeof r);
+	for (;;) {
+		int blocked = 0;
+		struct ik_qop *op;
+
+		/* start what there is room for */
+		while (!ik_stop_signal && !done && !dead && !gone && !quiet && rc == IK_OK &&
+		       out < (size_t)l->inflight && ik_mono_ms() >= hold) {
+			int take = l->max, i;
+
+			if (win->fd >= 0) {
+				count_acked(win);
+				if ((take = room(win, l->max, pending)) <= 0) {
+					blocked = 1;
+					break;
+				}
+			}
+			for (i = 0; r[i].busy; i++)
+				;
+			r[i].busy = 1;
+			r[i].op = (struct ik_qop){ .kind = IK_QOP_RECEIVE, .max = take,
+			    .wait_s = l->wait, .visibility_s = l->vis, .msgs = r[i].msgs,
+			    .arg = &r[i] };
+			out++;
+			pending += (size_t)take;
+			ik_queue_submit(q, &r[i].op);
+		}
+		if (blocked && reader_gone())
+			gone = 1;
+		if (out == 0) {
+			if (ik_stop_signal || done || dead || gone || rc != IK_OK)
+				break;
+			if (quiet) {   /* the wave after an empty receive is in */
+				quiet = 0;
+				if (brought) {
+					brought = 0;
+					continue;
+				}
+				if (l->settle >= 0 &&
+				    unsettled(win, l->settle, (int64_t)l->wait * 1000 + 2000)) {
+					if (!l->wait)
+						ik_sleep_ms(200);
+					continue;
+				}
+				break;
+			}
+			/* waiting for room in the window, or a backoff */
+			ik_sleep_ms(blocked ? 5 : hold - ik_mono_ms() > 0 ? hold - ik_mono_ms() : 1);
+			continue;
+		}
+		if (!(op = ik_queue_reap(q, blocked ? 5 : 250)))
+			continue;
+		out--;
+		pending -= (size_t)op->max;
+		((struct recv *)op->arg)->busy = 0;
+		if (op->rc == IK_OK) {
+			backoff = 0;
+			*got += op->got > 0;
+			if (op->got == 0 && !l->follow)
+				quiet = 1;
+			else if (op->got > 0 && quiet)
+				brought = 1;
+			else if (op->got > 0 && !l->drain && !l->follow)
+				done = 1;
+			if (deliver(q, win, op, &dead) != IK_OK && rc == IK_OK)
+				rc = IK_SOFTWARE;
+		} else if (l->follow && op->rc == IK_TEMPFAIL && !ik_stop_signal) {
+			/* a consumer outlives a network blip; aws.h already retried */
+			ik_log(IK_LOG_WARN, "receive failed; retrying", "step", "recv",
+			       "error", op->err.msg, NULL);
+			backoff = backoff ? (backoff * 2 > 30000 ? 30000 : backoff * 2) : 1000;
+			hold = ik_mono_ms() + backoff;
+		} else if (rc == IK_OK) {
+			rc = ik_fail(&op->err);
+		}
 	}
+	return rc;
 }
 
 static int
@@ -384,15 +523,15 @@ main(int argc, char **argv)
 		{ "acked", required_argument, NULL, 'a' },
 		{ "max-age", required_argument, NULL, 'A' },
 		{ "settle", required_argument, NULL, 'S' },
+		{ "inflight", required_argument, NULL, 'i' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct ik_qmsg msgs[IK_QUEUE_BATCH];
 	struct ik_queue *q = NULL;
 	const char *url = NULL;
 	int max = 1, wait = -1, vis = -1, follow = 0, drain = 0, got = 0, ch, rc;
-	int64_t backoff = 0;
+	int inflight = RECV_INFLIGHT_DEFAULT;
 	struct window win = { .fd = -1, .max_age = -1, .progress = ik_mono_ms() };
 	const char *acked = NULL;
 	int size = 0;
@@ -400,7 +539,7 @@ main(int argc, char **argv)
 	ik_err err = { 0 };
 
 	ik_cli_init(argv[0]);
-	while ((ch = getopt_long(argc, argv, "q:n:w:v:fdW:a:A:S:hV", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "q:n:w:v:fdW:a:A:S:i:hV", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'q': url = optarg; break;
 		case 'n': if (opt_int("max", optarg, 1, IK_QUEUE_BATCH, &max) < 0) return IK_USAGE; break;
@@ -416,6 +555,10 @@ main(int argc, char **argv)
 			break;
 		case 'S':
 			if (ik_opt_duration("--settle", optarg, 0, INT64_MAX / 2, &settle) < 0)
+				return IK_USAGE;
+			break;
+		case 'i':
+			if (opt_int("inflight", optarg, 1, RECV_INFLIGHT_MAX, &inflight) < 0)
 				return IK_USAGE;
 			break;
 		case 'h': return ik_help(usage, options, codes);
@@ -439,49 +582,13 @@ main(int argc, char **argv)
 	if ((rc = ik_queue_open(url, &q, &err)) != IK_OK)
 		return ik_fail(&err);
 	q->stop = &ik_stop_signal;
-	for (;;) {
-		size_t n = 0;
-		int take = max;
-
-		if (win.fd >= 0 && (take = wait_window(&win, max)) < 0)
-			break;
-		rc = q->ops->receive(q, take, wait, vis, msgs, &n, &err);
-		if (rc == IK_OK) {
-			backoff = 0;
-			got += n > 0;
-			for (size_t i = 0; i < n && win.fd >= 0; i++)
-				if (hand_out(&win, msgs[i].receipt) < 0) {
-					ik_warnx("out of memory");
-					rc = IK_SOFTWARE;
-				}
-			int w = rc == IK_OK ? emit(q, msgs, n) : -1;
-			for (size_t i = 0; i < n; i++)
-				ik_qmsg_free(&msgs[i]);
-			if (w < 0) {
-				rc = IK_SOFTWARE;
-				break;
-			}
-		} else if (follow && rc == IK_TEMPFAIL && !ik_stop_signal) {
-			/* a consumer outlives a network blip; aws.h already retried */
-			ik_log(IK_LOG_WARN, "receive failed; retrying", "step", "recv",
-			       "error", err.msg, NULL);
-			backoff = backoff ? (backoff * 2 > 30000 ? 30000 : backoff * 2) : 1000;
-			ik_sleep_ms(backoff);
-			continue;
-		} else {
-			ik_fail(&err);
-			break;
-		}
-		if (ik_stop_signal)
-			break;
-		if (!n && !follow && settle >= 0 && unsettled(&win, settle, (int64_t)wait * 1000 + 2000)) {
-			if (!wait)
-				ik_sleep_ms(200);
-			continue;
-		}
-		if (!(follow || (drain && n > 0)))
-			break;
-	}
+	/* one receive at a time where the adapter has no calls in flight, and
+	 * for a single receive */
+	if (!ik_queue_inflight(q) || !(follow || drain))
+		inflight = 1;
+	rc = receive_loop(q, &(struct loop){ .max = max, .wait = wait, .vis = vis,
+	    .follow = follow, .drain = drain, .settle = settle, .inflight = inflight,
+	    .win = &win }, &got);
 	ik_queue_close(q);
 	window_free(&win);
 	if (ik_stop_signal)

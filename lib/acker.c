@@ -11,22 +11,47 @@
 #include "queue.h"
 #include "util.h"
 
+/* An envelope whose action needs the queue, held until the flush. */
+enum hold_kind { H_DELETE, H_DLQ, H_CHVIS };
+
+struct dlqmsg {            /* a DLQ copy in flight: what its send points to */
+	char count[24], first[24], id[IK_CHARGE_ID_MAX + 1], errtext[1024];
+	const char *step;
+	struct ik_qattr at[10];
+	struct ik_qsend m;
+};
+
 struct held {
 	cJSON *env;
 	cJSON *ack;            /* the "ack" fields decided so far */
+	enum hold_kind kind;
+	int verdict;           /* H_DLQ: the reason */
+	const char *why;
+	int vis;               /* H_CHVIS */
 	int audit;             /* DUP_DONE: an audit line once deleted */
-	int dlq;               /* already sent to the DLQ: the delete completes it */
+	int dlq;               /* sent to the DLQ: the delete completes it */
+	int over;              /* finished: its result is recorded */
+	struct dlqmsg *copy;   /* H_DLQ, while its send is in flight */
 };
+
+/* Calls one flush keeps outstanding on a queue (SQS; the SQLite queue runs
+ * each to its end). */
+#define ACKER_INFLIGHT 16
 
 struct ik_acker {
 	struct ik_acker_opts o;
 	struct ik_queue *q, *dlq;
 	int halted;            /* the exit code once configuration is broken */
 	int batching;
-	struct held del[IK_ACKER_GROUP_MAX];
-	size_t ndel;
+	struct held held[IK_ACKER_GROUP_MAX];
+	size_t nheld;
+	/* the flush's deletes: held[dels[j]] is receipts[j], res[j] */
+	size_t dels[IK_ACKER_GROUP_MAX];
 	const char *receipts[IK_ACKER_GROUP_MAX];
 	struct ik_qresult res[IK_ACKER_GROUP_MAX];
+	const char *single[IK_ACKER_GROUP_MAX];   /* held[i]'s receipt, a call alone */
+	struct ik_qop ops[ACKER_INFLIGHT];
+	int busy[ACKER_INFLIGHT];
 	/* progress: per outcome in the table, then the P_ extras below */
 	const struct ik_outcome *table;
 	int ntable, dirty;
@@ -161,53 +186,61 @@ add_attr(struct ik_qattr *at, size_t *n, const char *k, const char *v)
 		at[(*n)++] = (struct ik_qattr){ (char *)k, (char *)v };
 }
 
-/* Send the body to the DLQ with why and where it came from. */
+/* The DLQ copy of h's message: the body with why and where it came from
+ * in message attributes.  IK_OK, or why it cannot be sent. */
 static int
-to_dlq(struct ik_acker *a, struct ik_queue *q, const cJSON *env, int verdict,
-       const char *why, cJSON *ack, ik_err *err)
+dlq_copy(struct ik_acker *a, struct held *h, ik_err *err)
 {
-	struct ik_queue *dlq = dlq_for(a, q, err);
-	char count[24], first[24], id[IK_CHARGE_ID_MAX + 1], errtext[1024];
-	const char *step, *e = deciding_error(env, verdict, why, &step);
-	struct ik_qattr at[10];
-	struct ik_qsend m = { .body = ik_env_body(env), .attrs = at };
-	const char *mid = ik_env_str(env, "messageId");
-	int rc;
+	struct dlqmsg *c;
+	const cJSON *env = h->env;
+	const char *e;
 
-	if (!dlq)
-		return err->code;
-	snprintf(count, sizeof count, "%lld", (long long)ik_env_int(env, "receiveCount", 0));
+	if (!(c = h->copy = calloc(1, sizeof *c)))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	e = deciding_error(env, h->verdict, h->why, &c->step);
+	c->m = (struct ik_qsend){ .body = ik_env_body(env), .attrs = c->at };
+	snprintf(c->count, sizeof c->count, "%lld", (long long)ik_env_int(env, "receiveCount", 0));
 	/* the DLQ copy is a new message: keep when the first one was sent */
-	first[0] = '\0';
 	if (ik_env_first_sent_at(env) > 0)
-		snprintf(first, sizeof first, "%lld", (long long)ik_env_first_sent_at(env));
-	snprintf(errtext, sizeof errtext, "%s", e);
-	charge_id(env, id);
+		snprintf(c->first, sizeof c->first, "%lld", (long long)ik_env_first_sent_at(env));
+	snprintf(c->errtext, sizeof c->errtext, "%s", e);
+	charge_id(env, c->id);
 	/* SQS refuses empty attribute values: only what is there */
-#define ATTR(k, v) add_attr(at, &m.nattrs, k, v)
-	ATTR("idemkit.reason", ik_code_name(verdict));
-	ATTR("idemkit.error", errtext);
-	ATTR("idemkit.step", step);
-	ATTR("idemkit.sourceQueue", q->url);
-	ATTR("idemkit.messageId", mid);
-	ATTR("idemkit.receiveCount", count);
-	ATTR("idemkit.chargeId", id);
-	ATTR(IK_ATTR_FIRST_SENT_AT, first);
+#define ATTR(k, v) add_attr(c->at, &c->m.nattrs, k, v)
+	ATTR("idemkit.reason", ik_code_name(h->verdict));
+	ATTR("idemkit.error", c->errtext);
+	ATTR("idemkit.step", c->step);
+	ATTR("idemkit.sourceQueue", a->q->url);
+	ATTR("idemkit.messageId", ik_env_str(env, "messageId"));
+	ATTR("idemkit.receiveCount", c->count);
+	ATTR("idemkit.chargeId", c->id);
+	ATTR(IK_ATTR_FIRST_SENT_AT, c->first);
 #undef ATTR
-	if (!*m.body)   /* no queue takes an empty body; keep it in sight instead */
+	if (!*c->m.body)   /* no queue takes an empty body; keep it in sight instead */
 		return ik_errf(err, IK_DATAERR, "empty body: not sent to the DLQ");
-	rc = dlq->ops->send(dlq, &m, err);
-	if (rc == IK_OK) {
-		cJSON_AddStringToObject(ack, "dlq", dlq->url);
-		cJSON_AddStringToObject(ack, "dlqMessageId", m.message_id);
-		ik_log(IK_LOG_AUDIT, "sent to the DLQ", "step", "ack", "chargeId", id[0] ? id : NULL,
-		       "messageId", mid, "outcome", ik_code_name(verdict), "dlq", dlq->url,
-		       "error", errtext[0] ? errtext : NULL, NULL);
-	} else {
-		ik_errwrap(err, "DLQ %s", dlq->url);
-	}
-	free(m.message_id);
-	return rc;
+	return IK_OK;
+}
+
+/* h's DLQ copy is there: its ack says where, the audit line says so. */
+static void
+dlq_sent(struct ik_acker *a, struct held *h)
+{
+	struct dlqmsg *c = h->copy;
+
+	cJSON_AddStringToObject(h->ack, "dlq", a->dlq->url);
+	cJSON_AddStringToObject(h->ack, "dlqMessageId", c->m.message_id);
+	ik_log(IK_LOG_AUDIT, "sent to the DLQ", "step", "ack", "chargeId", c->id[0] ? c->id : NULL,
+	       "messageId", ik_env_str(h->env, "messageId"), "outcome", ik_code_name(h->verdict),
+	       "dlq", a->dlq->url, "error", c->errtext[0] ? c->errtext : NULL, NULL);
+}
+
+static void
+dlq_free(struct held *h)
+{
+	if (h->copy)
+		free(h->copy->m.message_id);
+	free(h->copy);
+	h->copy = NULL;
 }
 
 /* ---- progress ---- */
@@ -330,36 +363,167 @@ finish(struct ik_acker *a, cJSON *env, cJSON *ack, int code, const char *msg,
 	return code;
 }
 
+/* ---- the flush: the held actions carried out, calls in flight ----
+ * First the DLQ copies (concurrently, on the DLQ); a message whose copy is
+ * there becomes a delete, one whose copy failed is left (its result says
+ * why).  Then on the source queue, concurrently: the deletes, in batches
+ * (entry i of a batch is the envelope at dels[i] of that batch's own
+ * slice), and the visibility changes.  A call's failure is each of its
+ * entries' own, exactly as when they went one after another. */
+
+/* h is over: its result recorded from the call's (msg: the error). */
+static void
+held_over(struct ik_acker *a, struct held *h, int code, const char *msg)
+{
+	dlq_free(h);
+	finish(a, h->env, h->ack, code, code == IK_OK ? NULL : msg, h->audit, h->dlq);
+	h->ack = NULL;
+	h->over = 1;
+}
+
+/* What a finished call means for the envelopes it was for. */
+static void
+op_done(struct ik_acker *a, struct ik_qop *op)
+{
+	struct held *h = op->arg;
+	const size_t *d = op->arg;
+
+	switch (op->kind) {
+	case IK_QOP_SEND:
+		if (op->rc == IK_OK) {
+			dlq_sent(a, h);
+			dlq_free(h);
+			h->dlq = 1;
+			h->kind = H_DELETE;
+		} else {
+			/* not in the DLQ: leave it, it comes back */
+			ik_errwrap(&op->err, "DLQ %s", a->dlq->url);
+			held_over(a, h, op->rc, op->err.msg);
+		}
+		break;
+	case IK_QOP_DEL_BATCH:
+		for (size_t i = 0; i < op->n; i++)
+			held_over(a, &a->held[d[i]], op->rc != IK_OK ? op->rc : op->res[i].code,
+			          op->rc != IK_OK ? op->err.msg : op->res[i].msg);
+		break;
+	case IK_QOP_DEL:
+	case IK_QOP_CHVIS:
+	case IK_QOP_RECEIVE:
+		held_over(a, h, op->rc, op->err.msg);
+		break;
+	}
+	a->busy[op - a->ops] = 0;
+}
+
+/* A free call slot, waiting for a call on q to finish when none is. */
+static struct ik_qop *
+op_slot(struct ik_acker *a, struct ik_queue *q)
+{
+	for (;;) {
+		struct ik_qop *done;
+		for (int i = 0; i < ACKER_INFLIGHT; i++)
+			if (!a->busy[i]) {
+				a->busy[i] = 1;
+				memset(&a->ops[i], 0, sizeof a->ops[i]);
+				return &a->ops[i];
+			}
+		if ((done = ik_queue_reap(q, -1)))
+			op_done(a, done);
+	}
+}
+
+/* Every call started on q has finished. */
+static void
+op_drain(struct ik_acker *a, struct ik_queue *q)
+{
+	while (q->pending) {
+		struct ik_qop *done = ik_queue_reap(q, -1);
+		if (done)
+			op_done(a, done);
+	}
+}
+
+static void
+flush_dlq(struct ik_acker *a)
+{
+	ik_err err = { 0 };
+
+	for (size_t i = 0; i < a->nheld; i++) {
+		struct held *h = &a->held[i];
+		struct ik_qop *op;
+
+		if (h->over || h->kind != H_DLQ)
+			continue;
+		if (!dlq_for(a, a->q, &err) || dlq_copy(a, h, &err) != IK_OK) {
+			held_over(a, h, err.code, err.msg);
+			continue;
+		}
+		op = op_slot(a, a->dlq);
+		op->kind = IK_QOP_SEND;
+		op->msg = &h->copy->m;
+		op->arg = h;
+		ik_queue_submit(a->dlq, op);
+	}
+	if (a->dlq)
+		op_drain(a, a->dlq);
+}
+
+static void
+flush_source(struct ik_acker *a)
+{
+	struct ik_queue *q = a->q;
+	size_t nd = 0, max = batch_max(a);
+
+	for (size_t i = 0; i < a->nheld; i++) {
+		struct held *h = &a->held[i];
+		struct ik_qop *op;
+
+		if (h->over)
+			continue;
+		a->single[i] = ik_env_str(h->env, "receipt");
+		if (h->kind == H_DELETE) {
+			a->dels[nd] = i;
+			a->receipts[nd++] = a->single[i];
+			continue;
+		}
+		op = op_slot(a, q);
+		op->kind = IK_QOP_CHVIS;
+		op->receipts = &a->single[i];
+		op->visibility_s = h->vis;
+		op->arg = h;
+		ik_queue_submit(q, op);
+	}
+	for (size_t j = 0; j < nd; j += max) {
+		size_t n = nd - j < max ? nd - j : max;
+		struct ik_qop *op = op_slot(a, q);
+
+		if (n == 1) {
+			op->kind = IK_QOP_DEL;
+			op->arg = &a->held[a->dels[j]];
+		} else {
+			op->kind = IK_QOP_DEL_BATCH;
+			op->arg = &a->dels[j];
+			op->res = &a->res[j];
+		}
+		op->receipts = &a->receipts[j];
+		op->n = n;
+		ik_queue_submit(q, op);
+	}
+	op_drain(a, q);
+}
+
 int
 ik_acker_flush(void *acker)
 {
 	struct ik_acker *a = acker;
-	const char **receipts = a->receipts;
-	struct ik_qresult *res = a->res;
-	ik_err err = { 0 };
-	size_t k = a->ndel;
-	int rc;
 
 	a->batching = 0;
-	a->ndel = 0;
-	if (k == 0)
+	if (a->nheld == 0)
 		return 0;
-	for (size_t i = 0; i < k; i++)
-		receipts[i] = ik_env_str(a->del[i].env, "receipt");
-	if (k == 1) {
-		rc = a->q->ops->del(a->q, receipts[0], &err);
-		res[0].code = rc;
-		snprintf(res[0].msg, sizeof res[0].msg, "%s", rc == IK_OK ? "" : err.msg);
-		rc = IK_OK;
-	} else {
-		rc = a->q->ops->del_batch(a->q, receipts, k, res, &err);
-	}
-	for (size_t i = 0; i < k; i++) {
-		struct held *h = &a->del[i];
-		finish(a, h->env, h->ack, rc != IK_OK ? rc : res[i].code,
-		       rc != IK_OK ? err.msg : res[i].msg, h->audit, h->dlq);
-		memset(h, 0, sizeof *h);
-	}
+	flush_dlq(a);
+	flush_source(a);
+	memset(a->held, 0, a->nheld * sizeof a->held[0]);
+	a->nheld = 0;
 	return 0;
 }
 
@@ -376,18 +540,21 @@ ik_acker_halted(void *acker)
 	return ((struct ik_acker *)acker)->halted;
 }
 
-/* Hold env's delete; sent now unless a batch is open and has room. */
+/* Hold env's action for the flush; carried out now unless a batch is open
+ * and has room. */
 static int
-hold_delete(struct ik_acker *a, cJSON *env, cJSON *ack, int audit, int dlq)
+hold(struct ik_acker *a, const struct held *h)
 {
 	int batching = a->batching;
 
-	if (a->ndel == batch_max(a))
+	if (h->kind == H_CHVIS)
+		cJSON_AddNumberToObject(h->ack, "visibility", (double)h->vis);
+	if (a->nheld == IK_ACKER_GROUP_MAX)
 		ik_acker_flush(a);
-	a->del[a->ndel++] = (struct held){ env, ack, audit, dlq };
+	a->held[a->nheld++] = *h;
 	if (!batching) {
 		ik_acker_flush(a);
-		return ik_env_step_code(env, "ack");
+		return ik_env_step_code(h->env, "ack");
 	}
 	a->batching = 1;
 	return IK_OK;
@@ -400,11 +567,10 @@ ik_acker_ack(struct ik_acker *a, cJSON *env)
 	int verdict = ik_env_verdict(env, &why);
 	const struct ik_outcome *o = ik_outcome_by_code(verdict);
 	enum ik_action act = o ? o->action : IK_ACT_LEAVE;
-	struct ik_queue *q;
 	int64_t vis = -1;
 	ik_err err = { 0 };
 	cJSON *ack = cJSON_CreateObject();
-	int rc = IK_OK, dlq = 0;
+	struct held h = { .env = env, .ack = ack, .verdict = verdict, .why = why };
 
 	if (!ack)
 		return finish(a, env, NULL, IK_SOFTWARE, "out of memory", 0, 0);
@@ -417,35 +583,34 @@ ik_acker_ack(struct ik_acker *a, cJSON *env)
 	cJSON_AddStringToObject(ack, "verdict", ik_code_name(verdict));
 	if (why && *why)
 		cJSON_AddStringToObject(ack, "why", why);
-	if (!(q = queue_for(a, env, &err)))
+	if (!queue_for(a, env, &err))
 		return finish(a, env, ack, err.code, err.msg, 0, 0);
 	switch (act) {
 	case IK_ACT_DLQ:
-		if ((rc = to_dlq(a, q, env, verdict, why, ack, &err)) != IK_OK)
-			break;   /* not in the DLQ: leave it, it comes back */
-		dlq = 1;
-		/* fall through */
+		h.kind = H_DLQ;   /* deleted only once the copy is in the DLQ */
+		return hold(a, &h);
 	case IK_ACT_DELETE:
 	case IK_ACT_DELETE_AUDIT:
-		return hold_delete(a, env, ack, act == IK_ACT_DELETE_AUDIT, dlq);
+		h.kind = H_DELETE;
+		h.audit = act == IK_ACT_DELETE_AUDIT;
+		return hold(a, &h);
 	case IK_ACT_LEAVE_LEASE:
 		if (dup_visibility(env, &vis) == 0) {
-			rc = q->ops->change_visibility(q, receipt, (int)vis, &err);
-			break;
+			h.kind = H_CHVIS;
+			h.vis = (int)vis;
+			return hold(a, &h);
 		}
 		/* no lease to wait for: back off instead */
 		/* fall through */
 	case IK_ACT_LEAVE_BACKOFF:
-		vis = backoff(env, a->o.backoff_base_s, a->o.backoff_cap_s);
-		rc = q->ops->change_visibility(q, receipt, (int)vis, &err);
-		break;
+		h.kind = H_CHVIS;
+		h.vis = (int)backoff(env, a->o.backoff_base_s, a->o.backoff_cap_s);
+		return hold(a, &h);
 	case IK_ACT_LEAVE:
 	case IK_ACT_NONE:
 		break;
 	}
-	if (vis >= 0)
-		cJSON_AddNumberToObject(ack, "visibility", (double)vis);
-	return finish(a, env, ack, rc, rc == IK_OK ? NULL : err.msg, 0, 0);
+	return finish(a, env, ack, IK_OK, NULL, 0, 0);
 }
 
 int

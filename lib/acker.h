@@ -12,15 +12,20 @@
  *    after that send succeeded (a failed send leaves it: TEMPFAIL);
  *  - a line without a receipt is not a message: DATAERR, nothing acked;
  *  - outside a batch every action is complete when ik_acker_ack returns;
- *    inside one (ik_acker_begin .. ik_acker_flush) deletes are held and
- *    sent together, IK_QUEUE_BATCH at a time, and a held envelope's "ack"
- *    result is filled in when its batch completes: it must stay alive and
- *    unwritten until ik_acker_flush returned;
+ *    inside one (ik_acker_begin .. ik_acker_flush) every action that needs
+ *    the queue (DLQ copy, delete, visibility change) is held and carried
+ *    out at the flush, and a held envelope's "ack" result is filled in
+ *    then: it must stay alive and unwritten until ik_acker_flush returned;
+ *  - at the flush the DLQ copies go first, then the deletes (a DLQ copy's
+ *    message among them only once its copy is there) and the visibility
+ *    changes; on SQS each of these phases keeps up to 16 calls in flight
+ *    (queue.h), and a call's result, or each entry's, is applied to the
+ *    envelopes of that call only;
  *  - an ack once started is finished, never abandoned for a signal.
  *
- * A batch is IK_QUEUE_BATCH (SQS's limit per call) on SQS; the SQLite
- * queue deletes a whole group (up to IK_ACKER_GROUP_MAX, what sqs-ack's
- * step has ready) in one transaction: one durable commit for all.
+ * A delete batch is IK_QUEUE_BATCH (SQS's limit per call) on SQS; the
+ * SQLite queue deletes a whole group (up to IK_ACKER_GROUP_MAX, what
+ * sqs-ack's step has ready) in one transaction: one durable commit for all.
  */
 #ifndef IK_ACKER_H
 #define IK_ACKER_H

@@ -72,6 +72,7 @@ struct ik_qstats {
 };
 
 struct ik_queue;
+struct ik_qop;
 
 struct ik_queue_ops {
 	const char *name;   /* "sqlite", "sqs" */
@@ -94,6 +95,14 @@ struct ik_queue_ops {
 	                  struct ik_qresult *res, ik_err *err);
 	int (*stats)(struct ik_queue *q, struct ik_qstats *st, ik_err *err);
 	void (*close)(struct ik_queue *q);
+	/* Optional, calls in flight (below); both NULL when the adapter keeps
+	 * one call at a time.  submit: IK_OK when op is started (the adapter
+	 * then hands it to ik_queue_done exactly once, from a later run),
+	 * else nothing was started.  run: moves the calls on, waiting up to
+	 * timeout_ms (-1: until one finishes) when none has; IK_OK, or an
+	 * error after which every call it had was handed to ik_queue_done. */
+	int (*submit)(struct ik_queue *q, struct ik_qop *op, ik_err *err);
+	int (*run)(struct ik_queue *q, int timeout_ms, ik_err *err);
 };
 
 struct ik_queue {
@@ -101,7 +110,55 @@ struct ik_queue {
 	void *impl;
 	char *url;                       /* canonical: what envelopes carry */
 	volatile sig_atomic_t *stop;     /* set by the caller; may be NULL */
+	struct ik_qop *done, *done_last; /* the port's: finished, not reaped */
+	size_t pending;                  /* submitted and not yet reaped */
 };
+
+/* ---- calls in flight (issue 16) ----
+ * One queue call as an object, so that many can be outstanding on one
+ * queue from one thread.  ik_queue_submit starts it (on an adapter without
+ * submit it runs it at once, so a caller writes one loop for every
+ * backend); ik_queue_reap hands each op back exactly once, with rc, err
+ * and its outputs set, in the order the calls finished, never in the order
+ * they were started.  The op and what it points to belong to the caller
+ * and must stay alive until it was reaped.  Entry results of a batch are
+ * res[i] for receipts[i] of that op only. */
+enum ik_qop_kind {
+	IK_QOP_RECEIVE,     /* receive(max, wait_s, visibility_s) into msgs */
+	IK_QOP_DEL,         /* del(receipts[0]) */
+	IK_QOP_DEL_BATCH,   /* del_batch(receipts, n) into res */
+	IK_QOP_CHVIS,       /* change_visibility(receipts[0], visibility_s) */
+	IK_QOP_SEND,        /* send(msg): msg->message_id set on success */
+};
+
+struct ik_qop {
+	enum ik_qop_kind kind;
+	int max, wait_s, visibility_s;
+	struct ik_qmsg *msgs;            /* RECEIVE: room for max */
+	size_t got;                      /* RECEIVE, out: how many */
+	const char *const *receipts;     /* DEL_BATCH: n; DEL, CHVIS: one */
+	size_t n;
+	struct ik_qresult *res;          /* DEL_BATCH: n, out */
+	struct ik_qsend *msg;            /* SEND */
+	int rc;                          /* out: the call's own result */
+	ik_err err;                      /* out, when rc != IK_OK */
+	void *arg;                       /* the caller's */
+	struct ik_qop *next;             /* the port's */
+	int64_t deadline;                /* the adapter's (a long poll's end) */
+};
+
+/* 1 when the adapter keeps calls in flight (else ik_queue_submit runs each
+ * call to its end before it returns). */
+int ik_queue_inflight(const struct ik_queue *q);
+/* Starts op; it is reaped later whatever happens (a call that could not be
+ * started comes back with its error). */
+void ik_queue_submit(struct ik_queue *q, struct ik_qop *op);
+/* A finished op, or NULL when none finished within timeout_ms (-1: as long
+ * as it takes; NULL at once when none is pending).  A stop signal does not
+ * cut a call short: it is still reaped. */
+struct ik_qop *ik_queue_reap(struct ik_queue *q, int timeout_ms);
+/* For adapters: op has finished (rc, err and the outputs are set). */
+void ik_queue_done(struct ik_queue *q, struct ik_qop *op);
 
 /* url: as above, or NULL for $IDEMKIT_QUEUE, else
  * sqlite:STATE_DIR/queue.db#charges.  IK_OK, IK_CONFIG (malformed URL,

@@ -27,10 +27,21 @@
 
 #define POLL_MAX_S 8
 
+struct scall;
+
 struct sqsq {
 	struct ik_aws *aws;
 	char *url;
 	int poll_s;            /* the longest WaitTimeSeconds per request */
+	struct scall *calls;   /* in flight (ik_aws_submit), and to poll again */
+};
+
+/* One op in flight: what its callback needs. */
+struct scall {
+	struct ik_queue *q;
+	struct ik_qop *op;
+	int again;             /* a long poll that brought nothing yet: poll on */
+	struct scall *prev, *next;
 };
 
 /* The outcome for an SQS error name (the short __type or the
@@ -48,6 +59,25 @@ sqs_code(const char *type, const char *message)
 	return IK_DATAERR;
 }
 
+/* What an ik_aws answer means for the queue: rc as ik_aws_call returns
+ * it, judged from the SQS error name when it is the caller's to judge. */
+static int
+judge(const struct sqsq *s, const char *action, int rc, const struct ik_aws_error *ae,
+      ik_err *err)
+{
+	if (rc == IK_AWS_ERROR) {
+		const char *type = ae->query[0] ? ae->query : ae->type;
+		int code = sqs_code(type, ae->message);
+		if (code == IK_CONFIG)
+			return ik_errf(err, IK_CONFIG, "sqs %s: queue %s does not exist (%s)",
+			               action, s->url, type);
+		if (err)
+			err->code = code;   /* keep aws's message, our code */
+		return code;
+	}
+	return rc;
+}
+
 static int
 call(struct sqsq *s, const char *action, const cJSON *req, cJSON **resp, ik_err *err)
 {
@@ -62,16 +92,8 @@ call(struct sqsq *s, const char *action, const cJSON *req, cJSON **resp, ik_err 
 	if (rc == IK_AWS_ERROR) {
 		cJSON_Delete(*resp);   /* the error body: ae has what we need */
 		*resp = NULL;
-		const char *type = ae.query[0] ? ae.query : ae.type;
-		int code = sqs_code(type, ae.message);
-		if (code == IK_CONFIG)
-			return ik_errf(err, IK_CONFIG, "sqs %s: queue %s does not exist (%s)",
-			               action, s->url, type);
-		if (err)
-			err->code = code;   /* keep aws's message, our code */
-		return code;
 	}
-	return rc;
+	return judge(s, action, rc, &ae, err);
 }
 
 static cJSON *
@@ -140,19 +162,14 @@ ik_sqs_msg_from_json(const cJSON *j, struct ik_qmsg *m)
 	return 0;
 }
 
-static int
-poll_once(struct ik_queue *q, int max, int wait_s, int visibility_s,
-          struct ik_qmsg *msgs, size_t *n, ik_err *err)
+/* A ReceiveMessage request, or NULL on ENOMEM. */
+static cJSON *
+receive_request(struct sqsq *s, int max, int wait_s, int visibility_s)
 {
 	static const char *const names[] = { "ApproximateReceiveCount", "SentTimestamp" };
 	static const char *const all[] = { "All" };
-	struct sqsq *s = q->impl;
-	cJSON *req = request(s), *resp = NULL, *list, *it;
-	int rc;
+	cJSON *req = request(s);
 
-	*n = 0;
-	if (max < 1 || max > IK_QUEUE_BATCH)
-		return ik_errf(err, IK_USAGE, "receive: at most %d messages", IK_QUEUE_BATCH);
 	if (!req ||
 	    !cJSON_AddNumberToObject(req, "MaxNumberOfMessages", max) ||
 	    !cJSON_AddNumberToObject(req, "WaitTimeSeconds", wait_s) ||
@@ -164,28 +181,62 @@ poll_once(struct ik_queue *q, int max, int wait_s, int visibility_s,
 	                           cJSON_CreateStringArray(names, 2)) ||
 	    !cJSON_AddItemToObject(req, "MessageAttributeNames", cJSON_CreateStringArray(all, 1))) {
 		cJSON_Delete(req);
-		return oom(err);
+		return NULL;
 	}
-	rc = call(s, "ReceiveMessage", req, &resp, err);
-	cJSON_Delete(req);
-	if (rc != IK_OK)
-		return rc;
-	list = cJSON_GetObjectItemCaseSensitive(resp, "Messages");
-	cJSON_ArrayForEach(it, list) {
+	return req;
+}
+
+/* The messages of a ReceiveMessage response into msgs (room for max). */
+static int
+receive_result(const cJSON *resp, int max, struct ik_qmsg *msgs, size_t *n, ik_err *err)
+{
+	const cJSON *it;
+
+	*n = 0;
+	cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(resp, "Messages")) {
 		if (*n >= (size_t)max)
 			break;
 		if (ik_sqs_msg_from_json(it, &msgs[*n]) < 0) {
 			for (size_t i = 0; i <= *n; i++)
 				ik_qmsg_free(&msgs[i]);
 			*n = 0;
-			cJSON_Delete(resp);
 			/* the messages come back after their visibility timeout */
 			return oom(err);
 		}
 		(*n)++;
 	}
-	cJSON_Delete(resp);
 	return IK_OK;
+}
+
+static int
+poll_once(struct ik_queue *q, int max, int wait_s, int visibility_s,
+          struct ik_qmsg *msgs, size_t *n, ik_err *err)
+{
+	struct sqsq *s = q->impl;
+	cJSON *req, *resp = NULL;
+	int rc;
+
+	*n = 0;
+	if (max < 1 || max > IK_QUEUE_BATCH)
+		return ik_errf(err, IK_USAGE, "receive: at most %d messages", IK_QUEUE_BATCH);
+	if (!(req = receive_request(s, max, wait_s, visibility_s)))
+		return oom(err);
+	rc = call(s, "ReceiveMessage", req, &resp, err);
+	cJSON_Delete(req);
+	if (rc == IK_OK)
+		rc = receive_result(resp, max, msgs, n, err);
+	cJSON_Delete(resp);
+	return rc;
+}
+
+/* The WaitTimeSeconds of the next poll of a long poll ending at deadline. */
+static int
+poll_wait(const struct sqsq *s, int64_t deadline)
+{
+	int64_t left = deadline - ik_mono_ms();
+	int w = left <= 0 ? 0 : (int)((left + 999) / 1000);
+
+	return w > s->poll_s ? s->poll_s : w;
 }
 
 static int
@@ -197,11 +248,8 @@ s_receive(struct ik_queue *q, int max, int wait_s, int visibility_s,
 	int rc;
 
 	for (;;) {
-		int64_t left = deadline - ik_mono_ms();
-		int w = left <= 0 ? 0 : (int)((left + 999) / 1000);
+		int w = poll_wait(s, deadline);
 
-		if (w > s->poll_s)
-			w = s->poll_s;
 		rc = poll_once(q, max, w, visibility_s, msgs, n, err);
 		if (rc != IK_OK || *n > 0 || w == 0 || (q->stop && *q->stop) ||
 		    ik_mono_ms() >= deadline)
@@ -209,17 +257,27 @@ s_receive(struct ik_queue *q, int max, int wait_s, int visibility_s,
 	}
 }
 
+static cJSON *
+del_request(struct sqsq *s, const char *receipt)
+{
+	cJSON *req = request(s);
+
+	if (!req || !cJSON_AddStringToObject(req, "ReceiptHandle", receipt)) {
+		cJSON_Delete(req);
+		return NULL;
+	}
+	return req;
+}
+
 static int
 s_del(struct ik_queue *q, const char *receipt, ik_err *err)
 {
 	struct sqsq *s = q->impl;
-	cJSON *req = request(s), *resp = NULL;
+	cJSON *req = del_request(s, receipt), *resp = NULL;
 	int rc;
 
-	if (!req || !cJSON_AddStringToObject(req, "ReceiptHandle", receipt)) {
-		cJSON_Delete(req);
+	if (!req)
 		return oom(err);
-	}
 	rc = call(s, "DeleteMessage", req, &resp, err);
 	cJSON_Delete(req);
 	cJSON_Delete(resp);
@@ -275,13 +333,10 @@ batch_entry(cJSON *entries, size_t i)
 	return cJSON_AddStringToObject(e, "Id", id) ? e : NULL;
 }
 
-static int
-s_del_batch(struct ik_queue *q, const char *const *receipts, size_t n,
-            struct ik_qresult *res, ik_err *err)
+static cJSON *
+del_batch_request(struct sqsq *s, const char *const *receipts, size_t n)
 {
-	struct sqsq *s = q->impl;
-	cJSON *req = request(s), *resp = NULL, *entries;
-	int rc;
+	cJSON *req = request(s), *entries;
 
 	if (!req || !(entries = cJSON_AddArrayToObject(req, "Entries")))
 		goto nomem;
@@ -290,29 +345,52 @@ s_del_batch(struct ik_queue *q, const char *const *receipts, size_t n,
 		if (!e || !cJSON_AddStringToObject(e, "ReceiptHandle", receipts[i]))
 			goto nomem;
 	}
+	return req;
+nomem:
+	cJSON_Delete(req);
+	return NULL;
+}
+
+static int
+s_del_batch(struct ik_queue *q, const char *const *receipts, size_t n,
+            struct ik_qresult *res, ik_err *err)
+{
+	struct sqsq *s = q->impl;
+	cJSON *req = del_batch_request(s, receipts, n), *resp = NULL;
+	int rc;
+
+	if (!req)
+		return oom(err);
 	rc = call(s, "DeleteMessageBatch", req, &resp, err);
 	cJSON_Delete(req);
 	if (rc == IK_OK)
 		ik_sqs_batch_results(resp, n, res, NULL, NULL);
 	cJSON_Delete(resp);
 	return rc;
-nomem:
-	cJSON_Delete(req);
-	return oom(err);
+}
+
+static cJSON *
+chvis_request(struct sqsq *s, const char *receipt, int visibility_s)
+{
+	cJSON *req = request(s);
+
+	if (!req || !cJSON_AddStringToObject(req, "ReceiptHandle", receipt) ||
+	    !cJSON_AddNumberToObject(req, "VisibilityTimeout", visibility_s)) {
+		cJSON_Delete(req);
+		return NULL;
+	}
+	return req;
 }
 
 static int
 s_chvis(struct ik_queue *q, const char *receipt, int visibility_s, ik_err *err)
 {
 	struct sqsq *s = q->impl;
-	cJSON *req = request(s), *resp = NULL;
+	cJSON *req = chvis_request(s, receipt, visibility_s), *resp = NULL;
 	int rc;
 
-	if (!req || !cJSON_AddStringToObject(req, "ReceiptHandle", receipt) ||
-	    !cJSON_AddNumberToObject(req, "VisibilityTimeout", visibility_s)) {
-		cJSON_Delete(req);
+	if (!req)
 		return oom(err);
-	}
 	rc = call(s, "ChangeMessageVisibility", req, &resp, err);
 	cJSON_Delete(req);
 	cJSON_Delete(resp);
@@ -341,25 +419,39 @@ add_message(cJSON *o, const struct ik_qsend *m, const char *body_key)
 	return 0;
 }
 
+static cJSON *
+send_request(struct sqsq *s, const struct ik_qsend *m)
+{
+	cJSON *req = request(s);
+
+	if (!req || add_message(req, m, "MessageBody") < 0) {
+		cJSON_Delete(req);
+		return NULL;
+	}
+	return req;
+}
+
+static int
+send_result(const cJSON *resp, struct ik_qsend *m, ik_err *err)
+{
+	const char *id = str(resp, "MessageId");
+
+	return (m->message_id = strdup(id ? id : "")) ? IK_OK : oom(err);
+}
+
 static int
 s_send(struct ik_queue *q, struct ik_qsend *m, ik_err *err)
 {
 	struct sqsq *s = q->impl;
-	cJSON *req = request(s), *resp = NULL;
-	const char *id;
+	cJSON *req = send_request(s, m), *resp = NULL;
 	int rc;
 
-	if (!req || add_message(req, m, "MessageBody") < 0) {
-		cJSON_Delete(req);
+	if (!req)
 		return oom(err);
-	}
 	rc = call(s, "SendMessage", req, &resp, err);
 	cJSON_Delete(req);
-	if (rc == IK_OK) {
-		id = str(resp, "MessageId");
-		if (!(m->message_id = strdup(id ? id : "")))
-			rc = oom(err);
-	}
+	if (rc == IK_OK)
+		rc = send_result(resp, m, err);
 	cJSON_Delete(resp);
 	return rc;
 }
@@ -433,6 +525,166 @@ s_stats(struct ik_queue *q, struct ik_qstats *st, ik_err *err)
 	return rc;
 }
 
+/* ---- calls in flight ----
+ * Each op is one ik_aws_submit (a long poll one per poll), judged by the
+ * same code as the blocking calls; its callback fills the op's outputs and
+ * hands it to the port.  A long poll that brought nothing and has time
+ * left is polled again by s_run, after ik_aws_run returned (never from
+ * inside a callback). */
+
+/* ik_aws_submit keeps a pointer into the target until the call is over
+ * (its messages name the operation): static strings, never a buffer. */
+#define OP(name) "AmazonSQS." name
+static const char *const op_target[] = {
+	[IK_QOP_RECEIVE] = OP("ReceiveMessage"),
+	[IK_QOP_DEL] = OP("DeleteMessage"),
+	[IK_QOP_DEL_BATCH] = OP("DeleteMessageBatch"),
+	[IK_QOP_CHVIS] = OP("ChangeMessageVisibility"),
+	[IK_QOP_SEND] = OP("SendMessage"),
+};
+#undef OP
+#define op_action(k) (op_target[k] + strlen("AmazonSQS."))
+
+static void
+unlink_call(struct sqsq *s, struct scall *c)
+{
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		s->calls = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+}
+
+static void
+call_done(struct sqsq *s, struct scall *c)
+{
+	unlink_call(s, c);
+	ik_queue_done(c->q, c->op);
+	free(c);
+}
+
+static void
+answered(void *arg, int rc, cJSON *resp, const struct ik_aws_error *aerr, const ik_err *err)
+{
+	struct scall *c = arg;
+	struct ik_qop *op = c->op;
+	struct ik_queue *q = c->q;
+	struct sqsq *s = q->impl;
+
+	if (rc != IK_OK && err)
+		op->err = *err;
+	op->rc = judge(s, op_action(op->kind), rc, aerr, &op->err);
+	if (op->rc == IK_OK) {
+		switch (op->kind) {
+		case IK_QOP_RECEIVE:
+			op->rc = receive_result(resp, op->max, op->msgs, &op->got, &op->err);
+			break;
+		case IK_QOP_DEL_BATCH:
+			ik_sqs_batch_results(resp, op->n, op->res, NULL, NULL);
+			break;
+		case IK_QOP_SEND:
+			op->rc = send_result(resp, op->msg, &op->err);
+			break;
+		case IK_QOP_DEL:
+		case IK_QOP_CHVIS:
+			break;
+		}
+	}
+	cJSON_Delete(resp);
+	if (op->kind == IK_QOP_RECEIVE && op->rc == IK_OK && op->got == 0 &&
+	    poll_wait(s, op->deadline) > 0 && !(q->stop && *q->stop)) {
+		c->again = 1;
+		return;
+	}
+	call_done(s, c);
+}
+
+/* Sends op's request; IK_OK when it is in flight. */
+static int
+send_call(struct sqsq *s, struct scall *c)
+{
+	struct ik_qop *op = c->op;
+	cJSON *req = NULL;
+	int rc;
+
+	switch (op->kind) {
+	case IK_QOP_RECEIVE:
+		req = receive_request(s, op->max, poll_wait(s, op->deadline), op->visibility_s);
+		break;
+	case IK_QOP_DEL:
+		req = del_request(s, op->receipts[0]);
+		break;
+	case IK_QOP_DEL_BATCH:
+		req = del_batch_request(s, op->receipts, op->n);
+		break;
+	case IK_QOP_CHVIS:
+		req = chvis_request(s, op->receipts[0], op->visibility_s);
+		break;
+	case IK_QOP_SEND:
+		req = send_request(s, op->msg);
+		break;
+	}
+	if (!req)
+		return oom(&op->err);
+	rc = ik_aws_submit(s->aws, op_target[op->kind], req, answered, c, &op->err);
+	cJSON_Delete(req);
+	return rc;
+}
+
+static int
+s_submit(struct ik_queue *q, struct ik_qop *op, ik_err *err)
+{
+	struct sqsq *s = q->impl;
+	struct scall *c;
+	int rc;
+
+	if ((op->kind == IK_QOP_RECEIVE && (op->max < 1 || op->max > IK_QUEUE_BATCH)) ||
+	    (op->kind == IK_QOP_DEL_BATCH && (op->n < 1 || op->n > IK_QUEUE_BATCH)))
+		return ik_errf(err, IK_USAGE, "%s: 1 to %d entries", op_action(op->kind),
+		               IK_QUEUE_BATCH);
+	if (!(c = calloc(1, sizeof *c)))
+		return oom(err);
+	c->q = q;
+	c->op = op;
+	if (op->kind == IK_QOP_RECEIVE)
+		op->deadline = ik_mono_ms() + (int64_t)op->wait_s * 1000;
+	if ((rc = send_call(s, c)) != IK_OK) {
+		if (err != &op->err && err)
+			*err = op->err;
+		free(c);
+		return rc;
+	}
+	c->next = s->calls;
+	if (s->calls)
+		s->calls->prev = c;
+	s->calls = c;
+	return IK_OK;
+}
+
+static int
+s_run(struct ik_queue *q, int timeout_ms, ik_err *err)
+{
+	struct sqsq *s = q->impl;
+	struct scall *c, *next;
+	int rc = ik_aws_run(s->aws, NULL, 0, timeout_ms, err);
+
+	for (c = s->calls; c; c = next) {
+		next = c->next;
+		if (rc != IK_OK) {
+			/* the multi handle broke: its calls are lost */
+			c->op->rc = rc;
+			c->op->err = *err;
+			call_done(s, c);
+		} else if (c->again) {
+			c->again = 0;
+			if ((c->op->rc = send_call(s, c)) != IK_OK)
+				call_done(s, c);
+		}
+	}
+	return rc;
+}
+
 static void
 s_close(struct ik_queue *q)
 {
@@ -440,6 +692,11 @@ s_close(struct ik_queue *q)
 
 	if (s) {
 		ik_aws_close(s->aws);
+		while (s->calls) {   /* a caller that closed with calls unreaped */
+			struct scall *c = s->calls;
+			s->calls = c->next;
+			free(c);
+		}
 		free(s->url);
 		free(s);
 	}
@@ -456,6 +713,8 @@ static const struct ik_queue_ops sqs_ops = {
 	.send_batch = s_send_batch,
 	.stats = s_stats,
 	.close = s_close,
+	.submit = s_submit,
+	.run = s_run,
 };
 
 int

@@ -12,9 +12,7 @@ Faults, when RECPROXY_FAULTS names a JSON file: a list of rules, each
 "op" is the operation (the X-Amz-Target after its dot; "*" for any).  A
 rule applies to the requests it matches after the first "skip" of them,
 "times" of them (null: every one); the first rule that applies wins, and
-the log line of that request gets "fault": ACTION.  Every log line also
-has "concurrent": how many requests the proxy was handling when this one
-arrived, itself included (1: none overlapped it).  ACTION is one of
+the log line of that request gets "fault": ACTION.  ACTION is one of
   lose-response  forward the request (it takes effect upstream), then
                  reset the connection: the answer is lost
   reset          reset the connection without forwarding anything
@@ -24,8 +22,21 @@ arrived, itself included (1: none overlapped it).  ACTION is one of
                  "type", the body is an AWS JSON error of that type
                  ({"__type": "com.amazonaws.dynamodb.v20120810#TYPE"}),
                  else a plain text body
-A reset is a TCP RST (SO_LINGER 0), as a load balancer dropping a
-connection sends."""
+  delay          hold the request "ms" (default 50) milliseconds, then
+                 forward it: calls in flight then overlap for certain
+  slow-answer    forward the request at once (it takes effect upstream),
+                 then hold the answer "after" (default 500) milliseconds
+  fail-entries   a batch call (DeleteMessageBatch, SendMessageBatch,
+                 ChangeMessageVisibilityBatch): the entries whose Id is in
+                 "ids" are not forwarded and come back in "Failed" with
+                 "code" (default InternalError) and "senderFault" (default
+                 false); the log line gets "failed": their ReceiptHandle
+                 (or MessageBody)
+With "ms", any action waits that long first.  With "match", a rule applies
+only to requests whose raw body contains that string.  A reset is a TCP RST (SO_LINGER 0), as a load balancer dropping a
+connection sends.  Every log line has "inflight" (also as "concurrent"):
+the requests this proxy was handling when it arrived, itself included
+(calls in flight overlap when it is 2 or more)."""
 import http.client
 import http.server
 import json
@@ -34,6 +45,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 import urllib.parse
 
 UP = urllib.parse.urlsplit(sys.argv[1])
@@ -43,14 +55,18 @@ if os.environ.get("RECPROXY_FAULTS"):
         RULES = json.load(f)
 SEEN = [0] * len(RULES)
 LOCK = threading.Lock()
-BUSY = [0]
 
 
-def fault_for(op):
+INFLIGHT = [0]
+
+
+def fault_for(op, body):
     """The rule that applies to this request, counted under the lock."""
     with LOCK:
         for i, r in enumerate(RULES):
             if r.get("op", "*") not in ("*", op):
+                continue
+            if r.get("match") and r["match"].encode() not in body:
                 continue
             SEEN[i] += 1
             k = SEEN[i] - r.get("skip", 0)
@@ -73,7 +89,8 @@ class H(http.server.BaseHTTPRequestHandler):
 
     def forward(self, body):
         c = http.client.HTTPConnection(UP.hostname, UP.port, timeout=30)
-        hdrs = {k: v for k, v in self.headers.items() if k.lower() not in ("connection",)}
+        hdrs = {k: v for k, v in self.headers.items()
+                if k.lower() not in ("connection", "content-length")}
         c.request("POST", self.path, body=body, headers=hdrs)
         r = c.getresponse()
         data = r.read()
@@ -96,15 +113,36 @@ class H(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self):
         with LOCK:
-            BUSY[0] += 1
-            self.concurrent = BUSY[0]
+            INFLIGHT[0] += 1
+            now = INFLIGHT[0]
         try:
-            self.handle_post()
+            self.handle_post(now)
         finally:
             with LOCK:
-                BUSY[0] -= 1
+                INFLIGHT[0] -= 1
 
-    def handle_post(self):
+    def fail_entries(self, rule, parsed, line):
+        """Forward the entries not named in rule["ids"]; fail those."""
+        ids = set(rule.get("ids", []))
+        keep = [e for e in parsed.get("Entries", []) if e.get("Id") not in ids]
+        lost = [e for e in parsed.get("Entries", []) if e.get("Id") in ids]
+        line["failed"] = [e.get("ReceiptHandle", e.get("MessageBody")) for e in lost]
+        with open(sys.argv[3], "a") as f:
+            f.write(json.dumps(line) + "\n")
+        out = {"Successful": [], "Failed": []}
+        status, hdrs = 200, [("Content-Type", "application/x-amz-json-1.0")]
+        if keep:
+            r, data = self.forward(json.dumps(dict(parsed, Entries=keep)).encode())
+            if r.status != 200:
+                return self.answer(r.status, r.getheaders(), data)
+            out = json.loads(data)
+            out.setdefault("Failed", [])
+        out["Failed"] += [{"Id": e["Id"], "Code": rule.get("code", "InternalError"),
+                           "Message": "injected by recproxy",
+                           "SenderFault": rule.get("senderFault", False)} for e in lost]
+        self.answer(status, hdrs, json.dumps(out).encode())
+
+    def handle_post(self, inflight):
         n = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(n) if n else b""
         try:
@@ -112,13 +150,19 @@ class H(http.server.BaseHTTPRequestHandler):
         except ValueError:
             parsed = body.decode("utf-8", "replace")
         target = self.headers.get("X-Amz-Target") or ""
-        rule = fault_for(target.rsplit(".", 1)[-1])
-        line = {"target": target, "body": parsed, "concurrent": self.concurrent}
+        rule = fault_for(target.rsplit(".", 1)[-1], body)
+        # "concurrent" and "inflight" are the same count (two suites' names)
+        line = {"target": target, "body": parsed, "inflight": inflight, "concurrent": inflight}
         if rule:
             line["fault"] = rule["do"]
+        act = rule["do"] if rule else None
+        if act and (act == "delay" or "ms" in rule):
+            time.sleep(rule.get("ms", 50) / 1000.0)
+        if act == "fail-entries" and isinstance(parsed, dict):
+            return self.fail_entries(rule, parsed, line)
         with open(sys.argv[3], "a") as f:
             f.write(json.dumps(line) + "\n")
-        act = rule["do"] if rule else None
+
         if act == "reset":
             return self.reset()
         if act == "error":
@@ -132,6 +176,8 @@ class H(http.server.BaseHTTPRequestHandler):
                 data, hdrs = b"injected by recproxy\n", [("Content-Type", "text/plain")]
             return self.answer(rule.get("status", 400), hdrs, data)
         r, data = self.forward(body)
+        if act == "slow-answer":
+            time.sleep(rule.get("after", 500) / 1000.0)
         if act == "lose-response":
             return self.reset()
         self.answer(r.status, r.getheaders(), data, cut=act == "cut")

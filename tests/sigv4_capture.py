@@ -31,7 +31,9 @@ class H(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(out)
 
-s = http.server.HTTPServer(("127.0.0.1", 0), H)
+# threads: a client may keep several calls in flight on as many connections
+http.server.ThreadingHTTPServer.daemon_threads = True
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
 with open(sys.argv[1] + ".tmp", "w") as f:
     f.write(str(s.server_address[1]))
 os.rename(sys.argv[1] + ".tmp", sys.argv[1])
