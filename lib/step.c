@@ -14,24 +14,32 @@
 #include "step.h"
 #include "util.h"
 
-/* Runs the step on one line; *env gets the envelope to write. */
+/* Parses line into *env (NULL only out of memory): IK_OK when the step is
+ * to run on it, else a malformed envelope's code, recorded in it under the
+ * step's name so it travels on to the DLQ intact. */
 static int
-one(const struct ik_step *st, const char *line, size_t len, cJSON **env)
+parse(const struct ik_step *st, const char *line, size_t len, cJSON **env)
 {
 	ik_err err = { 0 };
 	cJSON *r;
 	int rc = ik_env_parse(line, len, env, &err);
 
-	if (!*env)
+	if (!*env || rc == IK_OK)
 		return rc;
-	if (rc == IK_OK)
-		return st->fn(*env, st->ctx);
-	/* Malformed envelope: record it so it travels on to the DLQ intact. */
 	if ((r = ik_env_set_result(*env, st->name, rc)))
 		cJSON_AddStringToObject(r, "error", err.msg);
 	ik_log(IK_LOG_WARN, "malformed envelope", "step", st->name,
 	    "outcome", ik_code_name(rc), "error", err.msg, NULL);
 	return rc;
+}
+
+/* Runs the step on one line; *env gets the envelope to write. */
+static int
+one(const struct ik_step *st, const char *line, size_t len, cJSON **env)
+{
+	int rc = parse(st, line, len, env);
+
+	return rc == IK_OK && *env ? st->fn(*env, st->ctx) : rc;
 }
 
 static int
@@ -257,18 +265,12 @@ stream(const struct ik_step *st)
 static int
 start_line(const struct ik_step *st, const char *line, size_t len, cJSON **env)
 {
-	ik_err err = { 0 };
-	cJSON *r;
-	int rc = ik_env_parse(line, len, env, &err);
+	int rc = parse(st, line, len, env);
 
 	if (!*env)
 		return -1;
 	if (rc == IK_OK)
 		return st->start(*env, st->ctx) == 0 ? 0 : 1;
-	if ((r = ik_env_set_result(*env, st->name, rc)))
-		cJSON_AddStringToObject(r, "error", err.msg);
-	ik_log(IK_LOG_WARN, "malformed envelope", "step", st->name,
-	    "outcome", ik_code_name(rc), "error", err.msg, NULL);
 	return 1;
 }
 
