@@ -11,6 +11,7 @@
 #include "outcome.h"
 #include "redis.h"
 #include "store.h"
+#include "utf8.h"
 #include "util.h"
 
 static const char *const state_names[] = {
@@ -136,6 +137,91 @@ ik_history_append(const char *old, const char *entry)
 	cJSON_Delete(e);
 	cJSON_Delete(a);
 	return s;
+}
+
+/* A finish whose text had to be repaired: the repaired request and its
+ * copies live until the adapter answered. */
+struct clean_finish {
+	struct ik_finish_req req;
+	char *copy[2];
+	ik_store_cb cb;
+	void *arg;
+};
+
+static void
+clean_finish_free(struct clean_finish *f)
+{
+	free(f->copy[0]);
+	free(f->copy[1]);
+	free(f);
+}
+
+/* IK_OK with *out NULL when req's text is valid UTF-8 already (the common
+ * case: no copy), else with *out the repaired request; or IK_SOFTWARE. */
+static int
+clean_finish(const struct ik_finish_req *req, struct clean_finish **out, ik_err *err)
+{
+	struct clean_finish *f;
+
+	*out = NULL;
+	if ((!req->last_error || ik_utf8_valid(req->last_error, strlen(req->last_error))) &&
+	    (!req->debit_ref || ik_utf8_valid(req->debit_ref, strlen(req->debit_ref))))
+		return IK_OK;
+	if (!(f = calloc(1, sizeof *f)))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	f->req = *req;
+	if (ik_utf8_clean(req->last_error, &f->req.last_error, &f->copy[0]) < 0 ||
+	    ik_utf8_clean(req->debit_ref, &f->req.debit_ref, &f->copy[1]) < 0) {
+		clean_finish_free(f);
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	}
+	ik_log(IK_LOG_WARN, "the finish's reason or reference is not valid UTF-8: "
+	    "invalid bytes recorded as U+FFFD", "chargeId", req->key, NULL);
+	*out = f;
+	return IK_OK;
+}
+
+int
+ik_store_finish(struct ik_store *s, const struct ik_finish_req *req, ik_err *err)
+{
+	struct clean_finish *f;
+	int rc;
+
+	if ((rc = clean_finish(req, &f, err)) != IK_OK)
+		return rc;
+	rc = s->ops->finish(s, f ? &f->req : req, err);
+	if (f)
+		clean_finish_free(f);
+	return rc;
+}
+
+static void
+clean_finish_done(void *arg, int rc, const ik_err *err)
+{
+	struct clean_finish *f = arg;
+	ik_store_cb cb = f->cb;
+	void *cbarg = f->arg;
+
+	clean_finish_free(f);
+	cb(cbarg, rc, err);
+}
+
+int
+ik_store_finish_start(struct ik_store *s, const struct ik_finish_req *req,
+    ik_store_cb cb, void *arg, ik_err *err)
+{
+	struct clean_finish *f;
+	int rc;
+
+	if ((rc = clean_finish(req, &f, err)) != IK_OK)
+		return rc;
+	if (!f)
+		return s->ops->finish_start(s, req, cb, arg, err);
+	f->cb = cb;
+	f->arg = arg;
+	if ((rc = s->ops->finish_start(s, &f->req, clean_finish_done, f, err)) != IK_OK)
+		clean_finish_free(f);   /* nothing started: no callback comes */
+	return rc;
 }
 
 int

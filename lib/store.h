@@ -276,6 +276,18 @@ int ik_store_inflight(const char *opt, size_t *out);
 int ik_store_group_begin(void *lazy);
 int ik_store_group_commit(void *lazy);
 
+/* finish and finish_start (the ops above) as commands call them: the
+ * record's reason (last_error) and debit_ref are what a bank or a gateway
+ * said, cut anywhere or copied raw from a body in any encoding, and a
+ * store refuses text that is not UTF-8 (PostgreSQL 22021, DynamoDB a
+ * SerializationException) -- after the money moved.  So every adapter
+ * gets them valid (utf8.h: invalid bytes become U+FFFD), whatever the
+ * caller passes; valid text passes untouched, without a copy.  Same
+ * returns as the ops. */
+int ik_store_finish(struct ik_store *s, const struct ik_finish_req *req, ik_err *err);
+int ik_store_finish_start(struct ik_store *s, const struct ik_finish_req *req,
+    ik_store_cb cb, void *arg, ik_err *err);
+
 /* The claim-refusal rule, kept here once so no adapter can drift from it.
  * res->cur holds the record that refused req (from the conditional write's
  * own answer, or read right after it).  In order:

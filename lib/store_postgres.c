@@ -561,6 +561,12 @@ changed(struct pg *p, int which, int n, const char *const *params, const char *d
 		return rc;
 	if ((rc = run(p, which, n, params, doing, &r, err))) {
 		group_fail(p);
+		/* What these write is ours (a state, a token, a reason the port
+		 * made valid UTF-8), never the message's: the server refusing it
+		 * is our fault, never "this message is bad" (DATAERR sends it to
+		 * the DLQ, and a finish comes after the money moved). */
+		if (rc == IK_DATAERR)
+			rc = err->code = IK_SOFTWARE;
 		return rc;
 	}
 	rc = strcmp(PQcmdTuples(r), "1") == 0 ? IK_OK : IK_LEASE_LOST;

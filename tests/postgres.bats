@@ -13,6 +13,53 @@ bats_require_minimum_version 1.5.0
 load helper
 load pg_helper
 
+# reason_stub_start: a loopback HTTP stub standing in for a bank and a
+# notification gateway that answer with awkward reasons (python3: no
+# emulator answers so).  POST /ok is 201 {"ref":"TXN-R1"}; /cut-503 and
+# /cut-402 answer 503 / 402 with a JSON reason whose 200th byte is the
+# first of a 3-byte character (199 x or y, then U+20B9 three times);
+# /raw-503 and /raw-402 a body that is neither JSON nor UTF-8 (Latin-1
+# bytes, a stray continuation byte, an overlong '/').  Sets STUB_URL.
+reason_stub_start() {
+	local d=$BATS_TEST_TMPDIR/stub
+	mkdir -p "$d"
+	python3 -c '
+import http.server, json, os, sys
+d = sys.argv[1]
+def body(p):
+    if p == "/ok": return 201, b"{\"ref\":\"TXN-R1\"}"
+    st = int(p[-3:])
+    if p.startswith("/cut-"):
+        c = "x" if st == 503 else "y"
+        return st, json.dumps({"reason": c * 199 + "\u20b9" * 3}, ensure_ascii=False).encode()
+    return st, b"gateway says: caf\xe9 \x80 \xc0\xaf end"
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        st, out = body(self.path)
+        self.send_response(st); self.send_header("Content-Length", str(len(out))); self.end_headers()
+        self.wfile.write(out)
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+open(d + "/port.tmp", "w").write(str(s.server_address[1])); os.rename(d + "/port.tmp", d + "/port")
+s.serve_forever()
+' "$d" 2>"$d/log" 3>&- &
+	STUB_PID=$!
+	for _ in $(seq 100); do [ -s "$d/port" ] && break; sleep 0.05; done
+	STUB_URL=http://127.0.0.1:$(cat "$d/port")
+}
+reason_stub_stop() {
+	[ -n "${STUB_PID:-}" ] || return 0
+	kill "$STUB_PID" 2>/dev/null || true
+	wait "$STUB_PID" 2>/dev/null || true
+	STUB_PID=
+}
+
+# last_error KEY: the record's lastError as the server holds it (psql's
+# client encoding is UTF8), on one line.
+last_error() { pg_sql "SELECT last_error FROM $TBL WHERE key = '$1'"; }
+
 setup_file() {
 	require_pg
 	local d
@@ -44,6 +91,7 @@ setup() {
 	export TBL=t_${BATS_TEST_NUMBER}_$RANDOM
 	export IDEMKIT_STORE="$PG_URL?table=$TBL"
 }
+teardown() { reason_stub_stop; }
 
 @test "idemp-init creates the table, prints the URL with the password as ***, and is idempotent" {
 	run --separate-stderr idemp-init
@@ -354,4 +402,69 @@ PY
 	[[ "$output" == *"PostgreSQL store: postgres://idemkit@127.0.0.1:"* ]]
 	[[ "$output" == *"demo: OK: every one of the 20 chargeIds was debited exactly once"* ]]
 	[ -z "$(ls -d /tmp/idemkit-demo-pg.* 2>/dev/null | xargs -r -n1 sh -c 'test -e "$0/data/postmaster.pid" && echo "$0"')" ]
+}
+
+@test "a reason cut inside a UTF-8 character or with raw invalid bytes (notify 503, debit 402): DEBITED_NOTIFICATION_FAILED / FAILED, never DATAERR; no debited charge in the DLQ" {
+	idemp-init >/dev/null 2>&1
+	reason_stub_start
+	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/q.db#charges?visibility=30"
+	export IDEMKIT_DLQ="sqlite:$BATS_TEST_TMPDIR/q.db#charges-dlq"
+	w=(--debit-timeout 2 --notify-timeout 2 --notify-retries 0 --lease 15s)
+	for kind in cut raw; do
+		ev "$(uid "n$kind")" | sqs-send >/dev/null
+		IDEMKIT_BANK_URL=$STUB_URL/ok IDEMKIT_NOTIFY_URL=$STUB_URL/$kind-503 \
+			run --separate-stderr charge-worker --drain "${w[@]}"
+		echo "$stderr" | tail -3
+		[ "$status" -eq 0 ]
+		[[ $stderr != *DATAERR* ]]
+		[ "$(jget "$(idemp-show --json "$(uid "n$kind")")" state)" = DEBITED_NOTIFICATION_FAILED ]
+		ev "$(uid "d$kind")" | sqs-send >/dev/null
+		IDEMKIT_BANK_URL=$STUB_URL/$kind-402 IDEMKIT_NOTIFY_URL=$STUB_URL/ok \
+			run --separate-stderr charge-worker --drain "${w[@]}"
+		echo "$stderr" | tail -3
+		[ "$status" -eq 0 ]
+		[[ $stderr != *DATAERR* ]]
+		[ "$(jget "$(idemp-show --json "$(uid "d$kind")")" state)" = FAILED ]
+	done
+	# the queue is empty; the DLQ holds the two declined charges only
+	[ "$(jget "$(sqs-stat)" visible)" -eq 0 ]
+	[ "$(jget "$(sqs-stat)" inflight)" -eq 0 ]
+	[ "$(jget "$(sqs-stat --queue "$IDEMKIT_DLQ")" visible)" -eq 2 ]
+	[ "$(sqs-recv --queue "$IDEMKIT_DLQ" --max 10 | grep -c "$(uid d)")" -eq 2 ]
+	# cut on the character boundary: 199 bytes, no U+20B9 half, no U+FFFD
+	[ "$(last_error "$(uid ncut)")" = "HTTP 503: $(printf 'x%.0s' $(seq 199))" ]
+	[ "$(last_error "$(uid dcut)")" = "HTTP 402: $(printf 'y%.0s' $(seq 199))" ]
+	# raw bytes: each invalid one recorded as U+FFFD
+	[ "$(last_error "$(uid nraw)")" = "HTTP 503: gateway says: caf� � �� end" ]
+	[ "$(last_error "$(uid draw)")" = "HTTP 402: gateway says: caf� � �� end" ]
+	# and the history's finish says the same
+	[ "$(pg_sql "SELECT history->-1->>'error' FROM $TBL WHERE key = '$(uid nraw)'")" = "HTTP 503: gateway says: caf� � �� end" ]
+}
+
+@test "a finish whose reason is not UTF-8, whoever wrote the envelope: recorded (U+FFFD), 0; a finish the server refuses is 70, never DATAERR" {
+	idemp-init >/dev/null 2>&1
+	for k in a b; do
+		env=$(ev "$(uid "$k")" | idemp-claim 2>/dev/null)
+		[ "$(jget "$env" claim.outcome)" = ACQUIRED ]
+		printf '%s\n' "$env" | sed 's/}$/,"debit":{"outcome":"OK","ref":"TXN-9"},"notify":{"outcome":"NOTIFY_FAILED","error":"HTTP 503: d\xc3\xa9j\xe0 \xe2\x82"}}/' \
+			> "$BATS_TEST_TMPDIR/$k.env"
+	done
+	run --separate-stderr idemp-done < "$BATS_TEST_TMPDIR/a.env"
+	echo "$output $stderr"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" done.outcome)" = OK ]
+	[ "$(jget "$output" done.state)" = DEBITED_NOTIFICATION_FAILED ]
+	[[ $stderr == *"not valid UTF-8"* ]]
+	[ "$(last_error "$(uid a)")" = "HTTP 503: déj� ��" ]
+	# the server refuses the finish for its data (a trigger here): our
+	# fault, the message is left (70), never sent to the DLQ as bad (65)
+	pg_sql "CREATE FUNCTION ${TBL}_no() RETURNS trigger LANGUAGE plpgsql AS \$\$
+		BEGIN RAISE EXCEPTION 'test: refused' USING ERRCODE = 'invalid_text_representation'; END \$\$;
+		CREATE TRIGGER no BEFORE UPDATE ON $TBL FOR EACH ROW EXECUTE FUNCTION ${TBL}_no()"
+	run --separate-stderr idemp-done < "$BATS_TEST_TMPDIR/b.env"
+	echo "$output $stderr"
+	[ "$status" -eq 70 ]
+	[ "$(jget "$output" done.outcome)" = SOFTWARE ]
+	[[ $stderr == *"test: refused"*22P02* ]]
+	[ "$(jget "$(idemp-show --json "$(uid b)")" state)" = IN_PROGRESS ]
 }
