@@ -292,15 +292,18 @@ struct adapter {
 	const char *scheme;   /* "sqlite:" */
 	int (*open)(const char *rest, struct ik_store *s, ik_err *err);
 	int whole;            /* open gets the whole URL, which may end at the scheme */
+	/* The URL as messages may show it, and whether it holds a secret,
+	 * from the adapter's own parser; NULL: redacted() below. */
+	char *(*display)(const char *url, int *secret);
 };
 
 static const struct adapter adapters[] = {
-	{ "sqlite:", ik_store_sqlite_open, 0 },
-	{ "dynamodb:", ik_store_dynamodb_open, 0 },
-	{ "postgres:", ik_store_postgres_open, 1 },
-	{ "postgresql:", ik_store_postgres_open, 1 },
-	{ "redis://", ik_store_redis_open, 0 },
-	{ "rediss://", ik_store_rediss_open, 0 },
+	{ "sqlite:", ik_store_sqlite_open, 0, NULL },
+	{ "dynamodb:", ik_store_dynamodb_open, 0, NULL },
+	{ "postgres:", ik_store_postgres_open, 1, ik_store_postgres_display },
+	{ "postgresql:", ik_store_postgres_open, 1, ik_store_postgres_display },
+	{ "redis://", ik_store_redis_open, 0, NULL },
+	{ "rediss://", ik_store_rediss_open, 0, NULL },
 };
 
 /* The URL as messages and logs may show it: a password in the authority
@@ -336,16 +339,18 @@ redacted(const char *url)
 int
 ik_store_open(const char *url, struct ik_store **out, ik_err *err)
 {
+	static const char argv_secret[] = "--store: a password on the command line shows "
+	    "in the process list; put the URL in IDEMKIT_STORE instead, or the password in "
+	    "a file (PGPASSFILE for PostgreSQL)";
 	struct ik_store *s;
 	char *def = NULL, *dir;
 	const char *cache;
 	size_t n;
-	int rc;
+	int rc, argv = url && *url, secret = 0;
 
 	*out = NULL;
-	if (url && *url && (ik_redis_url_has_password(url) || strstr(url, "password=")))
-		return ik_errf(err, IK_CONFIG, "--store: a password on the command line shows "
-		    "in the process list; put the URL in IDEMKIT_STORE instead");
+	if (argv && (ik_redis_url_has_password(url) || strstr(url, "password=")))
+		return ik_errf(err, IK_CONFIG, argv_secret);
 	if (!url || !*url)
 		url = getenv("IDEMKIT_STORE");
 	if (!url || !*url) {
@@ -368,10 +373,16 @@ ik_store_open(const char *url, struct ik_store **out, ik_err *err)
 			free(def);
 			return ik_errf(err, IK_CONFIG, "store %s: empty after the scheme", url);
 		}
-		if (!(s = calloc(1, sizeof *s)) || !(s->url = redacted(url))) {
+		if (!(s = calloc(1, sizeof *s)) || !(s->url = adapters[i].display ?
+		    adapters[i].display(url, &secret) : redacted(url))) {
 			free(s);
 			free(def);
 			return ik_errf(err, IK_SOFTWARE, "out of memory");
+		}
+		if (argv && secret) {
+			free(s->url);
+			free(s);
+			return ik_errf(err, IK_CONFIG, argv_secret);
 		}
 		if ((cache = getenv("IDEMKIT_CACHE")) && *cache)
 			rc = ik_store_cache_open(cache, adapters[i].open,

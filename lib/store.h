@@ -315,6 +315,9 @@ int64_t ik_store_retention_ms(void);
 int ik_store_sqlite_open(const char *path, struct ik_store *s, ik_err *err);
 int ik_store_dynamodb_open(const char *table, struct ik_store *s, ik_err *err);
 int ik_store_postgres_open(const char *url, struct ik_store *s, ik_err *err);
+/* The URL as messages show it (malloc'd; secrets as ***, from libpq's
+ * parser), *secret set when it holds one. */
+char *ik_store_postgres_display(const char *url, int *secret);
 int ik_store_redis_open(const char *rest, struct ik_store *s, ik_err *err);
 int ik_store_rediss_open(const char *rest, struct ik_store *s, ik_err *err);
 /* The Redis fast path (IDEMKIT_CACHE=cache_url) in front of the store that

@@ -105,6 +105,7 @@ teardown() { reason_stub_stop; }
 	run --separate-stderr idemp-init
 	[ "$status" -eq 0 ]
 	[[ $stderr != *'"migrated"'* ]]
+	[[ $stderr != *NOTICE* ]]   # the server's notices are not printed
 	run --separate-stderr idemp-claim < <(ev "$(uid a)")
 	[ "$status" -eq 0 ]
 	[ "$(jget "$output" claim.outcome)" = ACQUIRED ]
@@ -170,7 +171,8 @@ teardown() { reason_stub_stop; }
 	IDEMKIT_STORE="postgres://idemkit@127.0.0.1:$PG_PORT/idemkit?password=$PG_PASSWORD&table=$TBL" \
 		run --separate-stderr idemp-init
 	[ "$status" -eq 0 ]
-	[ "$output" = "postgres://idemkit@127.0.0.1:$PG_PORT/idemkit?password=***&table=$TBL" ]
+	# shown as libpq parsed it: the password in its place in the URL, as ***
+	[ "$output" = "postgres://idemkit:***@127.0.0.1:$PG_PORT/idemkit?table=$TBL" ]
 	[[ $stderr != *"$PG_PASSWORD"* ]]
 	IDEMKIT_STORE=$bad run idemp-init --help
 	[ "$status" -eq 0 ]
@@ -467,4 +469,157 @@ PY
 	[ "$(jget "$output" done.outcome)" = SOFTWARE ]
 	[[ $stderr == *"test: refused"*22P02* ]]
 	[ "$(jget "$(idemp-show --json "$(uid b)")" state)" = IN_PROGRESS ]
+}
+
+# no_secret TEXT WORD...: fails naming the first WORD found in TEXT.
+no_secret() {
+	local t=$1 w; shift
+	for w in "$@"; do
+		if [[ $t == *"$w"* ]]; then echo "secret piece \"$w\" shown: $t" >&2; return 1; fi
+	done
+}
+
+@test "a password in the store (URL or key=value; spaces, quotes, @, /) is *** in idemp-init and idemp-stats and in no message; refused in --store; a misread or unparsable one quotes no piece of it" {
+	command -v script >/dev/null || skip "script(1) not installed"
+	# a role of its own whose password has everything awkward in it
+	pw="LEFTPART@mid/dle w'q\"RIGHTPART"
+	pg_sql "CREATE ROLE idemkit_sp LOGIN PASSWORD '${pw//\'/\'\'}'" postgres
+	pg_sql "CREATE DATABASE idemkit_sp OWNER idemkit_sp" postgres
+	enc=$(python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1], safe=""))' "$pw")
+	kvpw=$(printf '%s' "$pw" | sed "s/[\\\\']/\\\\&/g")
+	pieces=(LEFTPART RIGHTPART "mid/dle" "$enc")
+	url="postgres://idemkit_sp:$enc@127.0.0.1:$PG_PORT/idemkit_sp?table=$TBL"
+	kv="postgres:host=127.0.0.1 port=$PG_PORT user=idemkit_sp dbname=idemkit_sp password = '$kvpw' ?table=$TBL"
+	want_url="postgres://idemkit_sp:***@127.0.0.1:$PG_PORT/idemkit_sp?table=$TBL"
+	want_kv="postgres:user=idemkit_sp password=*** dbname=idemkit_sp host=127.0.0.1 port=$PG_PORT ?table=$TBL"
+	for form in url kv; do
+		s=${!form}; want=want_$form; want=${!want}
+		IDEMKIT_STORE=$s run --separate-stderr idemp-init
+		echo "$form: $status $output $stderr"
+		[ "$status" -eq 0 ]
+		[ "$output" = "$want" ]
+		no_secret "$output$stderr" "${pieces[@]}"
+		IDEMKIT_STORE=$s run script -qec "idemp-stats" /dev/null
+		[ "$status" -eq 0 ]
+		[[ $(tr -d '\r' <<<"$output") == *"store        $want"* ]]
+		no_secret "$output" "${pieces[@]}"
+		IDEMKIT_STORE=$s run --separate-stderr idemp-claim < <(ev "$(uid "$form")")
+		[ "$status" -eq 0 ]
+		no_secret "$output$stderr" "${pieces[@]}"
+		# on the command line: refused before anything (argv is public)
+		for cmd in idemp-init idemp-stats; do
+			run --separate-stderr "$cmd" --store "$s"
+			[ "$status" -eq 78 ]
+			[[ $stderr == *"password on the command line"*PGPASSFILE* ]]
+			no_secret "$output$stderr" "${pieces[@]}"
+		done
+	done
+	# a wrong password: 78, the server's word, no piece of it
+	for s in "postgres://idemkit_sp:LEFTPART%20RIGHTPART@127.0.0.1:$PG_PORT/idemkit_sp" \
+		"postgres:host=127.0.0.1 port=$PG_PORT user=idemkit_sp dbname=idemkit_sp password='LEFTPART RIGHTPART'"; do
+		IDEMKIT_STORE=$s run --separate-stderr idemp-init
+		[ "$status" -eq 78 ]
+		[[ $stderr == *"password authentication failed"* ]]
+		no_secret "$output$stderr" "${pieces[@]}"
+	done
+	# an '@' or '/' not encoded (libpq reads them as host, port, database),
+	# a space not quoted, a bad %-escape: 78, quoting no piece of it
+	for s in "postgres://idemkit_sp:LEFTPART@RIGHTPART@127.0.0.1:$PG_PORT/idemkit_sp" \
+		"postgres://idemkit_sp:LEFTPART/RIGHTPART@127.0.0.1:$PG_PORT/idemkit_sp" \
+		"postgres://idemkit_sp:123/RIGHTPART@127.0.0.1:$PG_PORT/idemkit_sp" \
+		"postgres:host=127.0.0.1 port=$PG_PORT user=idemkit_sp password=LEFTPART RIGHTPART" \
+		"postgres://idemkit_sp:LEFTPART%zzRIGHTPART@127.0.0.1:$PG_PORT/idemkit_sp"; do
+		for cmd in idemp-init idemp-stats; do
+			IDEMKIT_STORE=$s run --separate-stderr "$cmd"
+			echo "$s: $status $stderr"
+			[ "$status" -eq 78 ]
+			no_secret "$output$stderr" "${pieces[@]}" 123/
+		done
+		IDEMKIT_STORE=$s run --separate-stderr idemp-claim < <(ev "$(uid bad)")
+		[ "$status" -eq 78 ]
+		no_secret "$output$stderr" "${pieces[@]}" 123/
+	done
+	IDEMKIT_STORE="postgres://idemkit_sp:LEFTPART@RIGHTPART@127.0.0.1:$PG_PORT/idemkit_sp" run --separate-stderr idemp-init
+	[[ $stderr == *"percent-encoded (%40, %2F)"* ]]
+}
+
+@test "TLS asked for and not to be had is 78, never 75: no TLS on the server (sslmode=require), a CA file missing or not a certificate, another CA" {
+	idemp-init >/dev/null 2>&1
+	base="postgres://idemkit:$PG_PASSWORD@localhost:$PG_PORT/idemkit?table=$TBL"
+	printf 'not a certificate\n' > "$BATS_TEST_TMPDIR/junk.crt"
+	for q in "sslmode=verify-full&sslrootcert=$BATS_TEST_TMPDIR/none.crt" \
+		"sslmode=verify-ca&sslrootcert=$BATS_TEST_TMPDIR/junk.crt" \
+		"sslmode=verify-full&sslrootcert=$TLS_DIR/other.crt" \
+		"sslmode=verify-full"; do
+		HOME=$BATS_TEST_TMPDIR IDEMKIT_STORE="$base&$q" run --separate-stderr idemp-claim < <(ev "$(uid tls)")
+		echo "$q: $status $stderr"
+		[ "$status" -eq 78 ]
+		[ "$(jget "$output" claim.outcome)" = CONFIG ]
+		[[ $stderr == *"certificate"* ]]
+		[[ $stderr != *"$PG_PASSWORD"* ]]
+	done
+	# the server without TLS: sslmode=require cannot be had
+	pg_sql "ALTER SYSTEM SET ssl = off" && pg_sql "SELECT pg_reload_conf()" >/dev/null
+	for _ in $(seq 100); do [ "$(pg_sql "SHOW ssl")" = off ] && break; sleep 0.1; done
+	IDEMKIT_STORE="$base&sslmode=require" run --separate-stderr idemp-claim < <(ev "$(uid notls)")
+	st=$status out=$output err=$stderr
+	IDEMKIT_STORE="$base&sslmode=require" run --separate-stderr idemp-init
+	st2=$status
+	IDEMKIT_STORE="$base&sslmode=prefer" run --separate-stderr idemp-claim < <(ev "$(uid prefer)")
+	st3=$status
+	pg_sql "ALTER SYSTEM RESET ssl" && pg_sql "SELECT pg_reload_conf()" >/dev/null
+	for _ in $(seq 100); do [ "$(pg_sql "SHOW ssl")" = on ] && break; sleep 0.1; done
+	echo "require: $st $err"
+	[ "$st" -eq 78 ]
+	[ "$(jget "$out" claim.outcome)" = CONFIG ]
+	[[ $err == *"SSL was required"* ]]
+	[ "$st2" -eq 78 ]
+	[ "$st3" -eq 0 ]
+}
+
+@test "a database not in UTF8 (LATIN1, SQL_ASCII) is refused, 78 saying how to make one; the client encoding is UTF8 whatever PGCLIENTENCODING says" {
+	for enc in LATIN1 SQL_ASCII; do
+		db=idemkit_$(tr 'A-Z' 'a-z' <<<"$enc")
+		pg_sql "CREATE DATABASE $db OWNER idemkit ENCODING '$enc' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0" postgres
+		url="postgres://idemkit:$PG_PASSWORD@127.0.0.1:$PG_PORT/$db?table=$TBL"
+		IDEMKIT_STORE=$url run --separate-stderr idemp-init
+		echo "$enc: $status $stderr"
+		[ "$status" -eq 78 ]
+		[[ $stderr == *"encoding is $enc, not UTF8"*"createdb -E UTF8 -T template0"* ]]
+		IDEMKIT_STORE=$url run --separate-stderr idemp-claim < <(ev "$(uid "$enc")")
+		[ "$status" -eq 78 ]
+		[ "$(jget "$output" claim.outcome)" = CONFIG ]
+	done
+	# on the UTF8 database a client told LATIN1 still sends and reads UTF-8
+	idemp-init >/dev/null 2>&1
+	env=$(ev "$(uid enc)" | PGCLIENTENCODING=LATIN1 idemp-claim 2>/dev/null)
+	printf '%s\n' "$env" | sed 's/}$/,"debit":{"outcome":"OK","ref":"TXN-9"},"notify":{"outcome":"NOTIFY_FAILED","error":"HTTP 503: café ₹ 五"}}/' \
+		> "$BATS_TEST_TMPDIR/env"
+	PGCLIENTENCODING=LATIN1 run --separate-stderr idemp-done < "$BATS_TEST_TMPDIR/env"
+	echo "$output $stderr"
+	[ "$status" -eq 0 ]
+	[ "$(last_error "$(uid enc)")" = "HTTP 503: café ₹ 五" ]
+	[ "$(jget "$(PGCLIENTENCODING=LATIN1 idemp-show --json "$(uid enc)")" lastError)" = "HTTP 503: café ₹ 五" ]
+}
+
+@test "lib/utf8.c calls valid exactly what PostgreSQL accepts as UTF-8; repairs and cuts are valid to it (C unit test)" {
+	cases=(41 c3a9 e282b9 f09f9880 efbfbd f48fbfbf c2 c0af c1bf e080af e09fbf eda080 edbfbf
+		f08fbfbf f4908080 f5808080 f8 ff 80 bf e282 e241 f09f98 41e282b94142 4142434445e282b9)
+	run "$IDEMKIT_TEST_BIN/utf8" "${cases[@]}"
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq "${#cases[@]}" ]
+	for l in "${lines[@]}"; do
+		read -r hex verdict clean cut <<<"$l"
+		pg=valid
+		pg_sql "SELECT convert_from('\\x$hex'::bytea, 'UTF8')" >/dev/null 2>&1 || pg=invalid
+		echo "$l (postgres: $pg)"
+		[ "$verdict" = "$pg" ]
+		for h in "$clean" "$cut"; do
+			[ "$h" = - ] || pg_sql "SELECT convert_from('\\x$h'::bytea, 'UTF8')" >/dev/null
+		done
+	done
+	# a cut keeps whole characters only; each invalid byte is one U+FFFD
+	[[ "${lines[-1]}" == *" 4142434445" ]]
+	[[ "${lines[-2]}" == *" 41e282b941" ]]
+	[[ "${lines[7]}" == "c0af invalid efbfbdefbfbd efbfbd" ]]
 }
