@@ -168,7 +168,9 @@ struct ik_store_ops {
 	 * (IK_TEMPFAIL, IK_CONFIG, IK_SOFTWARE) with err. */
 	int (*claim)(struct ik_store *s, const struct ik_claim_req *req,
 	             struct ik_claim_res *res, ik_err *err);
-	/* IK_OK, IK_LEASE_LOST, or an error code. */
+	/* IK_OK, IK_LEASE_LOST, or an error code.  Commands call it through
+	 * ik_store_finish (and finish_start through ik_store_finish_start),
+	 * which hand it valid UTF-8. */
 	int (*finish)(struct ik_store *s, const struct ik_finish_req *req, ik_err *err);
 	/* DNF -> DONE for the notification re-drive, conditioned on state = DNF.
 	 * IK_OK, IK_LEASE_LOST when the record is not DNF, or an error. */
