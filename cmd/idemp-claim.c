@@ -105,7 +105,7 @@ stale_refusal(struct ctx *c, struct ik_store *store, const struct ik_claim_req *
 	    (long long)(stale_margin_ms(c->retention_ms) / 1000));
 	fin = (struct ik_finish_req){ .key = req->key, .token = req->token,
 	    .state = IK_ST_FAILED, .last_error = why, .now_ms = req->now_ms };
-	if (store->ops->finish(store, &fin, &err) != IK_OK && n >= 0 && (size_t)n < whysz)
+	if (ik_store_finish(store, &fin, &err) != IK_OK && n >= 0 && (size_t)n < whysz)
 		snprintf(why + n, whysz - (size_t)n, "; the refusal was not recorded: %s", err.msg);
 	return IK_STALE_EVENT;
 }

@@ -246,7 +246,7 @@ done(cJSON *env, void *arg)
 		return rc;
 	if (!(store = ik_store_lazy_get(&j.c->db, &err)))
 		return recorded(&j, err.code, &err);
-	return recorded(&j, store->ops->finish(store, &j.req, &err), &err);
+	return recorded(&j, ik_store_finish(store, &j.req, &err), &err);
 }
 
 /* --stream on a store with in-flight finishes: step.h's start, wait, reap. */
@@ -276,8 +276,8 @@ done_start(cJSON *env, void *arg)
 	}
 	*j = (struct job){ .c = c, .env = env };
 	if (prepare(j, &rc)) {
-		if ((rc = c->db.store->ops->finish_start(c->db.store, &j->req, answered, j,
-		    &err)) == IK_OK)
+		if ((rc = ik_store_finish_start(c->db.store, &j->req, answered, j, &err)) ==
+		    IK_OK)
 			return 0;
 		recorded(j, rc, &err);
 	}

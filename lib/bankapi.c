@@ -20,6 +20,7 @@
 #include "cli.h"
 #include "json.h"
 #include "outcome.h"
+#include "utf8.h"
 
 #define SECRET_MAX 8192
 #define BEARER "Authorization: Bearer "
@@ -935,9 +936,13 @@ ik_bankapi_reason(struct ik_bankapi *a, const struct ik_http_res *res,
 		s = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, fields[i]));
 	if (!s && !o)
 		s = res->body.p;
-	for (; s && s[n] && s[n] != '\n' && s[n] != '\r' && n < IK_BANKAPI_REASON_MAX; n++)
-		out[n] = (unsigned char)s[n] < 0x20 || s[n] == 0x7f ? '?' : s[n];
-	out[n] = '\0';
+	/* The first line, cut on a character boundary and made valid UTF-8:
+	 * the reason ends up in the record, and a store refuses broken text. */
+	if (s)
+		n = ik_utf8_copy(out, IK_BANKAPI_REASON_MAX + 1, s, strcspn(s, "\r\n"));
+	for (i = 0; i < n; i++)
+		if ((unsigned char)out[i] < 0x20 || out[i] == 0x7f)
+			out[i] = '?';
 	cJSON_Delete(v);
 	cJSON_Delete(o);
 }

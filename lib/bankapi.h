@@ -241,8 +241,9 @@ int ik_bankapi_ref(struct ik_bankapi *a, const struct ik_http_res *res, char **r
 
 /* The reason in an error answer: the --reason program's string when one
  * is set and yields one, else "reason", "message" or "error" of a JSON
- * body, else the body's first line; bounded to IK_BANKAPI_REASON_MAX and
- * with control characters replaced; "" when there is none. */
+ * body, else the body's first line; bounded to IK_BANKAPI_REASON_MAX bytes
+ * cut on a character boundary, valid UTF-8 (utf8.h) and with control
+ * characters replaced; "" when there is none. */
 void ik_bankapi_reason(struct ik_bankapi *a, const struct ik_http_res *res,
                        char out[IK_BANKAPI_REASON_MAX + 1]);
 

@@ -1,8 +1,8 @@
 /* pq_dl.h: libpq, loaded the first time it is needed (dl.h says why).
  *
- * lib/store_postgres.c, libpq's only caller, includes this header instead
- * of <libpq-fe.h>, and ik_store_postgres_open calls ik_pq_load() before
- * any PQ* function.
+ * lib/store_postgres.c and lib/pg_url.c, libpq's only callers, include
+ * this header instead of <libpq-fe.h>, and call ik_pq_load() before any
+ * PQ* function.
  */
 #ifndef IK_PQ_DL_H
 #define IK_PQ_DL_H
@@ -22,7 +22,8 @@
 	X(PQclear) X(PQcmdTuples) X(PQconnectdbParams) X(PQconnectionNeedsPassword) \
 	X(PQconninfoFree) X(PQconninfoParse) X(PQerrorMessage) X(PQexec) \
 	X(PQexecParams) X(PQexecPrepared) X(PQfinish) X(PQfreemem) X(PQgetisnull) \
-	X(PQgetvalue) X(PQntuples) X(PQprepare) X(PQreset) X(PQresultErrorField) \
+	X(PQgetvalue) X(PQntuples) X(PQparameterStatus) X(PQprepare) X(PQreset) \
+	X(PQresultErrorField) \
 	X(PQresultStatus) X(PQsetNoticeProcessor) X(PQstatus)
 
 struct ik_pq_api {
@@ -49,6 +50,7 @@ int ik_pq_load(ik_err *err);
 #define PQgetisnull               (ik_pq.PQgetisnull)
 #define PQgetvalue                (ik_pq.PQgetvalue)
 #define PQntuples                 (ik_pq.PQntuples)
+#define PQparameterStatus         (ik_pq.PQparameterStatus)
 #define PQprepare                 (ik_pq.PQprepare)
 #define PQreset                   (ik_pq.PQreset)
 #define PQresultErrorField        (ik_pq.PQresultErrorField)

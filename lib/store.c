@@ -11,6 +11,7 @@
 #include "outcome.h"
 #include "redis.h"
 #include "store.h"
+#include "utf8.h"
 #include "util.h"
 
 static const char *const state_names[] = {
@@ -138,6 +139,91 @@ ik_history_append(const char *old, const char *entry)
 	return s;
 }
 
+/* A finish whose text had to be repaired: the repaired request and its
+ * copies live until the adapter answered. */
+struct clean_finish {
+	struct ik_finish_req req;
+	char *copy[2];
+	ik_store_cb cb;
+	void *arg;
+};
+
+static void
+clean_finish_free(struct clean_finish *f)
+{
+	free(f->copy[0]);
+	free(f->copy[1]);
+	free(f);
+}
+
+/* IK_OK with *out NULL when req's text is valid UTF-8 already (the common
+ * case: no copy), else with *out the repaired request; or IK_SOFTWARE. */
+static int
+clean_finish(const struct ik_finish_req *req, struct clean_finish **out, ik_err *err)
+{
+	struct clean_finish *f;
+
+	*out = NULL;
+	if ((!req->last_error || ik_utf8_valid(req->last_error, strlen(req->last_error))) &&
+	    (!req->debit_ref || ik_utf8_valid(req->debit_ref, strlen(req->debit_ref))))
+		return IK_OK;
+	if (!(f = calloc(1, sizeof *f)))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	f->req = *req;
+	if (ik_utf8_clean(req->last_error, &f->req.last_error, &f->copy[0]) < 0 ||
+	    ik_utf8_clean(req->debit_ref, &f->req.debit_ref, &f->copy[1]) < 0) {
+		clean_finish_free(f);
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	}
+	ik_log(IK_LOG_WARN, "the finish's reason or reference is not valid UTF-8: "
+	    "invalid bytes recorded as U+FFFD", "chargeId", req->key, NULL);
+	*out = f;
+	return IK_OK;
+}
+
+int
+ik_store_finish(struct ik_store *s, const struct ik_finish_req *req, ik_err *err)
+{
+	struct clean_finish *f;
+	int rc;
+
+	if ((rc = clean_finish(req, &f, err)) != IK_OK)
+		return rc;
+	rc = s->ops->finish(s, f ? &f->req : req, err);
+	if (f)
+		clean_finish_free(f);
+	return rc;
+}
+
+static void
+clean_finish_done(void *arg, int rc, const ik_err *err)
+{
+	struct clean_finish *f = arg;
+	ik_store_cb cb = f->cb;
+	void *cbarg = f->arg;
+
+	clean_finish_free(f);
+	cb(cbarg, rc, err);
+}
+
+int
+ik_store_finish_start(struct ik_store *s, const struct ik_finish_req *req,
+    ik_store_cb cb, void *arg, ik_err *err)
+{
+	struct clean_finish *f;
+	int rc;
+
+	if ((rc = clean_finish(req, &f, err)) != IK_OK)
+		return rc;
+	if (!f)
+		return s->ops->finish_start(s, req, cb, arg, err);
+	f->cb = cb;
+	f->arg = arg;
+	if ((rc = s->ops->finish_start(s, &f->req, clean_finish_done, f, err)) != IK_OK)
+		clean_finish_free(f);   /* nothing started: no callback comes */
+	return rc;
+}
+
 int
 ik_claim_decide(const struct ik_claim_req *req, struct ik_claim_res *res, ik_err *err)
 {
@@ -206,15 +292,18 @@ struct adapter {
 	const char *scheme;   /* "sqlite:" */
 	int (*open)(const char *rest, struct ik_store *s, ik_err *err);
 	int whole;            /* open gets the whole URL, which may end at the scheme */
+	/* The URL as messages may show it, and whether it holds a secret,
+	 * from the adapter's own parser; NULL: redacted() below. */
+	char *(*display)(const char *url, int *secret);
 };
 
 static const struct adapter adapters[] = {
-	{ "sqlite:", ik_store_sqlite_open, 0 },
-	{ "dynamodb:", ik_store_dynamodb_open, 0 },
-	{ "postgres:", ik_store_postgres_open, 1 },
-	{ "postgresql:", ik_store_postgres_open, 1 },
-	{ "redis://", ik_store_redis_open, 0 },
-	{ "rediss://", ik_store_rediss_open, 0 },
+	{ "sqlite:", ik_store_sqlite_open, 0, NULL },
+	{ "dynamodb:", ik_store_dynamodb_open, 0, NULL },
+	{ "postgres:", ik_store_postgres_open, 1, ik_store_postgres_display },
+	{ "postgresql:", ik_store_postgres_open, 1, ik_store_postgres_display },
+	{ "redis://", ik_store_redis_open, 0, NULL },
+	{ "rediss://", ik_store_rediss_open, 0, NULL },
 };
 
 /* The URL as messages and logs may show it: a password in the authority
@@ -250,16 +339,18 @@ redacted(const char *url)
 int
 ik_store_open(const char *url, struct ik_store **out, ik_err *err)
 {
+	static const char argv_secret[] = "--store: a password on the command line shows "
+	    "in the process list; put the URL in IDEMKIT_STORE instead, or the password in "
+	    "a file (PGPASSFILE for PostgreSQL)";
 	struct ik_store *s;
 	char *def = NULL, *dir;
 	const char *cache;
 	size_t n;
-	int rc;
+	int rc, argv = url && *url, secret = 0;
 
 	*out = NULL;
-	if (url && *url && (ik_redis_url_has_password(url) || strstr(url, "password=")))
-		return ik_errf(err, IK_CONFIG, "--store: a password on the command line shows "
-		    "in the process list; put the URL in IDEMKIT_STORE instead");
+	if (argv && (ik_redis_url_has_password(url) || strstr(url, "password=")))
+		return ik_errf(err, IK_CONFIG, argv_secret);
 	if (!url || !*url)
 		url = getenv("IDEMKIT_STORE");
 	if (!url || !*url) {
@@ -282,10 +373,16 @@ ik_store_open(const char *url, struct ik_store **out, ik_err *err)
 			free(def);
 			return ik_errf(err, IK_CONFIG, "store %s: empty after the scheme", url);
 		}
-		if (!(s = calloc(1, sizeof *s)) || !(s->url = redacted(url))) {
+		if (!(s = calloc(1, sizeof *s)) || !(s->url = adapters[i].display ?
+		    adapters[i].display(url, &secret) : redacted(url))) {
 			free(s);
 			free(def);
 			return ik_errf(err, IK_SOFTWARE, "out of memory");
+		}
+		if (argv && secret) {
+			free(s->url);
+			free(s);
+			return ik_errf(err, IK_CONFIG, argv_secret);
 		}
 		if ((cache = getenv("IDEMKIT_CACHE")) && *cache)
 			rc = ik_store_cache_open(cache, adapters[i].open,

@@ -168,7 +168,9 @@ struct ik_store_ops {
 	 * (IK_TEMPFAIL, IK_CONFIG, IK_SOFTWARE) with err. */
 	int (*claim)(struct ik_store *s, const struct ik_claim_req *req,
 	             struct ik_claim_res *res, ik_err *err);
-	/* IK_OK, IK_LEASE_LOST, or an error code. */
+	/* IK_OK, IK_LEASE_LOST, or an error code.  Commands call it through
+	 * ik_store_finish (and finish_start through ik_store_finish_start),
+	 * which hand it valid UTF-8. */
 	int (*finish)(struct ik_store *s, const struct ik_finish_req *req, ik_err *err);
 	/* DNF -> DONE for the notification re-drive, conditioned on state = DNF.
 	 * IK_OK, IK_LEASE_LOST when the record is not DNF, or an error. */
@@ -276,6 +278,18 @@ int ik_store_inflight(const char *opt, size_t *out);
 int ik_store_group_begin(void *lazy);
 int ik_store_group_commit(void *lazy);
 
+/* finish and finish_start (the ops above) as commands call them: the
+ * record's reason (last_error) and debit_ref are what a bank or a gateway
+ * said, cut anywhere or copied raw from a body in any encoding, and a
+ * store refuses text that is not UTF-8 (PostgreSQL 22021, DynamoDB a
+ * SerializationException) -- after the money moved.  So every adapter
+ * gets them valid (utf8.h: invalid bytes become U+FFFD), whatever the
+ * caller passes; valid text passes untouched, without a copy.  Same
+ * returns as the ops. */
+int ik_store_finish(struct ik_store *s, const struct ik_finish_req *req, ik_err *err);
+int ik_store_finish_start(struct ik_store *s, const struct ik_finish_req *req,
+    ik_store_cb cb, void *arg, ik_err *err);
+
 /* The claim-refusal rule, kept here once so no adapter can drift from it.
  * res->cur holds the record that refused req (from the conditional write's
  * own answer, or read right after it).  In order:
@@ -303,6 +317,9 @@ int64_t ik_store_retention_ms(void);
 int ik_store_sqlite_open(const char *path, struct ik_store *s, ik_err *err);
 int ik_store_dynamodb_open(const char *table, struct ik_store *s, ik_err *err);
 int ik_store_postgres_open(const char *url, struct ik_store *s, ik_err *err);
+/* The URL as messages show it (malloc'd; secrets as ***, from libpq's
+ * parser), *secret set when it holds one. */
+char *ik_store_postgres_display(const char *url, int *secret);
 int ik_store_redis_open(const char *rest, struct ik_store *s, ik_err *err);
 int ik_store_rediss_open(const char *rest, struct ik_store *s, ik_err *err);
 /* The Redis fast path (IDEMKIT_CACHE=cache_url) in front of the store that

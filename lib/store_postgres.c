@@ -16,20 +16,21 @@
  * call reconnects, waiting up to RECONNECT_MS once per outage.  One connection per process, reused; statements are
  * prepared once per connection; SQL only through bound parameters (the
  * table name is checked against a strict identifier alphabet and quoted).
- * The URL's password is never copied into a message: only libpq sees it.
+ * The URL's password is never copied into a message: only libpq sees it
+ * (pg_url.h reads the URL).  Text is sent as UTF-8 to a UTF8 database
+ * only; what a finish, release or forget writes is ours, so the server
+ * refusing it is never DATAERR (a claim's event is the message's own).
  * Group commit (begin/commit) as in store_sqlite.c: the group's first
  * write opens one transaction; a failure rolls it back at once and fails
  * the rest of the group (store.h).
  */
-#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include <sodium.h>
-
 #include "log.h"
 #include "outcome.h"
+#include "pg_url.h"
 #include "pq_dl.h"
 #include "store.h"
 #include "util.h"
@@ -169,9 +170,8 @@ static const char *const migrations[SCHEMA_VERSION + 1] = {
 
 struct pg {
 	PGconn *conn;
-	char *conninfo;       /* holds the password: wiped on close */
-	char table[64];       /* bare */
-	char qtable[72];      /* quoted */
+	struct ik_pg_url u;   /* its conninfo holds the password: wiped on close */
+	char qtable[IK_PG_TABLE_MAX + 3];   /* quoted */
 	char *sql[2][Q_N];    /* [has_history] */
 	unsigned prepared;    /* bit per statement and variant, on this connection */
 	int has_history;      /* the table has the history column (schema >= 3) */
@@ -216,8 +216,8 @@ pgerr(struct pg *p, PGresult *r, const char *doing, ik_err *err)
 		code = IK_DATAERR;     /* the event cannot be stored (not UTF-8, ...) */
 	else if (strcmp(state, "42P01") == 0)
 		return ik_errf(err, IK_CONFIG, "postgres %s: %s: %s (run idemp-init)",
-		    p->table, doing, msg);
-	return ik_errf(err, code, "postgres %s: %s: %s%s%s", p->table, doing, msg,
+		    p->u.table, doing, msg);
+	return ik_errf(err, code, "postgres %s: %s: %s%s%s", p->u.table, doing, msg,
 	    state ? " " : "", state ? state : "");
 }
 
@@ -240,19 +240,65 @@ history_column(struct pg *p, ik_err *err)
 		p->warned = 1;
 		ik_log(IK_LOG_WARN, "the table has no history column (a schema from before "
 		    "version 3): records keep no history until idemp-init migrates it",
-		    "table", p->table, NULL);
+		    "table", p->u.table, NULL);
 	}
 	PQclear(r);
 	p->checked = rc == IK_OK;
 	return rc;
 }
 
+/* A connect failure's message says a configuration error (CONFIG: leave
+ * the message, alarm), not trouble that passes (TEMPFAIL).  libpq gives
+ * connect failures no code, only text; this is the one list of what in
+ * that text is configuration.  TLS that was asked for and cannot be had
+ * is configuration: the server offers none, the CA file is missing or
+ * unreadable, the certificate does not verify or names another host, our
+ * client certificate or key cannot be read, the server refused our
+ * certificate.  An end of file in the middle of the handshake is not (a
+ * server restarting). */
+static int
+connect_config(const char *msg)
+{
+	static const char *const config[] = {
+		"authentication failed", "does not exist", "no pg_hba.conf entry",
+		"invalid", "could not translate host name",
+		"SSL was required",     /* sslmode=require or verify-*: the server has no TLS */
+		"certificate",          /* the CA file missing or unreadable, a verification
+		                         * or host name failure, our certificate refused or
+		                         * unreadable */
+		"private key",          /* ours, unreadable or too open */
+		"alert",                /* the server's TLS alert: unknown CA, bad certificate,
+		                         * no shared protocol */
+		"unsupported protocol", "wrong version number", "no protocols available",
+		NULL,
+	};
+
+	for (size_t i = 0; config[i]; i++)
+		if (strstr(msg, config[i]))
+			return 1;
+	return 0;
+}
+
+/* The server's notices (CREATE ... IF NOT EXISTS skipping) are not ours
+ * to print: libpq would write them to stderr, outside the log's format. */
+static void
+no_notice(void *arg, const char *msg)
+{
+	(void)arg;
+	(void)msg;
+}
+
 /* Connected, or reconnected when the server went away.  libpq's own
- * message never holds the password. */
+ * message never holds the password (pg_url.h refuses a URL it would
+ * misread).  The client encoding is UTF8 whatever the environment says
+ * (what we send is UTF-8, utf8.h), and a database that cannot store all
+ * of UTF-8 is refused before anything is claimed: a reason it could not
+ * store would fail a finish after the debit. */
 static int
 conn_ok(struct pg *p, ik_err *err)
 {
 	char msg[512];
+	const char *enc;
 
 	if (p->conn && PQstatus(p->conn) == CONNECTION_OK)
 		return IK_OK;
@@ -261,7 +307,7 @@ conn_ok(struct pg *p, ik_err *err)
 		 * new one as if the group's earlier writes were there. */
 		p->in_tx = 0;
 		return ik_errf(err, IK_TEMPFAIL, "postgres %s: connection lost inside a "
-		    "transaction", p->table);
+		    "transaction", p->u.table);
 	}
 	p->prepared = 0;
 	if (p->conn) {
@@ -278,29 +324,37 @@ conn_ok(struct pg *p, ik_err *err)
 			PQreset(p->conn);
 		p->waited = PQstatus(p->conn) != CONNECTION_OK;
 	} else {
-		const char *kw[] = { "connect_timeout", "fallback_application_name", "dbname", NULL };
+		/* client_encoding after dbname: it overrides the URL's and
+		 * PGCLIENTENCODING. */
+		const char *kw[] = { "connect_timeout", "fallback_application_name", "dbname",
+		                     "client_encoding", NULL };
 		const char *val[] = { getenv("PGCONNECT_TIMEOUT") ? getenv("PGCONNECT_TIMEOUT") : "10",
-		                      "idemkit", p->conninfo, NULL };
+		                      "idemkit", p->u.conninfo, "UTF8", NULL };
 		p->conn = PQconnectdbParams(kw, val, 1);
 	}
 	if (!p->conn)
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	if (PQstatus(p->conn) == CONNECTION_OK) {
-		PQsetNoticeProcessor(p->conn, NULL, NULL);
+		PQsetNoticeProcessor(p->conn, no_notice, NULL);
 		p->checked = 0;
+		if ((enc = PQparameterStatus(p->conn, "server_encoding")) && strcmp(enc, "UTF8") != 0) {
+			snprintf(msg, sizeof msg, "%.64s", enc);
+			PQfinish(p->conn);
+			p->conn = NULL;
+			return ik_errf(err, IK_CONFIG, "postgres %s: the database's encoding is %s, "
+			    "not UTF8: it cannot store every reason a bank may give; use a UTF8 "
+			    "database (CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0, or "
+			    "createdb -E UTF8 -T template0)", p->u.table, msg);
+		}
 		return IK_OK;
 	}
 	snprintf(msg, sizeof msg, "%s", PQerrorMessage(p->conn));
 	trim(msg);
 	if (PQconnectionNeedsPassword(p->conn))
 		return ik_errf(err, IK_CONFIG, "postgres %s: connect: a password is needed "
-		    "(PGPASSWORD, PGPASSFILE or ~/.pgpass): %s", p->table, msg);
-	if (strstr(msg, "authentication failed") || strstr(msg, "does not exist") ||
-	    strstr(msg, "certificate") || strstr(msg, "invalid sslmode") ||
-	    strstr(msg, "no pg_hba.conf entry") || strstr(msg, "invalid") ||
-	    strstr(msg, "could not translate host name"))
-		return ik_errf(err, IK_CONFIG, "postgres %s: connect: %s", p->table, msg);
-	return ik_errf(err, IK_TEMPFAIL, "postgres %s: connect: %s", p->table, msg);
+		    "(PGPASSWORD, PGPASSFILE or ~/.pgpass): %s", p->u.table, msg);
+	return ik_errf(err, connect_config(msg) ? IK_CONFIG : IK_TEMPFAIL,
+	    "postgres %s: connect: %s", p->u.table, msg);
 }
 
 /* Runs statement which with n text parameters; *out holds the result on
@@ -443,7 +497,7 @@ group_write(struct pg *p, ik_err *err)
 		return IK_OK;
 	if (p->failed)
 		return ik_errf(err, IK_TEMPFAIL, "postgres %s: group rolled back after "
-		    "an earlier failure", p->table);
+		    "an earlier failure", p->u.table);
 	if (!p->in_tx) {
 		if ((rc = exec_sql(p, "BEGIN ISOLATION LEVEL READ COMMITTED", "begin", err))) {
 			p->failed = 1;
@@ -470,7 +524,7 @@ pg_begin(struct ik_store *st, ik_err *err)
 	struct pg *p = st->impl;
 
 	if (p->group)
-		return ik_errf(err, IK_SOFTWARE, "postgres %s: group already open", p->table);
+		return ik_errf(err, IK_SOFTWARE, "postgres %s: group already open", p->u.table);
 	p->group = 1;
 	p->in_tx = p->failed = 0;
 	return IK_OK;
@@ -483,9 +537,9 @@ pg_commit(struct ik_store *st, ik_err *err)
 	int rc = IK_OK;
 
 	if (!p->group)
-		return ik_errf(err, IK_SOFTWARE, "postgres %s: no group open", p->table);
+		return ik_errf(err, IK_SOFTWARE, "postgres %s: no group open", p->u.table);
 	if (p->failed)
-		rc = ik_errf(err, IK_TEMPFAIL, "postgres %s: group rolled back", p->table);
+		rc = ik_errf(err, IK_TEMPFAIL, "postgres %s: group rolled back", p->u.table);
 	else if (p->in_tx && (rc = exec_sql(p, "COMMIT", "commit", err)))
 		rollback(p);
 	p->in_tx = 0;
@@ -541,7 +595,7 @@ pg_claim(struct ik_store *st, const struct ik_claim_req *req, struct ik_claim_re
 			break;  /* in a group our view cannot change: a bug, not a retry */
 	}
 	rc = ik_errf(err, IK_TEMPFAIL, "postgres %s: claim: the record kept changing "
-	    "under us; try again", p->table);
+	    "under us; try again", p->u.table);
 fail:
 	group_fail(p);
 	ik_record_free(&res->cur);
@@ -561,6 +615,12 @@ changed(struct pg *p, int which, int n, const char *const *params, const char *d
 		return rc;
 	if ((rc = run(p, which, n, params, doing, &r, err))) {
 		group_fail(p);
+		/* What these write is ours (a state, a token, a reason the port
+		 * made valid UTF-8), never the message's: the server refusing it
+		 * is our fault, never "this message is bad" (DATAERR sends it to
+		 * the DLQ, and a finish comes after the money moved). */
+		if (rc == IK_DATAERR)
+			rc = err->code = IK_SOFTWARE;
 		return rc;
 	}
 	rc = strcmp(PQcmdTuples(r), "1") == 0 ? IK_OK : IK_LEASE_LOST;
@@ -677,7 +737,7 @@ pg_stats(struct ik_store *st, int64_t now_ms, struct ik_store_stats *out, ik_err
 		return rc;
 	if (PQntuples(r) != 1) {
 		PQclear(r);
-		return ik_errf(err, IK_SOFTWARE, "postgres %s: stats: no row", p->table);
+		return ik_errf(err, IK_SOFTWARE, "postgres %s: stats: no row", p->u.table);
 	}
 	now = col_i64(r, 0, 0);
 	out->in_progress = col_i64(r, 0, 1);
@@ -701,14 +761,14 @@ with_table(struct pg *p, const char *fmt)
 	char *s = malloc(n);
 
 	if (s)
-		snprintf(s, n, fmt, p->qtable, p->table);
+		snprintf(s, n, fmt, p->qtable, p->u.table);
 	return s;
 }
 
 static int
 schema_version(struct pg *p, int *version, ik_err *err)
 {
-	const char *params[] = { p->table };
+	const char *params[] = { p->u.table };
 	PGresult *r = PQexecParams(p->conn, "SELECT version FROM idemkit_schema WHERE tbl = $1",
 	    1, NULL, params, NULL, NULL, 0);
 	int rc = IK_OK;
@@ -727,7 +787,7 @@ schema_version(struct pg *p, int *version, ik_err *err)
 static int
 migrate(struct pg *p, ik_err *err)
 {
-	const char *lparams[] = { p->table };
+	const char *lparams[] = { p->u.table };
 	PGresult *lr;
 	int rc, version = 0;
 
@@ -744,10 +804,10 @@ migrate(struct pg *p, ik_err *err)
 		rc = schema_version(p, &version, err);
 	if (!rc && version > SCHEMA_VERSION)
 		rc = ik_errf(err, IK_CONFIG, "postgres %s: schema version %d is newer than "
-		    "this idemkit (%d)", p->table, version, SCHEMA_VERSION);
+		    "this idemkit (%d)", p->u.table, version, SCHEMA_VERSION);
 	for (int v = version + 1; !rc && v <= SCHEMA_VERSION; v++) {
 		char *ddl = with_table(p, migrations[v]), num[16];
-		const char *params[] = { p->table, num };
+		const char *params[] = { p->u.table, num };
 		PGresult *r;
 
 		snprintf(num, sizeof num, "%d", v);
@@ -770,7 +830,7 @@ migrate(struct pg *p, ik_err *err)
 		if (rc)
 			rollback(p);
 		else
-			ik_log(IK_LOG_INFO, "migrated", "table", p->table, "version", num, NULL);
+			ik_log(IK_LOG_INFO, "migrated", "table", p->u.table, "version", num, NULL);
 		free(ddl);
 	}
 	if (p->conn && PQstatus(p->conn) == CONNECTION_OK)
@@ -808,7 +868,7 @@ purge(struct pg *p, ik_err *err)
 	free(q);
 	snprintf(num, sizeof num, "%lld", total);
 	if (!rc)
-		ik_log(IK_LOG_INFO, "purged expired records", "table", p->table, "deleted", num, NULL);
+		ik_log(IK_LOG_INFO, "purged expired records", "table", p->u.table, "deleted", num, NULL);
 	return rc;
 }
 
@@ -832,10 +892,7 @@ pg_close(struct ik_store *st)
 		return;
 	if (p->conn)
 		PQfinish(p->conn);
-	if (p->conninfo) {
-		sodium_memzero(p->conninfo, strlen(p->conninfo));
-		free(p->conninfo);
-	}
+	ik_pg_url_free(&p->u);
 	for (int v = 0; v < 2; v++)
 		for (int i = 0; i < Q_N; i++)
 			free(p->sql[v][i]);
@@ -859,56 +916,11 @@ static const struct ik_store_ops postgres_ops = {
 	.stats = pg_stats,
 };
 
-/* Takes table=NAME out of the URL's query string (libpq does not know it)
- * into p->table; the rest is what libpq parses.  IK_OK or IK_CONFIG. */
-static int
-split_table(struct pg *p, const char *url, ik_err *err)
-{
-	const char *q = strchr(url, '?');
-	struct ik_buf b = { 0 };
-	int first = 1;
-
-	snprintf(p->table, sizeof p->table, "idemkit_records");
-	if (strncmp(url, "postgres:", 9) == 0 && strncmp(url, "postgres://", 11) != 0)
-		url += 9;   /* bare postgres: -> libpq's environment */
-	ik_buf_add(&b, url, q ? (size_t)(q - url) : strlen(url));
-	while (q && *q) {
-		const char *amp = strchr(q + 1, '&'), *end = amp ? amp : q + strlen(q);
-		size_t n = (size_t)(end - (q + 1));
-		if (n > 6 && strncmp(q + 1, "table=", 6) == 0) {
-			size_t tn = n - 6;
-			const char *t = q + 7;
-			int okname = tn > 0 && tn <= 48 && (islower((unsigned char)t[0]) || t[0] == '_');
-			for (size_t i = 0; okname && i < tn; i++)
-				okname = islower((unsigned char)t[i]) || isdigit((unsigned char)t[i]) ||
-				         t[i] == '_';
-			if (!okname) {
-				ik_buf_free(&b);
-				return ik_errf(err, IK_CONFIG, "postgres: table=%.*s: want 1-48 of "
-				    "[a-z0-9_], not starting with a digit", (int)(tn > 48 ? 48 : tn), t);
-			}
-			memcpy(p->table, t, tn);
-			p->table[tn] = 0;
-		} else if (n) {
-			ik_buf_addstr(&b, first ? "?" : "&");
-			ik_buf_add(&b, q + 1, n);
-			first = 0;
-		}
-		q = amp;
-	}
-	if (!b.p && !(b.p = strdup("")))
-		return ik_errf(err, IK_SOFTWARE, "out of memory");
-	p->conninfo = b.p;
-	return IK_OK;
-}
-
 /* url is the whole store URL: postgres://..., postgresql://..., postgres:. */
 int
 ik_store_postgres_open(const char *url, struct ik_store *st, ik_err *err)
 {
 	struct pg *p;
-	char *perr = NULL;
-	PQconninfoOption *opts;
 	int rc;
 
 	if ((rc = ik_pq_load(err)) != IK_OK)
@@ -917,20 +929,9 @@ ik_store_postgres_open(const char *url, struct ik_store *st, ik_err *err)
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	st->impl = p;
 	st->ops = &postgres_ops;
-	if ((rc = split_table(p, url, err)))
+	if ((rc = ik_pg_url_parse(url, &p->u, err)))
 		goto fail;
-	snprintf(p->qtable, sizeof p->qtable, "\"%s\"", p->table);
-	/* Checked now so a bad URL is CONFIG before anything connects; libpq's
-	 * message names the bad part, never the password's value. */
-	if (*p->conninfo && !(opts = PQconninfoParse(p->conninfo, &perr))) {
-		char msg[256];
-		snprintf(msg, sizeof msg, "%s", perr ? perr : "out of memory");
-		trim(msg);
-		PQfreemem(perr);
-		rc = ik_errf(err, IK_CONFIG, "postgres: bad URL: %s", msg);
-		goto fail;
-	} else if (*p->conninfo)
-		PQconninfoFree(opts);
+	snprintf(p->qtable, sizeof p->qtable, "\"%s\"", p->u.table);
 	for (int v = 0; v < 2; v++)
 		for (int i = 0; i < Q_N; i++)
 			if (!(p->sql[v][i] = with_table(p, sql_fmt[v][i]))) {
@@ -942,4 +943,22 @@ fail:
 	pg_close(st);
 	st->ops = NULL;
 	return rc;
+}
+
+char *
+ik_store_postgres_display(const char *url, int *secret)
+{
+	struct ik_pg_url u;
+	ik_err err;
+	char *d;
+
+	*secret = 0;
+	/* A URL libpq cannot read is not shown: the open says why, and fails. */
+	if (ik_pq_load(&err) != IK_OK || ik_pg_url_parse(url, &u, &err) != IK_OK)
+		return strdup("postgres:");
+	d = u.display;
+	u.display = NULL;
+	*secret = u.secret;
+	ik_pg_url_free(&u);
+	return d;
 }

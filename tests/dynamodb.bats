@@ -257,3 +257,17 @@ PY
 		grep -q 'does not support TTL' <<<"$stderr"
 	fi
 }
+
+@test "a finish whose reason is not valid UTF-8 (cut inside a character, raw bytes) is recorded with U+FFFD, never refused as a bad request" {
+	env=$(ev "$(uid utf8)" | idemp-claim 2>/dev/null)
+	[ "$(jget "$env" claim.outcome)" = ACQUIRED ]
+	run --separate-stderr idemp-done < <(printf '%s\n' "$env" |
+		sed 's/}$/,"debit":{"outcome":"OK","ref":"TXN-9"},"notify":{"outcome":"NOTIFY_FAILED","error":"HTTP 503: d\xc3\xa9j\xe0 \xe2\x82"}}/')
+	echo "$output $stderr"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" done.outcome)" = OK ]
+	[ "$(jget "$output" done.state)" = DEBITED_NOTIFICATION_FAILED ]
+	run --separate-stderr idemp-show --json "$(uid utf8)"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" lastError)" = "HTTP 503: déj� ��" ]
+}

@@ -13,6 +13,53 @@ bats_require_minimum_version 1.5.0
 load helper
 load pg_helper
 
+# reason_stub_start: a loopback HTTP stub standing in for a bank and a
+# notification gateway that answer with awkward reasons (python3: no
+# emulator answers so).  POST /ok is 201 {"ref":"TXN-R1"}; /cut-503 and
+# /cut-402 answer 503 / 402 with a JSON reason whose 200th byte is the
+# first of a 3-byte character (199 x or y, then U+20B9 three times);
+# /raw-503 and /raw-402 a body that is neither JSON nor UTF-8 (Latin-1
+# bytes, a stray continuation byte, an overlong '/').  Sets STUB_URL.
+reason_stub_start() {
+	local d=$BATS_TEST_TMPDIR/stub
+	mkdir -p "$d"
+	python3 -c '
+import http.server, json, os, sys
+d = sys.argv[1]
+def body(p):
+    if p == "/ok": return 201, b"{\"ref\":\"TXN-R1\"}"
+    st = int(p[-3:])
+    if p.startswith("/cut-"):
+        c = "x" if st == 503 else "y"
+        return st, json.dumps({"reason": c * 199 + "\u20b9" * 3}, ensure_ascii=False).encode()
+    return st, b"gateway says: caf\xe9 \x80 \xc0\xaf end"
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        st, out = body(self.path)
+        self.send_response(st); self.send_header("Content-Length", str(len(out))); self.end_headers()
+        self.wfile.write(out)
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+open(d + "/port.tmp", "w").write(str(s.server_address[1])); os.rename(d + "/port.tmp", d + "/port")
+s.serve_forever()
+' "$d" 2>"$d/log" 3>&- &
+	STUB_PID=$!
+	for _ in $(seq 100); do [ -s "$d/port" ] && break; sleep 0.05; done
+	STUB_URL=http://127.0.0.1:$(cat "$d/port")
+}
+reason_stub_stop() {
+	[ -n "${STUB_PID:-}" ] || return 0
+	kill "$STUB_PID" 2>/dev/null || true
+	wait "$STUB_PID" 2>/dev/null || true
+	STUB_PID=
+}
+
+# last_error KEY: the record's lastError as the server holds it (psql's
+# client encoding is UTF8), on one line.
+last_error() { pg_sql "SELECT last_error FROM $TBL WHERE key = '$1'"; }
+
 setup_file() {
 	require_pg
 	local d
@@ -44,6 +91,7 @@ setup() {
 	export TBL=t_${BATS_TEST_NUMBER}_$RANDOM
 	export IDEMKIT_STORE="$PG_URL?table=$TBL"
 }
+teardown() { reason_stub_stop; }
 
 @test "idemp-init creates the table, prints the URL with the password as ***, and is idempotent" {
 	run --separate-stderr idemp-init
@@ -57,6 +105,7 @@ setup() {
 	run --separate-stderr idemp-init
 	[ "$status" -eq 0 ]
 	[[ $stderr != *'"migrated"'* ]]
+	[[ $stderr != *NOTICE* ]]   # the server's notices are not printed
 	run --separate-stderr idemp-claim < <(ev "$(uid a)")
 	[ "$status" -eq 0 ]
 	[ "$(jget "$output" claim.outcome)" = ACQUIRED ]
@@ -122,7 +171,8 @@ setup() {
 	IDEMKIT_STORE="postgres://idemkit@127.0.0.1:$PG_PORT/idemkit?password=$PG_PASSWORD&table=$TBL" \
 		run --separate-stderr idemp-init
 	[ "$status" -eq 0 ]
-	[ "$output" = "postgres://idemkit@127.0.0.1:$PG_PORT/idemkit?password=***&table=$TBL" ]
+	# shown as libpq parsed it: the password in its place in the URL, as ***
+	[ "$output" = "postgres://idemkit:***@127.0.0.1:$PG_PORT/idemkit?table=$TBL" ]
 	[[ $stderr != *"$PG_PASSWORD"* ]]
 	IDEMKIT_STORE=$bad run idemp-init --help
 	[ "$status" -eq 0 ]
@@ -354,4 +404,222 @@ PY
 	[[ "$output" == *"PostgreSQL store: postgres://idemkit@127.0.0.1:"* ]]
 	[[ "$output" == *"demo: OK: every one of the 20 chargeIds was debited exactly once"* ]]
 	[ -z "$(ls -d /tmp/idemkit-demo-pg.* 2>/dev/null | xargs -r -n1 sh -c 'test -e "$0/data/postmaster.pid" && echo "$0"')" ]
+}
+
+@test "a reason cut inside a UTF-8 character or with raw invalid bytes (notify 503, debit 402): DEBITED_NOTIFICATION_FAILED / FAILED, never DATAERR; no debited charge in the DLQ" {
+	idemp-init >/dev/null 2>&1
+	reason_stub_start
+	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/q.db#charges?visibility=30"
+	export IDEMKIT_DLQ="sqlite:$BATS_TEST_TMPDIR/q.db#charges-dlq"
+	w=(--debit-timeout 2 --notify-timeout 2 --notify-retries 0 --lease 15s)
+	for kind in cut raw; do
+		ev "$(uid "n$kind")" | sqs-send >/dev/null
+		IDEMKIT_BANK_URL=$STUB_URL/ok IDEMKIT_NOTIFY_URL=$STUB_URL/$kind-503 \
+			run --separate-stderr charge-worker --drain "${w[@]}"
+		echo "$stderr" | tail -3
+		[ "$status" -eq 0 ]
+		[[ $stderr != *DATAERR* ]]
+		[ "$(jget "$(idemp-show --json "$(uid "n$kind")")" state)" = DEBITED_NOTIFICATION_FAILED ]
+		ev "$(uid "d$kind")" | sqs-send >/dev/null
+		IDEMKIT_BANK_URL=$STUB_URL/$kind-402 IDEMKIT_NOTIFY_URL=$STUB_URL/ok \
+			run --separate-stderr charge-worker --drain "${w[@]}"
+		echo "$stderr" | tail -3
+		[ "$status" -eq 0 ]
+		[[ $stderr != *DATAERR* ]]
+		[ "$(jget "$(idemp-show --json "$(uid "d$kind")")" state)" = FAILED ]
+	done
+	# the queue is empty; the DLQ holds the two declined charges only
+	[ "$(jget "$(sqs-stat)" visible)" -eq 0 ]
+	[ "$(jget "$(sqs-stat)" inflight)" -eq 0 ]
+	[ "$(jget "$(sqs-stat --queue "$IDEMKIT_DLQ")" visible)" -eq 2 ]
+	[ "$(sqs-recv --queue "$IDEMKIT_DLQ" --max 10 | grep -c "$(uid d)")" -eq 2 ]
+	# cut on the character boundary: 199 bytes, no U+20B9 half, no U+FFFD
+	[ "$(last_error "$(uid ncut)")" = "HTTP 503: $(printf 'x%.0s' $(seq 199))" ]
+	[ "$(last_error "$(uid dcut)")" = "HTTP 402: $(printf 'y%.0s' $(seq 199))" ]
+	# raw bytes: each invalid one recorded as U+FFFD
+	[ "$(last_error "$(uid nraw)")" = "HTTP 503: gateway says: caf� � �� end" ]
+	[ "$(last_error "$(uid draw)")" = "HTTP 402: gateway says: caf� � �� end" ]
+	# and the history's finish says the same
+	[ "$(pg_sql "SELECT history->-1->>'error' FROM $TBL WHERE key = '$(uid nraw)'")" = "HTTP 503: gateway says: caf� � �� end" ]
+}
+
+@test "a finish whose reason is not UTF-8, whoever wrote the envelope: recorded (U+FFFD), 0; a finish the server refuses is 70, never DATAERR" {
+	idemp-init >/dev/null 2>&1
+	for k in a b; do
+		env=$(ev "$(uid "$k")" | idemp-claim 2>/dev/null)
+		[ "$(jget "$env" claim.outcome)" = ACQUIRED ]
+		printf '%s\n' "$env" | sed 's/}$/,"debit":{"outcome":"OK","ref":"TXN-9"},"notify":{"outcome":"NOTIFY_FAILED","error":"HTTP 503: d\xc3\xa9j\xe0 \xe2\x82"}}/' \
+			> "$BATS_TEST_TMPDIR/$k.env"
+	done
+	run --separate-stderr idemp-done < "$BATS_TEST_TMPDIR/a.env"
+	echo "$output $stderr"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" done.outcome)" = OK ]
+	[ "$(jget "$output" done.state)" = DEBITED_NOTIFICATION_FAILED ]
+	[[ $stderr == *"not valid UTF-8"* ]]
+	[ "$(last_error "$(uid a)")" = "HTTP 503: déj� ��" ]
+	# the server refuses the finish for its data (a trigger here): our
+	# fault, the message is left (70), never sent to the DLQ as bad (65)
+	pg_sql "CREATE FUNCTION ${TBL}_no() RETURNS trigger LANGUAGE plpgsql AS \$\$
+		BEGIN RAISE EXCEPTION 'test: refused' USING ERRCODE = 'invalid_text_representation'; END \$\$;
+		CREATE TRIGGER no BEFORE UPDATE ON $TBL FOR EACH ROW EXECUTE FUNCTION ${TBL}_no()"
+	run --separate-stderr idemp-done < "$BATS_TEST_TMPDIR/b.env"
+	echo "$output $stderr"
+	[ "$status" -eq 70 ]
+	[ "$(jget "$output" done.outcome)" = SOFTWARE ]
+	[[ $stderr == *"test: refused"*22P02* ]]
+	[ "$(jget "$(idemp-show --json "$(uid b)")" state)" = IN_PROGRESS ]
+}
+
+# no_secret TEXT WORD...: fails naming the first WORD found in TEXT.
+no_secret() {
+	local t=$1 w; shift
+	for w in "$@"; do
+		if [[ $t == *"$w"* ]]; then echo "secret piece \"$w\" shown: $t" >&2; return 1; fi
+	done
+}
+
+@test "a password in the store (URL or key=value; spaces, quotes, @, /) is *** in idemp-init and idemp-stats and in no message; refused in --store; a misread or unparsable one quotes no piece of it" {
+	command -v script >/dev/null || skip "script(1) not installed"
+	# a role of its own whose password has everything awkward in it
+	pw="LEFTPART@mid/dle w'q\"RIGHTPART"
+	pg_sql "CREATE ROLE idemkit_sp LOGIN PASSWORD '${pw//\'/\'\'}'" postgres
+	pg_sql "CREATE DATABASE idemkit_sp OWNER idemkit_sp" postgres
+	enc=$(python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1], safe=""))' "$pw")
+	kvpw=$(printf '%s' "$pw" | sed "s/[\\\\']/\\\\&/g")
+	pieces=(LEFTPART RIGHTPART "mid/dle" "$enc")
+	url="postgres://idemkit_sp:$enc@127.0.0.1:$PG_PORT/idemkit_sp?table=$TBL"
+	kv="postgres:host=127.0.0.1 port=$PG_PORT user=idemkit_sp dbname=idemkit_sp password = '$kvpw' ?table=$TBL"
+	want_url="postgres://idemkit_sp:***@127.0.0.1:$PG_PORT/idemkit_sp?table=$TBL"
+	want_kv="postgres:user=idemkit_sp password=*** dbname=idemkit_sp host=127.0.0.1 port=$PG_PORT ?table=$TBL"
+	for form in url kv; do
+		s=${!form}; want=want_$form; want=${!want}
+		IDEMKIT_STORE=$s run --separate-stderr idemp-init
+		echo "$form: $status $output $stderr"
+		[ "$status" -eq 0 ]
+		[ "$output" = "$want" ]
+		no_secret "$output$stderr" "${pieces[@]}"
+		IDEMKIT_STORE=$s run script -qec "idemp-stats" /dev/null
+		[ "$status" -eq 0 ]
+		[[ $(tr -d '\r' <<<"$output") == *"store        $want"* ]]
+		no_secret "$output" "${pieces[@]}"
+		IDEMKIT_STORE=$s run --separate-stderr idemp-claim < <(ev "$(uid "$form")")
+		[ "$status" -eq 0 ]
+		no_secret "$output$stderr" "${pieces[@]}"
+		# on the command line: refused before anything (argv is public)
+		for cmd in idemp-init idemp-stats; do
+			run --separate-stderr "$cmd" --store "$s"
+			[ "$status" -eq 78 ]
+			[[ $stderr == *"password on the command line"*PGPASSFILE* ]]
+			no_secret "$output$stderr" "${pieces[@]}"
+		done
+	done
+	# a wrong password: 78, the server's word, no piece of it
+	for s in "postgres://idemkit_sp:LEFTPART%20RIGHTPART@127.0.0.1:$PG_PORT/idemkit_sp" \
+		"postgres:host=127.0.0.1 port=$PG_PORT user=idemkit_sp dbname=idemkit_sp password='LEFTPART RIGHTPART'"; do
+		IDEMKIT_STORE=$s run --separate-stderr idemp-init
+		[ "$status" -eq 78 ]
+		[[ $stderr == *"password authentication failed"* ]]
+		no_secret "$output$stderr" "${pieces[@]}"
+	done
+	# an '@' or '/' not encoded (libpq reads them as host, port, database),
+	# a space not quoted, a bad %-escape: 78, quoting no piece of it
+	for s in "postgres://idemkit_sp:LEFTPART@RIGHTPART@127.0.0.1:$PG_PORT/idemkit_sp" \
+		"postgres://idemkit_sp:LEFTPART/RIGHTPART@127.0.0.1:$PG_PORT/idemkit_sp" \
+		"postgres://idemkit_sp:123/RIGHTPART@127.0.0.1:$PG_PORT/idemkit_sp" \
+		"postgres:host=127.0.0.1 port=$PG_PORT user=idemkit_sp password=LEFTPART RIGHTPART" \
+		"postgres://idemkit_sp:LEFTPART%zzRIGHTPART@127.0.0.1:$PG_PORT/idemkit_sp"; do
+		for cmd in idemp-init idemp-stats; do
+			IDEMKIT_STORE=$s run --separate-stderr "$cmd"
+			echo "$s: $status $stderr"
+			[ "$status" -eq 78 ]
+			no_secret "$output$stderr" "${pieces[@]}" 123/
+		done
+		IDEMKIT_STORE=$s run --separate-stderr idemp-claim < <(ev "$(uid bad)")
+		[ "$status" -eq 78 ]
+		no_secret "$output$stderr" "${pieces[@]}" 123/
+	done
+	IDEMKIT_STORE="postgres://idemkit_sp:LEFTPART@RIGHTPART@127.0.0.1:$PG_PORT/idemkit_sp" run --separate-stderr idemp-init
+	[[ $stderr == *"percent-encoded (%40, %2F)"* ]]
+}
+
+@test "TLS asked for and not to be had is 78, never 75: no TLS on the server (sslmode=require), a CA file missing or not a certificate, another CA" {
+	idemp-init >/dev/null 2>&1
+	base="postgres://idemkit:$PG_PASSWORD@localhost:$PG_PORT/idemkit?table=$TBL"
+	printf 'not a certificate\n' > "$BATS_TEST_TMPDIR/junk.crt"
+	for q in "sslmode=verify-full&sslrootcert=$BATS_TEST_TMPDIR/none.crt" \
+		"sslmode=verify-ca&sslrootcert=$BATS_TEST_TMPDIR/junk.crt" \
+		"sslmode=verify-full&sslrootcert=$TLS_DIR/other.crt" \
+		"sslmode=verify-full"; do
+		HOME=$BATS_TEST_TMPDIR IDEMKIT_STORE="$base&$q" run --separate-stderr idemp-claim < <(ev "$(uid tls)")
+		echo "$q: $status $stderr"
+		[ "$status" -eq 78 ]
+		[ "$(jget "$output" claim.outcome)" = CONFIG ]
+		[[ $stderr == *"certificate"* ]]
+		[[ $stderr != *"$PG_PASSWORD"* ]]
+	done
+	# the server without TLS: sslmode=require cannot be had
+	pg_sql "ALTER SYSTEM SET ssl = off" && pg_sql "SELECT pg_reload_conf()" >/dev/null
+	for _ in $(seq 100); do [ "$(pg_sql "SHOW ssl")" = off ] && break; sleep 0.1; done
+	IDEMKIT_STORE="$base&sslmode=require" run --separate-stderr idemp-claim < <(ev "$(uid notls)")
+	st=$status out=$output err=$stderr
+	IDEMKIT_STORE="$base&sslmode=require" run --separate-stderr idemp-init
+	st2=$status
+	IDEMKIT_STORE="$base&sslmode=prefer" run --separate-stderr idemp-claim < <(ev "$(uid prefer)")
+	st3=$status
+	pg_sql "ALTER SYSTEM RESET ssl" && pg_sql "SELECT pg_reload_conf()" >/dev/null
+	for _ in $(seq 100); do [ "$(pg_sql "SHOW ssl")" = on ] && break; sleep 0.1; done
+	echo "require: $st $err"
+	[ "$st" -eq 78 ]
+	[ "$(jget "$out" claim.outcome)" = CONFIG ]
+	[[ $err == *"SSL was required"* ]]
+	[ "$st2" -eq 78 ]
+	[ "$st3" -eq 0 ]
+}
+
+@test "a database not in UTF8 (LATIN1, SQL_ASCII) is refused, 78 saying how to make one; the client encoding is UTF8 whatever PGCLIENTENCODING says" {
+	for enc in LATIN1 SQL_ASCII; do
+		db=idemkit_$(tr 'A-Z' 'a-z' <<<"$enc")
+		pg_sql "CREATE DATABASE $db OWNER idemkit ENCODING '$enc' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0" postgres
+		url="postgres://idemkit:$PG_PASSWORD@127.0.0.1:$PG_PORT/$db?table=$TBL"
+		IDEMKIT_STORE=$url run --separate-stderr idemp-init
+		echo "$enc: $status $stderr"
+		[ "$status" -eq 78 ]
+		[[ $stderr == *"encoding is $enc, not UTF8"*"createdb -E UTF8 -T template0"* ]]
+		IDEMKIT_STORE=$url run --separate-stderr idemp-claim < <(ev "$(uid "$enc")")
+		[ "$status" -eq 78 ]
+		[ "$(jget "$output" claim.outcome)" = CONFIG ]
+	done
+	# on the UTF8 database a client told LATIN1 still sends and reads UTF-8
+	idemp-init >/dev/null 2>&1
+	env=$(ev "$(uid enc)" | PGCLIENTENCODING=LATIN1 idemp-claim 2>/dev/null)
+	printf '%s\n' "$env" | sed 's/}$/,"debit":{"outcome":"OK","ref":"TXN-9"},"notify":{"outcome":"NOTIFY_FAILED","error":"HTTP 503: café ₹ 五"}}/' \
+		> "$BATS_TEST_TMPDIR/env"
+	PGCLIENTENCODING=LATIN1 run --separate-stderr idemp-done < "$BATS_TEST_TMPDIR/env"
+	echo "$output $stderr"
+	[ "$status" -eq 0 ]
+	[ "$(last_error "$(uid enc)")" = "HTTP 503: café ₹ 五" ]
+	[ "$(jget "$(PGCLIENTENCODING=LATIN1 idemp-show --json "$(uid enc)")" lastError)" = "HTTP 503: café ₹ 五" ]
+}
+
+@test "lib/utf8.c calls valid exactly what PostgreSQL accepts as UTF-8; repairs and cuts are valid to it (C unit test)" {
+	cases=(41 c3a9 e282b9 f09f9880 efbfbd f48fbfbf c2 c0af c1bf e080af e09fbf eda080 edbfbf
+		f08fbfbf f4908080 f5808080 f8 ff 80 bf e282 e241 f09f98 41e282b94142 4142434445e282b9)
+	run "$IDEMKIT_TEST_BIN/utf8" "${cases[@]}"
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq "${#cases[@]}" ]
+	for l in "${lines[@]}"; do
+		read -r hex verdict clean cut <<<"$l"
+		pg=valid
+		pg_sql "SELECT convert_from('\\x$hex'::bytea, 'UTF8')" >/dev/null 2>&1 || pg=invalid
+		echo "$l (postgres: $pg)"
+		[ "$verdict" = "$pg" ]
+		for h in "$clean" "$cut"; do
+			[ "$h" = - ] || pg_sql "SELECT convert_from('\\x$h'::bytea, 'UTF8')" >/dev/null
+		done
+	done
+	# a cut keeps whole characters only; each invalid byte is one U+FFFD
+	[[ "${lines[-1]}" == *" 4142434445" ]]
+	[[ "${lines[-2]}" == *" 41e282b941" ]]
+	[[ "${lines[7]}" == "c0af invalid efbfbdefbfbd efbfbd" ]]
 }
