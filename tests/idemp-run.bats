@@ -11,6 +11,8 @@ setup_file() { store_backend_setup_file; }
 teardown_file() { store_backend_teardown_file; }
 setup() {
 	store_backend_setup
+	# pg_halt, pg_resume for the outage (setup_file's functions stay there)
+	[ "${IDEMKIT_TEST_BACKEND:-}" != postgres ] || . "$IDEMKIT_SRC/tests/pg_helper.bash"
 	LOG=$BATS_TEST_TMPDIR/runs.log
 	: > "$LOG"
 	# job.sh LOG NAME SECONDS: the command; appends "start NAME MS" and
