@@ -286,13 +286,18 @@ no_overlap() {
 		2>"$BATS_TEST_TMPDIR/a.err" &
 	apid=$!
 	wait_for test -e "$LOG.released"
-	run --separate-stderr idemp-run --key "$k" --lease 6s -- "$JOB" "$LOG" b 0.2
+	# b runs longer than a's renewal interval (2 s): a's next renewal comes
+	# while b holds the key, and is refused
+	run --separate-stderr idemp-run --key "$k" --lease 6s -- "$JOB" "$LOG" b 4
 	[ "$status" -eq 0 ]
 	st=0
 	wait "$apid" || st=$?
-	cat "$BATS_TEST_TMPDIR/a.err"
+	cat "$BATS_TEST_TMPDIR/a.err" "$LOG"
 	[ "$st" -eq 13 ]
 	grep -q '^end a [0-9]* term$' "$LOG"
+	# stopped while b still ran, not after b finished
+	[ "$(awk '$1 == "end" && $2 == "a" { print $3 }' "$LOG")" -lt \
+	  "$(awk '$1 == "end" && $2 == "b" { print $3 }' "$LOG")" ]
 	grep -q 'lease taken by another holder' "$BATS_TEST_TMPDIR/a.err"
 	run idemp-show --json "$k"
 	[ "$(jget "$output" state)" = DONE ]
