@@ -79,9 +79,9 @@ static const char *const sql[Q_N] = {
 	" AND (?2 = 0 OR (state = 'IN_PROGRESS' AND lease_until < ?3))"
 	" AND (?4 = 0 OR updated_at < ?3 - ?4)"
 	" ORDER BY updated_at, key",
-	[Q_RENEW] =
+	[Q_RENEW] = (   /* no history: store.h; parenthesized for clang's -Wstring-concatenation */
 	"UPDATE records SET lease_until = ?3"
-	" WHERE key = ?1 AND state = 'IN_PROGRESS' AND owner = ?2",
+	" WHERE key = ?1 AND state = 'IN_PROGRESS' AND owner = ?2"),
 	[Q_BEGIN] = "BEGIN IMMEDIATE",
 	[Q_COMMIT] = "COMMIT",
 	[Q_ROLLBACK] = "ROLLBACK",
