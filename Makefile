@@ -149,6 +149,11 @@ check: check-build $(NODE_STAMP)
 	  'IDEMKIT_TEST_BACKEND=dynamodb tests/idemp-stats.bats' \
 	  'IDEMKIT_TEST_BACKEND=postgres tests/idemp-stats.bats' \
 	  'IDEMKIT_TEST_BACKEND=redis tests/idemp-stats.bats' \
+	  'IDEMKIT_TEST_BACKEND=dynamodb tests/idemp-run.bats' \
+	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/idemp-run.bats' \
+	  'IDEMKIT_TEST_BACKEND=postgres tests/idemp-run.bats' \
+	  'IDEMKIT_TEST_BACKEND=redis tests/idemp-run.bats' \
+	  'IDEMKIT_TEST_BACKEND=sqlite-cache tests/idemp-run.bats' \
 	  'IDEMKIT_TEST_QUEUE_BACKEND=sqs tests/queue.bats'
 
 # ASan + UBSan build of everything, then the whole suite against it.  Reports

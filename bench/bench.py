@@ -21,6 +21,8 @@ queue and store, durable commits) with bank-sim as the core-banking API:
   claim-cost    idemp-claim with 10^3 and BENCH_BIG (10^6) records stored
   redis         the Redis store and the cache in front of it
   claim-cost-pg the claim cost on PostgreSQL
+  idemp-run     the wall time idemp-run adds to a command on the embedded
+                store (claim + finish; BENCH_RUN_N runs each way)
 
 BENCH_ONLY=a,b,... runs only those; BENCH_QUICK=1 makes every count small
 (1 000 messages, 100 one-shot, 10^5 records, 1 000 claims, 300 on the
@@ -79,6 +81,7 @@ LEASE_MS = 120000          # charge-worker's default --lease
 CLAIMS = knob("BENCH_CLAIMS", 5000, 1000)
 EMU_N = knob("BENCH_EMU_N", 3000, 300)
 PG_N = knob("BENCH_PG_N", 5000, 500)
+RUN_N = knob("BENCH_RUN_N", 300, 60)
 ONLY = set(filter(None, os.environ.get("BENCH_ONLY", "").split(",")))
 
 
@@ -688,6 +691,40 @@ def jq_cost():
     return res
 
 
+# ---- idemp-run's cost: what it adds to a command's wall time -------------
+
+def idemp_run_cost():
+    """RUN_N runs of /bin/true alone and under idemp-run (a fresh key each,
+    so every run claims, runs and finishes DONE on the embedded store),
+    interleaved; the overhead is the difference of the medians.  Target:
+    at most 5 ms (issue 28)."""
+    d = tempfile.mkdtemp(prefix="idemkit-bench-run-")
+    env = env_for(d, {"IDEMKIT_LOG": "quiet"})
+    run_bin = os.path.join(BIN, "idemp-run")
+    subprocess.run([os.path.join(BIN, "idemp-init")], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    bare, under = [], []
+    for i in range(RUN_N):
+        for which, argv in (("bare", ["/bin/true"]),
+                            ("under", [run_bin, "--key", "bench-run-%d" % i, "--", "/bin/true"])):
+            t = time.perf_counter()
+            rc = subprocess.run(argv, env=env).returncode
+            ms = (time.perf_counter() - t) * 1000
+            if rc != 0:
+                raise SystemExit("bench idemp-run: %s exited %d" % (argv[0], rc))
+            (bare if which == "bare" else under).append(ms)
+    con = sqlite3.connect(os.path.join(d, "idempotency.db"))
+    done = con.execute("SELECT count(*) FROM records WHERE state = 'DONE'").fetchone()[0]
+    con.close()
+    shutil.rmtree(d, ignore_errors=True)
+    over = median(under) - median(bare)
+    return {"runs": RUN_N, "bareMedianMs": round(median(bare), 3),
+            "underMedianMs": round(median(under), 3), "overheadMs": round(over, 3),
+            "underP90Ms": round(pct(under, 90), 3), "recordsDone": done,
+            "target": "idemp-run adds at most 5 ms of wall time (claim + finish)",
+            "targetHolds": over <= 5.0 and done == RUN_N}
+
+
 # ---- claim cost with 10^3 vs 10^6 records already in the store ----------
 
 def preload(path, rows, env):
@@ -1177,6 +1214,13 @@ def markdown(r):
             BIG, SMALL, c["groupedWallRatio"], c["lockstepWallRatio"]))
     elif r.get("claimCostPostgresSkipped"):
         out += ["", "Claim cost on PostgreSQL: skipped (%s)." % r["claimCostPostgresSkipped"]]
+    c = r.get("idempRun")
+    if c:
+        out += ["", "idemp-run on the embedded store (%d runs of /bin/true each way, "
+                "interleaved): %s ms alone, %s ms under idemp-run (p90 %s): it adds %s ms "
+                "(target at most 5 ms: %s)." % (
+                    c["runs"], c["bareMedianMs"], c["underMedianMs"], c["underP90Ms"],
+                    c["overheadMs"], "holds" if c["targetHolds"] else "MISSED")]
     return "\n".join(out) + "\n"
 
 
@@ -1259,6 +1303,12 @@ def main():
         except RuntimeError as e:
             log("  skipped: %s" % e)
             r["claimCostPostgresSkipped"] = str(e)
+    if want("idemp-run"):
+        log("bench: idemp-run's cost (%d runs each way)..." % RUN_N)
+        r["idempRun"] = idemp_run_cost()
+        log("  adds %s ms (median %s vs %s ms)" % (
+            r["idempRun"]["overheadMs"], r["idempRun"]["underMedianMs"],
+            r["idempRun"]["bareMedianMs"]))
     r["limits"]["sqliteAfter"] = sqlite_commit_limit()
     lim = (r["limits"]["sqliteBefore"]["commitsPerSecond"] +
            r["limits"]["sqliteAfter"]["commitsPerSecond"]) / 2.0

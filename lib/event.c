@@ -214,20 +214,12 @@ scan_top(const char *p, const char *e, const char **amt, size_t *amtlen, ik_err 
 	return IK_OK;
 }
 
-static int
-check_id(const cJSON *o, const char *name, size_t max, char *out, ik_err *err)
+int
+ik_id_check(const char *name, const char *s, size_t max, ik_err *err)
 {
-	const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, name);
-	const char *s;
-	size_t n;
+	size_t n = strlen(s);
 	char buf[48];
 
-	if (!it || cJSON_IsNull(it))
-		return ik_errf(err, IK_DATAERR, "%s: missing", name);
-	if (!cJSON_IsString(it))
-		return ik_errf(err, IK_DATAERR, "%s: must be a string", name);
-	s = it->valuestring;
-	n = strlen(s);
 	if (n == 0)
 		return ik_errf(err, IK_DATAERR, "%s: empty", name);
 	if (n > max)
@@ -240,7 +232,21 @@ check_id(const cJSON *o, const char *name, size_t max, char *out, ik_err *err)
 			    "%s: character %zu of \"%s\" is not in [A-Za-z0-9._:-]",
 			    name, i + 1, show(s, n, buf));
 	}
-	memcpy(out, s, n + 1);
+	return IK_OK;
+}
+
+static int
+check_id(const cJSON *o, const char *name, size_t max, char *out, ik_err *err)
+{
+	const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, name);
+
+	if (!it || cJSON_IsNull(it))
+		return ik_errf(err, IK_DATAERR, "%s: missing", name);
+	if (!cJSON_IsString(it))
+		return ik_errf(err, IK_DATAERR, "%s: must be a string", name);
+	if (ik_id_check(name, it->valuestring, max, err) != IK_OK)
+		return err->code;
+	memcpy(out, it->valuestring, strlen(it->valuestring) + 1);
 	return IK_OK;
 }
 

@@ -26,6 +26,11 @@ struct ik_event {
 	char fingerprint[65];      /* hex SHA-256 of accountId|amount|currency|chargeType */
 };
 
+/* The identifier rule (chargeId, accountId; idemp-run's keys): 1 to max
+ * characters of [A-Za-z0-9._:-].  IK_OK, or IK_DATAERR with err naming
+ * name and the first character that breaks it. */
+int ik_id_check(const char *name, const char *s, size_t max, ik_err *err);
+
 /* IK_OK, or IK_DATAERR with err naming the field and the rule. */
 int ik_event_parse(const char *body, size_t len, struct ik_event *ev, ik_err *err);
 

@@ -17,6 +17,7 @@ enum ik_code {
 	IK_PAYLOAD_MISMATCH = 14,
 	IK_LEASE_SHORT      = 15,
 	IK_STALE_EVENT      = 16,
+	IK_RUN_FAILED       = 17,
 	IK_DECLINED         = 20,
 	IK_NOTIFY_FAILED    = 21,
 	IK_USAGE            = 64,

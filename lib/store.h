@@ -13,6 +13,13 @@
  *    for every adapter, never a copy of it in one.  Never get-then-act.
  *  - finish is ONE conditional write on state = IN_PROGRESS AND owner =
  *    token; no match is IK_LEASE_LOST and changes nothing.
+ *  - renew (idemp-run's heartbeat) is fenced exactly as finish is: ONE
+ *    conditional write on state = IN_PROGRESS AND owner = token that sets
+ *    leaseUntil = now + lease_ms on the clock the claim used (the
+ *    caller's now_ms, or the server's on postgres and redis), and nothing
+ *    else; no match is IK_LEASE_LOST.  It adds no history entry: a run of
+ *    hours renews hundreds of times and would push its claim out of the
+ *    last IK_HISTORY_MAX; idemp-run counts them in its finish instead.
  *  - the write is durable before the call returns IK_OK -- except inside
  *    a group (begin ... commit, optional ops): there the claims and
  *    finishes are still each their own conditional statement, but they
@@ -172,6 +179,10 @@ struct ik_store_ops {
 	 * ik_store_finish (and finish_start through ik_store_finish_start),
 	 * which hand it valid UTF-8. */
 	int (*finish)(struct ik_store *s, const struct ik_finish_req *req, ik_err *err);
+	/* Extend our lease to now_ms + lease_ms (see the rules above).  IK_OK,
+	 * IK_LEASE_LOST, or an error. */
+	int (*renew)(struct ik_store *s, const char *key, const char *token,
+	             int64_t now_ms, int64_t lease_ms, ik_err *err);
 	/* DNF -> DONE for the notification re-drive, conditioned on state = DNF.
 	 * IK_OK, IK_LEASE_LOST when the record is not DNF, or an error. */
 	int (*renotified)(struct ik_store *s, const char *key, int64_t now_ms, ik_err *err);

@@ -15,7 +15,7 @@
  *    (the entry's PEXPIREAT) to keep.  One small script per write, so a
  *    late pending write never overwrites a terminal entry;
  *  - renotified updates the entry, forget deletes it after the store's
- *    delete;
+ *    delete; renew (idemp-run's heartbeat) is the store's alone;
  *  - get and list are the store's, so a record's history is the one the
  *    store keeps (store.h); the cache holds none.  A claim it answers is a
  *    refused claim, which adds no history on any store, so nothing is lost;
@@ -350,6 +350,17 @@ ca_finish(struct ik_store *s, const struct ik_finish_req *req, ik_err *err)
 	return IK_OK;
 }
 
+/* The store's alone: the cache holds nothing of a live lease. */
+static int
+ca_renew(struct ik_store *s, const char *key, const char *token, int64_t now_ms,
+    int64_t lease_ms, ik_err *err)
+{
+	struct cache *c = s->impl;
+	struct ik_store *in = store(c, err);
+
+	return in ? in->ops->renew(in, key, token, now_ms, lease_ms, err) : err->code;
+}
+
 static int
 ca_renotified(struct ik_store *s, const char *key, int64_t now_ms, ik_err *err)
 {
@@ -504,7 +515,7 @@ ik_store_cache_open(const char *url, int (*open)(const char *, struct ik_store *
 	c->open = open;
 	c->ops = (struct ik_store_ops){
 		.name = "cache",
-		.init = ca_init, .claim = ca_claim, .finish = ca_finish,
+		.init = ca_init, .claim = ca_claim, .finish = ca_finish, .renew = ca_renew,
 		.renotified = ca_renotified, .release = ca_release,
 		.forget_failed = ca_forget_failed, .get = ca_get, .list = ca_list,
 		.close = ca_close, .begin = ca_begin, .commit = ca_commit,

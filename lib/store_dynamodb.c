@@ -927,6 +927,21 @@ dd_finish(struct ik_store *st, const struct ik_finish_req *req, ik_err *err)
 	return rc == IK_OK ? sync_wait(st->impl, &s, err) : rc;
 }
 
+/* Fenced as the finish is; no history, so no trim follows (store.h). */
+static int
+dd_renew(struct ik_store *st, const char *key, const char *token, int64_t now_ms,
+         int64_t lease_ms, ik_err *err)
+{
+	struct ddb *d = st->impl;
+	cJSON *r = new_req(d, key), *v;
+
+	v = cJSON_AddObjectToObject(r, "ExpressionAttributeValues");
+	cJSON_AddItemToObject(v, ":ip", av_s("IN_PROGRESS"));
+	cJSON_AddItemToObject(v, ":tok", av_s(token));
+	cJSON_AddItemToObject(v, ":lu", av_n(now_ms + lease_ms));
+	return cond_update(d, r, "#st = :ip AND #ow = :tok", "SET #lu = :lu", err);
+}
+
 /* step.h's wait, for the store: see store.h. */
 static int
 dd_run(struct ik_store *st, int fd, int *readable, int timeout_ms, ik_err *err)
@@ -1653,6 +1668,7 @@ static const struct ik_store_ops dynamodb_ops = {
 	.init = dd_init,
 	.claim = dd_claim,
 	.finish = dd_finish,
+	.renew = dd_renew,
 	.renotified = dd_renotified,
 	.release = dd_release,
 	.forget_failed = dd_forget_failed,

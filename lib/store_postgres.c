@@ -52,7 +52,7 @@
 #define HPUSH(h, e) " jsonb_path_query_array(COALESCE(" h ", '[]'::jsonb) || " e "," \
 	" '$[last - " XSTR(IK_HISTORY_MAX) " + 1 to last]')"
 
-enum { Q_CLAIM, Q_GET, Q_FINISH, Q_RENOTIFIED, Q_RELEASE, Q_FORGET, Q_STATS, Q_N };
+enum { Q_CLAIM, Q_GET, Q_FINISH, Q_RENOTIFIED, Q_RELEASE, Q_FORGET, Q_STATS, Q_RENEW, Q_N };
 
 /* Each write with and without the history column: a table from before
  * schema version 3 keeps working (without history) until idemp-init
@@ -87,6 +87,10 @@ enum { Q_CLAIM, Q_GET, Q_FINISH, Q_RENOTIFIED, Q_RELEASE, Q_FORGET, Q_STATS, Q_N
 	"WITH n AS (SELECT " NOW_MS " AS ms)" \
 	" UPDATE %1$s AS r SET lease_until = 0," HSET " updated_at = n.ms" \
 	" FROM n WHERE r.key = $1 AND r.state = 'IN_PROGRESS' AND r.owner = $2"
+/* The lease on the server's clock, as the claim set it; no history. */
+#define RENEW_SQL \
+	"UPDATE %1$s SET lease_until = " NOW_MS " + $3::bigint" \
+	" WHERE key = $1 AND state = 'IN_PROGRESS' AND owner = $2"
 #define FORGET_SQL "DELETE FROM %1$s WHERE key = $1 AND state = 'FAILED'"
 /* One statement, one snapshot: the unfinished states from the partial
  * index (their literal states let the planner prove it covers them), and
@@ -118,6 +122,7 @@ static const char *const sql_fmt[2][Q_N] = {
 		[Q_RELEASE] = RELEASE_SQL(""),
 		[Q_FORGET] = FORGET_SQL,
 		[Q_STATS] = STATS_SQL,
+		[Q_RENEW] = RENEW_SQL,
 	},
 	{
 		[Q_CLAIM] = CLAIM_SQL(", history",
@@ -134,6 +139,7 @@ static const char *const sql_fmt[2][Q_N] = {
 		    "'at', n.ms, 'op', 'release', 'owner', $2::text)") ","),
 		[Q_FORGET] = FORGET_SQL,
 		[Q_STATS] = STATS_SQL,
+		[Q_RENEW] = RENEW_SQL,
 	},
 };
 
@@ -638,6 +644,17 @@ pg_finish(struct ik_store *st, const struct ik_finish_req *req, ik_err *err)
 }
 
 static int
+pg_renew(struct ik_store *st, const char *key, const char *token, int64_t now_ms,
+    int64_t lease_ms, ik_err *err)
+{
+	char lease[32];
+	const char *params[] = { key, token, lease };
+
+	snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
+	return changed(st->impl, Q_RENEW, 3, params, "renew", err);
+}
+
+static int
 pg_renotified(struct ik_store *st, const char *key, int64_t now_ms, ik_err *err)
 {
 	const char *params[] = { key };
@@ -905,6 +922,7 @@ static const struct ik_store_ops postgres_ops = {
 	.init = pg_init,
 	.claim = pg_claim,
 	.finish = pg_finish,
+	.renew = pg_renew,
 	.renotified = pg_renotified,
 	.release = pg_release,
 	.forget_failed = pg_forget_failed,

@@ -71,7 +71,7 @@
 	"end\n"
 
 enum { S_CLAIM, S_FINISH, S_RENOTIFIED, S_RELEASE, S_FORGET, S_LIST, S_STATS, S_BACKFILL,
-       S_N };
+       S_RENEW, S_N };
 
 /* KEYS: record, IN_PROGRESS index.  ARGV: chargeId, token, lease ms,
  * fingerprint, event, expiresAt (epoch s).  {1, attempts, leaseUntil,
@@ -145,6 +145,16 @@ static const char release_lua[] = LUA_PRELUDE
 	"redis.call('HSET', KEYS[1], 'leaseUntil', '0', 'updatedAt', s(now))\n"
 	"redis.call('ZADD', KEYS[2], '0', ARGV[1])\n"
 	"hpush({at = now, op = 'release', owner = ARGV[2]})\n"
+	"return 1\n";
+
+/* KEYS: record, IN_PROGRESS index (by lease end).  ARGV: chargeId, token,
+ * lease ms.  1 or 0.  No history (store.h). */
+static const char renew_lua[] = LUA_PRELUDE
+	"local r = redis.call('HMGET', KEYS[1], 'state', 'owner')\n"
+	"if r[1] ~= 'IN_PROGRESS' or r[2] ~= ARGV[2] then return 0 end\n"
+	"local lease = now + tonumber(ARGV[3])\n"
+	"redis.call('HSET', KEYS[1], 'leaseUntil', s(lease))\n"
+	"redis.call('ZADD', KEYS[2], s(lease), ARGV[1])\n"
 	"return 1\n";
 
 /* KEYS: record, FAILED index, FAILED live set.  ARGV: chargeId.  1 or 0. */
@@ -272,6 +282,7 @@ static const struct ik_redis_script scripts[S_N] = {
 	[S_LIST] = { "list", list_lua, "" },
 	[S_STATS] = { "stats", stats_lua, "" },
 	[S_BACKFILL] = { "backfill", backfill_lua, "" },
+	[S_RENEW] = { "renew", renew_lua, "" },
 };
 
 /* ---- records ----------------------------------------------------------- */
@@ -491,6 +502,24 @@ rs_finish(struct ik_store *st, const struct ik_finish_req *req, ik_err *err)
 }
 
 static int
+rs_renew(struct ik_store *st, const char *key, const char *token, int64_t now_ms,
+    int64_t lease_ms, ik_err *err)
+{
+	struct rs *q = st->impl;
+	char ip[64], lease[32];
+	char *rk = rec_key(key);
+	int rc;
+
+	if (!rk)
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
+	rc = run01(q, S_RENEW, 2, 5, (const char *[]){ rk,
+	    idx_key(IK_ST_IN_PROGRESS, ip, sizeof ip), key, token, lease }, err);
+	free(rk);
+	return rc;
+}
+
+static int
 rs_renotified(struct ik_store *st, const char *key, int64_t now_ms, ik_err *err)
 {
 	struct rs *q = st->impl;
@@ -675,6 +704,7 @@ static const struct ik_store_ops redis_ops = {
 	.init = rs_init,
 	.claim = rs_claim,
 	.finish = rs_finish,
+	.renew = rs_renew,
 	.renotified = rs_renotified,
 	.release = rs_release,
 	.forget_failed = rs_forget_failed,

@@ -39,7 +39,7 @@
 	") AS a) AS t, json_each(t.a) AS x WHERE x.key >= json_array_length(t.a) - :hmax)"
 
 enum { Q_CLAIM, Q_GET, Q_FINISH, Q_RENOTIFIED, Q_RELEASE, Q_FORGET, Q_LIST, Q_BEGIN,
-       Q_COMMIT, Q_ROLLBACK, Q_N };
+       Q_COMMIT, Q_ROLLBACK, Q_RENEW, Q_N };
 
 static const char *const sql[Q_N] = {
 	[Q_CLAIM] =
@@ -79,6 +79,9 @@ static const char *const sql[Q_N] = {
 	" AND (?2 = 0 OR (state = 'IN_PROGRESS' AND lease_until < ?3))"
 	" AND (?4 = 0 OR updated_at < ?3 - ?4)"
 	" ORDER BY updated_at, key",
+	[Q_RENEW] = (   /* no history: store.h; parenthesized for clang's -Wstring-concatenation */
+	"UPDATE records SET lease_until = ?3"
+	" WHERE key = ?1 AND state = 'IN_PROGRESS' AND owner = ?2"),
 	[Q_BEGIN] = "BEGIN IMMEDIATE",
 	[Q_COMMIT] = "COMMIT",
 	[Q_ROLLBACK] = "ROLLBACK",
@@ -476,6 +479,21 @@ sq_finish(struct ik_store *st, const struct ik_finish_req *req, ik_err *err)
 }
 
 static int
+sq_renew(struct ik_store *st, const char *key, const char *token, int64_t now_ms,
+    int64_t lease_ms, ik_err *err)
+{
+	struct sq *q = st->impl;
+	sqlite3_stmt *s = stmt(q, Q_RENEW, err);
+
+	if (!s)
+		return err->code;
+	sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 2, token, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 3, now_ms + lease_ms);
+	return changed(q, s, "renew", err);
+}
+
+static int
 sq_renotified(struct ik_store *st, const char *key, int64_t now_ms, ik_err *err)
 {
 	struct sq *q = st->impl;
@@ -653,6 +671,7 @@ static const struct ik_store_ops sqlite_ops = {
 	.init = sq_init,
 	.claim = sq_claim,
 	.finish = sq_finish,
+	.renew = sq_renew,
 	.renotified = sq_renotified,
 	.release = sq_release,
 	.forget_failed = sq_forget_failed,
