@@ -319,7 +319,12 @@ assert got==want and "ref" not in d, (got, want)' "$s" "$outcome" || return 1
 	bank_start
 	run charge-debit --check --request '{a: }'
 	[ "$status" -eq 78 ]
-	[[ "$output" == "charge-debit: --request: not a jq program: "* ]]
+	# libjq's own message, first line: what is wrong and where, not "1 compile error".
+	[[ "$output" == "charge-debit: --request: not a jq program: syntax error, unexpected '}'"*"line 1" ]]
+	run charge-debit --check --request '{chargeId: .chargeId,
+		amount: .amount | nosuchfn(2)}'
+	[ "$status" -eq 78 ]
+	[ "$output" = "charge-debit: --request: not a jq program: nosuchfn/1 is not defined at <top-level>, line 2" ]
 	IDEMKIT_BANK_REQUEST='.[' run charge-debit --check
 	[ "$status" -eq 78 ]
 	[[ "$output" == "charge-debit: IDEMKIT_BANK_REQUEST: not a jq program: "* ]]
