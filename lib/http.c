@@ -634,7 +634,6 @@ finish(struct ik_http_call *k, CURLcode cc)
 {
 	struct ik_http *h = k->h;
 	struct ik_http_res *res = k->sink.res;
-
 	long status = k->sink.status;
 	int code;
 

@@ -21,8 +21,8 @@
  *                closed the new connection without an answer);
  *   IK_SOFTWARE  out of memory, libcurl lacking a needed feature.
  * A response whose status line arrived but whose body did not arrive
- * whole (larger than the cap, cut short, timed out) is IK_TEMPFAIL with
- * res->status set and no body: for a caller to whom the status alone is
+ * whole (larger than the cap, cut short, timed out) is IK_TEMPFAIL (or
+ * IK_SOFTWARE, out of memory) with res->status set and no body: for a caller to whom the status alone is
  * the answer (a bank's 2xx: the money moved).  Otherwise res->status is 0
  * on failure.
  * The message names the host and curl's reason; never a header value, the
