@@ -624,7 +624,15 @@ def jq_variants():
             if k.startswith("IDEMKIT_BANK_OAUTH_"):
                 e["IDEMKIT_NOTIFY_" + k[len("IDEMKIT_BANK_"):]] = e[k]
         return e
-    secret = os.path.join(SRC, ob["IDEMKIT_BANK_OAUTH_CLIENT_SECRET_FILE"])
+    # The client secret as charge-debit takes it: a file only its owner may
+    # read (a git checkout keeps no such mode), copied under OUT.
+    os.makedirs(OUT, exist_ok=True)
+    secret = os.path.join(OUT, "demo-client-secret")
+    with open(os.path.join(SRC, ob["IDEMKIT_BANK_OAUTH_CLIENT_SECRET_FILE"]), "rb") as f:
+        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        os.write(fd, f.read())
+        os.close(fd)
     return [("default", None, ()), ("jq", jq_own, ()),
             ("jq-openbanking", jq_ob, ("--oauth-client-id", ob["IDEMKIT_BANK_OAUTH_CLIENT_ID"],
                                        "--oauth-client-secret-file", secret))]

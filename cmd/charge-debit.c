@@ -6,7 +6,8 @@
  * "debit" and, in one-shot mode, is the exit code:
  *   2xx                    OK, the money moved (replayed: true when the bank
  *                          says so), with the ref --ref finds, or ref null
- *                          and a warning: never a failure after a 2xx
+ *                          and a warning (none found, or a body too large or
+ *                          cut short): never a failure after a 2xx
  *   --declined-status (402 422)                DECLINED, with the bank's reason
  *   --retry-status (408 409 425 429 5xx), timeouts, connection errors
  *                                              TEMPFAIL
@@ -113,17 +114,21 @@ record(cJSON *env, const struct ik_event *ev, int rc, const char *error,
 	return rc;
 }
 
-/* What a 2xx says: the money moved, with the bank's ref when it gave one. */
+/* What a 2xx says: the money moved, with the bank's ref when it gave one.
+ * lost: why the body did not arrive whole, or NULL. */
 static int
 debited(struct ctx *c, cJSON *env, const struct ik_event *ev,
-        const struct ik_http_res *res)
+        const struct ik_http_res *res, const ik_err *lost)
 {
-	char warn[sizeof(ik_err){0}.msg], *ref = NULL;
+	char warn[sizeof(ik_err){0}.msg + 64], *ref = NULL;
 	cJSON *ans;
 	const char *h;
 	int replayed, rc;
 
-	if (ik_bankapi_ref(&c->api, res, &ref, warn, sizeof warn) < 0)
+	if (lost)
+		snprintf(warn, sizeof warn, "HTTP %ld without a reference: the body did not "
+		         "arrive whole (%s)", res->status, lost->msg);
+	else if (ik_bankapi_ref(&c->api, res, &ref, warn, sizeof warn) < 0)
 		return record(env, ev, IK_SOFTWARE, "out of memory", NULL, 0, 0, NULL);
 	ans = cJSON_ParseWithLength(res->body.p, res->body.len);
 	h = ik_http_header(res, "Idempotent-Replayed");
@@ -169,7 +174,7 @@ answered(void *arg, int rc, struct ik_http_res *res, const ik_err *err)
 	if (rc != IK_OK) {
 		j->rc = record(j->env, &j->ev, rc, err->msg, NULL, 0, 0, NULL);
 	} else if ((rc = ik_bankapi_classify(&c->api, res->status)) == IK_OK) {
-		j->rc = debited(c, j->env, &j->ev, res);
+		j->rc = debited(c, j->env, &j->ev, res, err);
 	} else {
 		ik_bankapi_reason(&c->api, res, reason);
 		if (res->status == 401 && !reason[0])

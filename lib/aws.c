@@ -297,6 +297,8 @@ prepare(struct ik_aws *a, const char *target, const cJSON *req, struct call *c, 
 	c->hr.body = c->body;
 	c->hr.body_len = strlen(c->body);
 	c->hr.cacert = a->cacert;
+	/* https:// only (http.h): the AWS CLI's HTTPS_PROXY, never for plain http */
+	c->hr.env_proxy = 1;
 	c->hr.connect_timeout_ms = a->cfg.timeout_ms < 3000 ? a->cfg.timeout_ms : 3000;
 	c->hr.timeout_ms = a->cfg.timeout_ms;
 	c->hr.sigv4 = a->sigv4;

@@ -165,7 +165,6 @@ ik_aws_from_container(const struct ik_aws_cfg *a, struct ik_aws_creds *c, ik_err
 	req.connect_timeout_ms = 1000;
 	req.timeout_ms = 2000;
 	req.max_body = 65536;
-	req.no_proxy = 1;
 	for (i = 0; i < 3; i++) {
 		rc = ik_http_do(a->http, &req, &res, err);
 		if (rc == IK_OK && (res.status >= 500 || res.status == 429))
@@ -224,7 +223,6 @@ ik_aws_from_imds(const struct ik_aws_cfg *a, struct ik_aws_creds *c, ik_err *err
 	if (tmo && ik_parse_int(tmo, 1, 60, &secs) < 0)
 		return ik_errf(err, IK_CONFIG, "AWS_METADATA_SERVICE_TIMEOUT: not a number of seconds");
 	req.connect_timeout_ms = req.timeout_ms = (long)secs * 1000;
-	req.no_proxy = 1;
 	req.max_body = 65536;
 
 	ik_buf_add(&url, base, blen);

@@ -140,6 +140,7 @@ sts_call(const struct ik_aws_cfg *a, const char *action, const struct form *form
 	req.body = form->b.p;
 	req.body_len = form->b.len;
 	req.cacert = a->cacert;
+	req.env_proxy = 1;   /* https:// only, as the AWS CLI (http.h) */
 	req.connect_timeout_ms = a->timeout_ms < 3000 ? a->timeout_ms : 3000;
 	req.timeout_ms = a->timeout_ms;
 	req.max_body = 65536;

@@ -4,7 +4,7 @@
  *
  * Configuration comes from options and from IDEMKIT_<P>_* variables
  * (P = BANK or NOTIFY): _URL, _TOKEN, _TOKEN_FILE, _HMAC_KEY_FILE,
- * _KEY_HEADER, _CACERT, _CLIENT_CERT, _CLIENT_KEY, _DECLINED, _RETRY,
+ * _KEY_HEADER, _CACERT, _CLIENT_CERT, _CLIENT_KEY, _PROXY, _DECLINED, _RETRY,
  * _REQUEST, _REF, _REASON, and OAuth2 client credentials (RFC 6749 4.4,
  * client authentication with HTTP Basic): _OAUTH_TOKEN_URL,
  * _OAUTH_CLIENT_ID, _OAUTH_CLIENT_SECRET_FILE, _OAUTH_SCOPE.  The access
@@ -15,7 +15,13 @@
  * request body from the event (with $key, $amountMajor, $attempt, $ref),
  * take the reference out of a 2xx body, and the reason out of a refusal.
  * A 2xx is the bank's word that the money moved: a reference that cannot
- * be found is a warning, never a failure.
+ * be found, or a body that did not arrive whole (too large, cut short), is
+ * a warning, never a failure.
+ *
+ * Secret files (_TOKEN_FILE, _HMAC_KEY_FILE, _OAUTH_CLIENT_SECRET_FILE, and
+ * the _CLIENT_KEY libcurl reads) are refused when group or others may read
+ * them.  A proxy is used only when _PROXY names one, and only for https://
+ * (http.h): never the environment's http_proxy, HTTPS_PROXY or ALL_PROXY.
  *
  * The bank decides DECLINED only explicitly: the statuses in the declined
  * list (default 402,422) are its refusals; those in the retry list
@@ -70,10 +76,15 @@ struct ik_bankapi {
 	struct ik_http *http;
 	unsigned char cls[600];    /* status -> IK_DECLINED / IK_TEMPFAIL, else 0 */
 	struct ik_jq *request, *ref, *reason;   /* NULL: the defaults */
+	char *proxy;               /* IDEMKIT_<P>_PROXY (https only), or NULL */
 	char *oauth_url, *oauth_id, *oauth_scope;  /* oauth_url NULL: no OAuth2 */
 	struct ik_buf oauth_secret;               /* the client secret; secret */
 	int64_t oauth_refresh_at;                 /* epoch ms; 0: no token yet */
 	unsigned token_gen;                       /* bumped by each token fetched */
+	/* the last token fetch failed: answered from here until retry_at */
+	unsigned oauth_failures;                  /* in a row; 0: none */
+	int64_t oauth_failed_at, oauth_retry_at;  /* epoch ms */
+	ik_err oauth_err;
 };
 
 /* One call to the endpoint, many of which may be in flight at once (one
@@ -90,7 +101,10 @@ struct ik_bankapi_call {
 	 * preceded by ik_bankapi_lease_check(env, need_ms, margin_ms). */
 	const cJSON *env;
 	int64_t need_ms, margin_ms;
-	ik_bankapi_done done;        /* rc, res and err as ik_bankapi_post's */
+	/* rc, res and err as ik_bankapi_post's; with rc IK_OK, err is NULL,
+	 * or, for a 2xx whose body did not arrive whole (res holds the status
+	 * and an empty body), says why. */
+	ik_bankapi_done done;
 	void *arg;
 	/* private */
 	int reauth;
@@ -233,9 +247,10 @@ int ik_bankapi_body(struct ik_bankapi *a, const char *event, const struct ik_eve
                     char **body, ik_err *err);
 
 /* The bank's reference in a 2xx answer: the --ref program (default .ref)
- * on the JSON body; a string of 1-128 printable characters, or an integer,
- * is the ref (*ref, malloc'd); anything else leaves *ref NULL and says why
- * in warn ("" when a ref was found).  Never fails but on ENOMEM (-1). */
+ * on the JSON body; a string of 1-128 printable characters, or an integer
+ * below 2^53 in magnitude (what a double holds exactly), is the ref (*ref,
+ * malloc'd); anything else leaves *ref NULL and says why in warn ("" when
+ * a ref was found).  Never fails but on ENOMEM (-1). */
 int ik_bankapi_ref(struct ik_bankapi *a, const struct ik_http_res *res, char **ref,
                    char *warn, size_t warnsz);
 

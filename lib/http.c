@@ -6,6 +6,8 @@
  * options never leak into the next.  A blocking ik_http_do is a submit
  * and a wait for that one call.  Secrets pass through curl's own option copies and
  * our header list; the list entries are wiped before they are freed.
+ * The status line is read by on_header as it arrives, not only from a
+ * transfer that succeeded: a 2xx whose body then fails is still a 2xx.
  */
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -21,6 +23,7 @@
 #include "curl_dl.h"
 #include "http.h"
 #include "outcome.h"
+#include "ssl_dl.h"
 
 #define IK_HTTP_IDLE_MAX 64      /* easy handles kept for reuse */
 #define IK_HTTP_MAX_CONNS 1024   /* idle connections kept alive, as --inflight's cap */
@@ -38,11 +41,22 @@ struct ik_http {
 struct sink {
 	struct ik_http_res *res;
 	size_t max;
+	long status;                /* of the last status line read; 0: none */
 	int too_big;
 	int nomem;
 };
 
 static int global_done;
+static int ssl_hook;            /* libcurl's TLS is OpenSSL 3, libssl loaded */
+
+/* Whether libcurl's TLS backend is OpenSSL 3 (ssl_dl.h says why). */
+static int
+ssl_is_openssl3(void)
+{
+	const curl_version_info_data *v = curl_version_info(CURLVERSION_NOW);
+
+	return v && v->ssl_version && strncmp(v->ssl_version, "OpenSSL/3.", 10) == 0;
+}
 
 static int
 global_init(ik_err *err)
@@ -58,6 +72,7 @@ global_init(ik_err *err)
 	if (rc != CURLE_OK)
 		return ik_errf(err, IK_SOFTWARE, "curl init: %s", curl_easy_strerror(rc));
 	global_done = 1;
+	ssl_hook = ssl_is_openssl3() && ik_ssl_load(NULL) == IK_OK;
 	return IK_OK;
 }
 
@@ -103,6 +118,22 @@ on_body(char *p, size_t size, size_t n, void *arg)
 	return len;
 }
 
+/* The status of a status line ("HTTP/1.1 201 Created", "HTTP/2 201"),
+ * 0 when it has none. */
+static long
+status_of(const char *p, size_t len)
+{
+	size_t i = 5;
+
+	while (i < len && p[i] != ' ')
+		i++;
+	if (len - i < 4 || !isdigit((unsigned char)p[i + 1]) ||
+	    !isdigit((unsigned char)p[i + 2]) || !isdigit((unsigned char)p[i + 3]) ||
+	    (len - i > 4 && isdigit((unsigned char)p[i + 4])))
+		return 0;
+	return (p[i + 1] - '0') * 100 + (p[i + 2] - '0') * 10 + (p[i + 3] - '0');
+}
+
 /* One header line per call, with its CRLF.  A status line starts a new
  * response (after a 100 Continue or an interim reply): forget the old one. */
 static size_t
@@ -114,6 +145,7 @@ on_header(char *p, size_t size, size_t n, void *arg)
 
 	if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) {
 		ik_buf_reset(&s->res->hdrs);
+		s->status = status_of(p, len);
 		return len;
 	}
 	colon = memchr(p, ':', len);
@@ -359,6 +391,9 @@ struct ik_http_call {
 	ik_http_cb cb;              /* NULL: ik_http_do's own call */
 	void *arg;
 	int done;                   /* finished; rc and err hold the result */
+	int cert_asked;             /* the server asked for a client certificate
+	                               in the handshake of a connection made for us */
+	int cert_sent;              /* one was configured */
 	int rc;
 	ik_err err;
 	struct ik_http_call *next;
@@ -388,6 +423,48 @@ call_free(struct ik_http_call *k)
 	slist_wipe_free(k->hl);
 	sodium_memzero(k->err.msg, sizeof k->err.msg);
 	free(k);
+}
+
+/* A refusal of our certificate whatever the timing: the server asked for
+ * one in the handshake made for this call, and the connection then ended
+ * (reset, closed, an alert) before any status line.  With TLS 1.3 the
+ * server's verdict comes after the handshake and races our request, so
+ * the alert is often lost to a reset.  1: none was sent; 2: one was sent;
+ * 0: not this case (a timeout or a status stays what it was). */
+static int
+cert_refused(const struct ik_http_call *k, CURLcode cc)
+{
+	if (!k->cert_asked || k->sink.status)
+		return 0;
+	if (cc != CURLE_SSL_CONNECT_ERROR && cc != CURLE_RECV_ERROR &&
+	    cc != CURLE_SEND_ERROR && cc != CURLE_GOT_NOTHING)
+		return 0;
+	return k->cert_sent ? 2 : 1;
+}
+
+/* OpenSSL's callback when the server's CertificateRequest arrives, in the
+ * handshake of a connection made for call arg. */
+static int
+on_cert_request(SSL *ssl, void *arg)
+{
+	struct ik_http_call *k = arg;
+
+	k->cert_asked = 1;
+	return 1;                   /* go on: send what is configured, if anything */
+}
+
+/* libcurl's hook on each new TLS context, before its handshake.  The
+ * callback points at k, which lives only as long as its transfer: so no
+ * later request for a certificate on that connection (TLS 1.3
+ * post-handshake authentication, TLS 1.2 renegotiation) is allowed to
+ * reach it; curl needs neither. */
+static CURLcode
+on_ssl_ctx(CURL *c, void *sslctx, void *arg)
+{
+	SSL_CTX_set_cert_cb(sslctx, on_cert_request, arg);
+	SSL_CTX_set_post_handshake_auth(sslctx, 0);
+	SSL_CTX_set_options(sslctx, IK_SSL_OP_NO_RENEGOTIATION);
+	return CURLE_OK;
 }
 
 /* Configures k's easy handle for req; IK_OK or an error in err. */
@@ -439,9 +516,20 @@ configure(struct ik_http_call *k, const struct ik_http_req *req, ik_err *err)
 		SET(CURLOPT_SSLCERTTYPE, "PEM");
 		SET(CURLOPT_SSLKEY, req->client_key);
 		SET(CURLOPT_SSLKEYTYPE, "PEM");
+		k->cert_sent = 1;
 	}
-	if (req->no_proxy)
+	if (https && ssl_hook) {
+		SET(CURLOPT_SSL_CTX_FUNCTION, on_ssl_ctx);
+		SET(CURLOPT_SSL_CTX_DATA, (void *)k);
+	}
+	/* "" turns off the proxies libcurl would take from the environment
+	 * itself (http.h: never for plain http). */
+	if (!https || (!req->proxy && !req->env_proxy))
 		SET(CURLOPT_PROXY, "");
+	else if (req->proxy)
+		SET(CURLOPT_PROXY, req->proxy);
+	/* The proxy's own answer to CONNECT never reads as the server's. */
+	SET(CURLOPT_SUPPRESS_CONNECT_HEADERS, 1L);
 	SET(CURLOPT_CONNECTTIMEOUT_MS, req->connect_timeout_ms > 0 ? req->connect_timeout_ms : 3000L);
 	SET(CURLOPT_TIMEOUT_MS, req->timeout_ms > 0 ? req->timeout_ms : 10000L);
 	SET(CURLOPT_USERAGENT, "idemkit/" IK_VERSION);
@@ -546,6 +634,8 @@ finish(struct ik_http_call *k, CURLcode cc)
 {
 	struct ik_http *h = k->h;
 	struct ik_http_res *res = k->sink.res;
+	long status = k->sink.status;
+	int code;
 
 	if (cc == CURLE_OK)
 		curl_easy_getinfo(k->curl, CURLINFO_RESPONSE_CODE, &res->status);
@@ -556,14 +646,21 @@ finish(struct ik_http_call *k, CURLcode cc)
 	k->hl = NULL;
 	k->done = 1;
 	k->rc = IK_OK;
-	if (k->sink.nomem || k->sink.too_big || cc != CURLE_OK)
-		ik_http_res_free(res);  /* no half response for the caller */
+	if (k->sink.nomem || k->sink.too_big || cc != CURLE_OK) {
+		ik_http_res_free(res);  /* no half response for the caller, */
+		res->status = status;   /* but the status that arrived (http.h) */
+	}
 	if (k->sink.nomem)
 		k->rc = ik_errf(&k->err, IK_SOFTWARE, "%s: out of memory reading the response",
 		                k->host);
 	else if (k->sink.too_big)
 		k->rc = ik_errf(&k->err, IK_TEMPFAIL, "%s: response larger than %zu bytes",
 		                k->host, k->sink.max);
+	else if (cc != CURLE_OK && (code = cert_refused(k, cc)) != 0)
+		k->rc = ik_errf(&k->err, IK_CONFIG, "%s: the server asked for a client "
+		                "certificate (%s) and closed the connection without an answer: %s",
+		                k->host, code == 1 ? "none was sent" : "the one sent was not accepted",
+		                k->errbuf[0] ? k->errbuf : curl_easy_strerror(cc));
 	else if (cc != CURLE_OK)
 		k->rc = ik_errf(&k->err, tls_refused(cc, k->errbuf) ? IK_CONFIG : classify(cc),
 		                "%s: %s", k->host, k->errbuf[0] ? k->errbuf : curl_easy_strerror(cc));

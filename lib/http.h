@@ -15,10 +15,27 @@
  *   IK_CONFIG    malformed URL, unsupported scheme, TLS certificate
  *                verification failure, unreadable CA file, a client
  *                certificate that cannot be used, or a handshake the server
- *                refused for our certificate (missing, unknown CA, bad);
+ *                refused for our certificate (missing, unknown CA, bad:
+ *                the server's alert, or, when TLS 1.3 lets the alert race
+ *                our request, a server that asked for a certificate and
+ *                closed the new connection without an answer);
  *   IK_SOFTWARE  out of memory, libcurl lacking a needed feature.
+ * A response whose status line arrived but whose body did not arrive
+ * whole (larger than the cap, cut short, timed out) is IK_TEMPFAIL (or
+ * IK_SOFTWARE, out of memory) with res->status set and no body: for a caller to whom the status alone is
+ * the answer (a bank's 2xx: the money moved).  Otherwise res->status is 0
+ * on failure.
  * The message names the host and curl's reason; never a header value, the
  * URL's path or query, or a secret.
+ *
+ * Proxies: a plain http:// request never goes through one, whatever the
+ * environment says (http_proxy, ALL_PROXY...): what it carries (a bearer
+ * token, a signed request, a session token) would reach the proxy in
+ * cleartext, and the proxy's own answer would pass for the server's.  An
+ * https:// request goes through req->proxy when the caller gives one, or
+ * through the environment's (https_proxy, HTTPS_PROXY, ALL_PROXY, NO_PROXY,
+ * read by libcurl) when req->env_proxy is set; either way as a CONNECT
+ * tunnel, so TLS still runs end to end with the server.
  */
 #ifndef IK_HTTP_H
 #define IK_HTTP_H
@@ -45,7 +62,9 @@ struct ik_http_req {
 	const char *cacert;          /* CA bundle file; NULL: the system's */
 	const char *client_cert;     /* PEM client certificate (mutual TLS), or NULL */
 	const char *client_key;      /* its PEM private key, with client_cert */
-	int no_proxy;                /* bypass any proxy (metadata endpoints) */
+	const char *proxy;           /* https:// only: this proxy URL; NULL: none */
+	int env_proxy;               /* https:// only, no proxy given: the
+	                                environment's (the AWS CLI's rule) */
 	/* SigV4 signing by libcurl: "aws:amz:REGION:SERVICE", or NULL. */
 	const char *sigv4;
 	const char *access_key;      /* with sigv4 */

@@ -20,14 +20,26 @@ struct ik_jq {
 	char msg[200];      /* the last error jq reported */
 };
 
+/* libjq reports each compile error, then a summary ("jq: 1 compile
+ * error"): the first is the one that says what is wrong, and only its
+ * first line (the rest quotes our wrapped program back). */
 static void
 on_error(void *arg, jv msg)
 {
 	struct ik_jq *q = arg;
 	jv s = jv_get_kind(msg) == JV_KIND_STRING ? jv_copy(msg) : jv_dump_string(jv_copy(msg), 0);
+	const char *t;
+	size_t n;
 
-	if (jv_get_kind(s) == JV_KIND_STRING)
-		snprintf(q->msg, sizeof q->msg, "%s", jv_string_value(s));
+	if (!q->msg[0] && jv_get_kind(s) == JV_KIND_STRING) {
+		t = jv_string_value(s);
+		if (strncmp(t, "jq: error: ", 11) == 0)
+			t += 11;
+		n = strcspn(t, "\n");
+		while (n && (t[n - 1] == ':' || t[n - 1] == ' '))
+			n--;
+		snprintf(q->msg, sizeof q->msg, "%.*s", (int)n, t);
+	}
 	jv_free(s);
 	jv_free(msg);
 }

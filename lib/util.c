@@ -219,38 +219,76 @@ ik_str_wipe_free(char *s)
 	}
 }
 
-int
-ik_read_file(const char *path, size_t max, struct ik_buf *b, ik_err *err)
+/* The rest of fd into b (reset first), at most max bytes; the chunk it
+ * passes through is wiped, as what it read may be a secret. */
+static int
+read_fd(int fd, const char *path, size_t max, struct ik_buf *b, ik_err *err)
 {
 	char chunk[4096];
 	ssize_t n;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int rc = IK_OK;
 
-	if (fd < 0)
-		return ik_errf(err, IK_CONFIG, "%s: %s", path, strerror(errno));
 	ik_buf_reset(b);
 	while ((n = read(fd, chunk, sizeof chunk)) != 0) {
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			close(fd);
-			return ik_errf(err, IK_CONFIG, "%s: %s", path, strerror(errno));
+			rc = ik_errf(err, IK_CONFIG, "%s: %s", path, strerror(errno));
+			break;
 		}
 		if (b->len + (size_t)n > max) {
-			close(fd);
-			return ik_errf(err, IK_CONFIG, "%s: larger than %zu bytes", path, max);
+			rc = ik_errf(err, IK_CONFIG, "%s: larger than %zu bytes", path, max);
+			break;
 		}
 		if (ik_buf_add(b, chunk, (size_t)n) < 0) {
-			close(fd);
-			return ik_errf(err, IK_SOFTWARE, "out of memory");
+			rc = ik_errf(err, IK_SOFTWARE, "out of memory");
+			break;
 		}
 	}
+	sodium_memzero(chunk, sizeof chunk);
 	close(fd);
+	if (rc != IK_OK)
+		return rc;
 	if (!b->p && ik_buf_add(b, "", 0) < 0)
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	while (b->len && (b->p[b->len - 1] == '\n' || b->p[b->len - 1] == '\r'))
 		b->p[--b->len] = '\0';
 	return IK_OK;
+}
+
+int
+ik_read_file(const char *path, size_t max, struct ik_buf *b, ik_err *err)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return ik_errf(err, IK_CONFIG, "%s: %s", path, strerror(errno));
+	return read_fd(fd, path, max, b, err);
+}
+
+int
+ik_read_secret(const char *path, size_t max, struct ik_buf *b, ik_err *err)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return ik_errf(err, IK_CONFIG, "%s: %s", path, strerror(errno));
+	/* The mode of what was opened, not of a path that may change. */
+	if (fstat(fd, &st) != 0 || (st.st_mode & (S_IRWXG | S_IRWXO))) {
+		close(fd);
+		return ik_errf(err, IK_CONFIG, "%s: readable by group or others (mode %03o); "
+		               "chmod 600 it", path, (unsigned)(st.st_mode & 0777));
+	}
+	/* All of it in one allocation: a buffer that grows leaves copies of
+	 * the secret behind in what realloc freed. */
+	ik_buf_wipe_free(b);
+	if (!(b->p = malloc(max + 1))) {
+		close(fd);
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	}
+	b->cap = max + 1;
+	return read_fd(fd, path, max, b, err);
 }
 
 void

@@ -55,6 +55,12 @@ void ik_str_wipe_free(char *s);
  * (IK_SOFTWARE when out of memory).  For secrets: the caller wipes and
  * frees. */
 int ik_read_file(const char *path, size_t max, struct ik_buf *b, ik_err *err);
+/* As ik_read_file, for a secret (a token, a key, a client secret): refused
+ * (IK_CONFIG, the message naming the path and the fix, never a byte of
+ * it) when the file is readable by group or others, as ssh does with a
+ * private key; read into one allocation of max + 1 bytes, so no copy is
+ * left behind; the caller wipes and frees (ik_buf_wipe_free). */
+int ik_read_secret(const char *path, size_t max, struct ik_buf *b, ik_err *err);
 
 /* Lower-case hex of n bytes into out (2n+1 bytes). */
 void ik_hex(const unsigned char *in, size_t n, char *out);

@@ -252,6 +252,7 @@ debit() {   # debit KEY BODY [curl options...]: "<status> <body>"
 
 @test "auth: the HMAC signature covers method, path, key, timestamp and the body's SHA-256" {
 	printf 'k3y-%s' "$RANDOM" >"$BATS_TEST_TMPDIR/hk"
+	chmod 600 "$BATS_TEST_TMPDIR/hk"
 	key=$(cat "$BATS_TEST_TMPDIR/hk")
 	bank_start --hmac-key-file "$BATS_TEST_TMPDIR/hk"
 	t=$(date +%s)
@@ -289,6 +290,7 @@ debit() {   # debit KEY BODY [curl options...]: "<status> <body>"
 
 @test "auth: a request charge-debit signed, replayed with another Idempotency-Key, is refused" {
 	printf 'k3y-%s' "$RANDOM" >"$BATS_TEST_TMPDIR/hk"
+	chmod 600 "$BATS_TEST_TMPDIR/hk"
 	key=$(cat "$BATS_TEST_TMPDIR/hk")
 	capture_start
 	# Capture what charge-debit really sends for CHG-1.

@@ -251,3 +251,26 @@ mtls_certs() {
 		-keyout "$d/other.key" -out "$d/other.pem" 2>/dev/null
 	chmod 600 "$d"/*.key
 }
+
+# stub_start NAME SCRIPT [ARGS...]: python3 tests/SCRIPT on loopback with
+# its directory $BATS_TEST_TMPDIR/NAME (its log: $BATS_TEST_TMPDIR/NAME/log);
+# sets STUB_PORT.  stubs_stop (from teardown) ends every one started.
+stub_start() {
+	local name=$1 script=$2 d=$BATS_TEST_TMPDIR/$1
+	shift 2
+	mkdir -p "$d"
+	rm -f "$d/port"
+	python3 "$IDEMKIT_SRC/tests/$script" "$d" "$@" 2>"$d/err" 3>&- &
+	STUB_PIDS="${STUB_PIDS:-} $!"
+	for _ in $(seq 200); do [ -s "$d/port" ] && break; sleep 0.05; done
+	STUB_PORT=$(cat "$d/port")
+}
+
+stubs_stop() {
+	local p
+	for p in ${STUB_PIDS:-}; do
+		kill "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	done
+	STUB_PIDS=
+}

@@ -7,6 +7,7 @@ load helper
 load bank_helper
 
 teardown() {
+	stubs_stop
 	capture_stop
 	conn_counter_stop
 	bank_stop
@@ -53,6 +54,35 @@ notify_run() {
 	[ "$(jget "$output" body.chargeId)" = CHG-1 ]
 	[ "$(jget "$output" body.amount)" = 2500 ]
 	[ "$(bank_stat notificationAttempts)" -eq 1 ]
+}
+
+@test "a 2xx whose body is over 1 MiB or cut short is a sent notification: OK at once, never retried" {
+	# A misbehaving gateway (tests/bankstub.py): bank-sim never answers so.
+	for m in big short; do
+		stub_start "$m" bankstub.py "$m"
+		notify_run "$(debited "$(envelope CHG-$m)")" --url "http://127.0.0.1:$STUB_PORT/n"
+		[ "$status" -eq 0 ] || { echo "$m: $output"; return 1; }
+		[ "$(jget "$output" notify.outcome)" = OK ]
+		[ "$(jget "$output" notify.attempts)" = 1 ]
+		[ "$(jget "$output" debit.ref)" = TXN-00000042 ]
+		[[ "$stderr" == *'"a 2xx whose body did not arrive whole: the status stands"'* ]]
+		[ "$(wc -l <"$BATS_TEST_TMPDIR/$m/log")" -eq 1 ]
+	done
+}
+
+@test "a proxy in the environment never carries a notification (plain http), nor its token" {
+	stub_start proxy proxystub.py
+	P=http://127.0.0.1:$STUB_PORT
+	export http_proxy=$P HTTP_PROXY=$P all_proxy=$P ALL_PROXY=$P
+	unset no_proxy NO_PROXY
+	bank_start
+	IDEMKIT_NOTIFY_TOKEN=sekrit-N-77 notify_run "$(debited "$(envelope CHG-PX)")"
+	[ "$status" -eq 0 ] || { echo "$output"; return 1; }
+	[ ! -s "$BATS_TEST_TMPDIR/proxy/log" ]
+	[ "$(sqlite3 "$BANK_DIR/ledger.db" "SELECT count(*) FROM notifications WHERE key = 'CHG-PX:notify'")" -eq 1 ]
+	IDEMKIT_NOTIFY_PROXY=$P run charge-notify --check
+	[ "$status" -eq 78 ]
+	[[ "$output" == *"IDEMKIT_NOTIFY_PROXY is set but the URL is plain http://"* ]]
 }
 
 @test "503 is retried, then 21 NOTIFY_FAILED after the bounded attempts; the debit is untouched" {
@@ -155,8 +185,9 @@ notify_expect() {
 	[ "$(jget "$output" notify.attempts)" = 0 ]
 	[[ "$(jget "$output" notify.error)" == "IDEMKIT_NOTIFY_URL: plain http:// only to loopback"* ]]
 	[ "$(conn_count)" -eq 0 ]
-	# The counter works: a loopback-allowed URL does reach it (as a proxy).
-	notify_run "$(debited "$(envelope CHG-1)")" --url http://127.0.0.1:9/n --retries 0 --timeout 1s
+	# The counter works: a loopback URL reaches it (directly: plain http
+	# never goes through the proxy in the environment).
+	notify_run "$(debited "$(envelope CHG-1)")" --url "http://127.0.0.1:$CONN_PORT/n" --retries 0 --timeout 1s
 	[ "$(conn_count)" -eq 1 ]
 }
 
@@ -204,7 +235,9 @@ notify_expect() {
 @test "bearer token and signature for the gateway come from IDEMKIT_NOTIFY_*" {
 	tok=ntok-$RANDOM$RANDOM
 	printf '%s' "$tok" >"$BATS_TEST_TMPDIR/token"
+	chmod 600 "$BATS_TEST_TMPDIR/token"
 	printf 'hk' >"$BATS_TEST_TMPDIR/hk"
+	chmod 600 "$BATS_TEST_TMPDIR/hk"
 	bank_start --token-file "$BATS_TEST_TMPDIR/token" --hmac-key-file "$BATS_TEST_TMPDIR/hk"
 	notify_run "$(debited "$(envelope CHG-T)")" --retries 0
 	[ "$status" -eq 78 ]
@@ -305,6 +338,7 @@ notify_expect() {
 	mtls_certs "$BATS_TEST_TMPDIR"
 	d=$BATS_TEST_TMPDIR
 	printf 'nsecret\n' >"$d/nsecret"
+	chmod 600 "$d/nsecret"
 	bank_start --tls-cert "$d/cert.pem" --tls-key "$d/key.pem" --tls-client-ca "$d/ca.pem" \
 		--oauth-client-id notifier --oauth-client-secret-file "$d/nsecret"
 	export IDEMKIT_NOTIFY_CACERT=$d/cert.pem IDEMKIT_NOTIFY_OAUTH_TOKEN_URL=$BANK_URL/oauth/token \

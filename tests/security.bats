@@ -6,12 +6,17 @@
 
 bats_require_minimum_version 1.5.0
 load helper
+load bank_helper
 
 src() { printf '%s\n' "$IDEMKIT_SRC"; }
 
 # C sources of the product (not the tests).
 product_c() {
 	find "$IDEMKIT_SRC/lib" "$IDEMKIT_SRC/cmd" "$IDEMKIT_SRC/examples" -name '*.c' 2>/dev/null
+}
+
+teardown() {
+	stubs_stop
 }
 
 # absent STRING FILE...: fails when STRING is in any FILE.
@@ -293,4 +298,61 @@ SH
 	for s in sekrit-AWS-7c1e9b sekrit-SESSION-55aa sekrit-BANK-0d0d sekrit-NOTIFY-1e1e; do
 		absent "$s" "$PEEK_OUT" "$BATS_TEST_TMPDIR/stderr" "$BATS_TEST_TMPDIR/stdout"
 	done
+}
+
+@test "secret files group or others may read are refused (78), named with the fix, never shown; 0600 and 0400 are taken" {
+	d=$BATS_TEST_TMPDIR
+	export IDEMKIT_BANK_URL=https://bank.example/debits IDEMKIT_NOTIFY_URL=https://notify.example/n
+	printf 'sekrit-TOKEN-4f4f\n' >"$d/token"
+	printf 'sekrit-HMAC-5a5a' >"$d/hk"
+	printf 'sekrit-OAUTH-6b6b\n' >"$d/osecret"
+	for m in 644 640 604 660 606; do
+		chmod "$m" "$d/token" "$d/hk" "$d/osecret"
+		for p in BANK NOTIFY; do
+			cmd=charge-debit; [ $p = NOTIFY ] && cmd=charge-notify
+			for v in TOKEN_FILE:token HMAC_KEY_FILE:hk; do
+				run env "IDEMKIT_${p}_${v%%:*}=$d/${v#*:}" "$cmd" --check
+				[ "$status" -eq 78 ] || { echo "$p $v $m: $output"; return 1; }
+				[ "$output" = "$cmd: IDEMKIT_${p}_${v%%:*}: $d/${v#*:}: readable by group or others (mode $m); chmod 600 it" ]
+			done
+			run env "IDEMKIT_${p}_OAUTH_TOKEN_URL=https://bank.example/token" "IDEMKIT_${p}_OAUTH_CLIENT_ID=w" \
+				"IDEMKIT_${p}_OAUTH_CLIENT_SECRET_FILE=$d/osecret" "$cmd" --check
+			[ "$status" -eq 78 ]
+			[ "$output" = "$cmd: IDEMKIT_${p}_OAUTH_CLIENT_SECRET_FILE: $d/osecret: readable by group or others (mode $m); chmod 600 it" ]
+		done
+	done
+	# The debit itself, recorded in the envelope: nothing sent, CONFIG.
+	run --separate-stderr env IDEMKIT_BANK_TOKEN_FILE="$d/token" charge-debit < <(printf '%s\n' \
+		'{"chargeId":"CHG-M","accountId":"ACC-1","amount":100,"currency":"INR","chargeType":"FEE"}' |
+		idemp-claim --store "sqlite:$d/s.db")
+	[ "$status" -eq 78 ]
+	[[ "$(jget "$output" debit.error)" == *"readable by group or others (mode 606); chmod 600 it" ]]
+	printf '%s\n' "$output" "$stderr" >"$d/seen"
+	for s in sekrit-TOKEN-4f4f sekrit-HMAC-5a5a sekrit-OAUTH-6b6b; do absent "$s" "$d/seen"; done
+	for m in 600 400; do
+		chmod "$m" "$d/token" "$d/hk" "$d/osecret"
+		run env IDEMKIT_BANK_TOKEN_FILE="$d/token" IDEMKIT_BANK_HMAC_KEY_FILE="$d/hk" charge-debit --check
+		[ "$status" -eq 0 ] || { echo "$m: $output"; return 1; }
+		run env IDEMKIT_NOTIFY_OAUTH_TOKEN_URL=https://n.example/t IDEMKIT_NOTIFY_OAUTH_CLIENT_ID=w \
+			IDEMKIT_NOTIFY_OAUTH_CLIENT_SECRET_FILE="$d/osecret" charge-notify --check
+		[ "$status" -eq 0 ] || { echo "$m: $output"; return 1; }
+	done
+}
+
+@test "AWS: a plain http:// endpoint never goes through the environment's proxy (signed request, session token in cleartext)" {
+	d=$BATS_TEST_TMPDIR
+	python3 "$IDEMKIT_SRC/tests/awsfake.py" "$d/fake.port" "$d/fake.log" 3>&- &
+	STUB_PIDS="${STUB_PIDS:-} $!"
+	for _ in $(seq 100); do [ -s "$d/fake.port" ] && break; sleep 0.05; done
+	stub_start proxy proxystub.py
+	aws_test_env
+	export AWS_SESSION_TOKEN=sekrit-SESSION-9c9c
+	export http_proxy=http://127.0.0.1:$STUB_PORT HTTP_PROXY=http://127.0.0.1:$STUB_PORT \
+		ALL_PROXY=http://127.0.0.1:$STUB_PORT all_proxy=http://127.0.0.1:$STUB_PORT
+	unset no_proxy NO_PROXY
+	AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:$(cat "$d/fake.port")/ok \
+		run --separate-stderr "$IDEMKIT_TEST_BIN/aws_probe" dynamodb DynamoDB_20120810.GetItem
+	[ "$status" -eq 0 ] || { echo "$output $stderr"; return 1; }
+	[ ! -s "$d/proxy/log" ] || { cat "$d/proxy/log"; return 1; }
+	grep -q sekrit-SESSION-9c9c "$d/fake.log"
 }
