@@ -49,7 +49,7 @@ extern char **environ;
 static const char usage[] =
 	"usage: idemp-run --key KEY [options] -- COMMAND [ARG...]\n"
 	"       idemp-run --each [-P N] [options] -- COMMAND [ARG...] < keys\n"
-	"       idemp-run --check [--key KEY] [--token TOKEN] [--store URL]\n";
+	"       idemp-run --check [--key KEY] [--store URL]\n";
 static const char options[] =
 	"  -k, --key KEY          the run's key: 1-128 of [A-Za-z0-9._:-]\n"
 	"  -f, --fingerprint TEXT what the run means: the same key with another TEXT\n"
@@ -65,9 +65,8 @@ static const char options[] =
 	"  -e, --each             one key per line on stdin; {} in the command and\n"
 	"                         --fingerprint is the key; summary on stderr\n"
 	"  -P, --jobs N           with --each: N keys at once (default 1, at most 256)\n"
-	"  -c, --check            exit 0 if TOKEN still holds KEY (default $IDEMP_KEY,\n"
-	"                         $IDEMP_TOKEN: from inside the command), else 13\n"
-	"  -t, --token TOKEN      with --check\n"
+	"  -c, --check            exit 0 if this run's claim still holds KEY, else 13\n"
+	"                         (from inside the command: $IDEMP_KEY, $IDEMP_TOKEN)\n"
 	"  -S, --store URL        sqlite:PATH, dynamodb:TABLE, postgres://... or\n"
 	"                         redis://... (default $IDEMKIT_STORE)\n"
 	"  -h, --help             this help\n"
@@ -83,7 +82,7 @@ static const int codes[] = {
 #define FINISH_TRIES 10
 
 struct opts {
-	const char *url, *key, *fingerprint, *token;
+	const char *url, *key, *fingerprint;
 	int64_t lease_ms, grace_ms, wait_ms;   /* wait_ms < 0: no --wait */
 	int record_failure, each, check;
 	long long jobs;
@@ -882,14 +881,15 @@ static int
 check(const struct opts *o)
 {
 	const char *key = o->key ? o->key : getenv("IDEMP_KEY");
-	const char *token = o->token ? o->token : getenv("IDEMP_TOKEN");
+	/* the token is a capability: from the environment only, never argv */
+	const char *token = getenv("IDEMP_TOKEN");
 	struct ik_record rec = { 0 };
 	struct ik_store *s;
 	ik_err err = { 0 };
 	int rc;
 
 	if (!key || !*key || !token || !*token) {
-		ik_warnx("--check: no key or token (--key/--token, or $IDEMP_KEY/$IDEMP_TOKEN)");
+		ik_warnx("--check: no key or token (--key or $IDEMP_KEY, and $IDEMP_TOKEN)");
 		return ik_usage(usage);
 	}
 	if (ik_id_check("key", key, IK_CHARGE_ID_MAX, &err) != IK_OK)
@@ -924,7 +924,6 @@ main(int argc, char **argv)
 		{ "each", no_argument, NULL, 'e' },
 		{ "jobs", required_argument, NULL, 'P' },
 		{ "check", no_argument, NULL, 'c' },
-		{ "token", required_argument, NULL, 't' },
 		{ "store", required_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -936,7 +935,7 @@ main(int argc, char **argv)
 
 	ik_cli_init(argv[0]);
 	/* '+': the command's own options are not ours */
-	while ((ch = getopt_long(argc, argv, "+k:f:l:g:w::F:eP:ct:S:hV", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "+k:f:l:g:w::F:eP:cS:hV", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'k': o.key = optarg; break;
 		case 'f': o.fingerprint = optarg; break;
@@ -956,7 +955,6 @@ main(int argc, char **argv)
 		case 'e': o.each = 1; break;
 		case 'P': jobs = optarg; break;
 		case 'c': o.check = 1; break;
-		case 't': o.token = optarg; break;
 		case 'S': o.url = optarg; break;
 		case 'h': return ik_help(usage, options, codes);
 		case 'V': return ik_version();
@@ -968,7 +966,7 @@ main(int argc, char **argv)
 			return ik_usage(usage);
 		return ik_finish(check(&o));
 	}
-	if (optind >= argc || !!o.key == o.each || o.token || (jobs && !o.each))
+	if (optind >= argc || !!o.key == o.each || (jobs && !o.each))
 		return ik_usage(usage);
 	o.cmd = argv + optind;
 	if (lease && *lease && ik_opt_duration("--lease", lease, 1000, INT64_MAX, &o.lease_ms) < 0)

@@ -166,10 +166,10 @@ no_overlap() {
 	run --separate-stderr idemp-run --key "$k" -- sh -c 'idemp-run --check && echo held; echo "$IDEMP_TOKEN" > "$0"' "$BATS_TEST_TMPDIR/token"
 	[ "$status" -eq 0 ]
 	[ "$output" = held ]
-	run --separate-stderr idemp-run --check --key "$k" --token "$(cat "$BATS_TEST_TMPDIR/token")"
+	IDEMP_TOKEN=$(cat "$BATS_TEST_TMPDIR/token") run --separate-stderr idemp-run --check --key "$k"
 	[ "$status" -eq 13 ]
 	[[ "$stderr" == *"this token no longer holds the key (DONE)"* ]]
-	run --separate-stderr idemp-run --check --key "$(key nothing)" --token 0123
+	IDEMP_TOKEN=0123 run --separate-stderr idemp-run --check --key "$(key nothing)"
 	[ "$status" -eq 13 ]
 	run --separate-stderr env -u IDEMP_KEY -u IDEMP_TOKEN idemp-run --check
 	[ "$status" -eq 64 ]
