@@ -185,6 +185,15 @@ ik_store_token(char out[IK_TOKEN_HEX])
 	ik_hex(raw, sizeof raw, out);
 }
 
+int
+ik_finish_decide(const struct ik_finish_req *req, const struct ik_record *cur)
+{
+	if (cur && cur->state == req->state && cur->owner && req->token &&
+	    strcmp(cur->owner, req->token) == 0)
+		return IK_OK;
+	return IK_LEASE_LOST;
+}
+
 int64_t
 ik_store_retention_ms(void)
 {

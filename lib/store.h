@@ -12,7 +12,10 @@
  *    from the current record, decided by ik_claim_decide below -- one rule
  *    for every adapter, never a copy of it in one.  Never get-then-act.
  *  - finish is ONE conditional write on state = IN_PROGRESS AND owner =
- *    token; no match is IK_LEASE_LOST and changes nothing.
+ *    token; no match is IK_LEASE_LOST and changes nothing -- except our
+ *    own finish found again: an adapter whose transport re-sends a write
+ *    whose answer was lost (DynamoDB) decides a refused finish from the
+ *    record with ik_finish_decide, as a refused claim with ik_claim_decide.
  *  - the write is durable before the call returns IK_OK -- except inside
  *    a group (begin ... commit, optional ops): there the claims and
  *    finishes are still each their own conditional statement, but they
@@ -294,6 +297,15 @@ int ik_claim_decide(const struct ik_claim_req *req, struct ik_claim_res *res, ik
 
 /* A fresh random 128-bit owner token, hex. */
 void ik_store_token(char out[IK_TOKEN_HEX]);
+
+/* A refused finish (its conditional write failed), decided from the
+ * record cur read after it -- the finish's counterpart of
+ * ik_claim_decide, kept here once: our own finish whose answer was lost
+ * and retried finds the record in req->state still owned by req->token
+ * (a finish keeps the owner; no one else holds that token): IK_OK.  Any
+ * other record (another owner, another state, none: cur NULL) is
+ * IK_LEASE_LOST. */
+int ik_finish_decide(const struct ik_finish_req *req, const struct ik_record *cur);
 
 /* Retention for expiresAt: $IDEMKIT_RETENTION (a duration), default 30
  * days; a warning is logged under 14 days. */
