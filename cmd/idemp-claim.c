@@ -119,6 +119,7 @@ struct job {
 	cJSON *env;
 	struct ik_event ev;
 	char token[IK_TOKEN_HEX];
+	int64_t sent_boot_ms;     /* the boot clock before the claim was sent */
 	struct ik_claim_req req;
 	struct ik_claim_res res;
 };
@@ -167,6 +168,9 @@ prepare(struct job *j, struct ik_store **store, int *out)
 		return 0;
 	}
 	ik_store_token(j->token);
+	/* Read before the wall clock and the send, so the lease, on whatever
+	 * clock runs it, began after this reading (envelope.h). */
+	j->sent_boot_ms = ik_boot_ms();
 	j->req = (struct ik_claim_req){
 		.key = j->ev.charge_id, .fingerprint = j->ev.fingerprint, .event = body,
 		.token = j->token, .now_ms = ik_now_ms(), .lease_ms = c->lease_ms,
@@ -199,6 +203,9 @@ claimed(struct job *j, struct ik_store *store, int rc, const ik_err *err)
 		cJSON_AddStringToObject(r, "token", j->token);
 		cJSON_AddNumberToObject(r, "attempt", (double)res->attempt);
 		cJSON_AddNumberToObject(r, "leaseUntil", (double)res->lease_until);
+		/* Ours on a fresh token: the lease granted is the one asked for,
+		 * also when the store found our own earlier write again. */
+		ik_env_add_lease(r, j->req.lease_ms, j->sent_boot_ms);
 	} else {
 		cJSON_AddStringToObject(r, "state", ik_state_name(res->cur.state));
 		cJSON_AddNumberToObject(r, "attempts", (double)res->cur.attempts);

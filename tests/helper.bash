@@ -147,3 +147,14 @@ store_backend_setup() {
 	postgres) export IDEMKIT_STORE=$PG_URL?table=$IDEMKIT_TEST_TABLE ;;
 	esac
 }
+
+# slow CMD...: CMD with its wall clock 30 s behind (libfaketime), its
+# monotonic and boot clocks left alone: libfaketime 0.9.10 (Debian 12)
+# fakes those too unless DONT_FAKE_MONOTONIC=1, and an NTP step or a
+# skewed host moves the wall clock only.
+slow() {
+	local lib
+	lib=$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -1)
+	[ -n "$lib" ] || { echo "libfaketime not installed (Debian: faketime)" >&2; return 1; }
+	LD_PRELOAD=$lib FAKETIME=-30s DONT_FAKE_MONOTONIC=1 "$@"
+}
