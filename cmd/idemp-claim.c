@@ -34,11 +34,14 @@
 #include "util.h"
 
 static const char usage[] =
-	"usage: idemp-claim [--stream] [--inflight N] [--lease DUR] [--store URL]\n"
-	"                   < envelope|event\n";
+	"usage: idemp-claim [--check] [--stream] [--inflight N] [--lease DUR]\n"
+	"                   [--store URL] < envelope|event\n";
 static const char options[] =
+	"  --check            check the lease, the retention and --inflight, open nothing:\n"
+	"                     0, or 64/78 and why\n"
 	"  -s, --stream       many envelopes in, one out per line; outcome in the envelope\n"
-	"  -l, --lease DUR    how long the claim is held (default 120s; $IDEMKIT_LEASE)\n"
+	"  -l, --lease DUR    how long the claim is held (1s to 24h, default 120s;\n"
+	"                     $IDEMKIT_LEASE); $IDEMKIT_RETENTION must be longer\n"
 	"  -n, --inflight N   with --stream on DynamoDB: up to N claims in flight (1-1024,\n"
 	"                     default 32, $IDEMKIT_STORE_INFLIGHT); envelopes then\n"
 	"                     leave in the order the answers come\n"
@@ -296,6 +299,7 @@ int
 main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
+		{ "check", no_argument, NULL, 'C' },
 		{ "stream", no_argument, NULL, 's' },
 		{ "lease", required_argument, NULL, 'l' },
 		{ "inflight", required_argument, NULL, 'n' },
@@ -304,17 +308,18 @@ main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct ctx c = { .lease_ms = 120000 };
+	struct ctx c = { 0 };
 	struct ik_step st = { .name = "claim", .fn = claim, .ctx = &c,
 	    .begin = ik_store_group_begin, .commit = ik_store_group_commit,
 	    .group_ctx = &c.db };
-	const char *lease = getenv("IDEMKIT_LEASE");
-	const char *inflight = NULL;
-	int ch, rc;
+	const char *lease = NULL, *inflight = NULL;
+	ik_err err = { 0 };
+	int ch, rc, check = 0;
 
 	ik_cli_init(argv[0]);
 	while ((ch = getopt_long(argc, argv, "sl:n:S:hV", longopts, NULL)) != -1) {
 		switch (ch) {
+		case 'C': check = 1; break;
 		case 's': st.stream = 1; break;
 		case 'l': lease = optarg; break;
 		case 'n': inflight = optarg; break;
@@ -326,11 +331,13 @@ main(int argc, char **argv)
 	}
 	if (optind != argc)
 		return ik_usage(usage);
-	if (lease && ik_opt_duration("--lease", lease, 1000, INT64_MAX, &c.lease_ms) < 0)
-		return IK_USAGE;
-	if ((rc = ik_store_inflight(inflight, &st.inflight)) != IK_OK)
+	if ((rc = ik_store_lease(lease, &c.lease_ms)) != IK_OK ||
+	    (rc = ik_store_inflight(inflight, &st.inflight)) != IK_OK)
 		return rc;
-	c.retention_ms = ik_store_retention_ms();
+	if (ik_store_retention(c.lease_ms, &c.retention_ms, &err) != IK_OK)
+		return ik_fail(&err);
+	if (check)   /* what charge-worker asks before it receives anything */
+		return IK_OK;
 	if (st.stream && ik_store_lazy_inflight(&c.db, st.inflight)) {
 		st.start = claim_start;
 		st.wait = claim_wait;

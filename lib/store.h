@@ -307,9 +307,27 @@ void ik_store_token(char out[IK_TOKEN_HEX]);
  * IK_LEASE_LOST. */
 int ik_finish_decide(const struct ik_finish_req *req, const struct ik_record *cur);
 
+/* The claim's lease: opt (--lease) when set, else $IDEMKIT_LEASE, else
+ * IK_LEASE_DEFAULT_MS, from IK_LEASE_MIN_MS to IK_LEASE_MAX_MS (a day: a
+ * lease outlives a crashed worker, so a longer one only delays the retry,
+ * and the bound keeps now + lease far from overflow).  IK_OK, or IK_USAGE
+ * (a bad --lease) or IK_CONFIG (a bad variable) after a one-line complaint
+ * naming the one given. */
+#define IK_LEASE_DEFAULT_MS 120000
+#define IK_LEASE_MIN_MS 1000
+#define IK_LEASE_MAX_MS (24LL * 3600000)
+int ik_store_lease(const char *opt, int64_t *ms);
+
 /* Retention for expiresAt: $IDEMKIT_RETENTION (a duration), default 30
- * days; a warning is logged under 14 days. */
-int64_t ik_store_retention_ms(void);
+ * days, at most IK_RETENTION_MAX_MS; a warning is logged under 14 days.
+ * IK_CONFIG with err when it is not a duration, too long, or not longer
+ * than lease_ms: a record that expires while its lease is live (Redis
+ * deletes the key, DynamoDB's TTL the item, the purge the row) lets a
+ * second worker claim the charge afresh and debit it while the first
+ * holds it.  IK_OK with *ms. */
+#define IK_RETENTION_DEFAULT_MS (30LL * 86400000)
+#define IK_RETENTION_MAX_MS (3650LL * 86400000)
+int ik_store_retention(int64_t lease_ms, int64_t *ms, ik_err *err);
 
 /* Adapter constructors, for store.c only. */
 int ik_store_sqlite_open(const char *path, struct ik_store *s, ik_err *err);
