@@ -234,6 +234,7 @@ preflight() {
 	*) echo "$PROG: $* answered $_rc $(explain "$_rc"); going on" >&2 ;;
 	esac
 }
+preflight $CLAIM --check $claim_args   # the lease, and a retention longer than it
 preflight $DEBIT --check $debit_args
 preflight $NOTIFY --check $notify_args
 preflight idemp-show idemkit-preflight     # the store: 1 (no such record) is fine

@@ -34,11 +34,14 @@
 #include "util.h"
 
 static const char usage[] =
-	"usage: idemp-claim [--stream] [--inflight N] [--lease DUR] [--store URL]\n"
-	"                   < envelope|event\n";
+	"usage: idemp-claim [--check] [--stream] [--inflight N] [--lease DUR]\n"
+	"                   [--store URL] < envelope|event\n";
 static const char options[] =
+	"  --check            check the lease, the retention and --inflight, open nothing:\n"
+	"                     0, or 64/78 and why\n"
 	"  -s, --stream       many envelopes in, one out per line; outcome in the envelope\n"
-	"  -l, --lease DUR    how long the claim is held (default 120s; $IDEMKIT_LEASE)\n"
+	"  -l, --lease DUR    how long the claim is held (1s to 24h, default 120s;\n"
+	"                     $IDEMKIT_LEASE); $IDEMKIT_RETENTION must be longer\n"
 	"  -n, --inflight N   with --stream on DynamoDB: up to N claims in flight (1-1024,\n"
 	"                     default 32, $IDEMKIT_STORE_INFLIGHT); envelopes then\n"
 	"                     leave in the order the answers come\n"
@@ -119,6 +122,7 @@ struct job {
 	cJSON *env;
 	struct ik_event ev;
 	char token[IK_TOKEN_HEX];
+	int64_t sent_boot_ms;     /* the boot clock before the claim was sent */
 	struct ik_claim_req req;
 	struct ik_claim_res res;
 };
@@ -167,6 +171,9 @@ prepare(struct job *j, struct ik_store **store, int *out)
 		return 0;
 	}
 	ik_store_token(j->token);
+	/* Read before the wall clock and the send, so the lease, on whatever
+	 * clock runs it, began after this reading (envelope.h). */
+	j->sent_boot_ms = ik_boot_ms();
 	j->req = (struct ik_claim_req){
 		.key = j->ev.charge_id, .fingerprint = j->ev.fingerprint, .event = body,
 		.token = j->token, .now_ms = ik_now_ms(), .lease_ms = c->lease_ms,
@@ -199,6 +206,9 @@ claimed(struct job *j, struct ik_store *store, int rc, const ik_err *err)
 		cJSON_AddStringToObject(r, "token", j->token);
 		cJSON_AddNumberToObject(r, "attempt", (double)res->attempt);
 		cJSON_AddNumberToObject(r, "leaseUntil", (double)res->lease_until);
+		/* Ours on a fresh token: the lease granted is the one asked for,
+		 * also when the store found our own earlier write again. */
+		ik_env_add_lease(r, j->req.lease_ms, j->sent_boot_ms);
 	} else {
 		cJSON_AddStringToObject(r, "state", ik_state_name(res->cur.state));
 		cJSON_AddNumberToObject(r, "attempts", (double)res->cur.attempts);
@@ -289,6 +299,7 @@ int
 main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
+		{ "check", no_argument, NULL, 'C' },
 		{ "stream", no_argument, NULL, 's' },
 		{ "lease", required_argument, NULL, 'l' },
 		{ "inflight", required_argument, NULL, 'n' },
@@ -297,17 +308,18 @@ main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct ctx c = { .lease_ms = 120000 };
+	struct ctx c = { 0 };
 	struct ik_step st = { .name = "claim", .fn = claim, .ctx = &c,
 	    .begin = ik_store_group_begin, .commit = ik_store_group_commit,
 	    .group_ctx = &c.db };
-	const char *lease = getenv("IDEMKIT_LEASE");
-	const char *inflight = NULL;
-	int ch, rc;
+	const char *lease = NULL, *inflight = NULL;
+	ik_err err = { 0 };
+	int ch, rc, check = 0;
 
 	ik_cli_init(argv[0]);
 	while ((ch = getopt_long(argc, argv, "sl:n:S:hV", longopts, NULL)) != -1) {
 		switch (ch) {
+		case 'C': check = 1; break;
 		case 's': st.stream = 1; break;
 		case 'l': lease = optarg; break;
 		case 'n': inflight = optarg; break;
@@ -319,11 +331,13 @@ main(int argc, char **argv)
 	}
 	if (optind != argc)
 		return ik_usage(usage);
-	if (lease && ik_opt_duration("--lease", lease, 1000, INT64_MAX, &c.lease_ms) < 0)
-		return IK_USAGE;
-	if ((rc = ik_store_inflight(inflight, &st.inflight)) != IK_OK)
+	if ((rc = ik_store_lease(lease, &c.lease_ms)) != IK_OK ||
+	    (rc = ik_store_inflight(inflight, &st.inflight)) != IK_OK)
 		return rc;
-	c.retention_ms = ik_store_retention_ms();
+	if (ik_store_retention(c.lease_ms, &c.retention_ms, &err) != IK_OK)
+		return ik_fail(&err);
+	if (check)   /* what charge-worker asks before it receives anything */
+		return IK_OK;
 	if (st.stream && ik_store_lazy_inflight(&c.db, st.inflight)) {
 		st.start = claim_start;
 		st.wait = claim_wait;

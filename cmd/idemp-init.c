@@ -5,7 +5,9 @@
  * the purge in small batches.  DynamoDB: the table (on-demand billing, HASH
  * key on the key attribute, TTL on expiresAt), or, when it exists, a check
  * of its key schema.  Run it at each deployment and from cron (the purge);
- * running it again on a ready store changes nothing else. */
+ * running it again on a ready store changes nothing else.  A retention
+ * ($IDEMKIT_RETENTION) not longer than the lease ($IDEMKIT_LEASE) is
+ * refused before the store is touched, as idemp-claim refuses it. */
 #include <getopt.h>
 #include <stdio.h>
 
@@ -36,6 +38,7 @@ main(int argc, char **argv)
 	};
 	struct ik_store *s;
 	const char *url = NULL;
+	int64_t lease_ms, retention_ms;
 	ik_err err = { 0 };
 	int ch, rc;
 
@@ -50,6 +53,10 @@ main(int argc, char **argv)
 	}
 	if (optind < argc)
 		return ik_usage(usage);
+	if ((rc = ik_store_lease(NULL, &lease_ms)) != IK_OK)
+		return rc;
+	if (ik_store_retention(lease_ms, &retention_ms, &err) != IK_OK)
+		return ik_fail(&err);
 	if ((rc = ik_store_open(url, &s, &err)) != IK_OK)
 		return ik_fail(&err);
 	rc = s->ops->init(s, &err);

@@ -84,6 +84,7 @@ static const int codes[] = {
 struct opts {
 	const char *url, *key, *fingerprint;
 	int64_t lease_ms, grace_ms, wait_ms;   /* wait_ms < 0: no --wait */
+	int64_t retention_ms;
 	int record_failure, each, check;
 	long long jobs;
 	char **cmd;                            /* NULL-terminated */
@@ -404,7 +405,7 @@ claim(struct run *r, char *event, struct ik_claim_res *res, ik_err *err)
 			.key = r->key, .fingerprint = r->fp, .event = event, .token = r->token,
 			.now_ms = ik_now_ms(), .lease_ms = o->lease_ms,
 		};
-		req.expires_at = (req.now_ms + ik_store_retention_ms()) / 1000;
+		req.expires_at = (req.now_ms + o->retention_ms) / 1000;
 		r->claim_sent = ik_mono_ms();
 		r->claim_wall = req.now_ms;
 		if ((rc = r->s->ops->claim(r->s, &req, res, err)) != IK_OK)
@@ -929,9 +930,10 @@ main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct opts o = { .lease_ms = 120000, .wait_ms = -1, .grace_ms = -1, .jobs = 1 };
-	const char *lease = getenv("IDEMKIT_LEASE"), *grace = NULL, *jobs = NULL;
-	int ch;
+	struct opts o = { .wait_ms = -1, .grace_ms = -1, .jobs = 1 };
+	const char *lease = NULL, *grace = NULL, *jobs = NULL;
+	ik_err err = { 0 };
+	int ch, rc;
 
 	ik_cli_init(argv[0]);
 	/* '+': the command's own options are not ours */
@@ -969,8 +971,11 @@ main(int argc, char **argv)
 	if (optind >= argc || !!o.key == o.each || (jobs && !o.each))
 		return ik_usage(usage);
 	o.cmd = argv + optind;
-	if (lease && *lease && ik_opt_duration("--lease", lease, 1000, INT64_MAX, &o.lease_ms) < 0)
-		return IK_USAGE;
+	/* the same bounds and the same retention rule as idemp-claim's */
+	if ((rc = ik_store_lease(lease, &o.lease_ms)) != IK_OK)
+		return rc;
+	if (ik_store_retention(o.lease_ms, &o.retention_ms, &err) != IK_OK)
+		return ik_fail(&err);
 	o.grace_ms = o.lease_ms / 10 > 10000 ? 10000 : o.lease_ms / 10;
 	if (grace && ik_opt_duration("--grace", grace, 0, o.lease_ms / 2, &o.grace_ms) < 0)
 		return IK_USAGE;

@@ -21,6 +21,7 @@
 
 #include "bankapi_int.h"
 #include "cli.h"
+#include "envelope.h"
 #include "json.h"
 #include "log.h"
 #include "outcome.h"
@@ -122,17 +123,16 @@ int
 ik_bankapi_lease_check(const cJSON *env, int64_t need_ms, int64_t margin_ms,
                        ik_err *err)
 {
-	const cJSON *until = cJSON_GetObjectItemCaseSensitive(
-		cJSON_GetObjectItemCaseSensitive(env, "claim"), "leaseUntil");
-	double u;
+	ik_err why = { 0 };
 	int64_t left;
+	int rc;
 
-	if (!until || cJSON_IsNull(until))
+	/* On this machine's boot clock, never the wall clock against a
+	 * leaseUntil that another clock wrote (envelope.h). */
+	if ((rc = ik_env_lease_left(env, &left, &why)) == IK_EMPTY)
 		return IK_OK;
-	u = until->valuedouble;
-	if (!cJSON_IsNumber(until) || !(u >= 0 && u < 9e15))
-		return ik_errf(err, IK_DATAERR, "claim.leaseUntil: not epoch milliseconds");
-	left = (int64_t)u - ik_now_ms();
+	if (rc != IK_OK)
+		return ik_errf(err, rc, "%s: nothing was sent", why.msg);
 	if (left >= need_ms + margin_ms)
 		return IK_OK;
 	if (left < 0)

@@ -157,11 +157,12 @@ int ik_bankapi_classify(const struct ik_bankapi *a, long status);
 int ik_bankapi_status_list(const char *list, unsigned char cls[600], int code,
                            char *why, size_t whysz);
 
-/* No bank call on a dying lease.  IK_OK when env's claim has no
- * leaseUntil (the re-notify path: no claim to protect) or has at least
- * need_ms + margin_ms left on it now; else IK_LEASE_SHORT, with err saying
- * how much was left and how much was needed (nothing must be sent then).
- * IK_DATAERR when claim.leaseUntil is not a number.  need_ms is the most
+/* No bank call on a dying lease.  IK_OK when env has no claim (the
+ * re-notify path: no claim to protect) or its claim has at least need_ms +
+ * margin_ms left now, measured on this machine's boot clock from when the
+ * claim was sent (envelope.h ik_env_lease_left); else IK_LEASE_SHORT, with
+ * err saying how much was left and how much was needed, or why what is
+ * left cannot be proven (nothing must be sent then).  need_ms is the most
  * the call can take (its timeout, with its retries and backoffs); the
  * margin covers what must still happen under the lease after it: writing
  * the envelope and idemp-done's fenced write. */

@@ -173,6 +173,58 @@ ik_env_set_result(cJSON *env, const char *step, int code)
 }
 
 int
+ik_env_add_lease(cJSON *claim, int64_t lease_ms, int64_t sent_boot_ms)
+{
+	const char *boot = ik_boot_id();
+
+	if (!cJSON_AddNumberToObject(claim, "leaseMs", (double)lease_ms) ||
+	    !cJSON_AddNumberToObject(claim, "sentBootMs", (double)sent_boot_ms))
+		return -1;
+	/* no boot id, no proof: the steps after will not call the bank */
+	if (*boot && !cJSON_AddStringToObject(claim, "bootId", boot))
+		return -1;
+	return 0;
+}
+
+/* A whole number of ms in [0, 2^53) from claim[name], or -1. */
+static int64_t
+claim_ms(const cJSON *claim, const char *name)
+{
+	const cJSON *n = cJSON_GetObjectItemCaseSensitive(claim, name);
+	double d = cJSON_IsNumber(n) ? n->valuedouble : -1;
+
+	return d >= 0 && d < 9007199254740992.0 && d == (double)(int64_t)d ? (int64_t)d : -1;
+}
+
+int
+ik_env_lease_left(const cJSON *env, int64_t *left_ms, ik_err *err)
+{
+	const cJSON *claim = ik_env_result(env, "claim");
+	const char *boot, *here = ik_boot_id();
+	int64_t lease, sent, now;
+
+	if (!claim)
+		return IK_EMPTY;
+	lease = claim_ms(claim, "leaseMs");
+	sent = claim_ms(claim, "sentBootMs");
+	boot = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(claim, "bootId"));
+	if (lease < 0 || sent < 0 || !boot)
+		return ik_errf(err, IK_LEASE_SHORT, "the claim does not say how long its lease "
+		    "is and when it began on this machine (leaseMs, sentBootMs, bootId): the "
+		    "time left cannot be proven");
+	if (!*here || strcmp(boot, here) != 0)
+		return ik_errf(err, IK_LEASE_SHORT, "the claim was made on another boot or host "
+		    "(bootId): the time left on its lease cannot be measured here");
+	now = ik_boot_ms();
+	if (now < sent)
+		return ik_errf(err, IK_LEASE_SHORT, "this machine's boot clock is behind the "
+		    "claim's (sentBootMs): the time left on its lease cannot be proven");
+	/* both below 2^53: no overflow */
+	*left_ms = lease - (now - sent);
+	return IK_OK;
+}
+
+int
 ik_env_step_code(const cJSON *env, const char *step)
 {
 	const cJSON *r = ik_env_result(env, step);

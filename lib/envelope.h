@@ -48,6 +48,28 @@ int64_t ik_env_int(const cJSON *env, const char *field, int64_t dflt);
  * integer, else its sentAt; -1 when it has neither (a bare event). */
 int64_t ik_env_first_sent_at(const cJSON *env);
 
+/* The claim's lease as a later step can prove it (DESIGN.md "One
+ * decision, one clock").  leaseUntil in a claim is on the clock that runs
+ * the lease (the server's on PostgreSQL and Redis, the claiming worker's
+ * on SQLite and DynamoDB) and is never compared with this machine's wall
+ * clock.  An ACQUIRED claim carries instead:
+ *   leaseMs     the lease granted, in ms;
+ *   sentBootMs  this machine's boot clock (util.h ik_boot_ms) read before
+ *               the claim was sent: the lease began after it, whatever
+ *               clock runs it, so measuring from it gives the round trip
+ *               away, never takes it;
+ *   bootId      the boot that clock belongs to (util.h ik_boot_id).
+ * ik_env_add_lease writes them into a claim result. */
+int ik_env_add_lease(cJSON *claim, int64_t lease_ms, int64_t sent_boot_ms);
+/* The ms left now on env's claim lease, on this machine's boot clock:
+ * IK_OK with *left_ms (negative once it ended); IK_EMPTY when env has no
+ * claim (the re-notify path: no claim to protect); IK_LEASE_SHORT with err
+ * when what is left cannot be proven here -- a claim without leaseMs,
+ * sentBootMs or bootId (hand-made, or from an older idemp-claim), claimed
+ * on another boot or host, or a boot clock behind the claim's reading.
+ * Nothing may be sent to the bank on a lease that cannot be proven. */
+int ik_env_lease_left(const cJSON *env, int64_t *left_ms, ik_err *err);
+
 /* The result object a step added, or NULL. */
 cJSON *ik_env_result(const cJSON *env, const char *step);
 /* Replace (or add) env[step] = a new object {"outcome": name-of-code}

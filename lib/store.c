@@ -271,21 +271,46 @@ ik_store_token(char out[IK_TOKEN_HEX])
 	ik_hex(raw, sizeof raw, out);
 }
 
-int64_t
-ik_store_retention_ms(void)
+int
+ik_finish_decide(const struct ik_finish_req *req, const struct ik_record *cur)
+{
+	if (cur && cur->state == req->state && cur->owner && req->token &&
+	    strcmp(cur->owner, req->token) == 0)
+		return IK_OK;
+	return IK_LEASE_LOST;
+}
+
+int
+ik_store_lease(const char *opt, int64_t *ms)
+{
+	const char *v = opt ? opt : getenv("IDEMKIT_LEASE");
+
+	*ms = IK_LEASE_DEFAULT_MS;
+	if (!v || (!opt && !*v))
+		return IK_OK;
+	if (ik_opt_duration(opt ? "--lease" : "IDEMKIT_LEASE", v, IK_LEASE_MIN_MS,
+	    IK_LEASE_MAX_MS, ms) < 0)
+		return opt ? IK_USAGE : IK_CONFIG;
+	return IK_OK;
+}
+
+int
+ik_store_retention(int64_t lease_ms, int64_t *ms, ik_err *err)
 {
 	const char *v = getenv("IDEMKIT_RETENTION");
-	int64_t ms = 30LL * 86400000;
 
-	if (v && *v && ik_parse_duration(v, &ms) < 0) {
-		ik_log(IK_LOG_WARN, "IDEMKIT_RETENTION is not a duration; using 30d",
-		    "value", v, NULL);
-		ms = 30LL * 86400000;
-	}
-	if (ms < 14LL * 86400000)
+	*ms = IK_RETENTION_DEFAULT_MS;
+	if (v && *v && (ik_parse_duration(v, ms) < 0 || *ms > IK_RETENTION_MAX_MS))
+		return ik_errf(err, IK_CONFIG, "IDEMKIT_RETENTION: \"%.64s\" is not a duration "
+		    "up to 3650d", v);
+	if (*ms <= lease_ms)
+		return ik_errf(err, IK_CONFIG, "IDEMKIT_RETENTION (%llds) is not longer than the "
+		    "lease (%llds): a record would expire while its claim is live and a second "
+		    "worker claim it afresh", (long long)(*ms / 1000), (long long)(lease_ms / 1000));
+	if (*ms < 14LL * 86400000)
 		ik_log(IK_LOG_WARN, "retention under 14 days: a redelivery or DLQ redrive "
 		    "after the record expires would debit again", "retention", v, NULL);
-	return ms;
+	return IK_OK;
 }
 
 struct adapter {

@@ -12,7 +12,10 @@
  *    from the current record, decided by ik_claim_decide below -- one rule
  *    for every adapter, never a copy of it in one.  Never get-then-act.
  *  - finish is ONE conditional write on state = IN_PROGRESS AND owner =
- *    token; no match is IK_LEASE_LOST and changes nothing.
+ *    token; no match is IK_LEASE_LOST and changes nothing -- except our
+ *    own finish found again: an adapter whose transport re-sends a write
+ *    whose answer was lost (DynamoDB) decides a refused finish from the
+ *    record with ik_finish_decide, as a refused claim with ik_claim_decide.
  *  - renew (idemp-run's heartbeat) is fenced exactly as finish is: ONE
  *    conditional write on state = IN_PROGRESS AND owner = token that sets
  *    leaseUntil = now + lease_ms on the clock the claim used (the
@@ -320,9 +323,36 @@ int ik_claim_decide(const struct ik_claim_req *req, struct ik_claim_res *res, ik
 /* A fresh random 128-bit owner token, hex. */
 void ik_store_token(char out[IK_TOKEN_HEX]);
 
+/* A refused finish (its conditional write failed), decided from the
+ * record cur read after it -- the finish's counterpart of
+ * ik_claim_decide, kept here once: our own finish whose answer was lost
+ * and retried finds the record in req->state still owned by req->token
+ * (a finish keeps the owner; no one else holds that token): IK_OK.  Any
+ * other record (another owner, another state, none: cur NULL) is
+ * IK_LEASE_LOST. */
+int ik_finish_decide(const struct ik_finish_req *req, const struct ik_record *cur);
+
+/* The claim's lease: opt (--lease) when set, else $IDEMKIT_LEASE, else
+ * IK_LEASE_DEFAULT_MS, from IK_LEASE_MIN_MS to IK_LEASE_MAX_MS (a day: a
+ * lease outlives a crashed worker, so a longer one only delays the retry,
+ * and the bound keeps now + lease far from overflow).  IK_OK, or IK_USAGE
+ * (a bad --lease) or IK_CONFIG (a bad variable) after a one-line complaint
+ * naming the one given. */
+#define IK_LEASE_DEFAULT_MS 120000
+#define IK_LEASE_MIN_MS 1000
+#define IK_LEASE_MAX_MS (24LL * 3600000)
+int ik_store_lease(const char *opt, int64_t *ms);
+
 /* Retention for expiresAt: $IDEMKIT_RETENTION (a duration), default 30
- * days; a warning is logged under 14 days. */
-int64_t ik_store_retention_ms(void);
+ * days, at most IK_RETENTION_MAX_MS; a warning is logged under 14 days.
+ * IK_CONFIG with err when it is not a duration, too long, or not longer
+ * than lease_ms: a record that expires while its lease is live (Redis
+ * deletes the key, DynamoDB's TTL the item, the purge the row) lets a
+ * second worker claim the charge afresh and debit it while the first
+ * holds it.  IK_OK with *ms. */
+#define IK_RETENTION_DEFAULT_MS (30LL * 86400000)
+#define IK_RETENTION_MAX_MS (3650LL * 86400000)
+int ik_store_retention(int64_t lease_ms, int64_t *ms, ik_err *err);
 
 /* Adapter constructors, for store.c only. */
 int ik_store_sqlite_open(const char *path, struct ik_store *s, ik_err *err);

@@ -5,7 +5,11 @@
  * an outcome, never an error.  A refused claim is decided from the item
  * DynamoDB returns with ReturnValuesOnConditionCheckFailure=ALL_OLD, or,
  * when the server sends none (dynalite), from a ConsistentRead GetItem;
- * the fingerprint is checked first on both paths.  Values go only through
+ * the fingerprint is checked first on both paths.  A refused finish is
+ * decided the same way (ik_finish_decide): our own token on the record in
+ * the state we asked for is our own finish, retried after its answer was
+ * lost (the AWS layer retries a lost answer), and is IK_OK, never
+ * LEASE_LOST.  Values go only through
  * ExpressionAttributeValues and names only through ExpressionAttribute-
  * Names (state, owner... are reserved words, and the key attribute name is
  * configurable: IDEMKIT_DYNAMODB_KEY, default pk).  expiresAt is epoch
@@ -196,6 +200,22 @@ ik_ddb_claim_refused(const cJSON *resp, const char *keyattr,
 	default:
 		return IK_DDB_UNKNOWN_STATE;
 	}
+}
+
+int
+ik_ddb_finish_refused(const cJSON *resp, const char *keyattr, const struct ik_finish_req *req)
+{
+	const cJSON *item = cJSON_GetObjectItemCaseSensitive(resp, "Item");
+	struct ik_record r = { 0 };
+	int rc;
+
+	if (!cJSON_IsObject(item) || !item->child)
+		return IK_EMPTY;
+	if (ik_ddb_record_from_item(item, keyattr, &r) < 0)
+		return IK_SOFTWARE;
+	rc = ik_finish_decide(req, &r);
+	ik_record_free(&r);
+	return rc;
 }
 
 /* ---- requests ---------------------------------------------------------- */
@@ -455,7 +475,7 @@ get_item(struct ddb *d, const char *key, cJSON **resp, ik_err *err)
 enum op_kind { OP_CLAIM, OP_COND };
 enum op_stage {
 	ST_WRITE,      /* the conditional UpdateItem */
-	ST_READ,       /* claim refused without the old item: GetItem */
+	ST_READ,       /* claim or finish refused without the old item: GetItem */
 	ST_TRIM,       /* the write's history is over IK_HISTORY_MAX: trim it */
 };
 
@@ -468,6 +488,7 @@ struct op {
 	int tries;                        /* OP_CLAIM: writes made */
 	cJSON *write;                     /* OP_COND: the UpdateItem, kept for its key */
 	int hist;                         /* OP_COND: it appends to the history */
+	const struct ik_finish_req *fin;  /* OP_COND of a finish: the caller's */
 	int sync;
 	ik_store_cb cb;
 	void *arg;
@@ -714,20 +735,49 @@ claim_advance(struct op *o, int rc, cJSON *resp)
 
 /* ---- conditional updates ------------------------------------------------ */
 
-/* IK_OK, or IK_LEASE_LOST when the condition failed.  One that appends to
- * the history gets it back, to keep it bounded. */
+/* A refused finish decided by the item in resp (ik_ddb_finish_refused):
+ * IK_EMPTY when resp holds none. */
+static int
+finish_decided(struct op *o, const cJSON *resp)
+{
+	int rc = ik_ddb_finish_refused(resp, o->d->key, o->fin);
+
+	return rc == IK_SOFTWARE ? ik_errf(&o->err, IK_SOFTWARE, "out of memory") : rc;
+}
+
+/* IK_OK, or IK_LEASE_LOST when the condition failed -- except our own
+ * finish found again (finish_decided).  One that appends to the history
+ * gets it back, to keep it bounded. */
 static void
 cond_advance(struct op *o, int rc, cJSON *resp)
 {
 	const char *key = attr_s(cJSON_GetObjectItemCaseSensitive(o->write, "Key"), o->d->key);
 
+	cJSON *g;
+
 	if (o->stage == ST_TRIM) {
 		trimmed(o, rc, key);
 		return;
 	}
+	if (o->stage == ST_READ) {       /* a refused finish's read */
+		if (rc == IK_OK && (rc = finish_decided(o, resp)) == IK_EMPTY)
+			rc = IK_LEASE_LOST;      /* no record at all */
+		op_end(o, rc);
+		return;
+	}
 	if (rc == IK_AWS_ERROR) {
 		ik_errclear(&o->err);
-		op_end(o, IK_LEASE_LOST);
+		/* A finish refused may be our own, whose answer was lost and the
+		 * request retried: the item decides (ALL_OLD, else a read). */
+		if (!o->fin || (rc = finish_decided(o, resp)) != IK_EMPTY) {
+			op_end(o, o->fin ? rc : IK_LEASE_LOST);
+			return;
+		}
+		o->stage = ST_READ;
+		g = get_req(o->d, key);
+		if ((rc = op_submit(o, "GetItem", g, &o->err)) != IK_OK)
+			op_end(o, rc);
+		cJSON_Delete(g);
 	} else if (rc != IK_OK || !o->hist || !op_trim(o, key, resp)) {
 		op_end(o, rc);
 	}
@@ -842,7 +892,8 @@ dd_claim(struct ik_store *st, const struct ik_claim_req *req,
 /* Starts the conditional update r (consumed) with cond and upd. */
 static int
 cond_start(struct ddb *d, cJSON *r, const char *cond, const char *upd,
-           ik_store_cb cb, void *arg, int sync, ik_err *err)
+           const struct ik_finish_req *fin, ik_store_cb cb, void *arg, int sync,
+           ik_err *err)
 {
 	char exprs[512];
 	struct op *o;
@@ -853,6 +904,7 @@ cond_start(struct ddb *d, cJSON *r, const char *cond, const char *upd,
 		return err->code;
 	}
 	o->write = r;
+	o->fin = fin;
 	o->sync = sync;
 	o->hist = strstr(upd, "#h") != NULL;
 	cJSON_AddStringToObject(r, "ConditionExpression", cond);
@@ -875,7 +927,7 @@ static int
 cond_update(struct ddb *d, cJSON *r, const char *cond, const char *upd, ik_err *err)
 {
 	struct sync s = { 0 };
-	int rc = cond_start(d, r, cond, upd, sync_done, &s, 1, err);
+	int rc = cond_start(d, r, cond, upd, NULL, sync_done, &s, 1, err);
 
 	return rc == IK_OK ? sync_wait(d, &s, err) : rc;
 }
@@ -908,7 +960,8 @@ finish_start(struct ddb *d, const struct ik_finish_req *req, ik_store_cb cb, voi
 		cJSON_AddItemToObject(v, ":le", av_s(req->last_error));
 	add_hist(v, &(struct ik_hist){ .op = "finish", .at = req->now_ms, .owner = req->token,
 	         .state = req->state, .debit_ref = req->debit_ref, .error = req->last_error });
-	return cond_start(d, r, "#st = :ip AND #ow = :tok", upd, cb, arg, sync, err);
+	cJSON_AddStringToObject(r, "ReturnValuesOnConditionCheckFailure", "ALL_OLD");
+	return cond_start(d, r, "#st = :ip AND #ow = :tok", upd, req, cb, arg, sync, err);
 }
 
 static int

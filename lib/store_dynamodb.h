@@ -27,4 +27,13 @@ enum ik_ddb_refusal ik_ddb_claim_refused(const cJSON *resp, const char *keyattr,
                                          const struct ik_claim_req *req,
                                          struct ik_claim_res *res);
 
+/* Why a finish was refused, from a response as above (the finish is sent
+ * with ALL_OLD too), decided by the port's rule (ik_finish_decide in
+ * store.h): IK_OK when the item is in req->state under req->token -- our
+ * own finish, retried after its answer was lost --, IK_LEASE_LOST for any
+ * other item, IK_EMPTY when resp holds no Item (ask with a GetItem; after
+ * it, no item is IK_LEASE_LOST), IK_SOFTWARE when out of memory. */
+int ik_ddb_finish_refused(const cJSON *resp, const char *keyattr,
+                          const struct ik_finish_req *req);
+
 #endif

@@ -857,13 +857,17 @@ migrate(struct pg *p, ik_err *err)
 }
 
 /* Deletes records past their retention in batches of PURGE_BATCH rows, each
- * its own short transaction (SKIP LOCKED: never waits on a worker). */
+ * its own short transaction (SKIP LOCKED: never waits on a worker); never
+ * one whose lease is live on the server's clock (expiresAt is on the
+ * claiming worker's): forgotten, it could be claimed afresh and debited
+ * while its holder debits it. */
 static int
 purge(struct pg *p, ik_err *err)
 {
 	char *q = with_table(p,
 	    "DELETE FROM %1$s WHERE key IN (SELECT key FROM %1$s"
 	    " WHERE expires_at < floor(extract(epoch FROM clock_timestamp()))::bigint"
+	    " AND NOT (state = 'IN_PROGRESS' AND lease_until >= " NOW_MS ")"
 	    " ORDER BY expires_at LIMIT " PURGE_BATCH " FOR UPDATE SKIP LOCKED)");
 	long long total = 0, got;
 	char num[24];

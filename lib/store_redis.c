@@ -7,7 +7,9 @@
  * and compared on the server's clock (TIME inside the script); a refused
  * claim returns the record and the server's time, and ik_claim_decide
  * says what it means.  finish is fenced by the owner token.  Retention is
- * the key's PEXPIREAT.  Recovery lists never SCAN the keyspace: the
+ * the key's PEXPIREAT, never before the lease's end on the server's clock
+ * (expiresAt is on the claiming worker's): a key gone while its lease is
+ * live would let a second worker claim the charge afresh.  Recovery lists never SCAN the keyspace: the
  * scripts keep every record's key in one sorted set per state (by lease
  * end for IN_PROGRESS, by update time for the others); a list page drops
  * the members whose record expired or moved on, and each finish drops the
@@ -82,7 +84,7 @@ static const char claim_lua[] = LUA_PRELUDE
 	"local function take(a)\n"
 	"  redis.call('HSET', KEYS[1], 'owner', ARGV[2], 'leaseUntil', s(lease),\n"
 	"    'updatedAt', s(now), 'expiresAt', ARGV[6])\n"
-	"  redis.call('PEXPIREAT', KEYS[1], s(tonumber(ARGV[6]) * 1000))\n"
+	"  redis.call('PEXPIREAT', KEYS[1], s(math.max(tonumber(ARGV[6]) * 1000, lease)))\n"
 	"  redis.call('ZADD', KEYS[2], s(lease), ARGV[1])\n"
 	"  hpush({at = now, op = 'claim', attempt = a, leaseUntil = lease, owner = ARGV[2]})\n"
 	"  return {1, a, lease, now}\n"

@@ -277,12 +277,15 @@ sq_init(struct ik_store *st, ik_err *err)
 
 	if ((rc = migrate(q, err)))
 		return rc;
-	/* Records past their retention (DynamoDB's TTL does this there). */
-	rc = sqlite3_prepare_v2(q->db, "DELETE FROM records WHERE expires_at < ?1",
-	    -1, &s, NULL);
+	/* Records past their retention (DynamoDB's TTL does this there), never
+	 * one whose lease is live: forgotten, it could be claimed afresh and
+	 * debited while its holder debits it (idemp-claim also refuses a
+	 * retention not longer than the lease). */
+	rc = sqlite3_prepare_v2(q->db, "DELETE FROM records WHERE expires_at < ?1 / 1000"
+	    " AND NOT (state = 'IN_PROGRESS' AND lease_until >= ?1)", -1, &s, NULL);
 	if (rc != SQLITE_OK)
 		return sqerr(q, rc, "purge", err);
-	sqlite3_bind_int64(s, 1, ik_now_ms() / 1000);
+	sqlite3_bind_int64(s, 1, ik_now_ms());
 	rc = sqlite3_step(s);
 	sqlite3_finalize(s);
 	if (rc != SQLITE_DONE)

@@ -31,6 +31,36 @@ ik_mono_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t
+ik_boot_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+const char *
+ik_boot_id(void)
+{
+	static char id[IK_BOOT_ID_MAX];
+	static int read_once;
+	ssize_t n = -1;
+	int fd;
+
+	if (read_once)
+		return id;
+	read_once = 1;
+	if ((fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC)) >= 0) {
+		n = read(fd, id, sizeof id - 1);
+		close(fd);
+	}
+	/* exactly a UUID, or nothing: a short read proves no boot */
+	if (n < IK_BOOT_ID_MAX - 1 || strspn(id, "0123456789abcdef-") != IK_BOOT_ID_MAX - 1)
+		n = 0;
+	id[n > 0 ? IK_BOOT_ID_MAX - 1 : 0] = '\0';
+	return id;
+}
+
 int
 ik_sleep_ms(int64_t ms)
 {

@@ -11,6 +11,15 @@
 
 int64_t ik_now_ms(void);          /* wall clock, epoch milliseconds */
 int64_t ik_mono_ms(void);         /* monotonic, for timeouts */
+/* The boot clock (CLOCK_BOOTTIME) in ms: monotonic, counts a suspend too,
+ * and the same clock for every process of one boot, so one process can
+ * measure time since another read it (the claim's lease, envelope.h).
+ * Comparable only with a reading of the same boot: see ik_boot_id. */
+int64_t ik_boot_ms(void);
+/* This boot's id (/proc/sys/kernel/random/boot_id, 36 characters), read
+ * once per process; "" when it cannot be read. */
+#define IK_BOOT_ID_MAX 37
+const char *ik_boot_id(void);
 
 /* Sleeps ms milliseconds.  A stop signal (ik_stop_signal, cli.h) ends the
  * sleep early and returns -1, so a loop that waits can check it and finish

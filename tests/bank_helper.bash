@@ -99,30 +99,58 @@ self_signed() {
 		-keyout "$1/key.pem" -out "$1/cert.pem" 2>/dev/null
 }
 
+# boot_ms: this machine's boot clock (CLOCK_BOOTTIME, which /proc/uptime
+# reads) in ms, rounded down: a claim's sentBootMs (envelope.h).
+boot_ms() {
+	local up
+	read -r up _ < /proc/uptime
+	echo $(( ${up%.*} * 1000 + 10#${up#*.} * 10 ))
+}
+
+# lease_proof MS [BOOT_MS]: the fields by which an ACQUIRED claim proves
+# its lease (leaseMs, sentBootMs, bootId; envelope.h), as idemp-claim
+# writes them: a lease of MS granted when the boot clock read BOOT_MS
+# (default now), on this boot.
+lease_proof() {
+	printf '"leaseMs":%s,"sentBootMs":%s,"bootId":"%s"' "$1" "${2:-$(boot_ms)}" \
+		"$(cat /proc/sys/kernel/random/boot_id)"
+}
+
 # envelope ID [ACCOUNT] [AMOUNT] [CLAIM_OUTCOME]: one envelope line whose
-# claim is ACQUIRED (or the outcome given), as idemp-claim would write it.
+# claim is ACQUIRED (or the outcome given), as idemp-claim would write it:
+# a lease of LEASE_MS (default 120 s) granted now, or at LEASE_BOOT.
 envelope() {
 	local b
 	b=$(event "$1" "${2:-ACC-1}" "${3:-2500}" | sed 's/"/\\"/g')
-	printf '{"v":1,"messageId":"m-%s","body":"%s","claim":{"outcome":"%s","chargeId":"%s"}}\n' \
-		"$1" "$b" "${4:-ACQUIRED}" "$1"
+	printf '{"v":1,"messageId":"m-%s","body":"%s","claim":{"outcome":"%s","chargeId":"%s",%s}}\n' \
+		"$1" "$b" "${4:-ACQUIRED}" "$1" "$(lease_proof "${LEASE_MS:-120000}" "${LEASE_BOOT:-}")"
 }
 
 # envelope_of EVENT_JSON [ATTEMPT]: an ACQUIRED envelope around any event body.
 envelope_of() {
 	local b
 	b=$(printf '%s' "$1" | sed 's/"/\\"/g')
-	printf '{"v":1,"messageId":"m-x","body":"%s","claim":{"outcome":"ACQUIRED","attempt":%s}}\n' \
-		"$b" "${2:-1}"
+	printf '{"v":1,"messageId":"m-x","body":"%s","claim":{"outcome":"ACQUIRED","attempt":%s,%s}}\n' \
+		"$b" "${2:-1}" "$(lease_proof 120000)"
 }
 
-# leased ID MS [ACCOUNT]: an ACQUIRED envelope whose claim's lease ends MS
-# milliseconds from now, or from LEASE_FROM (epoch ms) when that is set, so
-# that a batch of envelopes share one lease end (claim.leaseUntil, epoch ms).
+# lease_from_now: LEASE_FROM (epoch ms) and LEASE_FROM_BOOT (boot clock
+# ms) of this moment, for leased.
+lease_from_now() {
+	LEASE_FROM_BOOT=$(boot_ms)
+	LEASE_FROM=$(date +%s%3N)
+}
+
+# leased ID MS [ACCOUNT]: an ACQUIRED envelope whose claim's lease of MS
+# milliseconds was granted now, or at LEASE_FROM / LEASE_FROM_BOOT when
+# set (lease_from_now), so that a batch of envelopes share one lease end
+# (claim.leaseMs and sentBootMs, which the steps check; claim.leaseUntil,
+# epoch ms, for the tests that compare it with the bank's times).
 leased() {
 	local until
 	until=$(( ${LEASE_FROM:-$(date +%s%3N)} + $2 ))
-	envelope "$1" "${3:-ACC-1}" | sed "s/\"claim\":{/\"claim\":{\"leaseUntil\":$until,/"
+	LEASE_MS=$2 LEASE_BOOT=${LEASE_FROM_BOOT:-} envelope "$1" "${3:-ACC-1}" |
+		sed "s/\"claim\":{/\"claim\":{\"leaseUntil\":$until,/"
 }
 
 # debited ENVELOPE_JSON: the envelope after a successful debit.

@@ -455,9 +455,10 @@ SH
 
 @test "a stale event (no record, first sent longer ago than records are kept) is counted in the summary: staleEvent and toDlq, the message in the DLQ" {
 	bank_start
-	event CHG-STALE1 | sqs-send >/dev/null
-	sleep 2.5
-	IDEMKIT_RETENTION=2s run --separate-stderr charge-worker --drain "${fast[@]}"
+	# first sent 2 h ago, records kept 1 h (a retention must outlive the
+	# 15 s lease: issue 24 item 15)
+	event CHG-STALE1 | sqs-send --attr "idemkit.firstSentAt=$(( $(date +%s%3N) - 7200000 ))" >/dev/null
+	IDEMKIT_RETENTION=1h run --separate-stderr charge-worker --drain "${fast[@]}"
 	[ "$status" -eq 0 ]
 	s=$(printf '%s\n' "$stderr" | grep '^{"summary"')
 	[ "$(jget "$s" received)" = 1 ]
@@ -467,4 +468,16 @@ SH
 	[ "$(jget "$(sqs-stat --queue "$IDEMKIT_DLQ")" visible)" = 1 ]
 	[ "$(jget "$(idemp-show --json CHG-STALE1)" state)" = FAILED ]
 	[ "$(bank_get /stats | python3 -c 'import json,sys; print(json.load(sys.stdin).get("attempts", 0))')" = 0 ]
+}
+
+@test "a retention not longer than the lease: 78 before anything is received, idemp-claim's reason on stderr (issue 24 item 15)" {
+	bank_start
+	event CHG-RET | sqs-send >/dev/null
+	IDEMKIT_RETENTION=10s run --separate-stderr charge-worker --drain "${fast[@]}"
+	[ "$status" -eq 78 ]
+	[[ "$stderr" == *"IDEMKIT_RETENTION (10s) is not longer than the lease (15s)"* ]]
+	[[ "$stderr" == *"idemp-claim: configuration refused (above); nothing was received"* ]]
+	[ "$(qcount)" = "1 0 0" ]
+	run idemp-show CHG-RET
+	[ "$status" -eq 1 ]
 }

@@ -271,3 +271,39 @@ PY
 	[ "$status" -eq 0 ]
 	[ "$(jget "$output" lastError)" = "HTTP 503: déj� ��" ]
 }
+
+@test "a finish whose response was lost is retried and finds its own finish: OK, not LEASE_LOST; another token or state is still 13 (issue 24 item 11)" {
+	id=$(uid lostfin)
+	env=$(ev "$id" | idemp-claim 2>/dev/null)
+	token=$(jget "$env" claim.token)
+	[ "$(jget "$env" claim.outcome)" = ACQUIRED ]
+	recproxy_start ddb "$DDB_URL" '[{"op":"UpdateItem","times":1,"do":"lose-response"}]'
+	export AWS_ENDPOINT_URL_DYNAMODB=$RECPROXY_URL
+	run --separate-stderr idemp-done --state DONE <<<"$env"
+	echo "$stderr"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" done.outcome)" = OK ]
+	[ "$(jget "$output" done.state)" = DONE ]
+	ops ddb
+	# the first UpdateItem took effect and its answer was lost; the retry
+	# was refused by the condition and decided by our own token on the
+	# DONE record (from ALL_OLD on DynamoDB Local, a GetItem on dynalite)
+	[ "$(ops ddb UpdateItem)" -eq 2 ]
+	[ "$(ops ddb GetItem)" -eq "$(refusal_reads)" ]
+	[ "$(grep -c '"fault": "lose-response"' "$BATS_TEST_TMPDIR/ddb.log")" -eq 1 ]
+	[ "$(grep UpdateItem "$BATS_TEST_TMPDIR/ddb.log" | grep -c '"ReturnValuesOnConditionCheckFailure": "ALL_OLD"')" -eq 2 ]
+	export AWS_ENDPOINT_URL_DYNAMODB=$DDB_URL
+	run idemp-show --json "$id"
+	[ "$(jget "$output" state)" = DONE ]
+	[ "$(jget "$output" owner)" = "$token" ]
+	# still fenced: a finish to another state, or under another token, is 13
+	run --separate-stderr idemp-done --state FAILED <<<"$env"
+	[ "$status" -eq 13 ]
+	[ "$(jget "$output" done.outcome)" = LEASE_LOST ]
+	other=$(sed "s/$token/0123456789abcdef0123456789abcdef/" <<<"$env")
+	run --separate-stderr idemp-done --state DONE <<<"$other"
+	[ "$status" -eq 13 ]
+	run idemp-show --json "$id"
+	[ "$(jget "$output" state)" = DONE ]
+	[ "$(jget "$output" owner)" = "$token" ]
+}

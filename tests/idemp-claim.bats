@@ -180,3 +180,55 @@ print(json.dumps(e))' "$1" "$(ev "$1")" "$2" "${3:-attr}"
 	[ "$got" = "ACQUIRED STALE_EVENT ACQUIRED " ]
 	[ "$(jget "$(idemp-show --json CHG-G2)" state)" = FAILED ]
 }
+
+@test "the lease is 1s to 24h: a bad --lease is 64 naming it, a bad IDEMKIT_LEASE 78 naming the variable, nothing claimed (issue 24 item 11)" {
+	for l in 9999999999d 99999999999d 25h 999ms soon; do
+		run --separate-stderr idemp-claim --lease "$l" < <(ev CHG-L1)
+		[ "$status" -eq 64 ]
+		[ "$stderr" = "idemp-claim: --lease: \"$l\" is not a duration from 1000ms to 86400s (e.g. 500ms, 30s, 5m)" ]
+		[ -z "$output" ]
+		IDEMKIT_LEASE=$l run --separate-stderr idemp-claim < <(ev CHG-L1)
+		[ "$status" -eq 78 ]
+		[ "$stderr" = "idemp-claim: IDEMKIT_LEASE: \"$l\" is not a duration from 1000ms to 86400s (e.g. 500ms, 30s, 5m)" ]
+		[ -z "$output" ]
+	done
+	run idemp-show CHG-L1
+	[ "$status" -eq 1 ]
+	# --lease wins over the variable; the longest lease is granted as asked
+	IDEMKIT_LEASE=soon run --separate-stderr idemp-claim --lease 24h < <(ev CHG-L1)
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" claim.leaseMs)" = 86400000 ]
+	IDEMKIT_LEASE=90s run --separate-stderr idemp-claim < <(ev CHG-L2)
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" claim.leaseMs)" = 90000 ]
+	[ "$(jget "$output" claim.bootId)" = "$(cat /proc/sys/kernel/random/boot_id)" ]
+	[[ "$(jget "$output" claim.sentBootMs)" =~ ^[0-9]+$ ]]
+}
+
+@test "a retention not longer than the lease is 78 before anything is claimed, and so is one that is not a duration; --check says so with nothing opened (issue 24 item 15)" {
+	IDEMKIT_RETENTION=2s run --separate-stderr idemp-claim --lease 10s < <(ev CHG-R1)
+	[ "$status" -eq 78 ]
+	[ "$stderr" = "idemp-claim: IDEMKIT_RETENTION (2s) is not longer than the lease (10s): a record would expire while its claim is live and a second worker claim it afresh" ]
+	[ -z "$output" ]
+	IDEMKIT_RETENTION=10s run --separate-stderr idemp-claim --lease 10s < <(ev CHG-R1)
+	[ "$status" -eq 78 ]
+	IDEMKIT_RETENTION=forever run --separate-stderr idemp-claim < <(ev CHG-R1)
+	[ "$status" -eq 78 ]
+	[ "$stderr" = 'idemp-claim: IDEMKIT_RETENTION: "forever" is not a duration up to 3650d' ]
+	[ ! -e "$IDEMKIT_STATE_DIR/idempotency.db" ]
+	# the default lease (120s) against a retention: --check opens nothing
+	IDEMKIT_RETENTION=1m run --separate-stderr idemp-claim --check
+	[ "$status" -eq 78 ]
+	[[ "$stderr" == *"IDEMKIT_RETENTION (60s) is not longer than the lease (120s)"* ]]
+	IDEMKIT_RETENTION=1h IDEMKIT_LEASE=2h run --separate-stderr idemp-claim --check
+	[ "$status" -eq 78 ]
+	IDEMKIT_LEASE=2h run --separate-stderr idemp-claim --check --inflight 0
+	[ "$status" -eq 64 ]
+	run --separate-stderr idemp-claim --check
+	[ "$status" -eq 0 ]
+	[ -z "$output" ]
+	[ ! -e "$IDEMKIT_STATE_DIR/idempotency.db" ]
+	IDEMKIT_RETENTION=11s run --separate-stderr idemp-claim --lease 10s < <(ev CHG-R1)
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" claim.outcome)" = ACQUIRED ]
+}

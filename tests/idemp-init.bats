@@ -50,3 +50,21 @@ load helper
 	[ "$status" -eq 78 ]
 	[[ $stderr == *"no AWS credentials"* ]]
 }
+
+@test "a retention not longer than the lease (IDEMKIT_RETENTION, IDEMKIT_LEASE) is 78, the store untouched (issue 24 item 15)" {
+	db=$BATS_TEST_TMPDIR/r/idem.db
+	mkdir -p "${db%/*}"
+	IDEMKIT_RETENTION=1m run --separate-stderr idemp-init --store "sqlite:$db"
+	[ "$status" -eq 78 ]
+	[ "$stderr" = "idemp-init: IDEMKIT_RETENTION (60s) is not longer than the lease (120s): a record would expire while its claim is live and a second worker claim it afresh" ]
+	[ ! -e "$db" ]
+	IDEMKIT_RETENTION=1h IDEMKIT_LEASE=2h run --separate-stderr idemp-init --store "sqlite:$db"
+	[ "$status" -eq 78 ]
+	IDEMKIT_LEASE=48h run --separate-stderr idemp-init --store "sqlite:$db"
+	[ "$status" -eq 78 ]
+	[[ "$stderr" == *'IDEMKIT_LEASE: "48h" is not a duration'* ]]
+	[ ! -e "$db" ]
+	IDEMKIT_RETENTION=3h IDEMKIT_LEASE=2h run --separate-stderr idemp-init --store "sqlite:$db"
+	[ "$status" -eq 0 ]
+	[ -f "$db" ]
+}

@@ -210,8 +210,8 @@ done_is() {
 @test "redis: records past their retention drop out of the counts the moment Redis forgets them" {
 	[ "$backend" = redis ] || skip "the Redis store's live sets"
 	# expiresAt is whole seconds: a 4s retention ends 3 to 4s from now
-	IDEMKIT_RETENTION=4s record "$(uid f1)" FAILED
-	IDEMKIT_RETENTION=4s record "$(uid n1)" DEBITED_NOTIFICATION_FAILED
+	IDEMKIT_RETENTION=4s record "$(uid f1)" FAILED 1s
+	IDEMKIT_RETENTION=4s record "$(uid n1)" DEBITED_NOTIFICATION_FAILED 1s
 	IDEMKIT_RETENTION=4s record "$(uid s1)" IN_PROGRESS 1s
 	record "$(uid f2)" FAILED
 	record "$(uid n2)" DEBITED_NOTIFICATION_FAILED

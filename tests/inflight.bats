@@ -96,7 +96,7 @@ control() { bank_post /control "$1" >/dev/null; }
 	# One lease end for all, 4 s away; 1 s timeout + 500 ms margin: only
 	# what is sent within 2.5 s may go.  One at a time, at least 300 ms
 	# each: at most 9 fit, so L10 is always late however slow the machine.
-	LEASE_FROM=$(date +%s%3N)
+	lease_from_now
 	for i in $(seq 1 10); do leased "L$i" 4000; done > "$BATS_TEST_TMPDIR/in"
 	run --separate-stderr charge-debit --stream --inflight 1 --timeout 1s --lease-margin 500ms \
 		< "$BATS_TEST_TMPDIR/in"
@@ -205,7 +205,7 @@ control() { bank_post /control "$1" >/dev/null; }
 @test "charge-notify: the lease is checked when a notification is sent, not when it was read" {
 	bank_start --latency 300ms
 	# as above: one lease end 4 s away, at most 9 sends fit before NS10
-	LEASE_FROM=$(date +%s%3N)
+	lease_from_now
 	for i in $(seq 1 10); do debited "$(leased "NS$i" 4000)"; echo; done > "$BATS_TEST_TMPDIR/in"
 	run --separate-stderr charge-notify --stream --inflight 1 --timeout 1s --retries 0 \
 		--lease-margin 500ms < "$BATS_TEST_TMPDIR/in"

@@ -160,7 +160,7 @@ setup() {
 @test "recovery lists come from the state indexes, never a SCAN; expired records leave the index" {
 	a=$(uid ia) b=$(uid ib)
 	ev "$a" | idemp-claim 2>/dev/null | idemp-done --state DEBITED_NOTIFICATION_FAILED >/dev/null
-	IDEMKIT_RETENTION=1s ev "$b" | IDEMKIT_RETENTION=1s idemp-claim 2>/dev/null | idemp-done --state DEBITED_NOTIFICATION_FAILED >/dev/null
+	ev "$b" | IDEMKIT_RETENTION=2s idemp-claim --lease 1s 2>/dev/null | idemp-done --state DEBITED_NOTIFICATION_FAILED >/dev/null
 	rcli CONFIG RESETSTAT >/dev/null
 	run --separate-stderr idemp-list --state DEBITED_NOTIFICATION_FAILED
 	[ "$status" -eq 0 ]
@@ -168,7 +168,7 @@ setup() {
 	run rcli INFO commandstats
 	[[ "$output" != *cmdstat_scan* ]]
 	[[ "$output" != *cmdstat_keys* ]]
-	# b expires (retention 1s); the next listing drops it from the index
+	# b expires (retention 2s); the next listing drops it from the index
 	for _ in $(seq 60); do [ "$(rcli EXISTS "idemkit:rec:$b")" = 0 ] && break; sleep 0.1; done
 	[ "$(rcli EXISTS "idemkit:rec:$b")" = 0 ]
 	run --separate-stderr idemp-list --state DEBITED_NOTIFICATION_FAILED
@@ -244,4 +244,24 @@ while True:
 	# the live set scores are the records' expiry (ms)
 	exp=$(rcli HGET "idemkit:rec:$(uid f1)" expiresAt)
 	[ "$(rcli ZSCORE idemkit:live:FAILED "$(uid f1)")" = "${exp}000" ]
+}
+
+@test "a retention shorter than the lease is refused (78) before anything is written; a worker clock behind the server's never expires a key before its lease ends (issue 24 item 15)" {
+	id=$(uid ret)
+	IDEMKIT_RETENTION=2s run --separate-stderr idemp-claim --lease 10s < <(ev "$id")
+	[ "$status" -eq 78 ]
+	[[ "$stderr" == *"IDEMKIT_RETENTION (2s) is not longer than the lease (10s)"* ]]
+	[ "$(rcli EXISTS "idemkit:rec:$id")" = 0 ]
+	slow_or_skip idemp-claim
+	# expiresAt comes from the worker's clock, 30 s behind the server's
+	# here: 35 s of retention would end 5 s from now on the server, within
+	# the 10 s lease.  The key lives until the lease's end at least.
+	IDEMKIT_RETENTION=35s run --separate-stderr slow idemp-claim --lease 10s < <(ev "$id")
+	[ "$status" -eq 0 ]
+	ttl=$(rcli PTTL "idemkit:rec:$id")
+	echo "pttl $ttl"
+	[ "$ttl" -gt 9000 ]
+	[ "$ttl" -le 10000 ]
+	run --separate-stderr idemp-claim < <(ev "$id")
+	[ "$status" -eq 11 ]
 }

@@ -5,10 +5,12 @@
 
 bats_require_minimum_version 1.5.0
 load helper
+load bank_helper
 
 setup_file() { store_backend_setup_file; }
 teardown_file() { store_backend_teardown_file; }
 setup() { store_backend_setup; }
+teardown() { bank_stop; }
 
 @test "first claim acquires with attempt 1; a second is DUP_IN_PROGRESS with the holder's lease" {
 	id=$(uid a)
@@ -289,4 +291,39 @@ assert len(h) == 20, len(h)
 assert [e["op"] for e in h] == ["claim", "release"] * 10, h
 assert h[0]["attempt"] == 3 and h[-2]["attempt"] == 12, h
 PY
+}
+
+@test "one decision, one clock: a worker whose wall clock is 30 s slow never debits after its 5 s lease was taken over (issue 24 item 4)" {
+	slow_or_skip charge-debit
+	bank_start
+	id=$(uid clock)
+	# Where the store's clock runs the lease (postgres, redis) the whole
+	# worker is slow; where the workers' clocks run it (sqlite, dynamodb:
+	# idemkit(7) asks for NTP there) its clock steps back after the claim.
+	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
+	postgres|redis) claim_clock=slow ;;
+	*) claim_clock= ;;
+	esac
+	a=$(ev "$id" | $claim_clock idemp-claim --lease 5s 2>/dev/null)
+	[ "$(jget "$a" claim.outcome)" = ACQUIRED ]
+	[ "$(jget "$a" claim.leaseMs)" = 5000 ]
+	# Another worker takes the charge over once the lease ended on the
+	# clock that runs it, and debits it.
+	for _ in $(seq 150); do
+		b=$(ev "$id" | idemp-claim --lease 60s 2>/dev/null) && break
+		sleep 0.1
+	done
+	[ "$(jget "$b" claim.outcome)" = ACQUIRED ]
+	[ "$(jget "$b" claim.attempt)" = 2 ]
+	run --separate-stderr charge-debit --timeout 1s --lease-margin 1s <<<"$b"
+	[ "$status" -eq 0 ]
+	# The first, late: its lease is over on every clock but its own wall
+	# clock, where leaseUntil is still about 25 s away.  Nothing is sent.
+	run --separate-stderr slow charge-debit --timeout 1s --lease-margin 1s <<<"$a"
+	echo "$output"
+	[ "$status" -eq 15 ]
+	[ "$(jget "$output" debit.outcome)" = LEASE_SHORT ]
+	[[ "$(jget "$output" debit.error)" =~ ^"the claim's lease ended "[0-9]+"ms ago" ]]
+	[ "$(bank_stat attempts)" -eq 1 ]
+	[ "$(ledger_debits)" -eq 1 ]
 }
