@@ -29,6 +29,7 @@
 #include "event.h"
 #include "log.h"
 #include "outcome.h"
+#include "settle.h"
 #include "step.h"
 #include "store.h"
 #include "util.h"
@@ -300,7 +301,7 @@ main(int argc, char **argv)
 	struct ctx c = { .lease_ms = 120000 };
 	struct ik_step st = { .name = "claim", .fn = claim, .ctx = &c,
 	    .begin = ik_store_group_begin, .commit = ik_store_group_commit,
-	    .group_ctx = &c.db };
+	    .group_ctx = &c.db, .settle = ik_settle, .settle_ctx = &c.db };
 	const char *lease = getenv("IDEMKIT_LEASE");
 	const char *inflight = NULL;
 	int ch, rc;
