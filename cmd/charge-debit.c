@@ -30,7 +30,9 @@
 #include "event.h"
 #include "log.h"
 #include "outcome.h"
+#include "settle.h"
 #include "step.h"
+#include "store.h"
 #include "util.h"
 
 static const char usage[] =
@@ -83,6 +85,7 @@ struct ctx {
 	struct ik_bankapi api;
 	struct ik_bankapi_cli cli;
 	struct job *finished, *last;   /* answered, not yet reaped (FIFO) */
+	struct ik_store_lazy db;       /* opened only to settle (step.h) */
 };
 
 static int
@@ -320,7 +323,8 @@ main(int argc, char **argv)
 	};
 	struct ctx c = { 0 };
 	struct ik_step st = { .name = "debit", .fn = debit, .ctx = &c,
-	                      .start = debit_start, .wait = debit_wait, .reap = debit_reap };
+	                      .start = debit_start, .wait = debit_wait, .reap = debit_reap,
+	                      .settle = ik_settle, .settle_ctx = &c.db };
 	int ch, k, rc = IK_USAGE;
 	ik_err err;
 
@@ -353,5 +357,6 @@ main(int argc, char **argv)
 	rc = ik_step_run(&st);
 out:
 	ik_bankapi_close(&c.api);
+	ik_store_lazy_close(&c.db);
 	return rc;
 }

@@ -24,7 +24,9 @@
 #include "event.h"
 #include "log.h"
 #include "outcome.h"
+#include "settle.h"
 #include "step.h"
+#include "store.h"
 #include "util.h"
 
 static const char usage[] =
@@ -84,6 +86,7 @@ struct ctx {
 	int64_t backoff_ms;
 	struct job *waiting;       /* answered TEMPFAIL, the next attempt due later */
 	struct job *finished, *last;   /* done, not yet reaped (FIFO) */
+	struct ik_store_lazy db;       /* opened only to settle (step.h) */
 };
 
 /* The most the attempts from attempt (1-based) on can take: each one's
@@ -394,7 +397,8 @@ main(int argc, char **argv)
 	};
 	struct ctx c = { .retries = 3, .backoff_ms = 200 };
 	struct ik_step st = { .name = "notify", .fn = notify, .ctx = &c,
-	                      .start = notify_start, .wait = notify_wait, .reap = notify_reap };
+	                      .start = notify_start, .wait = notify_wait, .reap = notify_reap,
+	                      .settle = ik_settle, .settle_ctx = &c.db };
 	long long n;
 	int ch, k, rc = IK_USAGE;
 	ik_err err;
@@ -436,5 +440,6 @@ main(int argc, char **argv)
 	rc = ik_step_run(&st);
 out:
 	ik_bankapi_close(&c.api);
+	ik_store_lazy_close(&c.db);
 	return rc;
 }

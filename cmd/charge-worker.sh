@@ -428,6 +428,16 @@ unacked() {
 	!(receipt() in seen)' "$2" "$1"
 }
 
+# nostop CMD ARGS...: CMD with the stop signals ignored, which the steps
+# keep (a signal ignored on entry stays ignored, as the shell does for
+# background jobs).  A signal to the whole process group -- systemd's
+# KillMode=control-group, supervisord's stopasgroup, kill -TERM -PGID --
+# then stops the receiver alone, as a stop of the driver does, and every
+# step after it finishes what was received and ends at end of input:
+# stopped with the receiver, a step would leave the answers in flight
+# behind it nowhere to go.
+nostop() { trap '' TERM INT HUP; exec "$@"; }
+
 # loop_stream ID: one pipeline of long-lived processes.
 loop_stream() {
 	id=$1
@@ -446,16 +456,21 @@ loop_stream() {
 	# the pipeline finishes what is in flight and ends at end of input.
 	trap 'stop=15; kill -TERM "$(cat "$tmp/$id.recv" 2>/dev/null)" 2>/dev/null' TERM
 	trap 'stop=2; kill -TERM "$(cat "$tmp/$id.recv" 2>/dev/null)" 2>/dev/null' INT
+	trap 'stop=1; kill -TERM "$(cat "$tmp/$id.recv" 2>/dev/null)" 2>/dev/null' HUP
 	# What charge-debit writes is also kept (tee -p goes on into the file
 	# when the pipe after it breaks).  When sqs-ack ends, the receiver is
 	# stopped, so a pipeline whose later step died winds down instead of
-	# receiving and debiting for nobody.
+	# receiving and debiting for nobody.  The subshell outlives a signal
+	# to the group (a trap, not ignored: the receiver must still take its
+	# stop), so the wait below ends when the last step has.
 	(
+		trap : TERM HUP
 		sh -c 'echo $$ > "$1"; shift; exec "$@"' sh "$tmp/$id.recv" $RECV $recv_args \
-			| $CLAIM --stream $claim_args | $DEBIT --stream $debit_args \
-			| tee -p "$tmp/$id.debited" \
-			| $NOTIFY --stream $notify_args | $DONE --stream \
-			| { $ACK --stream > "$tmp/$id.out"; kill -TERM "$(cat "$tmp/$id.recv")" 2>/dev/null; }
+			| nostop $CLAIM --stream $claim_args | nostop $DEBIT --stream $debit_args \
+			| nostop tee -p "$tmp/$id.debited" \
+			| nostop $NOTIFY --stream $notify_args | nostop $DONE --stream \
+			| { trap '' TERM INT HUP; $ACK --stream > "$tmp/$id.out"
+			    kill -TERM "$(cat "$tmp/$id.recv")" 2>/dev/null; }
 	) &
 	pipe=$!
 	while ! wait "$pipe"; do kill -0 "$pipe" 2>/dev/null || break; done
@@ -465,7 +480,7 @@ loop_stream() {
 	unacked "$tmp/$id.debited" "$tmp/$id.out" > "$tmp/$id.left"
 	if [ -s "$tmp/$id.left" ]; then
 		echo "$clr$PROG: $(wc -l < "$tmp/$id.left") envelope(s) past charge-debit did not reach sqs-ack (a step ended early); recording them now" >&2
-		$DONE --stream < "$tmp/$id.left" | $ACK --stream >> "$tmp/$id.out"
+		nostop $DONE --stream < "$tmp/$id.left" | nostop $ACK --stream >> "$tmp/$id.out"
 	fi
 }
 
@@ -481,6 +496,7 @@ done
 # Forward a stop to the loops: each finishes its message in flight.
 trap 'stop=15; kill -TERM $pids 2>/dev/null' TERM
 trap 'stop=2; kill -TERM $pids 2>/dev/null' INT
+trap 'stop=1; kill -TERM $pids 2>/dev/null' HUP
 for p in $pids; do
 	while ! wait "$p"; do kill -0 "$p" 2>/dev/null || break; done
 done

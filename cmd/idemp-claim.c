@@ -29,6 +29,7 @@
 #include "event.h"
 #include "log.h"
 #include "outcome.h"
+#include "settle.h"
 #include "step.h"
 #include "store.h"
 #include "util.h"
@@ -311,7 +312,7 @@ main(int argc, char **argv)
 	struct ctx c = { 0 };
 	struct ik_step st = { .name = "claim", .fn = claim, .ctx = &c,
 	    .begin = ik_store_group_begin, .commit = ik_store_group_commit,
-	    .group_ctx = &c.db };
+	    .group_ctx = &c.db, .settle = ik_settle, .settle_ctx = &c.db };
 	const char *lease = NULL, *inflight = NULL;
 	ik_err err = { 0 };
 	int ch, rc, check = 0;

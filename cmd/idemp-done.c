@@ -19,6 +19,7 @@
 #include "envelope.h"
 #include "log.h"
 #include "outcome.h"
+#include "settle.h"
 #include "step.h"
 #include "store.h"
 #include "util.h"
@@ -93,23 +94,6 @@ field(const cJSON *env, const char *step, const char *name)
 	    ik_env_result(env, step), name));
 }
 
-/* The state the envelope's results call for, or IK_ST_NONE when there is
- * nothing to record yet.  Once the debit said OK the money moved: whatever
- * the notification did -- failed, could not be configured, crashed, ran out
- * of lease, never ran -- the record ends DEBITED_NOTIFICATION_FAILED (the
- * re-notify job sends it later), never IN_PROGRESS for a second debit. */
-static enum ik_state
-derive(const cJSON *env)
-{
-	int debit = ik_env_step_code(env, "debit");
-
-	if (debit == IK_DECLINED)
-		return IK_ST_FAILED;
-	if (debit != IK_OK)
-		return IK_ST_NONE;
-	return ik_env_step_code(env, "notify") == IK_OK ? IK_ST_DONE : IK_ST_DNF;
-}
-
 /* charge-debit left the envelope (LEASE_SHORT: nothing was sent): end our
  * lease now, fenced by the token, so a retry can claim the charge at once
  * instead of after the lease.  The record stays IN_PROGRESS. */
@@ -139,17 +123,6 @@ release(cJSON *env, struct ctx *c, const char *key, const char *token)
 	    "chargeId", key, "messageId", ik_env_str(env, "messageId"),
 	    "outcome", ik_code_name(rc), NULL);
 	return rc;
-}
-
-/* Why the record is what it is, for lastError. */
-static const char *
-last_error(const cJSON *env)
-{
-	if (field(env, "debit", "error"))
-		return field(env, "debit", "error");
-	if (ik_env_step_code(env, "debit") == IK_OK && ik_env_step_code(env, "notify") < 0)
-		return "no notification result: charge-notify did not run or wrote nothing";
-	return field(env, "notify", "error");
 }
 
 /* One finish from its envelope to its result: on the stack for a finish
@@ -200,13 +173,13 @@ prepare(struct job *j, int *out)
 		*out = release(env, c, key, token);
 		return 0;
 	}
-	state = c->state != IK_ST_NONE ? c->state : derive(env);
+	state = c->state != IK_ST_NONE ? c->state : ik_settle_state(env);
 	if (state == IK_ST_NONE)
 		return 0;
 	j->req = (struct ik_finish_req){
 		.key = key, .token = token, .state = state,
 		.debit_ref = field(env, "debit", "ref"),
-		.last_error = last_error(env),
+		.last_error = ik_settle_last_error(env),
 		.now_ms = ik_now_ms(),
 	};
 	return 1;

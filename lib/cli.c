@@ -20,6 +20,21 @@ on_signal(int sig)
 	ik_stop_signal = sig;
 }
 
+/* A stop signal ignored on entry stays ignored: the shell's rule for
+ * background jobs and nohup's for SIGHUP.  charge-worker starts the steps
+ * after the receiver so, and a signal to the whole process group then
+ * stops the receiver alone while the rest finish what it received
+ * (charge-worker(1) "SIGNALS"). */
+static void
+stop_on(int sig, const struct sigaction *sa)
+{
+	struct sigaction old;
+
+	if (sigaction(sig, NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+		return;
+	sigaction(sig, sa, NULL);
+}
+
 void
 ik_cli_init(const char *argv0)
 {
@@ -31,9 +46,9 @@ ik_cli_init(const char *argv0)
 	sa.sa_handler = on_signal;
 	sigemptyset(&sa.sa_mask);
 	sa.sa_flags = 0;   /* no SA_RESTART: a blocking read returns EINTR */
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
+	stop_on(SIGTERM, &sa);
+	stop_on(SIGINT, &sa);
+	stop_on(SIGHUP, &sa);
 }
 
 void

@@ -42,14 +42,113 @@ one(const struct ik_step *st, const char *line, size_t len, cJSON **env)
 	return rc == IK_OK && *env ? st->fn(*env, st->ctx) : rc;
 }
 
-static int
-emit(cJSON *env)
+/* Output.  An envelope written is kept until a flush of stdout succeeded:
+ * when stdout fails (the next step is gone, a full disk), whatever a failed
+ * write or flush may have lost -- every envelope written since the last
+ * good flush -- and every later one is settled another way (step.h), never
+ * dropped. */
+struct out {
+	const struct ik_step *st;
+	struct ik_buf held;       /* cJSON *, written and not yet flushed */
+	int broken;
+	size_t lost;              /* settled with an error: not recorded */
+};
+
+static cJSON **
+held(struct out *o, size_t *n)
 {
-	int rc = ik_env_write(stdout, env);
+	*n = o->held.len / sizeof(cJSON *);
+	return (cJSON **)(void *)o->held.p;
+}
+
+static void
+settle(struct out *o, cJSON *env)
+{
+	int rc = o->st->settle ? o->st->settle(env, o->st->settle_ctx) : IK_OK;
+
+	/* LEASE_LOST: another claim holds it now, whose record will say */
+	if (rc != IK_OK && rc != IK_EMPTY && rc != IK_LEASE_LOST)
+		o->lost++;
 	cJSON_Delete(env);
-	if (rc < 0 || fflush(stdout) == EOF)
-		return -1;   /* ik_finish reports it, once */
+}
+
+/* stdout failed: say so once, settle what it may have lost. */
+static void
+broke(struct out *o)
+{
+	cJSON **e;
+	size_t n;
+
+	if (!o->broken)
+		ik_warnx("stdout: %s; the envelopes not passed on are recorded in the "
+		    "store", strerror(errno ? errno : EIO));
+	o->broken = 1;
+	e = held(o, &n);
+	for (size_t i = 0; i < n; i++)
+		settle(o, e[i]);
+	ik_buf_reset(&o->held);
+}
+
+/* Flushes stdout: 0, or -1 when it failed (what it held is settled). */
+static int
+out_flush(struct out *o)
+{
+	cJSON **e;
+	size_t n;
+
+	if (o->broken)
+		return -1;
+	if (fflush(stdout) == EOF) {
+		broke(o);
+		return -1;
+	}
+	e = held(o, &n);
+	for (size_t i = 0; i < n; i++)
+		cJSON_Delete(e[i]);
+	ik_buf_reset(&o->held);
 	return 0;
+}
+
+/* Writes env (taking it), unflushed: 0, or -1 once stdout failed (env is
+ * then settled). */
+static int
+out_put(struct out *o, cJSON *env)
+{
+	if (o->broken) {
+		settle(o, env);
+		return -1;
+	}
+	if (ik_buf_add(&o->held, &env, sizeof env) < 0) {
+		/* No room to keep it: flush what is kept, then this one alone. */
+		if (out_flush(o) < 0 || ik_env_write(stdout, env) < 0 || fflush(stdout) == EOF) {
+			broke(o);
+			settle(o, env);
+			return -1;
+		}
+		cJSON_Delete(env);
+		return 0;
+	}
+	if (ik_env_write(stdout, env) < 0) {
+		broke(o);
+		return -1;
+	}
+	return 0;
+}
+
+/* Flushes (settling what is still kept when that fails); the loop's exit
+ * code from rc: a failed stdout is 70, unless a stop signal came and every
+ * envelope it kept from the next step was recorded in the store: that is
+ * the stop of a whole process group, which ends the next step too. */
+static int
+out_end(struct out *o, int rc)
+{
+	out_flush(o);
+	ik_buf_free(&o->held);
+	if (rc == IK_OK && ik_stop_signal && (!o->broken || !o->lost))
+		rc = 128 + ik_stop_signal;
+	if (o->broken)
+		return rc == IK_OK ? IK_SOFTWARE : rc;   /* said once, by broke */
+	return ik_finish(rc);
 }
 
 /* The next line on stdin that is not blank: 1, 0 at EOF, -1 (errno). */
@@ -75,6 +174,7 @@ oneshot(const struct ik_step *st)
 	cJSON *env = NULL;
 	char *line;
 	size_t len;
+	struct out o = { .st = st };
 	int r, rc;
 
 	ik_lines_init(&in, STDIN_FILENO);
@@ -96,11 +196,16 @@ oneshot(const struct ik_step *st)
 		rc = IK_USAGE;
 	} else {
 		rc = one(st, first.p, first.len, &env);
-		if (env && emit(env) < 0 && rc == IK_OK)
-			rc = IK_SOFTWARE;
+		if (env && out_put(&o, env) == 0)
+			out_flush(&o);
+		ik_buf_free(&o.held);
 	}
 	ik_lines_free(&in);
 	ik_buf_free(&first);
+	/* The exit code is the outcome, unless it could not be passed on
+	 * (then recorded in the store: settle). */
+	if (o.broken)
+		return rc == IK_OK ? IK_SOFTWARE : rc;
 	return ik_finish(rc);
 }
 
@@ -126,32 +231,6 @@ gather(const struct ik_step *st, struct ik_lines *r, size_t max)
 		if (ik_lines_fill(r) < 0 && errno != EINTR)
 			return -1;
 	return 0;
-}
-
-/* Writes the envelopes (freeing them), flushed when flush is set; -1 when
- * stdout failed. */
-static int
-put(cJSON **envs, size_t n, int flush)
-{
-	int rc = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		if (!rc && ik_env_write(stdout, envs[i]) < 0)
-			rc = -1;
-		cJSON_Delete(envs[i]);
-		envs[i] = NULL;
-	}
-	if (rc < 0 || (flush && fflush(stdout) == EOF)) {
-		ik_warnx("stdout: %s", strerror(errno));
-		return -1;
-	}
-	return 0;
-}
-
-static int
-emit_all(cJSON **envs, size_t n)
-{
-	return put(envs, n, 1);
 }
 
 static int64_t
@@ -188,10 +267,14 @@ run_group(const struct ik_step *st, char **lines, size_t *lens, size_t n,
 	return 0;
 }
 
+/* One line or group at a time.  At a stop signal or a failed stdout no
+ * more is read, and the lines already read are finished first (idemp-done
+ * records them; their envelopes are written, or settled). */
 static int
 stream(const struct ik_step *st)
 {
 	struct ik_lines r;
+	struct out o = { .st = st };
 	char *lines[IK_STEP_GROUP_MAX];
 	size_t lens[IK_STEP_GROUP_MAX];
 	cJSON *envs[IK_STEP_GROUP_MAX] = { 0 };
@@ -200,12 +283,12 @@ stream(const struct ik_step *st)
 	    st->group_max : IK_STEP_GROUP_MAX;
 
 	ik_lines_init(&r, STDIN_FILENO);
-	while (!ik_stop_signal) {
+	for (;;) {
 		size_t n = 0;
 		char *line;
 		size_t len;
 
-		if (gather(st, &r, gmax) < 0) {
+		if (!ik_stop_signal && !o.broken && gather(st, &r, gmax) < 0) {
 			ik_warnx("stdin: %s", strerror(errno));
 			rc = IK_SOFTWARE;
 			break;
@@ -214,8 +297,7 @@ stream(const struct ik_step *st)
 			/* One at a time (step.h): quick lines share a write,
 			 * held at most IK_STEP_HOLD_US plus one line. */
 			int64_t held = 0, t0, t1;
-			int flush;
-			while (!ik_stop_signal && (line = ik_lines_take(&r, &len))) {
+			while ((line = ik_lines_take(&r, &len))) {
 				if (!len)
 					continue;
 				t0 = mono_us();
@@ -226,13 +308,12 @@ stream(const struct ik_step *st)
 				t1 = mono_us();
 				if (!held)
 					held = t0;
-				flush = !r.lines || t1 - held >= IK_STEP_HOLD_US;
-				if (put(envs, 1, flush) < 0) {
-					rc = IK_SOFTWARE;
-					break;
-				}
-				if (flush)
+				out_put(&o, envs[0]);
+				envs[0] = NULL;
+				if (!r.lines || t1 - held >= IK_STEP_HOLD_US) {
+					out_flush(&o);
 					held = 0;
+				}
 				if (st->halt && (rc = st->halt(st->group_ctx)) != IK_OK)
 					break;
 			}
@@ -242,21 +323,26 @@ stream(const struct ik_step *st)
 					lines[n] = line;
 					lens[n++] = len;
 				}
-			if (n && (run_group(st, lines, lens, n, envs,
-			    n > 1 && st->begin(st->group_ctx) == 0) < 0 || emit_all(envs, n) < 0))
+			if (n && run_group(st, lines, lens, n, envs,
+			    n > 1 && st->begin(st->group_ctx) == 0) < 0) {
 				rc = IK_SOFTWARE;
-			else if (n && st->halt)
-				rc = st->halt(st->group_ctx);
+			} else if (n) {
+				for (size_t i = 0; i < n; i++) {
+					out_put(&o, envs[i]);
+					envs[i] = NULL;
+				}
+				out_flush(&o);
+				if (st->halt)
+					rc = st->halt(st->group_ctx);
+			}
 		}
-		if (rc != IK_OK || (r.eof && !r.lines))
+		if (rc != IK_OK || (!r.lines && (r.eof || ik_stop_signal || o.broken)))
 			break;
 	}
 	for (size_t i = 0; i < IK_STEP_GROUP_MAX; i++)
 		cJSON_Delete(envs[i]);
 	ik_lines_free(&r);
-	if (ik_stop_signal && rc == IK_OK)
-		rc = 128 + ik_stop_signal;
-	return ik_finish(rc);
+	return out_end(&o, rc);
 }
 
 /* Parses line and starts it: 0 when it is in flight, 1 when *env is
@@ -274,11 +360,14 @@ start_line(const struct ik_step *st, const char *line, size_t len, cJSON **env)
 	return 1;
 }
 
-/* The in-flight loop (step.h: start, wait, reap). */
+/* The in-flight loop (step.h: start, wait, reap).  Every envelope reaped
+ * is written (or settled): a halt, a stop or a failed stdout ends the
+ * starting, never what was answered. */
 static int
 stream_inflight(const struct ik_step *st)
 {
 	struct ik_lines r;
+	struct out o = { .st = st };
 	size_t max = st->inflight ? st->inflight : 1, busy = 0;
 	int rc = IK_OK, ended = 0, unflushed = 0, readable, k, wait_ms;
 	int64_t held = 0, now;
@@ -288,18 +377,16 @@ stream_inflight(const struct ik_step *st)
 
 	ik_lines_init(&r, STDIN_FILENO);
 	for (;;) {
-		if (ik_stop_signal)
+		if (ik_stop_signal || o.broken)
 			ended = 1;    /* receive no more; finish what is in flight */
 		while ((env = st->reap(st->ctx))) {
 			busy--;
 			unflushed = 1;
-			if (rc == IK_OK && put(&env, 1, 0) < 0)
-				rc = IK_SOFTWARE;
-			else if (rc == IK_OK && st->halt && (rc = st->halt(st->group_ctx)) != IK_OK)
-				ended = 1;
-			cJSON_Delete(env);   /* NULL after put */
+			if (out_put(&o, env) == 0 && rc == IK_OK && st->halt)
+				rc = st->halt(st->group_ctx);
 		}
-		while (rc == IK_OK && !ended && busy < max && (line = ik_lines_take(&r, &len))) {
+		while (rc == IK_OK && !ended && !o.broken && busy < max &&
+		    (line = ik_lines_take(&r, &len))) {
 			if (!len)
 				continue;
 			env = NULL;
@@ -310,29 +397,25 @@ stream_inflight(const struct ik_step *st)
 				busy++;
 			} else {
 				unflushed = 1;
-				if (put(&env, 1, 0) < 0)
-					rc = IK_SOFTWARE;
-				else if (st->halt && (rc = st->halt(st->group_ctx)) != IK_OK)
-					ended = 1;
+				if (out_put(&o, env) == 0 && st->halt)
+					rc = st->halt(st->group_ctx);
 			}
 		}
-		if (rc != IK_OK)
+		if (rc != IK_OK || o.broken)
 			ended = 1;
-		/* Flushed when nothing is left in flight, else at most
-		 * IK_STEP_HOLD_US after the first envelope written. */
+		/* Flushed when nothing is left in flight or the loop is
+		 * ending, else at most IK_STEP_HOLD_US after the first
+		 * envelope written. */
 		wait_ms = -1;
 		if (unflushed) {
 			now = mono_us();
 			if (!held)
 				held = now;
-			if (busy && rc == IK_OK && now - held < IK_STEP_HOLD_US) {
+			if (busy && !ended && now - held < IK_STEP_HOLD_US) {
 				wait_ms = (int)((IK_STEP_HOLD_US - (now - held) + 999) / 1000);
 			} else {
-				if (rc == IK_OK && fflush(stdout) == EOF) {
-					ik_warnx("stdout: %s", strerror(errno));
-					rc = IK_SOFTWARE;
+				if (out_flush(&o) < 0)
 					ended = 1;
-				}
 				unflushed = 0;
 				held = 0;
 			}
@@ -365,10 +448,16 @@ stream_inflight(const struct ik_step *st)
 					break;
 		}
 	}
+	/* What was answered before a failed wait; then the lines read and
+	 * never started, passed on as they came (the next step records what
+	 * they say: a debited envelope not notified is DNF), or settled. */
+	while ((env = st->reap(st->ctx)))
+		out_put(&o, env);
+	while ((line = ik_lines_take(&r, &len)))
+		if (len && (parse(st, line, len, &env), env))
+			out_put(&o, env);
 	ik_lines_free(&r);
-	if (ik_stop_signal && rc == IK_OK)
-		rc = 128 + ik_stop_signal;
-	return ik_finish(rc);
+	return out_end(&o, rc);
 }
 
 int

@@ -19,7 +19,9 @@
  *   then are they written and flushed.  When commit fails (it rolled the
  *   group back), each line of the group is redone alone, exactly as without
  *   hooks, so a group never changes an outcome, only what a commit costs.
- *   Output is always flushed before the loop blocks on input.  sqs-ack's
+ *   Output is always flushed before the loop blocks on input.  At a
+ *   stop signal no more is read, and the lines already read are run and
+ *   written first (idemp-done records what they say).  sqs-ack's
  *   hooks are its delete batches (group_max = one batch), so its
  *   envelopes are written when their batch completed.
  *
@@ -88,12 +90,25 @@ struct ik_step {
 	 * flushed when nothing is in flight any more, or IK_STEP_HOLD_US after
 	 * the first unflushed one (answers that come close together share a
 	 * write, and the next step wakes once for them).  At end of input or a
-	 * stop signal nothing more is started, and what is in flight is
-	 * finished and written before the loop ends. */
+	 * stop signal nothing more is started, what is in flight is finished
+	 * and written before the loop ends, and the lines read and never
+	 * started are written on as they came (the next step records what
+	 * they say).  A halt ends the starting too, never the writing. */
 	size_t inflight;
 	int (*start)(cJSON *env, void *ctx);
 	int (*wait)(void *ctx, int fd, int *readable, int timeout_ms);
 	cJSON *(*reap)(void *ctx);
+	/* Optional, every mode: stdout failed (the next step is gone), so
+	 * env, answered, cannot be passed on; settle records what it says
+	 * another way (settle.h's ik_settle: the store) before it is freed.
+	 * No envelope is dropped: those written since the last successful
+	 * flush (a failed flush loses them all) and every later one go
+	 * here, and the loop ends as at a stop signal (nothing more is
+	 * started, what is in flight is finished), 70.  Without it (the
+	 * step's work is itself the record: idemp-done, sqs-ack) they are
+	 * freed. */
+	int (*settle)(cJSON *env, void *settle_ctx);
+	void *settle_ctx;
 };
 
 /* Runs the loop over stdin/stdout; returns the exit code for main. */
