@@ -155,6 +155,11 @@ queue_for(struct ik_acker *a, const cJSON *env, ik_err *err)
 	a->batching = batching;
 	ik_queue_close(a->q);
 	a->q = NULL;
+	/* and so does its DLQ: each queue has its own (sqlite:PATH#NAME-dlq,
+	 * its dlq= parameter), and a poison message must reach its own
+	 * queue's, not the one the previous queue's poison went to */
+	ik_queue_close(a->dlq);
+	a->dlq = NULL;
 	if (ik_queue_open(url, &a->q, err) != IK_OK) {
 		if (err->code == IK_CONFIG)
 			a->halted = IK_CONFIG;

@@ -143,6 +143,36 @@ recv_with() {
 	[[ "$stderr" == *"no dead-letter queue for https://sqs.us-east-1.amazonaws.com/123456789012/charges"* ]]
 }
 
+@test "sqs-ack --stream: envelopes from two queues: each poison message goes to its own queue's DLQ" {
+	db=$BATS_TEST_TMPDIR/two.db
+	unset IDEMKIT_QUEUE IDEMKIT_DLQ
+	poison='{"claim":{"outcome":"DATAERR","error":"not JSON"}}'
+	echo 'poison-a' | sqs-send --queue "sqlite:$db#a" >/dev/null
+	echo 'poison-b' | sqs-send --queue "sqlite:$db#b" >/dev/null
+	echo 'poison-a2' | sqs-send --queue "sqlite:$db#a" >/dev/null
+	{
+		sqs-recv --queue "sqlite:$db#a" | envset "$poison"
+		sqs-recv --queue "sqlite:$db#b" | envset "$poison"
+		sqs-recv --queue "sqlite:$db#a" | envset "$poison"
+	} >"$BATS_TEST_TMPDIR/in"
+	run --separate-stderr sqs-ack --stream <"$BATS_TEST_TMPDIR/in"
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 3 ]
+	[ "$(jget "${lines[0]}" ack.dlq)" = "sqlite:$db#a-dlq" ]
+	[ "$(jget "${lines[1]}" ack.dlq)" = "sqlite:$db#b-dlq" ]
+	[ "$(jget "${lines[2]}" ack.dlq)" = "sqlite:$db#a-dlq" ]
+	# what each DLQ holds, read back
+	run sqs-recv --queue "sqlite:$db#b-dlq" --max 10
+	[ "${#lines[@]}" -eq 1 ]
+	[ "$(jget "$output" body)" = poison-b ]
+	run sqs-recv --queue "sqlite:$db#a-dlq" --max 10
+	[ "${#lines[@]}" -eq 2 ]
+	[ "$(jget "${lines[0]}" body)$(jget "${lines[1]}" body)" = poison-apoison-a2 ]
+	for q in a b; do
+		[ "$(sqs-stat --queue "sqlite:$db#$q" | sed -n 's/.*"visible":\([0-9]*\).*/\1/p')" = 0 ]
+	done
+}
+
 @test "sqs-ack --stream: in order, each with its own result, exit 0" {
 	printf '%s\n' a b c | sqs-send >/dev/null
 	sqs-recv --max 10 --visibility 0 >"$BATS_TEST_TMPDIR/old"
