@@ -736,6 +736,11 @@ ik_queue_sqs_open(const char *url, struct ik_queue *q, ik_err *err)
 	/* leave the response 2 s of the request timeout */
 	t = ik_aws_timeout_ms(s->aws) / 1000 - 2;
 	s->poll_s = t < POLL_MAX_S ? (t > 0 ? (int)t : 0) : POLL_MAX_S;
+	/* The queue's own RedrivePolicy is not read (a call more per open):
+	 * sqs-ack assumes the default, and sqs-ack(1) asks for a policy of at
+	 * least that many receives, so the copy sqs-ack sends, with its
+	 * reason, comes first. */
+	q->max_receive = IK_QUEUE_DEFAULT_MAX_RECEIVE;
 	q->ops = &sqs_ops;
 	q->impl = s;
 	return IK_OK;
