@@ -131,6 +131,21 @@ finished() {
 	[ "$(grep -c DUP_DONE <<<"$output")" -eq 2 ]
 }
 
+@test "the cache emptied (restart, eviction), then a mismatching copy twice and the original once: 14, 14, 10" {
+	id=$(uid mm)
+	finished "$id" DONE 2500
+	rcli cache DEL "idemkit:cache:$id" >/dev/null
+	got=
+	for amount in 9999 9999 2500; do
+		rc=0
+		idemp-claim < <(ev "$id" "$amount") >/dev/null 2>&1 || rc=$?
+		got="$got $rc"
+	done
+	[ "$got" = " 14 14 10" ]
+	# the entry the store's refusal filled holds the record's fingerprint
+	[ "$(rcli cache HGET "idemkit:cache:$id" fingerprint)" = "$(jget "$(idemp-show --json "$id")" fingerprint)" ]
+}
+
 # slow_proxy PORT_FILE DIR [MODE]: a loopback TCP proxy in front of the
 # cache (a stand-in for a slow network: no emulator delays single commands)
 # that holds any request carrying the cache's MODE write (default
