@@ -321,6 +321,12 @@ PY
 	[ "${lines[-1]}" = ok ]
 }
 
+@test "sqs-ack: an SQS batch answer is applied by its entries' exact Ids: an unknown, malformed or missing Id to no message, an entry answered twice not as a success (C unit test)" {
+	run "$IDEMKIT_TEST_BIN/sqs_batch"
+	[ "$status" -eq 0 ]
+	[ "${lines[-1]}" = ok ]
+}
+
 @test "sqs-ack: --help and --version" {
 	run sqs-ack --help
 	[ "$status" -eq 0 ]
