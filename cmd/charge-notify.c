@@ -241,6 +241,24 @@ answered(void *arg, int rc, struct ik_http_res *res, const ik_err *err)
 	c->waiting = j;
 }
 
+/* An envelope from idemp-list --format envelope (it has "recovery") is
+ * notified only when the record it was listed from proves the money moved
+ * (DONE or DEBITED_NOTIFICATION_FAILED), whatever its debit says: a
+ * FAILED record's envelope saying "debit OK" (a bug, an older idemp-list,
+ * a hand-made line) must not tell a declined customer they were charged.
+ * In the pipeline (no "recovery") the debit's own OK is the proof. */
+static int
+debited_record(const cJSON *env)
+{
+	const cJSON *rec = ik_env_result(env, "recovery");
+	const char *st;
+
+	if (!rec)
+		return 1;
+	st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rec, "state"));
+	return st && (ik_state_parse(st) == IK_ST_DONE || ik_state_parse(st) == IK_ST_DNF);
+}
+
 /* Starts the notification of env: NULL with *rc when it finished at once
  * (nothing to notify, a bad event, a configuration error, the lease too
  * short), else the job in flight. */
@@ -254,6 +272,11 @@ job_start(struct ctx *c, cJSON *env, int *rc)
 
 	if (ik_env_step_code(env, "debit") != IK_OK) {
 		*rc = ik_env_outcome(env);
+		return NULL;
+	}
+	if (!debited_record(env)) {
+		*rc = record(env, NULL, IK_DATAERR, "the record this envelope was listed from "
+		    "is not DONE or DEBITED_NOTIFICATION_FAILED: no debit to notify", 0);
 		return NULL;
 	}
 	ref = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(

@@ -188,11 +188,12 @@ run_step() {
 # wrote nothing hands the debited envelope on instead of its own.
 process() {
 	in=$1
-	first_rc=0
+	first_rc=0 debit_rc=-1
 	run_step idemp-claim "$in" "$work/claimed" $CLAIM $claim_args
 	final=$work/claimed
 	[ "$rc" -eq 0 ] || return 0
 	run_step charge-debit "$final" "$work/debited" $DEBIT $debit_args
+	debit_rc=$rc
 	# A debit step that wrote nothing: what the bank did is unknown; the
 	# claim's lease holds the charge and sqs-ack leaves the message.
 	[ -s "$work/debited" ] || return 0
@@ -367,7 +368,7 @@ loop() {
 	: > "$tmp/$id.out"
 	[ "$tty" -eq 0 ] || export IDEMKIT_PROGRESS="$tmp/$id.progress"
 	for k in $COUNTERS; do eval "n_$k=0"; done
-	n=0
+	n=0 config_run=0
 	while [ "$stop" -eq 0 ]; do
 		rc=0
 		$RECV --max 1 --wait "$wait" > "$work/recv" || rc=$?
@@ -413,6 +414,14 @@ loop() {
 			sleep 2 ;;
 		esac
 		[ "$once" -eq 1 ] && break
+		# The bank refused 3 debits in a row as CONFIG, none answered
+		# between (IK_ACKER_CONFIG_RUN, as sqs-ack --stream halts): its
+		# configuration refuses every charge; stop here (78) rather than
+		# walk the queue.  One such charge among good ones goes on.
+		case $debit_rc in
+		78) config_run=$((config_run + 1)); [ "$config_run" -lt 3 ] || break ;;
+		0|20) config_run=0 ;;
+		esac
 	done
 	n_unacked=$((n - $(wc -l < "$tmp/$id.out")))
 	[ "$n_unacked" -ge 0 ] || n_unacked=0

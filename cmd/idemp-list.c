@@ -26,7 +26,8 @@ static const char options[] =
 	"                         event: the stored event body on one line, for\n"
 	"                         sqs-send (re-drive);\n"
 	"                         envelope: an envelope of the stored event with the\n"
-	"                         recorded debit, for charge-notify (re-notify)\n"
+	"                         debit as recorded (OK only for DONE and\n"
+	"                         DEBITED_NOTIFICATION_FAILED), for charge-notify\n"
 	"  -S, --store URL        sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE)\n"
 	"  -h, --help             this help\n"
 	"  -V, --version          print the version\n";
@@ -42,7 +43,12 @@ struct out {
 };
 
 /* An envelope to re-notify a debited charge: the stored event as its body
- * and the debit the record proves happened. */
+ * and the debit as the record says it went.  Only DONE and
+ * DEBITED_NOTIFICATION_FAILED prove the money moved (debit OK); FAILED is
+ * the bank's refusal (debit DECLINED, its error); IN_PROGRESS proves
+ * nothing, so it carries no debit at all.  An envelope saying OK for any
+ * other state would have charge-notify tell a declined customer they were
+ * charged. */
 static cJSON *
 as_envelope(const struct ik_record *r)
 {
@@ -50,8 +56,19 @@ as_envelope(const struct ik_record *r)
 
 	if (!env)
 		return NULL;
-	if ((d = ik_env_set_result(env, "debit", IK_OK)) && r->debit_ref)
-		cJSON_AddStringToObject(d, "ref", r->debit_ref);
+	switch (r->state) {
+	case IK_ST_DONE:
+	case IK_ST_DNF:
+		if ((d = ik_env_set_result(env, "debit", IK_OK)) && r->debit_ref)
+			cJSON_AddStringToObject(d, "ref", r->debit_ref);
+		break;
+	case IK_ST_FAILED:
+		if ((d = ik_env_set_result(env, "debit", IK_DECLINED)) && r->last_error)
+			cJSON_AddStringToObject(d, "error", r->last_error);
+		break;
+	default:
+		break;
+	}
 	if ((d = cJSON_AddObjectToObject(env, "recovery"))) {
 		cJSON_AddStringToObject(d, "chargeId", r->key);
 		cJSON_AddStringToObject(d, "state", ik_state_name(r->state));

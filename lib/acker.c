@@ -42,6 +42,7 @@ struct ik_acker {
 	struct ik_acker_opts o;
 	struct ik_queue *q, *dlq;
 	int halted;            /* the exit code once configuration is broken */
+	int config_run;        /* debits refused as CONFIG since one answered */
 	int batching;
 	struct held held[IK_ACKER_GROUP_MAX];
 	size_t nheld;
@@ -126,7 +127,7 @@ backoff(const cJSON *env, int64_t base, int64_t cap)
  * over: the one backoff with base IK_ACKER_DUP_BASE_S, capped at the lease
  * remaining.  -1 when the claim says no lease. */
 static int
-dup_visibility(const cJSON *env, int64_t *vis)
+dup_visibility(const cJSON *env, int64_t max_receive, int64_t *vis)
 {
 	const cJSON *l = cJSON_GetObjectItemCaseSensitive(ik_env_result(env, "claim"),
 	                                                  "leaseUntil");
@@ -137,6 +138,11 @@ dup_visibility(const cJSON *env, int64_t *vis)
 	left = (int64_t)l->valuedouble - ik_now_ms();
 	left = left <= 0 ? 0 : (left + 999) / 1000;
 	*vis = backoff(env, IK_ACKER_DUP_BASE_S, left);
+	/* The next delivery is the queue's last before its redrive policy
+	 * dead-letters the message: spend it after the lease, when the claim
+	 * can be taken over (a worker that died holding it), not before. */
+	if (max_receive > 0 && ik_env_int(env, "receiveCount", 1) >= max_receive - 1)
+		*vis = clamp_vis(left);
 	return 0;
 }
 
@@ -155,6 +161,11 @@ queue_for(struct ik_acker *a, const cJSON *env, ik_err *err)
 	a->batching = batching;
 	ik_queue_close(a->q);
 	a->q = NULL;
+	/* and so does its DLQ: each queue has its own (sqlite:PATH#NAME-dlq,
+	 * its dlq= parameter), and a poison message must reach its own
+	 * queue's, not the one the previous queue's poison went to */
+	ik_queue_close(a->dlq);
+	a->dlq = NULL;
 	if (ik_queue_open(url, &a->q, err) != IK_OK) {
 		if (err->code == IK_CONFIG)
 			a->halted = IK_CONFIG;
@@ -560,6 +571,37 @@ hold(struct ik_acker *a, const struct held *h)
 	return IK_OK;
 }
 
+/* The bank refused this charge with a status in neither of its lists
+ * (CONFIG from the debit).  A configuration that refuses every charge (a
+ * wrong URL, credentials) must stop the worker before it walks the whole
+ * queue: IK_ACKER_CONFIG_RUN such refusals with no debit answered between
+ * them halt the acker (78).  One charge refused among good ones must
+ * neither stop the others nor come back for ever: it is left like any
+ * CONFIG, and on the last delivery the queue's redrive policy allows it
+ * goes to the DLQ with its reason (the queue's own redrive would move it
+ * without one), then is deleted.  Its record stays IN_PROGRESS, nothing
+ * debited; charge-recover --dlq re-drives it after a fix, with the same
+ * idempotency key.  The action to take. */
+static enum ik_action
+config_refusal(struct ik_acker *a, const cJSON *env, int verdict, const char *why,
+               enum ik_action act, cJSON *ack)
+{
+	int debit = ik_env_step_code(env, "debit");
+
+	if (debit == IK_OK || debit == IK_DECLINED)
+		a->config_run = 0;
+	if (verdict != IK_CONFIG || strcmp(why, "debit") != 0)
+		return act;
+	if (++a->config_run >= IK_ACKER_CONFIG_RUN)
+		a->halted = IK_CONFIG;
+	if (a->q->max_receive <= 0 || ik_env_int(env, "receiveCount", 1) < a->q->max_receive)
+		return act;
+	cJSON_ReplaceItemInObjectCaseSensitive(ack, "action",
+	    cJSON_CreateString(ik_action_name(IK_ACT_DLQ)));
+	cJSON_AddNumberToObject(ack, "maxReceiveCount", (double)a->q->max_receive);
+	return IK_ACT_DLQ;
+}
+
 int
 ik_acker_ack(struct ik_acker *a, cJSON *env)
 {
@@ -585,6 +627,7 @@ ik_acker_ack(struct ik_acker *a, cJSON *env)
 		cJSON_AddStringToObject(ack, "why", why);
 	if (!queue_for(a, env, &err))
 		return finish(a, env, ack, err.code, err.msg, 0, 0);
+	act = config_refusal(a, env, verdict, why, act, ack);
 	switch (act) {
 	case IK_ACT_DLQ:
 		h.kind = H_DLQ;   /* deleted only once the copy is in the DLQ */
@@ -595,7 +638,7 @@ ik_acker_ack(struct ik_acker *a, cJSON *env)
 		h.audit = act == IK_ACT_DELETE_AUDIT;
 		return hold(a, &h);
 	case IK_ACT_LEAVE_LEASE:
-		if (dup_visibility(env, &vis) == 0) {
+		if (dup_visibility(env, a->q->max_receive, &vis) == 0) {
 			h.kind = H_CHVIS;
 			h.vis = (int)vis;
 			return hold(a, &h);

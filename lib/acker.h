@@ -7,6 +7,9 @@
  * and records it as the envelope's "ack" result.
  *
  * Rules:
+ *  - a debit refused as CONFIG is left, except on the last delivery the
+ *    queue's redrive policy allows (ik_queue.max_receive): then DLQ, with
+ *    its reason; IK_ACKER_CONFIG_RUN of them in a row halt (below);
  *  - DLQ = the original body, unchanged, sent to the DLQ with the reason
  *    and the source in message attributes; the message is deleted only
  *    after that send succeeded (a failed send leaves it: TEMPFAIL);
@@ -38,6 +41,11 @@
 
 /* DUP_IN_PROGRESS: visibility = min(2^receiveCount * this, lease left). */
 #define IK_ACKER_DUP_BASE_S 1
+/* Debits refused as CONFIG (a status in neither of the bank's lists) in a
+ * row, none answered between, after which the acker halts (78): the
+ * configuration refuses every charge.  Fewer, among good debits, are those
+ * charges' own, dead-lettered with their reason on their last delivery. */
+#define IK_ACKER_CONFIG_RUN 3
 /* The progress file is rewritten at most this often. */
 #define IK_ACKER_PROGRESS_MS 250
 
@@ -72,7 +80,8 @@ int ik_acker_begin(void *acker);
  * recorded in its envelope, so there is nothing to redo. */
 int ik_acker_flush(void *acker);
 
-/* Non-zero once a queue's configuration turned out to be broken (every
+/* Non-zero once a queue's configuration turned out to be broken, or the
+ * bank refused IK_ACKER_CONFIG_RUN debits in a row as CONFIG (every
  * further envelope would fail the same way): the exit code to stop with. */
 int ik_acker_halted(void *acker);
 

@@ -29,6 +29,13 @@
 #define IK_QUEUE_MAX_VISIBILITY 43200
 #define IK_QUEUE_MAX_DELAY 900
 #define IK_QUEUE_MAX_WAIT 20
+/* The redrive policy a queue has unless told otherwise: a message is
+ * delivered at most this many times, then dead-lettered (the embedded
+ * queue's default maxReceiveCount; on SQS, what sqs-ack assumes the
+ * queue's RedrivePolicy allows at least).  Ten deliveries, with sqs-ack's
+ * backoff of 2^receiveCount x 2 s capped at 15 min, outlast about 45
+ * minutes of an outage before a message is dead-lettered. */
+#define IK_QUEUE_DEFAULT_MAX_RECEIVE 10
 
 /* A string message attribute (name, value). */
 struct ik_qattr {
@@ -109,6 +116,9 @@ struct ik_queue {
 	const struct ik_queue_ops *ops;
 	void *impl;
 	char *url;                       /* canonical: what envelopes carry */
+	/* The redrive policy's maxReceiveCount: a message is delivered at
+	 * most this many times, then the queue dead-letters it; 0: none. */
+	int64_t max_receive;
 	volatile sig_atomic_t *stop;     /* set by the caller; may be NULL */
 	struct ik_qop *done, *done_last; /* the port's: finished, not reaped */
 	size_t pending;                  /* submitted and not yet reaped */

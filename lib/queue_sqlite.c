@@ -15,6 +15,10 @@
  *    never touches a message received again since (IK_LEASE_LOST);
  *  - a message received more than maxReceiveCount times moves to the DLQ
  *    (same file) instead of being delivered, as SQS's redrive policy does;
+ *    a queue has one unless told otherwise (IK_QUEUE_DEFAULT_MAX_RECEIVE
+ *    deliveries, to its dlq= or NAME-dlq; maxReceiveCount=0: none), so
+ *    one message that can never be settled does not come back for ever;
+ *    a queue named NAME-dlq is a dead-letter queue and has none;
  *  - messages older than the retention (default 4 days) are dropped;
  *  - WAL, synchronous=FULL, busy timeout, file mode 0600; one connection
  *    and prepared statements reused for the life of the process.
@@ -54,7 +58,7 @@ static const char schema[] =
 	"CREATE INDEX IF NOT EXISTS messages_sent ON messages(queue, sent_at);"
 	"CREATE TABLE IF NOT EXISTS queues ("
 	" name TEXT PRIMARY KEY,"
-	" max_receive INTEGER NOT NULL DEFAULT 0,"   /* 0: no redrive */
+	" max_receive INTEGER NOT NULL DEFAULT 0,"   /* 0: the default, -1: none */
 	" dlq TEXT,"
 	" visibility_s INTEGER NOT NULL DEFAULT 30,"
 	" retention_ms INTEGER NOT NULL DEFAULT 345600000,"
@@ -224,8 +228,8 @@ parse_params(const char *params, struct conf *c, int *given, ik_err *err)
 		}
 		*v++ = '\0';
 		*given = 1;
-		if (strcmp(kv, "maxReceiveCount") == 0 && ik_parse_int(v, 1, 1000, &n) == 0) {
-			c->max_receive = n;
+		if (strcmp(kv, "maxReceiveCount") == 0 && ik_parse_int(v, 0, 1000, &n) == 0) {
+			c->max_receive = n ? n : -1;   /* 0: none, stored as -1 */
 		} else if (strcmp(kv, "dlq") == 0 && *v) {
 			free(c->dlq);
 			if (!(c->dlq = strdup(v))) {
@@ -243,7 +247,7 @@ parse_params(const char *params, struct conf *c, int *given, ik_err *err)
 			c->retention_ms = ms;
 		} else {
 			rc = ik_errf(err, IK_CONFIG,
-			             "queue parameter %s=%s: expected maxReceiveCount=1..1000, "
+			             "queue parameter %s=%s: expected maxReceiveCount=0..1000, "
 			             "dlq=NAME, visibility=0..43200, delay=0..900 or "
 			             "retention=1s..14d", kv, v);
 			break;
@@ -303,6 +307,31 @@ load_conf(struct sqlite_queue *s, const char *params, ik_err *err)
 	sqlite3_finalize(st);
 	if (rc != SQLITE_OK)
 		return dberr(s, rc, "queue configuration", err);
+	return IK_OK;
+}
+
+/* The redrive policy in force, from the configuration: none (-1 stored),
+ * the one given, or the default -- to the dlq= given, else NAME-dlq --
+ * unless the queue is itself a dead-letter queue by name (NAME-dlq):
+ * reading a DLQ must not move its messages on again. */
+static int
+redrive_policy(struct sqlite_queue *s, ik_err *err)
+{
+	size_t n = strlen(s->name);
+
+	if (s->conf.max_receive < 0) {
+		s->conf.max_receive = 0;
+		return IK_OK;
+	}
+	if (s->conf.max_receive > 0 || (n > 4 && strcmp(s->name + n - 4, "-dlq") == 0))
+		return IK_OK;
+	if (!s->conf.dlq) {
+		if (!(s->conf.dlq = malloc(n + 5)))
+			return ik_errf(err, IK_SOFTWARE, "out of memory");
+		memcpy(s->conf.dlq, s->name, n);
+		memcpy(s->conf.dlq + n, "-dlq", 5);
+	}
+	s->conf.max_receive = IK_QUEUE_DEFAULT_MAX_RECEIVE;
 	return IK_OK;
 }
 
@@ -711,8 +740,10 @@ ik_queue_sqlite_open(const char *path, const char *name, const char *params,
 			rc = dberr(s, rc, "prepare", err);
 			goto fail;
 		}
-	if ((rc = load_conf(s, params, err)) != IK_OK)
+	if ((rc = load_conf(s, params, err)) != IK_OK ||
+	    (rc = redrive_policy(s, err)) != IK_OK)
 		goto fail;
+	q->max_receive = s->conf.max_receive;
 	q->ops = &sqlite_ops;
 	q->impl = s;
 	return IK_OK;

@@ -284,37 +284,66 @@ s_del(struct ik_queue *q, const char *receipt, ik_err *err)
 	return rc;
 }
 
+/* The entry an answer's Id names: the index < n whose decimal text (as
+ * batch_entry wrote it) it is exactly, else n.  "7x", "07", "+7", " 7" or
+ * a number past the batch name no entry of ours: their answer is applied
+ * to no message rather than to the wrong one. */
+static size_t
+entry_index(const char *id, size_t n)
+{
+	char want[24];
+	long long i;
+
+	if (!id || ik_parse_int(id, 0, (long long)n - 1, &i) < 0)
+		return n;
+	snprintf(want, sizeof want, "%lld", i);
+	return strcmp(want, id) == 0 ? (size_t)i : n;
+}
+
 void
 ik_sqs_batch_results(const cJSON *resp, size_t n, struct ik_qresult *res,
               void (*ok)(const cJSON *entry, size_t i, void *arg), void *arg)
 {
+	static const char *const lists[] = { "Successful", "Failed" };
+	unsigned char *seen = n ? calloc(n, 1) : NULL;
 	const cJSON *it;
 
 	for (size_t i = 0; i < n; i++) {
 		res[i].code = IK_SOFTWARE;
-		snprintf(res[i].msg, sizeof res[i].msg, "no result for this entry");
+		snprintf(res[i].msg, sizeof res[i].msg, "%s", seen ? "no result for this entry" :
+		    "out of memory reading the batch's results");
 	}
-	cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(resp, "Successful")) {
-		const char *id = str(it, "Id");
-		size_t i = id ? strtoul(id, NULL, 10) : n;
-		if (i < n) {
-			res[i].code = IK_OK;
-			res[i].msg[0] = '\0';
-			if (ok)
-				ok(it, i, arg);
+	if (!seen)
+		return;
+	for (size_t l = 0; l < 2; l++)
+		cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(resp, lists[l])) {
+			const char *code = str(it, "Code"), *m = str(it, "Message");
+			const cJSON *sf = cJSON_GetObjectItemCaseSensitive(it, "SenderFault");
+			size_t i = entry_index(str(it, "Id"), n);
+
+			if (i >= n)
+				continue;
+			if (seen[i]++) {
+				/* answered twice (both lists, or one twice): which
+				 * is true is unknown, so not a success -- a delete
+				 * is left and comes back, a send is sent again */
+				res[i].code = IK_SOFTWARE;
+				snprintf(res[i].msg, sizeof res[i].msg,
+				    "the service answered this entry more than once");
+			} else if (l == 0) {
+				res[i].code = IK_OK;
+				res[i].msg[0] = '\0';
+				if (ok)
+					ok(it, i, arg);
+			} else {
+				/* a failure not the sender's is the service's: retry later */
+				res[i].code = cJSON_IsFalse(sf) ? IK_TEMPFAIL :
+				    sqs_code(code ? code : "", m);
+				snprintf(res[i].msg, sizeof res[i].msg, "%s: %.400s",
+				    code ? code : "Failed", m ? m : "");
+			}
 		}
-	}
-	cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(resp, "Failed")) {
-		const char *id = str(it, "Id"), *code = str(it, "Code"), *m = str(it, "Message");
-		const cJSON *sf = cJSON_GetObjectItemCaseSensitive(it, "SenderFault");
-		size_t i = id ? strtoul(id, NULL, 10) : n;
-		if (i >= n)
-			continue;
-		/* a failure that is not the sender's is the service's: retry later */
-		res[i].code = cJSON_IsFalse(sf) ? IK_TEMPFAIL : sqs_code(code ? code : "", m);
-		snprintf(res[i].msg, sizeof res[i].msg, "%s: %.400s",
-		         code ? code : "Failed", m ? m : "");
-	}
+	free(seen);
 }
 
 /* A new entry of a batch request, its Id the index (batch results name
@@ -736,6 +765,11 @@ ik_queue_sqs_open(const char *url, struct ik_queue *q, ik_err *err)
 	/* leave the response 2 s of the request timeout */
 	t = ik_aws_timeout_ms(s->aws) / 1000 - 2;
 	s->poll_s = t < POLL_MAX_S ? (t > 0 ? (int)t : 0) : POLL_MAX_S;
+	/* The queue's own RedrivePolicy is not read (a call more per open):
+	 * sqs-ack assumes the default, and sqs-ack(1) asks for a policy of at
+	 * least that many receives, so the copy sqs-ack sends, with its
+	 * reason, comes first. */
+	q->max_receive = IK_QUEUE_DEFAULT_MAX_RECEIVE;
 	q->ops = &sqs_ops;
 	q->impl = s;
 	return IK_OK;

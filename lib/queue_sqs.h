@@ -14,8 +14,12 @@
  * -1 on ENOMEM; m is to be freed with ik_qmsg_free either way. */
 int ik_sqs_msg_from_json(const cJSON *j, struct ik_qmsg *m);
 
-/* Fill res[0..n) from a batch response's Successful / Failed lists (by
- * each entry's numeric Id); ok is called for each successful entry. */
+/* Fill res[0..n) from a batch response's Successful / Failed lists, by
+ * each entry's Id, which must be exactly the decimal index the request
+ * gave it: an unknown, malformed or missing Id is applied to no entry, and
+ * an entry answered more than once is not a success (IK_SOFTWARE).  An
+ * entry no answer names keeps IK_SOFTWARE ("no result").  ok is called
+ * once for each successful entry. */
 void ik_sqs_batch_results(const cJSON *resp, size_t n, struct ik_qresult *res,
                           void (*ok)(const cJSON *entry, size_t i, void *arg),
                           void *arg);

@@ -433,13 +433,31 @@ ik_store_open(const char *url, struct ik_store **out, ik_err *err)
 	return rc;
 }
 
+/* A long-lived step must not stay broken because the store was down for
+ * a second when its first envelope came: an open that failed for a reason
+ * that may pass (anything but CONFIG: a server unreachable, a busy file)
+ * is tried again on a later envelope, after a backoff that grows with each
+ * failure (so a store that stays down is not hammered), and the envelopes
+ * in between record the kept failure (TEMPFAIL: the queue leaves them).
+ * Bad configuration stays kept: it does not mend itself. */
+#define IK_STORE_REOPEN_BASE_MS 100
+#define IK_STORE_REOPEN_CAP_MS 5000
+
 struct ik_store *
 ik_store_lazy_get(struct ik_store_lazy *l, ik_err *err)
 {
+	if (!l->store && l->open_err.code && l->open_err.code != IK_CONFIG &&
+	    ik_mono_ms() >= l->reopen_at)
+		ik_errclear(&l->open_err);
 	if (!l->store && !l->open_err.code &&
-	    ik_store_open(l->url, &l->store, &l->open_err) != IK_OK)
+	    ik_store_open(l->url, &l->store, &l->open_err) != IK_OK) {
 		l->store = NULL;
-	if (!l->store)
+		l->reopen_at = ik_mono_ms() + ik_backoff_ceil(IK_STORE_REOPEN_BASE_MS,
+		    IK_STORE_REOPEN_CAP_MS, l->open_failures++);
+	}
+	if (l->store)
+		l->open_failures = 0;
+	else
 		*err = l->open_err;
 	return l->store;
 }

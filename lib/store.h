@@ -254,11 +254,15 @@ void ik_store_close(struct ik_store *s);
 
 /* A store the envelope steps open on first use.  A failure to open is kept
  * and recorded in every envelope (a stream goes on, sqs-ack leaves the
- * messages) rather than ending the process. */
+ * messages) rather than ending the process; one that may pass (not
+ * IK_CONFIG) is kept only until reopen_at, then the open is tried again on
+ * the next envelope, the wait growing with each failure in a row. */
 struct ik_store_lazy {
 	const char *url;          /* NULL: $IDEMKIT_STORE or the default */
 	struct ik_store *store;
 	ik_err open_err;
+	int64_t reopen_at;        /* monotonic ms */
+	int64_t open_failures;    /* in a row */
 	/* in flight: the envelopes answered and not yet reaped, oldest first
 	 * (a ring of the in-flight count's slots: never full) */
 	struct cJSON **done;

@@ -14,8 +14,21 @@
  *    claim, so the finish has the fingerprint and the record's retention
  *    (the entry's PEXPIREAT) to keep.  One small script per write, so a
  *    late pending write never overwrites a terminal entry;
- *  - renotified updates the entry, forget deletes it after the store's
+ *  - renotified updates the entry, forget empties it after the store's
  *    delete; renew (idemp-run's heartbeat) is the store's alone;
+ *  - the cache never outlives a change the store made, however late a
+ *    write lands (a slow network, a paused process: the writer's 50 ms
+ *    timeout does not stop the server from running it later).  Each entry
+ *    keeps a generation, which forget bumps (the entry becomes a tombstone:
+ *    the generation alone, kept for the retention); a claim reads it with
+ *    the cache's answer, and the writes that claim makes (pending,
+ *    terminal) land only while the generation is still the one it read, so
+ *    a FAILED record read from the store before a forget can never be put
+ *    back after it.  A finish lands only on the pending entry of its own
+ *    claim token (as the store fences it), so a late finish of an old
+ *    claim cannot overwrite a newer claim's entry.  A claim that could not
+ *    read the generation writes nothing;
+ *  - stats are the store's (idemp-stats, the metrics);
  *  - get and list are the store's, so a record's history is the one the
  *    store keeps (store.h); the cache holds none.  A claim it answers is a
  *    refused claim, which adds no history on any store, so nothing is lost;
@@ -41,15 +54,28 @@
 #define CACHE_TIMEOUT_MS 50
 #define RETRY_MS 5000
 
-/* KEYS: the entry.  ARGV: mode (pending, terminal, finish, renotified),
- * state, fingerprint, attempts, has ref, ref, has error, error,
- * PEXPIREAT ms (0: keep). */
+/* KEYS: the entry.  ARGV: mode (pending, terminal, finish, renotified,
+ * forget), state, fingerprint, attempts, has ref, ref, has error, error,
+ * PEXPIREAT ms (0: keep), the generation the claim read (pending,
+ * terminal), the claim token (pending, finish). */
 static const char put_lua[] =
-	"local mode, st = ARGV[1], redis.call('HGET', KEYS[1], 'state')\n"
+	"local mode = ARGV[1]\n"
+	"local st, fp, gen, owner = unpack(redis.call('HMGET', KEYS[1], 'state', "
+	"'fingerprint', 'gen', 'owner'))\n"
+	"if mode == 'forget' then\n"
+	"  redis.call('HDEL', KEYS[1], 'state', 'fingerprint', 'attempts', 'debitRef', "
+	"'lastError', 'owner')\n"
+	"  redis.call('HINCRBY', KEYS[1], 'gen', 1)\n"
+	"  redis.call('PEXPIREAT', KEYS[1], ARGV[9])\n"
+	"  return 1\n"
+	"end\n"
+	"if (mode == 'pending' or mode == 'terminal') and "
+	"(tonumber(gen) or 0) ~= tonumber(ARGV[10]) then return 0 end\n"
 	"if mode == 'pending' then\n"
 	"  if st and st ~= 'IN_PROGRESS' then return 0 end\n"
+	"  redis.call('HSET', KEYS[1], 'owner', ARGV[11])\n"
 	"elseif mode == 'finish' then\n"
-	"  if st ~= 'IN_PROGRESS' or not redis.call('HGET', KEYS[1], 'fingerprint') then return 0 end\n"
+	"  if st ~= 'IN_PROGRESS' or not fp or owner ~= ARGV[11] then return 0 end\n"
 	"elseif mode == 'renotified' then\n"
 	"  if st ~= 'DEBITED_NOTIFICATION_FAILED' then return 0 end\n"
 	"  redis.call('HDEL', KEYS[1], 'lastError')\n"
@@ -63,18 +89,20 @@ static const char put_lua[] =
 	"if ARGV[9] ~= '0' then redis.call('PEXPIREAT', KEYS[1], ARGV[9]) end\n"
 	"return 1\n";
 
-enum put_mode { P_PENDING, P_TERMINAL, P_FINISH, P_RENOTIFIED, P_DELETE };
+enum put_mode { P_PENDING, P_TERMINAL, P_FINISH, P_RENOTIFIED, P_FORGET };
 static const char *const mode_names[] = { "pending", "terminal", "finish", "renotified",
-    "delete" };
+    "forget" };
 
 /* One cache write, run at once or after the group's commit. */
 struct put {
 	enum put_mode mode;
 	enum ik_state state;
 	char *key, *fingerprint, *debit_ref, *last_error;
+	char *owner;              /* pending, finish: the claim's token */
 	int has_ref, has_err;
 	int64_t attempts;
 	int64_t expire_ms;
+	int64_t gen;              /* pending, terminal: the generation read */
 };
 
 struct cache {
@@ -165,13 +193,14 @@ put_free(struct put *p)
 	free(p->fingerprint);
 	free(p->debit_ref);
 	free(p->last_error);
+	free(p->owner);
 }
 
 static int
 run_put(struct cache *c, const struct put *p)
 {
 	char *k = entry_key(p->key);
-	char att[32] = "", exp[32];
+	char att[32] = "", exp[32], gen[32];
 	redisReply *rep;
 	ik_err e = { 0 };
 	int ok = 0;
@@ -180,18 +209,16 @@ run_put(struct cache *c, const struct put *p)
 		free(k);
 		return 0;
 	}
-	if (p->mode == P_DELETE)
-		rep = ik_redis_cmd(&c->r, "DEL", 2, (const char *[]){ "DEL", k }, NULL, &e);
-	else {
-		if (p->attempts > 0)
-			snprintf(att, sizeof att, "%lld", (long long)p->attempts);
-		snprintf(exp, sizeof exp, "%lld", (long long)p->expire_ms);
-		rep = ik_redis_eval(&c->r, &c->put, 1, 10, (const char *[]){ k,
-		    mode_names[p->mode], ik_state_name(p->state),
-		    p->fingerprint ? p->fingerprint : "", att, p->has_ref ? "1" : "0",
-		    p->debit_ref ? p->debit_ref : "", p->has_err ? "1" : "0",
-		    p->last_error ? p->last_error : "", exp }, NULL, 0, &e);
-	}
+	if (p->attempts > 0)
+		snprintf(att, sizeof att, "%lld", (long long)p->attempts);
+	snprintf(exp, sizeof exp, "%lld", (long long)p->expire_ms);
+	snprintf(gen, sizeof gen, "%lld", (long long)p->gen);
+	rep = ik_redis_eval(&c->r, &c->put, 1, 12, (const char *[]){ k,
+	    mode_names[p->mode], ik_state_name(p->state),
+	    p->fingerprint ? p->fingerprint : "", att, p->has_ref ? "1" : "0",
+	    p->debit_ref ? p->debit_ref : "", p->has_err ? "1" : "0",
+	    p->last_error ? p->last_error : "", exp, gen, p->owner ? p->owner : "" },
+	    NULL, 0, &e);
 	free(k);
 	if (rep) {
 		ok = 1;
@@ -237,13 +264,16 @@ drop_pending(struct cache *c, int run)
 	c->npending = 0;
 }
 
-/* A terminal record in the cache that answers req: IK_OK with res set. */
+/* A terminal record in the cache that answers req: IK_OK with res set.
+ * *gen gets the entry's generation (0: none yet), -1 when it could not be
+ * read (then the claim writes nothing to the cache). */
 static int
-answer(struct cache *c, const struct ik_claim_req *req, struct ik_claim_res *res)
+answer(struct cache *c, const struct ik_claim_req *req, struct ik_claim_res *res,
+    int64_t *gen)
 {
 	static const char *const fields[] = { "state", "fingerprint", "attempts", "debitRef",
-	    "lastError" };
-	const char *av[2 + 5] = { "HMGET" };
+	    "lastError", "gen" };
+	const char *av[2 + 6] = { "HMGET" };
 	char *k = entry_key(req->key);
 	struct ik_record *r = &res->cur;
 	redisReply *rep;
@@ -251,20 +281,24 @@ answer(struct cache *c, const struct ik_claim_req *req, struct ik_claim_res *res
 	char *st = NULL;
 	int rc = IK_EMPTY;
 
+	*gen = -1;
 	if (!k || !usable(c)) {
 		free(k);
 		return IK_EMPTY;
 	}
 	av[1] = k;
 	memcpy(av + 2, fields, sizeof fields);
-	rep = ik_redis_cmd(&c->r, "HMGET", 7, av, NULL, &e);
+	rep = ik_redis_cmd(&c->r, "HMGET", 8, av, NULL, &e);
 	free(k);
 	if (!rep) {
 		failed(c, &e);
 		return IK_EMPTY;
 	}
-	if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 5 ||
-	    rep->element[0]->type != REDIS_REPLY_STRING ||
+	if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 6)
+		goto out;
+	*gen = rep->element[5]->type == REDIS_REPLY_STRING ?
+	    strtoll(rep->element[5]->str, NULL, 10) : 0;
+	if (rep->element[0]->type != REDIS_REPLY_STRING ||
 	    rep->element[1]->type != REDIS_REPLY_STRING)
 		goto out;
 	memset(r, 0, sizeof *r);
@@ -304,18 +338,22 @@ ca_claim(struct ik_store *s, const struct ik_claim_req *req, struct ik_claim_res
 	const struct ik_record *r = &res->cur;
 	struct ik_store *in;
 	struct put p = { 0 };
+	int64_t gen;
 	int rc;
 
 	memset(res, 0, sizeof *res);
-	if (answer(c, req, res) == IK_OK)
+	if (answer(c, req, res, &gen) == IK_OK)
 		return IK_OK;
 	if (!(in = store(c, err)))
 		return err->code;
 	if ((rc = in->ops->claim(in, req, res, err)) != IK_OK)
 		return rc;
+	if (gen < 0)
+		return IK_OK;   /* no generation read: a write could outlive a forget */
 	if (res->code == IK_OK) {
 		p = (struct put){ .mode = P_PENDING, .state = IK_ST_IN_PROGRESS,
 		    .key = ik_strdup(req->key), .fingerprint = ik_strdup(req->fingerprint),
+		    .owner = ik_strdup(req->token), .gen = gen,
 		    .attempts = res->attempt, .expire_ms = req->expires_at * 1000 };
 	} else if ((r->state == IK_ST_DONE || r->state == IK_ST_DNF || r->state == IK_ST_FAILED)
 	    && r->fingerprint && r->expires_at > 0) {
@@ -323,7 +361,7 @@ ca_claim(struct ik_store *s, const struct ik_claim_req *req, struct ik_claim_res
 		    .key = ik_strdup(req->key), .fingerprint = ik_strdup(r->fingerprint),
 		    .debit_ref = ik_strdup(r->debit_ref), .has_ref = r->debit_ref != NULL,
 		    .last_error = ik_strdup(r->last_error), .has_err = r->last_error != NULL,
-		    .attempts = r->attempts, .expire_ms = r->expires_at * 1000 };
+		    .attempts = r->attempts, .expire_ms = r->expires_at * 1000, .gen = gen };
 	} else
 		return IK_OK;
 	if (p.key)
@@ -344,6 +382,7 @@ ca_finish(struct ik_store *s, const struct ik_finish_req *req, ik_err *err)
 	if (rc != IK_OK)
 		return rc;
 	p = (struct put){ .mode = P_FINISH, .state = req->state, .key = ik_strdup(req->key),
+	    .owner = ik_strdup(req->token),
 	    .debit_ref = ik_strdup(req->debit_ref), .has_ref = req->debit_ref != NULL,
 	    .last_error = ik_strdup(req->last_error), .has_err = req->last_error != NULL };
 	put(c, &p);
@@ -383,12 +422,20 @@ ca_forget_failed(struct ik_store *s, const char *key, ik_err *err)
 	struct put p;
 	struct ik_store *in = store(c, err);
 	int rc = in ? in->ops->forget_failed(in, key, err) : err->code;
+	int64_t keep;
+	ik_err rerr = { 0 };
 
 	/* Also when the store had nothing to forget: a second idemp-forget
 	 * is how an entry left behind by a cache outage is removed. */
 	if (rc != IK_OK && rc != IK_EMPTY)
 		return rc;
-	p = (struct put){ .mode = P_DELETE, .key = ik_strdup(key) };
+	/* the tombstone lives as long as a record would; a bad
+	 * IDEMKIT_RETENTION (refused by every command that claims) keeps the
+	 * default here, after the store's delete has already happened */
+	if (ik_store_retention(0, &keep, &rerr) != IK_OK)
+		keep = IK_RETENTION_DEFAULT_MS;
+	p = (struct put){ .mode = P_FORGET, .key = ik_strdup(key),
+	    .expire_ms = ik_now_ms() + keep };
 	if (!put(c, &p) && rc == IK_OK)
 		ik_log(IK_LOG_WARN, "cache: the forgotten record's entry could not be removed; "
 		    "until it expires or idemp-forget is run again, a redelivery is answered "
@@ -432,6 +479,20 @@ ca_list(struct ik_store *s, const struct ik_list_filter *f, ik_record_cb cb, voi
 	struct ik_store *in = store(c, err);
 
 	return in ? in->ops->list(in, f, cb, arg, err) : err->code;
+}
+
+static int
+ca_stats(struct ik_store *s, int64_t now_ms, struct ik_store_stats *st, ik_err *err)
+{
+	struct cache *c = s->impl;
+	struct ik_store *in = store(c, err);
+
+	if (!in)
+		return err->code;
+	if (!in->ops->stats)
+		return ik_errf(err, IK_CONFIG, "%s: this store cannot count its records "
+		    "without reading every one; no stats", in->ops->name);
+	return in->ops->stats(in, now_ms, st, err);
 }
 
 static int
@@ -519,6 +580,7 @@ ik_store_cache_open(const char *url, int (*open)(const char *, struct ik_store *
 		.renotified = ca_renotified, .release = ca_release,
 		.forget_failed = ca_forget_failed, .get = ca_get, .list = ca_list,
 		.close = ca_close, .begin = ca_begin, .commit = ca_commit,
+		.stats = ca_stats,
 	};
 	s->ops = &c->ops;
 	s->impl = c;

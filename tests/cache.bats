@@ -103,7 +103,8 @@ finished() {
 	[ "$(rcli cache HGET "idemkit:cache:$id" state)" = FAILED ]
 	run --separate-stderr idemp-forget "$id"
 	[ "$status" -eq 0 ]
-	[ "$(rcli cache EXISTS "idemkit:cache:$id")" = 0 ]
+	[ -z "$(rcli cache HGET "idemkit:cache:$id" state)" ]   # a tombstone: its generation
+	[ "$(rcli cache HGET "idemkit:cache:$id" gen)" = 1 ]
 	run --separate-stderr idemp-claim < <(ev "$id")
 	[ "$status" -eq 0 ]
 
@@ -128,6 +129,141 @@ finished() {
 	run --separate-stderr idemp-claim --stream < <(ev "$a"; ev "$b")
 	[ "$status" -eq 0 ]
 	[ "$(grep -c DUP_DONE <<<"$output")" -eq 2 ]
+}
+
+@test "the cache emptied (restart, eviction), then a mismatching copy twice and the original once: 14, 14, 10" {
+	id=$(uid mm)
+	finished "$id" DONE 2500
+	rcli cache DEL "idemkit:cache:$id" >/dev/null
+	got=
+	for amount in 9999 9999 2500; do
+		rc=0
+		idemp-claim < <(ev "$id" "$amount") >/dev/null 2>&1 || rc=$?
+		got="$got $rc"
+	done
+	[ "$got" = " 14 14 10" ]
+	# the entry the store's refusal filled holds the record's fingerprint
+	[ "$(rcli cache HGET "idemkit:cache:$id" fingerprint)" = "$(jget "$(idemp-show --json "$id")" fingerprint)" ]
+}
+
+# slow_proxy PORT_FILE DIR [MODE]: a loopback TCP proxy in front of the
+# cache (a stand-in for a slow network: no emulator delays single commands)
+# that holds any request carrying the cache's MODE write (default
+# terminal) for 1.5 s
+# before it forwards it -- long after the writer's 50 ms timeout, as a
+# congested link or a paused process would -- and touches DIR/held, then
+# DIR/released once the server answered it.  Everything else passes at once.
+slow_proxy() {
+	python3 - "$REDIS_PORT_cache" "$1" "$2" "${3:-terminal}" <<'PY' 3>&- &
+import os, socket, sys, threading, time
+up, portfile, d, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+MARK = b"$%d\r\n%s\r\n" % (len(mode), mode.encode())
+def pump(src, dst, hold):
+    try:
+        while True:
+            b = src.recv(65536)
+            if not b:
+                break
+            if hold and MARK in b:
+                open(os.path.join(d, "held"), "w").close()
+                time.sleep(1.5)
+                dst.sendall(b)
+                time.sleep(0.2)      # the server has run it
+                open(os.path.join(d, "released"), "w").close()
+                continue
+            dst.sendall(b)
+    except OSError:
+        pass
+    finally:
+        for s in (src, dst):
+            try: s.shutdown(socket.SHUT_RDWR)
+            except OSError: pass
+def serve(c):
+    u = socket.create_connection(("127.0.0.1", up))
+    threading.Thread(target=pump, args=(c, u, True), daemon=True).start()
+    threading.Thread(target=pump, args=(u, c, False), daemon=True).start()
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", 0)); l.listen(64)
+with open(portfile + ".tmp", "w") as f: f.write(str(l.getsockname()[1]))
+os.rename(portfile + ".tmp", portfile)
+while True:
+    c, _ = l.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+PY
+	PROXY_PID=$!
+	for _ in $(seq 100); do [ -s "$1" ] && break; sleep 0.05; done
+	[ -s "$1" ]
+}
+
+@test "a cache write that lands after idemp-forget cannot put FAILED back: the next claim is the store's (ACQUIRED), not DUP_FAILED" {
+	id=$(uid late)
+	d=$BATS_TEST_TMPDIR/proxy
+	mkdir -p "$d"
+	finished "$id" FAILED
+	rcli cache DEL "idemkit:cache:$id" >/dev/null      # emptied: a restart, an eviction
+	slow_proxy "$d/port" "$d"
+	# a redelivery: the store refuses it with its FAILED record, and the
+	# cache write of that record is held on the way
+	IDEMKIT_CACHE=redis://127.0.0.1:$(cat "$d/port") run --separate-stderr idemp-claim < <(ev "$id")
+	[ "$status" -eq 12 ]
+	for _ in $(seq 100); do [ -e "$d/held" ] && break; sleep 0.05; done
+	[ -e "$d/held" ]
+	[ ! -e "$d/released" ]
+	# meanwhile the operator forgets the declined charge after a fix
+	run --separate-stderr idemp-forget "$id"
+	[ "$status" -eq 0 ]
+	for _ in $(seq 100); do [ -e "$d/released" ] && break; sleep 0.05; done
+	[ -e "$d/released" ]                                # the late write reached the server
+	kill "$PROXY_PID"; wait "$PROXY_PID" 2>/dev/null || true
+	[ -z "$(rcli cache HGET "idemkit:cache:$id" state)" ]
+	run --separate-stderr idemp-claim < <(ev "$id")
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" claim.outcome)" = ACQUIRED ]
+}
+
+@test "a late finish cannot overwrite the entry of a newer claim made after idemp-forget: the cache follows the store" {
+	id=$(uid oldfin)
+	d=$BATS_TEST_TMPDIR/proxy
+	mkdir -p "$d"
+	old=$(ev "$id" | idemp-claim 2>/dev/null)
+	slow_proxy "$d/port" "$d" finish
+	# declined: recorded FAILED in the store; its cache write is held
+	IDEMKIT_CACHE=redis://127.0.0.1:$(cat "$d/port") run --separate-stderr idemp-done --state FAILED <<<"$old"
+	[ "$status" -eq 0 ]
+	for _ in $(seq 100); do [ -e "$d/held" ] && break; sleep 0.05; done
+	[ -e "$d/held" ]
+	# forgotten after a fix, and claimed again by the redelivery
+	idemp-forget "$id" >/dev/null 2>&1
+	new=$(ev "$id" | idemp-claim 2>/dev/null)
+	[ "$(jget "$new" claim.outcome)" = ACQUIRED ]
+	for _ in $(seq 100); do [ -e "$d/released" ] && break; sleep 0.05; done
+	[ -e "$d/released" ]                                # the old finish reached the server
+	kill "$PROXY_PID"; wait "$PROXY_PID" 2>/dev/null || true
+	[ "$(rcli cache HGET "idemkit:cache:$id" state)" = IN_PROGRESS ]
+	run --separate-stderr idemp-claim < <(ev "$id")
+	[ "$status" -eq 11 ]                              # the store's answer, not DUP_FAILED
+	idemp-done --state DONE <<<"$new" >/dev/null
+	[ "$(rcli cache HGET "idemkit:cache:$id" state)" = DONE ]
+}
+
+@test "idemp-stats and the metrics' gauges work with IDEMKIT_CACHE set: the store's counts, not 78" {
+	finished "$(uid st1)" DONE
+	finished "$(uid st2)" FAILED
+	ev "$(uid st3)" | idemp-claim >/dev/null 2>&1
+	run --separate-stderr idemp-stats --json
+	[ "$status" -eq 0 ]
+	with=$output
+	IDEMKIT_CACHE= run --separate-stderr idemp-stats --json
+	[ "$status" -eq 0 ]
+	[ "$(jget "$with" states.DONE)$(jget "$with" states.FAILED)$(jget "$with" states.IN_PROGRESS)" = \
+	  "$(jget "$output" states.DONE)$(jget "$output" states.FAILED)$(jget "$output" states.IN_PROGRESS)" ]
+	[ "$(jget "$with" states.FAILED)" = 1 ]
+	# the metrics file's store gauges, as charge-worker --metrics writes them
+	started=$(idemkit-metrics --clock)
+	echo '{"summary":true,"received":0}' | idemkit-metrics --file "$BATS_TEST_TMPDIR/m.prom" \
+		--job worker --started "$started" --status 0
+	grep -qx 'idemkit_store_stats_up{idemkit_job="worker"} 1' "$BATS_TEST_TMPDIR/m.prom"
+	grep -qx 'idemkit_records{idemkit_job="worker",state="FAILED"} 1' "$BATS_TEST_TMPDIR/m.prom"
 }
 
 # outcomes: one scripted run of every claim outcome and finish; prints

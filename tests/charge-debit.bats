@@ -1047,3 +1047,25 @@ bank_env() {
 	[ "$status" -eq 0 ]
 	[[ "$(bank_get /notifications)" == *'"debitRef":"TXN-00000042"'* ]]
 }
+
+@test "through the worker, one message at a time and --stream: every debit in bank-sim's ledger has the chargeId as its Idempotency-Key, once each" {
+	bank_start
+	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/kq.db#charges" IDEMKIT_DLQ="sqlite:$BATS_TEST_TMPDIR/kq.db#charges-dlq"
+	export IDEMKIT_STORE="sqlite:$BATS_TEST_TMPDIR/kstore.db" IDEMKIT_LOG=quiet
+	fast=(--lease 15s --debit-timeout 2 --notify-timeout 1 --notify-retries 0)
+	for i in 1 2 3; do event "CHG-K$i"; echo; done | sqs-send >/dev/null
+	{ event CHG-K1; echo; } | sqs-send >/dev/null     # a redelivery under the same chargeId
+	charge-worker --drain "${fast[@]}" 2>/dev/null
+	for i in 4 5 6; do event "CHG-K$i"; echo; done | sqs-send >/dev/null
+	{ event CHG-K4; echo; } | sqs-send >/dev/null
+	charge-worker --drain --stream "${fast[@]}" 2>/dev/null
+	bank_get /ledger > "$BATS_TEST_TMPDIR/ledger"
+	python3 - "$BATS_TEST_TMPDIR/ledger" <<'PY'
+import collections, json, sys
+led = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+bad = [(d["key"], d["chargeId"]) for d in led if d["key"] != d["chargeId"]]
+assert not bad, "Idempotency-Key is not the chargeId: %s" % bad
+n = collections.Counter(d["chargeId"] for d in led)
+assert sorted(n) == ["CHG-K%d" % i for i in range(1, 7)] and set(n.values()) == {1}, n
+PY
+}

@@ -127,3 +127,43 @@ qvisible() { sqs-stat "$@" | sed -n 's/.*"visible":\([0-9]*\).*/\1/p'; }
 	[ "$(qvisible --queue "sqlite:$BATS_TEST_TMPDIR/q.db#orders-dlq")" = 0 ]
 	[ "$(qvisible)" = 1 ]
 }
+
+@test "idemp-list --format envelope carries the debit as recorded: a declined charge's envelope is no notification (bank-sim), a DNF one is" {
+	bank_start --decline ACC-POOR --notify-fail
+	{ event CHG-EF ACC-POOR; echo; event CHG-EN ACC-RICH; echo; } | sqs-send >/dev/null
+	charge-worker --drain "${fast[@]}" 2>/dev/null
+	[ "$(state CHG-EF)" = FAILED ]
+	[ "$(state CHG-EN)" = DEBITED_NOTIFICATION_FAILED ]
+	bank_post /control '{"notifyFail":false}' >/dev/null
+	n0=$(bank_stat notifications)
+	# what the record says: FAILED is the bank's refusal, DNF the money moved
+	run --separate-stderr idemp-list --state FAILED --format envelope
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" debit.outcome)" = DECLINED ]
+	[ "$(jget "$output" recovery.state)" = FAILED ]
+	run --separate-stderr idemp-list --state DEBITED_NOTIFICATION_FAILED --format envelope
+	[ "$(jget "$output" debit.outcome)" = OK ]
+	[ "$(jget "$output" debit.ref)" = "$(jget "$(idemp-show --json CHG-EN)" debitRef)" ]
+	# the operator's slip: the FAILED list through charge-notify tells nobody
+	run --separate-stderr sh -c 'idemp-list --state FAILED --format envelope | charge-notify'
+	[ "$status" -eq 20 ]
+	[ "$(jget "$output" notify)" = "" ]
+	[ "$(bank_stat notifications)" -eq "$n0" ]
+	# nor does an envelope that says "debit OK" for a FAILED record (an older
+	# idemp-list, a hand-made line): the record's state decides
+	bad=$(idemp-list --state FAILED --format envelope | sed 's/"debit":{[^}]*}/"debit":{"outcome":"OK"}/')
+	[ "$(jget "$bad" debit.outcome)" = OK ]
+	run --separate-stderr charge-notify <<< "$bad"
+	[ "$status" -eq 65 ]
+	[ "$(jget "$output" notify.outcome)" = DATAERR ]
+	[[ "$(jget "$output" notify.error)" == *"not DONE or DEBITED_NOTIFICATION_FAILED"* ]]
+	[ "$(bank_stat notifications)" -eq "$n0" ]
+	# the DNF one is notified and becomes DONE
+	run --separate-stderr sh -c 'idemp-list --state DEBITED_NOTIFICATION_FAILED --format envelope |
+		charge-notify --stream | idemp-done --stream --renotified'
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" notify.outcome)" = OK ]
+	[ "$(state CHG-EN)" = DONE ]
+	[ "$(state CHG-EF)" = FAILED ]
+	[ "$(bank_stat notifications)" -eq $((n0 + 1)) ]
+}

@@ -109,6 +109,32 @@ PY
 	[ "$(prom "$M" 'v("idemkit_worker_messages_total", outcome="debited")')" = 4.0 ]
 }
 
+@test "the age gauges are in seconds: a DNF record an hour old, a stuck claim two hours old" {
+	event CHG-AGE-D | idemp-claim 2>/dev/null |
+		sed 's/}$/,"debit":{"outcome":"OK","ref":"TXN-1"}}/' | idemp-done >/dev/null
+	event CHG-AGE-S | idemp-claim --lease 1s >/dev/null 2>&1
+	[ "$(jget "$(idemp-show --json CHG-AGE-D)" state)" = DEBITED_NOTIFICATION_FAILED ]
+	# records of a known age: last updated 3 600 s and 7 200 s ago, the
+	# claim's lease long over (written as the store keeps them, epoch ms)
+	now=$(date +%s%3N)
+	sqlite3 "$BATS_TEST_TMPDIR/store.db" \
+		"UPDATE records SET updated_at = $now - 3600000 WHERE key = 'CHG-AGE-D';
+		 UPDATE records SET updated_at = $now - 7200000, lease_until = $now - 7000000 WHERE key = 'CHG-AGE-S';"
+	started=$(idemkit-metrics --clock)
+	echo '{"summary":true,"received":0}' |
+		idemkit-metrics --file "$M" --job worker --started "$started" --status 1
+	[ "$(prom "$M" 'int(v("idemkit_stuck_records"))')" = 1 ]
+	[ "$(prom "$M" 'int(v("idemkit_dnf_backlog"))')" = 1 ]
+	# the age in seconds, give or take the seconds this test takes
+	[ "$(prom "$M" '3600 <= v("idemkit_oldest_dnf_age_seconds") < 3660')" = True ]
+	[ "$(prom "$M" '7200 <= v("idemkit_oldest_stuck_age_seconds") < 7260')" = True ]
+	# and idemp-stats says the same, in its own unit (ms)
+	stats=$(idemp-stats --json)
+	[ "$(jget "$stats" oldestDnfMs)" -ge 3600000 ]
+	[ "$(jget "$stats" oldestDnfMs)" -lt 3660000 ]
+	[ "$(jget "$stats" oldestStuckMs)" -ge 7200000 ]
+}
+
 @test "a failed run keeps the last-success time; its own end and status are recorded" {
 	bank_start
 	event CHG-F1 | sqs-send >/dev/null

@@ -225,6 +225,42 @@ attr() {
 	[ "$(jget "$output" body)" = bounce ]
 }
 
+@test "queue[$QB]: the embedded queue dead-letters after 10 deliveries by default; maxReceiveCount=0 turns it off; a NAME-dlq queue has none" {
+	[ "$QB" = sqlite ] || skip "the embedded queue's default (an SQS queue's policy is its own)"
+	db=$BATS_TEST_TMPDIR/def.db
+	# receive once more than the policy allows, each copy at once visible again
+	bounce() {   # QUEUE -> how many deliveries before it stopped coming
+		local n=0
+		for _ in $(seq 15); do
+			sqs-recv --queue "$1" --visibility 0 >/dev/null || break
+			n=$((n + 1))
+		done
+		echo "$n"
+	}
+	echo a | sqs-send --queue "sqlite:$db#main" >/dev/null
+	[ "$(bounce "sqlite:$db#main")" = 10 ]
+	run sqs-recv --queue "sqlite:$db#main-dlq" --visibility 0
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" body)" = a ]
+	[ "$(jget "$output" receiveCount)" = 1 ]
+	# the DLQ itself has no default redrive: reading it never moves it on
+	[ "$(bounce "sqlite:$db#main-dlq")" = 15 ]
+	run sqs-recv --queue "sqlite:$db#main-dlq-dlq"
+	[ "$status" -eq 1 ]
+	# turned off, and stored for later users of the queue
+	echo b | sqs-send --queue "sqlite:$db#nodlq?maxReceiveCount=0" >/dev/null
+	[ "$(bounce "sqlite:$db#nodlq")" = 15 ]
+	run sqs-recv --queue "sqlite:$db#nodlq-dlq"
+	[ "$status" -eq 1 ]
+	# another limit, and the default to the DLQ its dlq= names
+	echo c | sqs-send --queue "sqlite:$db#three?maxReceiveCount=3&dlq=dead" >/dev/null
+	[ "$(bounce "sqlite:$db#three")" = 3 ]
+	[ "$(jget "$(sqs-recv --queue "sqlite:$db#dead")" body)" = c ]
+	echo d | sqs-send --queue "sqlite:$db#other?dlq=dead" >/dev/null
+	[ "$(bounce "sqlite:$db#other")" = 10 ]
+	[ "$(jget "$(sqs-recv --queue "sqlite:$db#dead")" body)" = d ]
+}
+
 @test "queue[$QB]: re-drive the DLQ into the main queue" {
 	printf '%s\n' one two three | sqs-send --queue "$DLQ" >/dev/null
 	run bash -c 'sqs-recv --queue "$DLQ" --max 10 --visibility 1 | sqs-send --queue "$QUEUE" --from-envelope'

@@ -1,13 +1,28 @@
 #!/usr/bin/env bats
 # sqs-ack on the embedded default queue: every exit code it documents, the
 # stream mode (order, per-entry results, batching, no added latency) and
-# the action table in its man page.  The actions themselves, on both
-# backends: tests/queue.bats.
+# the action table in its man page; a debit the bank refuses as CONFIG
+# (one charge among good ones; every charge) through charge-worker and
+# bank-sim.  The actions themselves, on both backends: tests/queue.bats.
 
 bats_require_minimum_version 1.5.0
 load helper
 load lock
 load queue_backend
+load bank_helper
+
+teardown() { bank_stop; }
+
+# config_setup N: N charges (CHG-CF-1..N, ACC-1) on a fresh embedded queue
+# whose redrive policy allows 3 deliveries, visibility 1 s, and a store.
+config_setup() {
+	local db=$BATS_TEST_TMPDIR/cq.db i
+	export IDEMKIT_QUEUE="sqlite:$db#ch" IDEMKIT_DLQ="sqlite:$db#ch-dlq"
+	export IDEMKIT_STORE="sqlite:$BATS_TEST_TMPDIR/store.db" IDEMKIT_LOG=warn
+	for i in $(seq "$1"); do event "CHG-CF-$i"; echo; done |
+		sqs-send --queue "$IDEMKIT_QUEUE?maxReceiveCount=3&dlq=ch-dlq&visibility=1" >/dev/null
+}
+cfast=(--lease 12s --debit-timeout 1 --notify-timeout 1 --notify-retries 0)
 
 # one received envelope with the given results merged in
 recv_with() {
@@ -143,6 +158,36 @@ recv_with() {
 	[[ "$stderr" == *"no dead-letter queue for https://sqs.us-east-1.amazonaws.com/123456789012/charges"* ]]
 }
 
+@test "sqs-ack --stream: envelopes from two queues: each poison message goes to its own queue's DLQ" {
+	db=$BATS_TEST_TMPDIR/two.db
+	unset IDEMKIT_QUEUE IDEMKIT_DLQ
+	poison='{"claim":{"outcome":"DATAERR","error":"not JSON"}}'
+	echo 'poison-a' | sqs-send --queue "sqlite:$db#a" >/dev/null
+	echo 'poison-b' | sqs-send --queue "sqlite:$db#b" >/dev/null
+	echo 'poison-a2' | sqs-send --queue "sqlite:$db#a" >/dev/null
+	{
+		sqs-recv --queue "sqlite:$db#a" | envset "$poison"
+		sqs-recv --queue "sqlite:$db#b" | envset "$poison"
+		sqs-recv --queue "sqlite:$db#a" | envset "$poison"
+	} >"$BATS_TEST_TMPDIR/in"
+	run --separate-stderr sqs-ack --stream <"$BATS_TEST_TMPDIR/in"
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 3 ]
+	[ "$(jget "${lines[0]}" ack.dlq)" = "sqlite:$db#a-dlq" ]
+	[ "$(jget "${lines[1]}" ack.dlq)" = "sqlite:$db#b-dlq" ]
+	[ "$(jget "${lines[2]}" ack.dlq)" = "sqlite:$db#a-dlq" ]
+	# what each DLQ holds, read back
+	run sqs-recv --queue "sqlite:$db#b-dlq" --max 10
+	[ "${#lines[@]}" -eq 1 ]
+	[ "$(jget "$output" body)" = poison-b ]
+	run sqs-recv --queue "sqlite:$db#a-dlq" --max 10
+	[ "${#lines[@]}" -eq 2 ]
+	[ "$(jget "${lines[0]}" body)$(jget "${lines[1]}" body)" = poison-apoison-a2 ]
+	for q in a b; do
+		[ "$(sqs-stat --queue "sqlite:$db#$q" | sed -n 's/.*"visible":\([0-9]*\).*/\1/p')" = 0 ]
+	done
+}
+
 @test "sqs-ack --stream: in order, each with its own result, exit 0" {
 	printf '%s\n' a b c | sqs-send >/dev/null
 	sqs-recv --max 10 --visibility 0 >"$BATS_TEST_TMPDIR/old"
@@ -276,10 +321,65 @@ PY
 	[ "${lines[-1]}" = ok ]
 }
 
+@test "sqs-ack: an SQS batch answer is applied by its entries' exact Ids: an unknown, malformed or missing Id to no message, an entry answered twice not as a success (C unit test)" {
+	run "$IDEMKIT_TEST_BIN/sqs_batch"
+	[ "$status" -eq 0 ]
+	[ "${lines[-1]}" = ok ]
+}
+
 @test "sqs-ack: --help and --version" {
 	run sqs-ack --help
 	[ "$status" -eq 0 ]
 	[[ "$output" == *"  13  LEASE_LOST"* ]]
 	run sqs-ack --version
 	[[ "$output" == "sqs-ack (idemkit) "* ]]
+}
+
+@test "sqs-ack: a charge the bank refuses with a status in neither list does not stop the others, and reaches the DLQ with its reason on its last delivery" {
+	bank_start
+	config_setup 4
+	bank_post /control '{"errorStatus":400,"failKeys":{"CHG-CF-1":1000}}' >/dev/null
+	run --separate-stderr charge-worker --drain "${cfast[@]}"
+	[ "$status" -eq 78 ]             # the alarm: the bank refused a charge as misconfigured
+	for i in 2 3 4; do
+		[ "$(jget "$(idemp-show --json "CHG-CF-$i")" state)" = DONE ]
+	done
+	[ "$(bank_stat debits)" -eq 3 ]
+	# bounded: at most the policy's 3 deliveries, then the DLQ, with the reason
+	for _ in 1 2 3 4 5; do
+		[ "$(sqs-stat --queue "$IDEMKIT_DLQ" | sed -n 's/.*"visible":\([0-9]*\).*/\1/p')" = 1 ] && break
+		charge-worker --drain "${cfast[@]}" 2>/dev/null || true
+	done
+	run sqs-recv --queue "$IDEMKIT_DLQ"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" body)" = "$(event CHG-CF-1)" ]
+	python3 -c 'import json,sys; a=json.loads(sys.argv[1])["attributes"]
+assert a["idemkit.reason"]=="CONFIG", a
+assert a["idemkit.step"]=="debit", a
+assert "HTTP 400" in a["idemkit.error"], a
+assert a["idemkit.chargeId"]=="CHG-CF-1", a' "$output"
+	[ "$(sqs-stat)" = '{"visible":0,"inflight":0,"delayed":0}' ]
+	[ "$(bank_stat errors)" -le 3 ]
+	[ "$(bank_stat debits)" -eq 3 ]
+	[ "$(jget "$(idemp-show --json CHG-CF-1)" state)" = IN_PROGRESS ]   # nothing debited
+}
+
+@test "sqs-ack: a configuration that refuses every charge stops the worker at the third refusal in a row (78), one message at a time or --stream; nothing dead-lettered" {
+	bank_start
+	config_setup 40
+	bank_post /control '{"errorStatus":400,"errorRate":1}' >/dev/null
+	run --separate-stderr charge-worker --drain "${cfast[@]}"
+	[ "$status" -eq 78 ]
+	[ "$(bank_stat attempts)" -eq 3 ]
+	[[ "$stderr" == *'"config":3}'* ]]
+	# --stream: sqs-ack halts, and the pipeline winds down
+	run --separate-stderr charge-worker --drain --stream --window 4 "${cfast[@]}"
+	[ "$status" -eq 78 ]
+	# bounded by what the receiver may hand out before it learns:
+	# --window 4 plus one receive of up to 10, never the 40
+	[ "$(bank_stat attempts)" -le $((3 + 3 + 4 + 10)) ]
+	[ "$(bank_stat debits)" -eq 0 ]
+	[ "$(sqs-stat --queue "$IDEMKIT_DLQ")" = '{"visible":0,"inflight":0,"delayed":0}' ]
+	s=$(sqs-stat)
+	python3 -c 'import json,sys; s=json.loads(sys.argv[1]); assert s["visible"]+s["inflight"]+s["delayed"]==40, s' "$s"
 }

@@ -218,6 +218,21 @@ acked() {
 	[ "$status" -eq 64 ]
 }
 
+@test "--settle (the drain's wait): a copy left with a backoff longer than the receive's grace (--wait + 2 s) is waited for, and received when it is due" {
+	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/g.db#charges"
+	echo m1 | sqs-send >/dev/null
+	sqs-recv --visibility 6 > "$BATS_TEST_TMPDIR/got"
+	# sqs-ack left it, visible again in 6 s: past --wait 1 + 2 s of grace,
+	# within --settle 30s (a slip of seconds for milliseconds makes it due
+	# "a moment ago", and the drain gives up on it after the grace)
+	sed 's/}$/,"ack":{"action":"leave-backoff","verdict":"TEMPFAIL","outcome":"OK","visibility":6}}/' \
+		"$BATS_TEST_TMPDIR/got" > "$BATS_TEST_TMPDIR/acked"
+	run --separate-stderr sqs-recv --wait 1 --acked "$BATS_TEST_TMPDIR/acked" --settle 30s
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" body)" = m1 ]
+	[ "$(jget "$output" receiveCount)" = 2 ]
+}
+
 @test "--max-age: a message in flight for twice DUR (a step lost it) no longer stops the receiving" {
 	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/l.db#charges"
 	for i in $(seq 1 20); do echo "m$i"; done | sqs-send >/dev/null

@@ -2,8 +2,10 @@
 # The Redis store under faults: the duplicate storm (2 000 charges x 1-5
 # deliveries, 8 workers -> 2 000 debits), the same storm with redis-server
 # killed with kill -9 and restarted (AOF, appendfsync always) in the
-# middle, and acknowledged claims surviving a kill -9.  STORM_N overrides
-# the number of charges.
+# middle, acknowledged claims surviving a kill -9, and a stream whose store
+# was down at its first envelope recording again once the server is back (a
+# transient failure to open is retried, not kept).  STORM_N overrides the
+# number of charges.
 
 load faults
 load ../redis_helper
@@ -83,4 +85,41 @@ PY
 	done < "$BATS_TEST_TMPDIR/want"
 	run --separate-stderr idemp-claim < <(ev ACK-7)
 	[ "$status" -eq 11 ]
+}
+
+@test "a stream whose store was down at its first envelope opens it again once the server is back: later envelopes are recorded, not TEMPFAIL until a restart" {
+	t=$BATS_TEST_TMPDIR
+	# claimed, debited and notified: idemp-done records DONE
+	a=$(debited "$(ev RDOWN-1 | idemp-claim 2>/dev/null)" | sed 's/}$/,"notify":{"outcome":"OK"}}/')
+	b=$(debited "$(ev RDOWN-2 | idemp-claim 2>/dev/null)" | sed 's/}$/,"notify":{"outcome":"OK"}}/')
+	[ "$(jget "$a" claim.outcome)" = ACQUIRED ]
+	[ "$(jget "$b" claim.outcome)" = ACQUIRED ]
+	redis_stop
+	mkfifo "$t/in" "$t/out"
+	idemp-done --stream < "$t/in" > "$t/out" 2> "$t/err" 3>&- &
+	pid=$!
+	exec 5> "$t/in"
+	exec 6< "$t/out"
+	printf '%s\n' "$a" >&5          # the first envelope: the open fails
+	IFS= read -r -t 20 -u 6 answer
+	[ "$(jget "$answer" done.outcome)" = TEMPFAIL ]
+	redis_restart 5>&- 6<&-   # the server must not hold the stream's pipes
+	# The same process, the server back: the open is tried again after a
+	# short backoff, so an envelope soon after is recorded (bounded: with
+	# the failure kept for good, all 100 are TEMPFAIL).
+	for _ in $(seq 100); do
+		printf '%s\n' "$b" >&5
+		IFS= read -r -t 20 -u 6 answer
+		[ "$(jget "$answer" done.outcome)" = TEMPFAIL ] || break
+		sleep 0.1
+	done
+	[ "$(jget "$answer" done.outcome)" = OK ]
+	[ "$(jget "$answer" done.state)" = DONE ]
+	printf '%s\n' "$a" >&5          # and the one left by the outage, redelivered
+	IFS= read -r -t 20 -u 6 answer
+	[ "$(jget "$answer" done.outcome)" = OK ]
+	exec 5>&- 6<&-
+	wait "$pid"
+	[ "$(jget "$(idemp-show --json RDOWN-1)" state)" = DONE ]
+	[ "$(jget "$(idemp-show --json RDOWN-2)" state)" = DONE ]
 }
