@@ -266,6 +266,43 @@ hmac_v2() {
 # mtls_certs DIR: a client CA (ca.pem), a client certificate it signed
 # (client.pem, client.key, mode 0600) and one it did not (other.pem,
 # other.key), beside the server's self_signed cert.pem/key.pem.
+# mtls_server_start DIR 1.2|1.3 REF: a loopback HTTPS server with the
+# certificates of mtls_certs DIR that requires a client certificate
+# (Python's ssl, CERT_REQUIRED) and answers 201 {"ref":REF}.  TLS 1.2
+# refuses a missing certificate inside the handshake; TLS 1.3 after it, so
+# the refusal races the request.  Sets MTLS_PID and MTLS_PORT.
+mtls_server_start() {
+	local d=$1 i
+	rm -f "$d/port"
+	python3 -c '
+import http.server, ssl, sys, os
+d, version, ref = sys.argv[1], sys.argv[2], sys.argv[3]
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        out = ("{\"ref\":\"%s\"}" % ref).encode()
+        self.send_response(201); self.send_header("Content-Length", str(len(out))); self.end_headers()
+        self.wfile.write(out)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(d + "/cert.pem", d + "/key.pem")
+ctx.verify_mode = ssl.CERT_REQUIRED
+if version == "1.3":
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+else:
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+ctx.load_verify_locations(d + "/ca.pem")
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+s.socket = ctx.wrap_socket(s.socket, server_side=True)
+open(d + "/port.tmp", "w").write(str(s.server_address[1])); os.rename(d + "/port.tmp", d + "/port")
+s.serve_forever()
+' "$d" "$2" "$3" 2>"$d/server.log" 3>&- &
+	MTLS_PID=$!
+	for i in $(seq 100); do [ -s "$d/port" ] && break; sleep 0.05; done
+	MTLS_PORT=$(cat "$d/port")
+}
+
 mtls_certs() {
 	local d=$1
 	self_signed "$d"

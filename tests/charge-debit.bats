@@ -749,32 +749,9 @@ assert got==want and "ref" not in d, (got, want)' "$s" "$outcome" || return 1
 @test "mutual TLS: a handshake the server refuses for a missing or unknown certificate is CONFIG, not TEMPFAIL" {
 	mtls_certs "$BATS_TEST_TMPDIR"
 	d=$BATS_TEST_TMPDIR
-	# A TLS server that requires a client certificate in the handshake
-	# (Python's ssl, CERT_REQUIRED) and answers 201 with a ref.
-	python3 -c '
-import http.server, ssl, sys, os
-d = sys.argv[1]
-class H(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def log_message(self, *a): pass
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        out = b"{\"ref\":\"TXN-MTLS\"}"
-        self.send_response(201); self.send_header("Content-Length", str(len(out))); self.end_headers()
-        self.wfile.write(out)
-ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-ctx.load_cert_chain(d + "/cert.pem", d + "/key.pem")
-ctx.verify_mode = ssl.CERT_REQUIRED
-ctx.maximum_version = ssl.TLSVersion.TLSv1_2   # the refusal inside the handshake, every time
-ctx.load_verify_locations(d + "/ca.pem")
-s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-s.socket = ctx.wrap_socket(s.socket, server_side=True)
-open(d + "/port.tmp", "w").write(str(s.server_address[1])); os.rename(d + "/port.tmp", d + "/port")
-s.serve_forever()
-' "$d" 2>"$d/server.log" 3>&- &
-	SPID=$!
-	for i in $(seq 100); do [ -s "$d/port" ] && break; sleep 0.05; done
-	port=$(cat "$d/port")
+	# A TLS 1.2 server: the refusal comes inside the handshake, every time.
+	mtls_server_start "$d" 1.2 TXN-MTLS
+	SPID=$MTLS_PID port=$MTLS_PORT
 	export IDEMKIT_BANK_URL=https://127.0.0.1:$port/debits IDEMKIT_BANK_CACERT=$d/cert.pem
 	debit_run "$(envelope CHG-H1)"
 	st1=$status out1=$output
@@ -799,30 +776,8 @@ s.serve_forever()
 	# TLS 1.3 (Python's ssl, CERT_REQUIRED): the server's refusal comes
 	# after the handshake and races our request, so it often arrives as a
 	# reset; the classification must not depend on who wins.
-	python3 -c '
-import http.server, ssl, sys, os
-d = sys.argv[1]
-class H(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def log_message(self, *a): pass
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        out = b"{\"ref\":\"TXN-MTLS13\"}"
-        self.send_response(201); self.send_header("Content-Length", str(len(out))); self.end_headers()
-        self.wfile.write(out)
-ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-ctx.load_cert_chain(d + "/cert.pem", d + "/key.pem")
-ctx.verify_mode = ssl.CERT_REQUIRED
-ctx.minimum_version = ssl.TLSVersion.TLSv1_3
-ctx.load_verify_locations(d + "/ca.pem")
-s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-s.socket = ctx.wrap_socket(s.socket, server_side=True)
-open(d + "/port.tmp", "w").write(str(s.server_address[1])); os.rename(d + "/port.tmp", d + "/port")
-s.serve_forever()
-' "$d" 2>"$d/server.log" 3>&- &
-	STUB_PIDS="${STUB_PIDS:-} $!"
-	for i in $(seq 100); do [ -s "$d/port" ] && break; sleep 0.05; done
-	port=$(cat "$d/port")
+	mtls_server_start "$d" 1.3 TXN-MTLS13
+	STUB_PIDS="${STUB_PIDS:-} $MTLS_PID" port=$MTLS_PORT
 	export IDEMKIT_BANK_URL=https://127.0.0.1:$port/debits IDEMKIT_BANK_CACERT=$d/cert.pem
 	# Load on both cores (bounded: they end with the test's stubs).
 	for i in 1 2; do
