@@ -12,7 +12,8 @@
  * (STALE_EVENT, to the DLQ); one that finds its record is decided by it
  * as always.  See stale_refusal for why that stays one conditional write.
  *
- * In --stream, on a store that offers claims in flight (DynamoDB), up to
+ * In --stream, on a store that offers claims in flight (DynamoDB,
+ * PostgreSQL), up to
  * --inflight claims are outstanding at once (step.h's start, wait, reap),
  * each still its own conditional write, and each envelope is written as
  * soon as its answer is in: out of order.  The one-shot and group paths run
@@ -43,9 +44,9 @@ static const char options[] =
 	"  -s, --stream       many envelopes in, one out per line; outcome in the envelope\n"
 	"  -l, --lease DUR    how long the claim is held (1s to 24h, default 120s;\n"
 	"                     $IDEMKIT_LEASE); $IDEMKIT_RETENTION must be longer\n"
-	"  -n, --inflight N   with --stream on DynamoDB: up to N claims in flight (1-1024,\n"
-	"                     default 32, $IDEMKIT_STORE_INFLIGHT); envelopes then\n"
-	"                     leave in the order the answers come\n"
+	"  -n, --inflight N   with --stream on DynamoDB or PostgreSQL: up to N claims in\n"
+	"                     flight (1-1024, default 32, $IDEMKIT_STORE_INFLIGHT);\n"
+	"                     envelopes then leave in the order the answers come\n"
 	"  -S, --store URL    sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE,\n"
 	"                     else sqlite:$IDEMKIT_STATE_DIR/idempotency.db)\n"
 	"  -h, --help         this help\n"
