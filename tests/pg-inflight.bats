@@ -264,3 +264,80 @@ PY
 	grep -q 'connection lost with statements in flight' "$BATS_TEST_TMPDIR/err"
 	[ "$(pg_sql "SELECT count(*) FROM $TBL WHERE key LIKE '$id-%'")" -eq 10 ]
 }
+
+# A stream on a fifo: STREAM_IN (fd 5 open on it), STREAM_OUT; stream_lines N
+# waits (bounded) until it wrote N envelopes.
+stream_start() {
+	mkfifo "$BATS_TEST_TMPDIR/in"
+	STREAM_OUT=$BATS_TEST_TMPDIR/out
+	idemp-claim --stream "$@" < "$BATS_TEST_TMPDIR/in" > "$STREAM_OUT" 2> "$BATS_TEST_TMPDIR/err" &
+	CLAIM_PID=$!
+	exec 5> "$BATS_TEST_TMPDIR/in"
+}
+stream_lines() {
+	for _ in $(seq 300); do [ "$(wc -l < "$STREAM_OUT")" -ge "$1" ] && break; sleep 0.05; done
+	[ "$(wc -l < "$STREAM_OUT")" -eq "$1" ]
+}
+
+@test "a copy meeting its original in flight in the same stream is held until the original's finish is recorded: DUP_DONE, not left on the queue" {
+	id=$(uid hold)
+	# another process's claim: its copy here is DUP_IN_PROGRESS at once
+	ev "$id-other" | idemp-claim >/dev/null 2>&1
+	stream_start
+	{ ev "$id-1"; ev "$id-1"; } > "$BATS_TEST_TMPDIR/pair"
+	cat "$BATS_TEST_TMPDIR/pair" >&5
+	stream_lines 1
+	orig=$(sed -n 1p "$STREAM_OUT")
+	[ "$(jget "$orig" claim.outcome)" = ACQUIRED ]
+	ev "$id-other" >&5
+	stream_lines 2
+	[ "$(jget "$(sed -n 2p "$STREAM_OUT")" claim.outcome)" = DUP_IN_PROGRESS ]
+	[ "$(jget "$(sed -n 2p "$STREAM_OUT")" claim.chargeId)" = "$id-other" ]
+	# the original's finish is recorded downstream: the held copy follows
+	run --separate-stderr idemp-done --state DONE <<<"$orig"
+	[ "$status" -eq 0 ]
+	stream_lines 3
+	copy=$(sed -n 3p "$STREAM_OUT")
+	[ "$(jget "$copy" claim.chargeId)" = "$id-1" ]
+	[ "$(jget "$copy" claim.outcome)" = DUP_DONE ]
+	[ "$(jget "$copy" claim.state)" = DONE ]
+	exec 5>&-
+	wait "$CLAIM_PID"
+	CLAIM_PID=
+	run idemp-show --json "$id-1"
+	[ "$(jget "$output" attempts)" = 1 ]
+	[ "$(jget "$output" owner)" = "$(jget "$orig" claim.token)" ]
+}
+
+@test "a held copy is passed on DUP_IN_PROGRESS before its original's lease ends (never takes it over), and at a stop signal at once" {
+	id=$(uid holdlease)
+	stream_start --lease 2s
+	{ ev "$id-1"; ev "$id-1"; } > "$BATS_TEST_TMPDIR/pair"
+	cat "$BATS_TEST_TMPDIR/pair" >&5
+	stream_lines 1
+	orig=$(sed -n 1p "$STREAM_OUT")
+	[ "$(jget "$orig" claim.outcome)" = ACQUIRED ]
+	stream_lines 2      # never finished: passed on within the lease
+	copy=$(sed -n 2p "$STREAM_OUT")
+	[ "$(jget "$copy" claim.outcome)" = DUP_IN_PROGRESS ]
+	run idemp-show --json "$id-1"
+	[ "$(jget "$output" attempts)" = 1 ]
+	[ "$(jget "$output" owner)" = "$(jget "$orig" claim.token)" ]
+	exec 5>&-
+	wait "$CLAIM_PID"
+	CLAIM_PID=
+	# a stop signal passes a held copy on at once
+	rm -f "$BATS_TEST_TMPDIR/in"
+	stream_start --lease 120s
+	{ ev "$id-2"; ev "$id-2"; } > "$BATS_TEST_TMPDIR/pair"
+	cat "$BATS_TEST_TMPDIR/pair" >&5
+	stream_lines 1
+	kill -TERM "$CLAIM_PID"
+	st=0
+	wait "$CLAIM_PID" || st=$?
+	CLAIM_PID=
+	exec 5>&-
+	[ "$st" -eq 143 ]
+	[ "$(wc -l < "$STREAM_OUT")" -eq 2 ]
+	[ "$(jget "$(sed -n 2p "$STREAM_OUT")" claim.outcome)" = DUP_IN_PROGRESS ]
+}
