@@ -80,8 +80,15 @@ struct ctx {
 	int64_t lease_ms, retention_ms;
 	char (*mine)[IK_TOKEN_HEX];     /* NULL: copies are not held (one-shot, groups) */
 	size_t mine_next;
-	struct job *held;               /* copies held for their original */
+	struct job *held;               /* copies held for their original, and claims
+	                                 * waiting for a slot (not yet sent) */
+	size_t store_max;               /* claims at the store at once (--inflight) */
 };
+
+/* Envelopes the step loop may hold beyond --inflight: the held copies,
+ * which wait for their originals, not for the store, must not take the
+ * claims' slots (sqs-recv's window bounds what a pipeline holds). */
+#define HOLD_EXTRA IK_STORE_INFLIGHT_MAX
 
 /* How much sooner than the retention a copy counts as stale: a tenth of
  * it, at most a day (3 days of the default 30 would refuse copies whose
@@ -146,6 +153,7 @@ struct job {
 	struct ctx *c;
 	struct job *next;         /* in ctx.held */
 	int64_t retry_at, hold_until, backoff_ms;   /* monotonic ms, while held */
+	int unsent;               /* in held only waiting for a slot: no answer yet */
 	cJSON *env;
 	struct ik_event ev;
 	char token[IK_TOKEN_HEX];
@@ -341,6 +349,18 @@ answered(void *arg, int rc, const ik_err *err)
 	free(j);
 }
 
+/* Appends j to ctx.held: the claims waiting for a slot keep their order. */
+static void
+held_append(struct ctx *c, struct job *j)
+{
+	struct job **pp = &c->held;
+
+	while (*pp)
+		pp = &(*pp)->next;
+	j->next = NULL;
+	*pp = j;
+}
+
 /* The held copies whose time came are claimed again (or passed on as
  * DUP_IN_PROGRESS at a stop); returns the ms until the next one is due,
  * -1 when none is held. */
@@ -354,21 +374,26 @@ retry_held(struct ctx *c)
 	int rc;
 
 	while ((j = *pp)) {
-		if (!ik_stop_signal && j->retry_at > now) {
-			if (next < 0 || j->retry_at - now < next)
+		if (!ik_stop_signal && (j->retry_at > now ||
+		    store->ops->active(store) >= c->store_max)) {
+			/* not yet due, or no slot: an answer frees one */
+			if (j->retry_at > now && (next < 0 || j->retry_at - now < next))
 				next = j->retry_at - now;
 			pp = &j->next;
 			continue;
 		}
 		*pp = j->next;
-		if (ik_stop_signal) {
+		if (ik_stop_signal && !j->unsent) {
 			claimed(j, store, IK_OK, NULL);    /* DUP_IN_PROGRESS, as answered */
 			ik_store_lazy_done(&c->db, j->env);
 			free(j);
 			continue;
 		}
-		ik_record_free(&j->res.cur);
-		stamp(j, ik_env_body(j->env));
+		if (!j->unsent) {
+			ik_record_free(&j->res.cur);
+			stamp(j, ik_env_body(j->env));
+		}
+		j->unsent = 0;
 		if ((rc = store->ops->claim_start(store, &j->req, &j->res, answered, j,
 		    &err)) != IK_OK) {
 			claimed(j, store, rc, &err);
@@ -395,6 +420,13 @@ claim_start(cJSON *env, void *arg)
 	}
 	*j = (struct job){ .c = c, .env = env };
 	if (prepare(j, &store, &rc)) {
+		if (store->ops->active(store) >= c->store_max) {
+			/* no slot (held copies do not take one): sent in turn */
+			j->unsent = 1;
+			j->retry_at = 0;
+			held_append(c, j);
+			return 0;
+		}
 		if ((rc = store->ops->claim_start(store, &j->req, &j->res, answered, j,
 		    &err)) == IK_OK)
 			return 0;
@@ -478,8 +510,10 @@ main(int argc, char **argv)
 		return ik_fail(&err);
 	if (check)   /* what charge-worker asks before it receives anything */
 		return IK_OK;
-	if (st.stream && ik_store_lazy_inflight(&c.db, st.inflight)) {
+	if (st.stream && ik_store_lazy_inflight(&c.db, st.inflight + HOLD_EXTRA)) {
 		c.mine = calloc(MINE_MAX, sizeof *c.mine);   /* NULL: copies not held */
+		c.store_max = st.inflight;
+		st.inflight += HOLD_EXTRA;
 		st.start = claim_start;
 		st.wait = claim_wait;
 		st.reap = claim_reap;

@@ -341,3 +341,20 @@ stream_lines() {
 	[ "$(wc -l < "$STREAM_OUT")" -eq 2 ]
 	[ "$(jget "$(sed -n 2p "$STREAM_OUT")" claim.outcome)" = DUP_IN_PROGRESS ]
 }
+
+@test "held copies take no claim slot: with --inflight 1 the claims after a held copy go on while it waits" {
+	id=$(uid holdslot)
+	stream_start --inflight 1
+	{ ev "$id-1"; ev "$id-1"; for k in 2 3 4 5 6; do ev "$id-$k"; done; } > "$BATS_TEST_TMPDIR/seven"
+	cat "$BATS_TEST_TMPDIR/seven" >&5
+	stream_lines 6
+	[ "$(grep -c '"outcome":"ACQUIRED"' "$STREAM_OUT")" -eq 6 ]
+	orig=$(grep -e "\"$id-1\"" "$STREAM_OUT")
+	run --separate-stderr idemp-done --state DONE <<<"$orig"
+	[ "$status" -eq 0 ]
+	stream_lines 7
+	[ "$(jget "$(sed -n 7p "$STREAM_OUT")" claim.outcome)" = DUP_DONE ]
+	exec 5>&-
+	wait "$CLAIM_PID"
+	CLAIM_PID=
+}
