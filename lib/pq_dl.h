@@ -2,7 +2,7 @@
  * The pipeline functions (claims and finishes in flight) need libpq 14 or
  * later; Debian 12 ships 15.
  *
- * lib/store_postgres.c and lib/pg_url.c, libpq's only callers, include
+ * lib/store_postgres.c, lib/pg_pipe.c and lib/pg_url.c, libpq's only callers, include
  * this header instead of <libpq-fe.h>, and call ik_pq_load() before any
  * PQ* function.
  */

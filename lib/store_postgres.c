@@ -22,7 +22,8 @@
  * refusing it is never DATAERR (a claim's event is the message's own).
  * Group commit (begin/commit) as in store_sqlite.c: the group's first
  * write opens one transaction; a failure rolls it back at once and fails
- * the rest of the group (store.h).
+ * the rest of the group (store.h).  Claims and finishes in flight, the
+ * same statements in libpq's pipeline mode, are pg_pipe.c's.
  */
 #include <poll.h>
 #include <stdlib.h>
@@ -32,12 +33,12 @@
 #include "log.h"
 #include "outcome.h"
 #include "pg_url.h"
+#include "pg_store.h"
 #include "pq_dl.h"
 #include "store.h"
 #include "util.h"
 
 #define SCHEMA_VERSION 3
-#define MAX_RETRIES 5          /* serialization failures / deadlocks */
 #define RECONNECT_MS 5000      /* wait for a server that went away, once per outage */
 #define PURGE_BATCH "1000"     /* rows per purge transaction */
 #define ADVISORY_NS "7652"     /* pg_advisory_lock(ns, hashtext(table)) */
@@ -53,7 +54,6 @@
 #define HPUSH(h, e) " jsonb_path_query_array(COALESCE(" h ", '[]'::jsonb) || " e "," \
 	" '$[last - " XSTR(IK_HISTORY_MAX) " + 1 to last]')"
 
-enum { Q_CLAIM, Q_GET, Q_FINISH, Q_RENOTIFIED, Q_RELEASE, Q_FORGET, Q_STATS, Q_RENEW, Q_N };
 
 /* Each write with and without the history column: a table from before
  * schema version 3 keeps working (without history) until idemp-init
@@ -175,24 +175,6 @@ static const char *const migrations[SCHEMA_VERSION + 1] = {
 	"ALTER TABLE %1$s ADD COLUMN IF NOT EXISTS history jsonb NOT NULL DEFAULT '[]'::jsonb",
 };
 
-struct pg {
-	PGconn *conn;
-	struct ik_pg_url u;   /* its conninfo holds the password: wiped on close */
-	char qtable[IK_PG_TABLE_MAX + 3];   /* quoted */
-	char *sql[2][Q_N];    /* [has_history] */
-	unsigned prepared;    /* bit per statement and variant, on this connection */
-	int has_history;      /* the table has the history column (schema >= 3) */
-	int checked;          /* has_history is known on this connection */
-	int warned;           /* that it has not, once */
-	int waited;           /* waited for this outage already */
-	int group, in_tx, failed;
-	/* in flight (pipeline mode): ops queued for the next batch, the one
-	 * batch sent and not yet answered, and those answered whose callback
-	 * is still to come; active counts every op started and not called
-	 * back. */
-	struct pop *queued, **queued_last, *batch, *ans, *done, **done_last;
-	size_t active;
-};
 
 static void
 trim(char *s)
@@ -207,8 +189,8 @@ trim(char *s)
 }
 
 /* A failed result (r may be NULL: no answer at all) as an outcome. */
-static int
-pgerr(struct pg *p, PGresult *r, const char *doing, ik_err *err)
+int
+ik_pg_err(struct pg *p, PGresult *r, const char *doing, ik_err *err)
 {
 	const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
 	const char *m = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
@@ -248,7 +230,7 @@ history_column(struct pg *p, ik_err *err)
 	int rc = IK_OK, had = p->has_history;
 
 	if (PQresultStatus(r) != PGRES_TUPLES_OK)
-		rc = pgerr(p, r, "read the table's columns", err);
+		rc = ik_pg_err(p, r, "read the table's columns", err);
 	else if (!(p->has_history = PQntuples(r) == 1) && (had || !p->warned)) {
 		p->warned = 1;
 		ik_log(IK_LOG_WARN, "the table has no history column (a schema from before "
@@ -307,8 +289,6 @@ no_notice(void *arg, const char *msg)
  * (what we send is UTF-8, utf8.h), and a database that cannot store all
  * of UTF-8 is refused before anything is claimed: a reason it could not
  * store would fail a finish after the debit. */
-static void drain(struct pg *p);
-
 static int
 conn_ok(struct pg *p, ik_err *err)
 {
@@ -316,7 +296,7 @@ conn_ok(struct pg *p, ik_err *err)
 	const char *enc;
 
 	if (p->batch)
-		drain(p);     /* a blocking call while ops are in flight: store.h */
+		ik_pg_drain(p);     /* a blocking call while ops are in flight: store.h */
 	if (p->conn && PQstatus(p->conn) == CONNECTION_OK)
 		return IK_OK;
 	if (p->in_tx) {
@@ -379,8 +359,8 @@ conn_ok(struct pg *p, ik_err *err)
  * Outside a transaction, serialization failures and deadlocks are retried. */
 /* Statement which prepared on this connection (connected, history
  * known), its name in name[16]. */
-static int
-prepared(struct pg *p, int which, int n, const char *doing, char *name, ik_err *err)
+int
+ik_pg_prepare(struct pg *p, int which, int n, const char *doing, char *name, ik_err *err)
 {
 	PGresult *r;
 	int rc, bit;
@@ -392,7 +372,7 @@ prepared(struct pg *p, int which, int n, const char *doing, char *name, ik_err *
 	if (!(p->prepared & (1u << bit))) {
 		r = PQprepare(p->conn, name, p->sql[p->has_history][which], n, NULL);
 		if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-			rc = pgerr(p, r, doing, err);
+			rc = ik_pg_err(p, r, doing, err);
 			PQclear(r);
 			return rc;
 		}
@@ -412,7 +392,7 @@ run(struct pg *p, int which, int n, const char *const *params, const char *doing
 
 	*out = NULL;
 again:
-	if ((rc = prepared(p, which, n, doing, name, err)))
+	if ((rc = ik_pg_prepare(p, which, n, doing, name, err)))
 		return rc;
 	r = PQexecPrepared(p->conn, name, n, params, NULL, NULL, 0);
 	tries++;
@@ -432,7 +412,7 @@ again:
 			goto again;
 		}
 	}
-	rc = pgerr(p, r, doing, err);
+	rc = ik_pg_err(p, r, doing, err);
 	if (tries > 1 && err) {
 		size_t l = strlen(err->msg);
 		snprintf(err->msg + l, sizeof err->msg - l, " (after %d tries)", tries);
@@ -452,7 +432,7 @@ exec_sql(struct pg *p, const char *q, const char *doing, ik_err *err)
 		return rc;
 	r = PQexec(p->conn, q);
 	rc = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK ?
-	    IK_OK : pgerr(p, r, doing, err);
+	    IK_OK : ik_pg_err(p, r, doing, err);
 	PQclear(r);
 	return rc;
 }
@@ -465,8 +445,8 @@ rollback(struct pg *p)
 	p->in_tx = 0;
 }
 
-static int64_t
-col_i64(PGresult *r, int row, int col)
+int64_t
+ik_pg_col_i64(PGresult *r, int row, int col)
 {
 	return PQgetisnull(r, row, col) ? 0 : strtoll(PQgetvalue(r, row, col), NULL, 10);
 }
@@ -477,21 +457,21 @@ col_str(PGresult *r, int row, int col)
 	return PQgetisnull(r, row, col) ? NULL : strdup(PQgetvalue(r, row, col));
 }
 
-static void
-read_record(PGresult *r, int row, struct ik_record *rec)
+void
+ik_pg_read_record(PGresult *r, int row, struct ik_record *rec)
 {
 	rec->key = col_str(r, row, 0);
 	rec->state = ik_state_parse(PQgetvalue(r, row, 1));
 	rec->owner = col_str(r, row, 2);
-	rec->lease_until = col_i64(r, row, 3);
-	rec->attempts = col_i64(r, row, 4);
+	rec->lease_until = ik_pg_col_i64(r, row, 3);
+	rec->attempts = ik_pg_col_i64(r, row, 4);
 	rec->fingerprint = col_str(r, row, 5);
 	rec->event = col_str(r, row, 6);
 	rec->debit_ref = col_str(r, row, 7);
 	rec->last_error = col_str(r, row, 8);
-	rec->created_at = col_i64(r, row, 9);
-	rec->updated_at = col_i64(r, row, 10);
-	rec->expires_at = col_i64(r, row, 11);
+	rec->created_at = ik_pg_col_i64(r, row, 9);
+	rec->updated_at = ik_pg_col_i64(r, row, 10);
+	rec->expires_at = ik_pg_col_i64(r, row, 11);
 	rec->history = col_str(r, row, 12);
 }
 
@@ -509,9 +489,9 @@ get_now(struct pg *p, const char *key, struct ik_record *rec, int64_t *now, ik_e
 		PQclear(r);
 		return IK_EMPTY;
 	}
-	read_record(r, 0, rec);
+	ik_pg_read_record(r, 0, rec);
 	if (now)
-		*now = col_i64(r, 0, 13);
+		*now = ik_pg_col_i64(r, 0, 13);
 	PQclear(r);
 	return IK_OK;
 }
@@ -602,8 +582,8 @@ pg_claim(struct ik_store *st, const struct ik_claim_req *req, struct ik_claim_re
 			goto fail;
 		if (PQntuples(r) == 1) {
 			res->code = IK_OK;
-			res->attempt = col_i64(r, 0, 0);
-			res->lease_until = col_i64(r, 0, 1);
+			res->attempt = ik_pg_col_i64(r, 0, 0);
+			res->lease_until = ik_pg_col_i64(r, 0, 1);
 			PQclear(r);
 			return IK_OK;
 		}
@@ -704,435 +684,6 @@ pg_forget_failed(struct ik_store *st, const char *key, ik_err *err)
 	return rc == IK_LEASE_LOST ? IK_EMPTY : rc;
 }
 
-/* In flight (store.h): claims and finishes go out in libpq's pipeline
- * mode on the one connection, each still its own statement above.  The
- * ops started while a batch is out wait in queued; when it is answered
- * they go out as the next batch, followed by one sync: the statements up
- * to a sync are one implicit transaction, so a batch is one durable
- * commit, as a group is on the blocking path, and no callback is called
- * before its sync came back (committed).  A statement that fails aborts
- * its batch: the others are rolled back with it and sent again in the
- * next one (each op fails at most once for another's sake per failure,
- * so this ends); the failed one answers its error, or is sent again when
- * it was a serialization failure or deadlock, MAX_RETRIES times at most.
- * A refused claim reads the record in the next batch, after its own
- * commit, and is decided by ik_claim_decide on the server's now; a lease
- * that ended meanwhile claims again, boundedly, as pg_claim does.  A
- * connection lost with a batch out answers each of its ops TEMPFAIL (its
- * statement may or may not have committed: never replayed blindly); the
- * ops still queued go out on the reconnected one.  One batch out at a
- * time: the server runs one connection's statements one after another
- * anyway, and the next batch gathers while this one commits.  Blocking
- * mode: a batch is at most the in-flight count (1024) of short statements
- * whose answers fit the socket's buffers, so a write never waits on our
- * own unread answers. */
-struct pop {
-	struct pop *next;
-	int which;                 /* Q_CLAIM, Q_GET (a refused claim's read), Q_FINISH */
-	int n;                     /* its parameters */
-	const char *params[6];
-	char lease[24], exp[24];
-	const struct ik_claim_req *creq;   /* NULL for a finish */
-	struct ik_claim_res *res;
-	ik_store_cb cb;
-	void *arg;
-	int rounds, tries;         /* claim rounds (pg_claim's), tries of this statement */
-	/* this statement's answer, read before the sync */
-	int got, aborted, failed_state;
-	int64_t rows, attempt, lease_until, now;
-	char tuples[8];
-	int rc;
-	ik_err err;
-};
-
-static void
-pop_queue(struct pop **head, struct pop ***last, struct pop *o)
-{
-	o->next = NULL;
-	if (!*head)
-		*last = head;
-	**last = o;
-	*last = &o->next;
-}
-
-static struct pop *
-pop_take(struct pop **head, struct pop ***last)
-{
-	struct pop *o = *head;
-
-	if (o && !(*head = o->next))
-		*last = head;
-	return o;
-}
-
-/* o is answered: its callback comes from the next pg_run. */
-static void
-pop_done(struct pg *p, struct pop *o, int rc)
-{
-	o->rc = rc;
-	if (rc == IK_OK)
-		memset(&o->err, 0, sizeof o->err);
-	else if (o->res)
-		ik_record_free(&o->res->cur);
-	pop_queue(&p->done, &p->done_last, o);
-}
-
-static void
-pop_stage(struct pop *o, int which)
-{
-	o->which = which;
-	o->tries = 0;
-	o->n = which == Q_CLAIM ? 6 : which == Q_GET ? 1 : 5;
-}
-
-/* Sends what is queued as one batch, then its sync.  Ops that cannot be
- * sent (no connection) answer the error at once. */
-static void
-send_batch(struct pg *p)
-{
-	struct pop *o, **last = &p->batch;
-	char name[16];
-	ik_err err = { 0 };
-	int rc;
-
-	if (!p->queued || p->batch)
-		return;
-	/* Out of pipeline mode here: connect, read the table's columns and
-	 * prepare as the blocking path does. */
-	if ((rc = prepared(p, Q_CLAIM, 6, "claim", name, &err)) == IK_OK &&
-	    (rc = prepared(p, Q_GET, 1, "read record", name, &err)) == IK_OK &&
-	    (rc = prepared(p, Q_FINISH, 5, "finish", name, &err)) == IK_OK &&
-	    PQenterPipelineMode(p->conn) != 1)
-		rc = pgerr(p, NULL, "pipeline mode", &err);
-	while (rc == IK_OK && (o = pop_take(&p->queued, &p->queued_last))) {
-		snprintf(name, sizeof name, "ik%d", o->which + Q_N * p->has_history);
-		o->got = o->aborted = o->failed_state = 0;
-		o->tries++;
-		if (PQsendQueryPrepared(p->conn, name, o->n, o->params, NULL, NULL, 0) != 1) {
-			rc = pgerr(p, NULL, "send", &err);
-			pop_queue(&p->queued, &p->queued_last, o);   /* not sent */
-			break;
-		}
-		*last = o;
-		last = &o->next;
-		*last = NULL;
-	}
-	p->ans = p->batch;
-	if (rc == IK_OK && (PQpipelineSync(p->conn) != 1 || PQflush(p->conn) != 0))
-		rc = pgerr(p, NULL, "send", &err);
-	if (rc == IK_OK)
-		return;
-	/* Nothing of it can be answered now: the sent ops' outcome is unknown,
-	 * the queued ones never went. */
-	while ((o = p->batch)) {
-		p->batch = o->next;
-		o->err = err;
-		pop_done(p, o, rc);
-	}
-	while ((o = pop_take(&p->queued, &p->queued_last))) {
-		o->err = err;
-		pop_done(p, o, rc);
-	}
-	if (p->conn && PQpipelineStatus(p->conn) != PQ_PIPELINE_OFF)
-		PQexitPipelineMode(p->conn);
-}
-
-/* The answer to o's statement, read before the batch's sync. */
-static void
-pop_answer(struct pg *p, struct pop *o, PGresult *r)
-{
-	const char *doing = o->which == Q_CLAIM ? "claim" : o->which == Q_GET ?
-	    "read record" : "finish";
-	const char *st;
-
-	o->got = 1;
-	switch (PQresultStatus(r)) {
-	case PGRES_PIPELINE_ABORTED:
-		o->aborted = 1;
-		return;
-	case PGRES_COMMAND_OK:
-	case PGRES_TUPLES_OK:
-		o->rows = PQntuples(r);
-		snprintf(o->tuples, sizeof o->tuples, "%s", PQcmdTuples(r));
-		if (o->which == Q_CLAIM && o->rows == 1) {
-			o->attempt = col_i64(r, 0, 0);
-			o->lease_until = col_i64(r, 0, 1);
-		} else if (o->which == Q_GET && o->rows == 1) {
-			ik_record_free(&o->res->cur);
-			read_record(r, 0, &o->res->cur);
-			o->now = col_i64(r, 0, 13);
-		}
-		return;
-	default:
-		st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-		o->failed_state = st && (strcmp(st, "40001") == 0 || strcmp(st, "40P01") == 0) ?
-		    2 : 1;
-		o->rc = pgerr(p, r, doing, &o->err);
-		/* What a finish writes is ours: see changed(). */
-		if (o->which == Q_FINISH && o->rc == IK_DATAERR)
-			o->rc = o->err.code = IK_SOFTWARE;
-		return;
-	}
-}
-
-/* The batch's sync came back: each op answers, or goes on to its next
- * statement in the next batch. */
-static void
-batch_end(struct pg *p)
-{
-	struct pop *o;
-	int failed = 0;
-
-	for (o = p->batch; o; o = o->next)
-		failed |= o->failed_state != 0 || !o->got;
-	while ((o = p->batch)) {
-		struct ik_claim_req now_req;
-		int rc;
-
-		p->batch = o->next;
-		if (failed && !o->failed_state) {
-			/* rolled back with the batch: the same statement again */
-			o->tries--;
-			pop_queue(&p->queued, &p->queued_last, o);
-			continue;
-		}
-		if (o->failed_state) {
-			if (o->failed_state == 2 && o->tries < MAX_RETRIES)
-				pop_queue(&p->queued, &p->queued_last, o);
-			else
-				pop_done(p, o, o->rc);
-			continue;
-		}
-		switch (o->which) {
-		case Q_FINISH:
-			pop_done(p, o, strcmp(o->tuples, "1") == 0 ? IK_OK : IK_LEASE_LOST);
-			break;
-		case Q_CLAIM:
-			if (o->rows == 1) {
-				o->res->code = IK_OK;
-				o->res->attempt = o->attempt;
-				o->res->lease_until = o->lease_until;
-				pop_done(p, o, IK_OK);
-			} else {
-				pop_stage(o, Q_GET);   /* refused: the record decides */
-				pop_queue(&p->queued, &p->queued_last, o);
-			}
-			break;
-		case Q_GET:
-			rc = IK_EMPTY;     /* forgotten meanwhile: claim afresh */
-			if (o->rows == 1) {
-				now_req = *o->creq;
-				now_req.now_ms = o->now;
-				/* cur stays for the answer (claimed() reports it) */
-				if ((rc = ik_claim_decide(&now_req, o->res, &o->err)) == IK_EMPTY)
-					ik_record_free(&o->res->cur);
-			}
-			if (rc != IK_EMPTY) {
-				pop_done(p, o, rc);
-			} else if (++o->rounds >= MAX_RETRIES) {
-				pop_done(p, o, ik_errf(&o->err, IK_TEMPFAIL, "postgres %s: claim: "
-				    "the record kept changing under us; try again", p->u.table));
-			} else {
-				pop_stage(o, Q_CLAIM);
-				pop_queue(&p->queued, &p->queued_last, o);
-			}
-			break;
-		}
-	}
-	PQexitPipelineMode(p->conn);    /* idle now: blocking calls may follow */
-}
-
-/* The connection went with a batch out: its statements may or may not
- * have committed, so each answers TEMPFAIL (the claim's lease, or the
- * finish's retry, settles it), never sent again blindly. */
-static void
-batch_lost(struct pg *p)
-{
-	struct pop *o;
-	ik_err err;
-
-	pgerr(p, NULL, "connection lost with statements in flight", &err);
-	while ((o = p->batch)) {
-		p->batch = o->next;
-		o->err = err;
-		pop_done(p, o, IK_TEMPFAIL);
-	}
-	p->ans = NULL;
-	if (p->conn && PQpipelineStatus(p->conn) != PQ_PIPELINE_OFF)
-		PQexitPipelineMode(p->conn);
-}
-
-/* Reads what the server has sent, without waiting. */
-static void
-batch_read(struct pg *p)
-{
-	PGresult *r;
-
-	if (PQconsumeInput(p->conn) != 1) {
-		batch_lost(p);
-		return;
-	}
-	while (p->batch && !PQisBusy(p->conn)) {
-		if (PQstatus(p->conn) != CONNECTION_OK) {
-			batch_lost(p);
-			return;
-		}
-		if (!(r = PQgetResult(p->conn))) {
-			/* the end of one statement's answers */
-			if (p->ans && p->ans->got)
-				p->ans = p->ans->next;
-			continue;
-		}
-		if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
-			PQclear(r);
-			p->ans = NULL;
-			batch_end(p);
-			return;
-		}
-		if (p->ans)
-			pop_answer(p, p->ans, r);
-		PQclear(r);
-	}
-}
-
-/* A blocking call while a batch is out: waits for its answers (their
- * callbacks come from the next pg_run). */
-static void
-drain(struct pg *p)
-{
-	struct pollfd pf;
-
-	while (p->batch) {
-		pf = (struct pollfd){ .fd = PQsocket(p->conn), .events = POLLIN };
-		if (pf.fd < 0) {
-			batch_lost(p);
-			break;
-		}
-		poll(&pf, 1, 1000);
-		batch_read(p);
-	}
-}
-
-static int
-pg_run(struct ik_store *st, int fd, int *readable, int timeout_ms, ik_err *err)
-{
-	struct pg *p = st->impl;
-	struct pollfd pf[2];
-	struct pop *o;
-	int n = 0;
-
-	(void)err;    /* each op answers its own trouble */
-	if (readable)
-		*readable = 0;
-	send_batch(p);
-	if (p->batch)
-		batch_read(p);   /* answers libpq already holds */
-	if (!p->done && (p->batch || fd >= 0)) {
-		if (p->batch)
-			pf[n++] = (struct pollfd){ .fd = PQsocket(p->conn), .events = POLLIN };
-		if (fd >= 0)
-			pf[n++] = (struct pollfd){ .fd = fd, .events = POLLIN };
-		if (poll(pf, (nfds_t)n, timeout_ms) > 0) {
-			if (fd >= 0 && readable && (pf[n - 1].revents & (POLLIN | POLLHUP | POLLERR)))
-				*readable = 1;
-			if (p->batch && pf[0].revents)
-				batch_read(p);
-		}
-	}
-	send_batch(p);       /* the next batch goes out before the callbacks run */
-	while ((o = pop_take(&p->done, &p->done_last))) {
-		p->active--;
-		o->cb(o->arg, o->rc, &o->err);
-		free(o);
-	}
-	return IK_OK;
-}
-
-static size_t
-pg_active(struct ik_store *st)
-{
-	return ((struct pg *)st->impl)->active;
-}
-
-static struct pop *
-pop_new(struct pg *p, ik_store_cb cb, void *arg, ik_err *err)
-{
-	struct pop *o;
-
-	if (p->group) {
-		ik_errf(err, IK_SOFTWARE, "postgres %s: in-flight ops inside a group",
-		    p->u.table);
-		return NULL;
-	}
-	if (!(o = calloc(1, sizeof *o))) {
-		ik_errf(err, IK_SOFTWARE, "out of memory");
-		return NULL;
-	}
-	o->cb = cb;
-	o->arg = arg;
-	return o;
-}
-
-static int
-pg_claim_start(struct ik_store *st, const struct ik_claim_req *req,
-    struct ik_claim_res *res, ik_store_cb cb, void *arg, ik_err *err)
-{
-	struct pg *p = st->impl;
-	struct pop *o = pop_new(p, cb, arg, err);
-
-	if (!o)
-		return err->code;
-	memset(res, 0, sizeof *res);
-	snprintf(o->lease, sizeof o->lease, "%lld", (long long)req->lease_ms);
-	snprintf(o->exp, sizeof o->exp, "%lld", (long long)req->expires_at);
-	o->params[0] = req->key;
-	o->params[1] = req->token;
-	o->params[2] = o->lease;
-	o->params[3] = req->fingerprint;
-	o->params[4] = req->event ? req->event : "";
-	o->params[5] = o->exp;
-	o->creq = req;
-	o->res = res;
-	pop_stage(o, Q_CLAIM);
-	pop_queue(&p->queued, &p->queued_last, o);
-	p->active++;
-	return IK_OK;
-}
-
-static int
-pg_finish_start(struct ik_store *st, const struct ik_finish_req *req, ik_store_cb cb,
-    void *arg, ik_err *err)
-{
-	struct pg *p = st->impl;
-	struct pop *o = pop_new(p, cb, arg, err);
-
-	if (!o)
-		return err->code;
-	o->params[0] = req->key;
-	o->params[1] = req->token;
-	o->params[2] = ik_state_name(req->state);
-	o->params[3] = req->debit_ref;
-	o->params[4] = req->last_error;
-	pop_stage(o, Q_FINISH);
-	pop_queue(&p->queued, &p->queued_last, o);
-	p->active++;
-	return IK_OK;
-}
-
-/* At close, ops not called back are dropped (their envelopes go with the
- * step: store.h). */
-static void
-pops_free(struct pop *o)
-{
-	while (o) {
-		struct pop *next = o->next;
-		if (o->res)
-			ik_record_free(&o->res->cur);
-		free(o);
-		o = next;
-	}
-}
-
 static int
 pg_get(struct ik_store *st, const char *key, struct ik_record *r, ik_err *err)
 {
@@ -1176,14 +727,14 @@ pg_list(struct ik_store *st, const struct ik_list_filter *f, ik_record_cb cb, vo
 	r = PQexecParams(p->conn, q.p, 1, NULL, params, NULL, NULL, 0);
 	ik_buf_free(&q);
 	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-		rc = pgerr(p, r, "list", err);
+		rc = ik_pg_err(p, r, "list", err);
 		PQclear(r);
 		return rc;
 	}
 	n = PQntuples(r);
 	for (int i = 0; i < n && !stop; i++) {
 		struct ik_record rec = { 0 };
-		read_record(r, i, &rec);
+		ik_pg_read_record(r, i, &rec);
 		stop = cb(&rec, arg);
 		ik_record_free(&rec);
 	}
@@ -1209,14 +760,14 @@ pg_stats(struct ik_store *st, int64_t now_ms, struct ik_store_stats *out, ik_err
 		PQclear(r);
 		return ik_errf(err, IK_SOFTWARE, "postgres %s: stats: no row", p->u.table);
 	}
-	now = col_i64(r, 0, 0);
-	out->in_progress = col_i64(r, 0, 1);
-	out->failed = col_i64(r, 0, 2);
-	out->dnf = col_i64(r, 0, 3);
-	out->oldest_dnf_ms = out->dnf ? now - col_i64(r, 0, 4) : 0;
-	out->stuck = col_i64(r, 0, 5);
-	out->oldest_stuck_ms = out->stuck ? now - col_i64(r, 0, 6) : 0;
-	est = col_i64(r, 0, 7) - out->in_progress - out->failed - out->dnf;
+	now = ik_pg_col_i64(r, 0, 0);
+	out->in_progress = ik_pg_col_i64(r, 0, 1);
+	out->failed = ik_pg_col_i64(r, 0, 2);
+	out->dnf = ik_pg_col_i64(r, 0, 3);
+	out->oldest_dnf_ms = out->dnf ? now - ik_pg_col_i64(r, 0, 4) : 0;
+	out->stuck = ik_pg_col_i64(r, 0, 5);
+	out->oldest_stuck_ms = out->stuck ? now - ik_pg_col_i64(r, 0, 6) : 0;
+	est = ik_pg_col_i64(r, 0, 7) - out->in_progress - out->failed - out->dnf;
 	out->done = est > 0 ? est : 0;
 	out->done_approx = 1;
 	PQclear(r);
@@ -1244,7 +795,7 @@ schema_version(struct pg *p, int *version, ik_err *err)
 	int rc = IK_OK;
 
 	if (PQresultStatus(r) != PGRES_TUPLES_OK)
-		rc = pgerr(p, r, "schema version", err);
+		rc = ik_pg_err(p, r, "schema version", err);
 	else
 		*version = PQntuples(r) ? atoi(PQgetvalue(r, 0, 0)) : 0;
 	PQclear(r);
@@ -1263,7 +814,7 @@ migrate(struct pg *p, ik_err *err)
 
 	lr = PQexecParams(p->conn, "SELECT pg_advisory_lock(" ADVISORY_NS ", hashtext($1))",
 	    1, NULL, lparams, NULL, NULL, 0);
-	rc = PQresultStatus(lr) == PGRES_TUPLES_OK ? IK_OK : pgerr(p, lr, "schema lock", err);
+	rc = PQresultStatus(lr) == PGRES_TUPLES_OK ? IK_OK : ik_pg_err(p, lr, "schema lock", err);
 	PQclear(lr);
 	if (rc)
 		return rc;
@@ -1292,7 +843,7 @@ migrate(struct pg *p, ik_err *err)
 			    " SET version = excluded.version, migrated_at = now()",
 			    2, NULL, params, NULL, NULL, 0);
 			if (PQresultStatus(r) != PGRES_COMMAND_OK)
-				rc = pgerr(p, r, "record schema version", err);
+				rc = ik_pg_err(p, r, "record schema version", err);
 			PQclear(r);
 			if (!rc)
 				rc = exec_sql(p, "COMMIT", "commit migration", err);
@@ -1331,7 +882,7 @@ purge(struct pg *p, ik_err *err)
 	do {
 		PGresult *r = PQexec(p->conn, q);
 		if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-			rc = pgerr(p, r, "purge", err);
+			rc = ik_pg_err(p, r, "purge", err);
 			PQclear(r);
 			break;
 		}
@@ -1364,9 +915,9 @@ pg_close(struct ik_store *st)
 
 	if (!p)
 		return;
-	pops_free(p->queued);
-	pops_free(p->batch);
-	pops_free(p->done);
+	ik_pg_pops_free(p->queued);
+	ik_pg_pops_free(p->batch);
+	ik_pg_pops_free(p->done);
 	if (p->conn)
 		PQfinish(p->conn);
 	ik_pg_url_free(&p->u);
@@ -1392,10 +943,10 @@ static const struct ik_store_ops postgres_ops = {
 	.begin = pg_begin,
 	.commit = pg_commit,
 	.stats = pg_stats,
-	.claim_start = pg_claim_start,
-	.finish_start = pg_finish_start,
-	.run = pg_run,
-	.active = pg_active,
+	.claim_start = ik_pg_claim_start,
+	.finish_start = ik_pg_finish_start,
+	.run = ik_pg_run,
+	.active = ik_pg_active,
 };
 
 /* url is the whole store URL: postgres://..., postgresql://..., postgres:. */
