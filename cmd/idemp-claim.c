@@ -310,6 +310,11 @@ mine(const struct ctx *c, const char *owner)
 
 #define HOLD_FIRST_MS 20
 #define HOLD_MAX_MS 500
+/* At most this long: an original not finished by then is slow (a bank
+ * timing out, a retry), and a copy held longer would hold up sqs-recv,
+ * which receives nothing while a message it handed out is older than its
+ * --max-age; the queue's backoff then does the waiting, as before. */
+#define HOLD_CAP_MS 5000
 
 /* Whether j, answered DUP_IN_PROGRESS, is held for its original in this
  * pipeline (see the top).  The margin before the original's lease ends: a
@@ -323,8 +328,10 @@ hold(struct job *j)
 
 	if (ik_stop_signal || !mine(c, j->res.cur.owner))
 		return 0;
-	if (!j->hold_until)
-		j->hold_until = now + (j->res.lease_until - ik_now_ms()) - margin;
+	if (!j->hold_until) {
+		int64_t left = j->res.lease_until - ik_now_ms() - margin;
+		j->hold_until = now + (left < HOLD_CAP_MS ? left : HOLD_CAP_MS);
+	}
 	j->backoff_ms = j->backoff_ms ? j->backoff_ms * 2 : HOLD_FIRST_MS;
 	if (j->backoff_ms > HOLD_MAX_MS)
 		j->backoff_ms = HOLD_MAX_MS;

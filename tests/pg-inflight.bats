@@ -309,7 +309,7 @@ stream_lines() {
 	[ "$(jget "$output" owner)" = "$(jget "$orig" claim.token)" ]
 }
 
-@test "a held copy is passed on DUP_IN_PROGRESS before its original's lease ends (never takes it over), and at a stop signal at once" {
+@test "a held copy is passed on DUP_IN_PROGRESS before its original's lease ends (never takes it over), after 5 s at most, and at a stop signal at once" {
 	id=$(uid holdlease)
 	stream_start --lease 2s
 	{ ev "$id-1"; ev "$id-1"; } > "$BATS_TEST_TMPDIR/pair"
@@ -323,6 +323,21 @@ stream_lines() {
 	run idemp-show --json "$id-1"
 	[ "$(jget "$output" attempts)" = 1 ]
 	[ "$(jget "$output" owner)" = "$(jget "$orig" claim.token)" ]
+	exec 5>&-
+	wait "$CLAIM_PID"
+	CLAIM_PID=
+	# a long lease: held 5 s at most (sqs-recv's --max-age), then passed on
+	rm -f "$BATS_TEST_TMPDIR/in"
+	stream_start --lease 120s
+	{ ev "$id-3"; ev "$id-3"; } > "$BATS_TEST_TMPDIR/pair"
+	cat "$BATS_TEST_TMPDIR/pair" >&5
+	stream_lines 1
+	t0=$(date +%s%N)
+	stream_lines 2
+	t1=$(date +%s%N)
+	echo "held for $(( (t1 - t0) / 1000000 )) ms"
+	[ $(( (t1 - t0) / 1000000 )) -lt 9000 ]
+	[ "$(jget "$(sed -n 2p "$STREAM_OUT")" claim.outcome)" = DUP_IN_PROGRESS ]
 	exec 5>&-
 	wait "$CLAIM_PID"
 	CLAIM_PID=
