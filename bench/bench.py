@@ -16,7 +16,12 @@ queue and store, durable commits) with bank-sim as the core-banking API:
   emulators     the stream scenario on dynalite (store) and local-aws-sqs
                 (queue, DLQ) from node_modules (BENCH_EMU_N messages)
   postgres      the stream scenario on a throwaway PostgreSQL store
-                (root needed, else skipped; BENCH_PG_N messages)
+                (root needed, else skipped; BENCH_PG_N messages), beside
+                the server's single-row durable commits/s (pgbench)
+  postgres-lat  the same at the bank latency, as stream-lat
+  month-end     a backlog of BENCH_MONTH_N (100 000) queued charges drained by
+                charge-worker -j 2 --stream at the bank latency: time to
+                drain, charges/s against inflight x jobs / latency
   jq            the jq mapping's cost (issue 13), BENCH_JQ_REPS rounds
   claim-cost    idemp-claim with 10^3 and BENCH_BIG (10^6) records stored
   redis         the Redis store and the cache in front of it
@@ -81,6 +86,7 @@ LEASE_MS = 120000          # charge-worker's default --lease
 CLAIMS = knob("BENCH_CLAIMS", 5000, 1000)
 EMU_N = knob("BENCH_EMU_N", 3000, 300)
 PG_N = knob("BENCH_PG_N", 5000, 500)
+MONTH_N = knob("BENCH_MONTH_N", 100000, 5000)
 RUN_N = knob("BENCH_RUN_N", 300, 60)
 ONLY = set(filter(None, os.environ.get("BENCH_ONLY", "").split(",")))
 
@@ -564,9 +570,11 @@ def emulator_run(n, jobs):
         shutil.rmtree(d, ignore_errors=True)
 
 
-def postgres_run(n, jobs):
+def postgres_run(n, jobs, latency_ms=0, name="postgres", inflight=None):
     """The stream scenario with the PostgreSQL store (a throwaway server,
-    Pg below) and the embedded queue."""
+    Pg below) and the embedded queue; the server's own single-row durable
+    commits/s (Pg.commit_limit) measured just before, on the same server,
+    and the charges/s as a share of it."""
     pg = Pg()
     try:
         url = "%s?table=bench_stream" % pg.url
@@ -575,10 +583,22 @@ def postgres_run(n, jobs):
         subprocess.run([os.path.join(BIN, "idemp-init")], env=env_for(st, extra), check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         shutil.rmtree(st, ignore_errors=True)
-        return worker_run("postgres", n, True, jobs, 0, tap=True, inflight=INFLIGHT,
-                          env_extra=extra, backend="PostgreSQL store, SQLite queue")
+        limit = pg.commit_limit(2 if QUICK else 5)
+        log("  PostgreSQL single-row durable commits/s (pgbench, one client): %d" % limit)
+        s = worker_run(name, n, True, jobs, latency_ms, tap=True,
+                       inflight=INFLIGHT if inflight is None else inflight,
+                       env_extra=extra, backend="PostgreSQL store, SQLite queue")
+        s["pgCommitsPerSecond"] = limit
+        if s.get("chargesPerSecond") and limit and not latency_ms:
+            s["ofPgCommits"] = round(s["chargesPerSecond"] / limit, 3)
+        return s
     finally:
         pg.stop()
+
+
+def postgres_lat_run(n, jobs):
+    """postgres at the bank latency, one pipeline, as stream-lat."""
+    return postgres_run(n, LAT_J, LAT_MS, "postgres-lat", LAT_INFLIGHT)
 
 
 # ---- the cost of jq mapping (issue 13) -------------------------------------
@@ -987,6 +1007,24 @@ class Pg:
     def data(self):
         return os.path.join(self.dir, "data")
 
+    def commit_limit(self, seconds):
+        """Single-row durable commits/s this server does (fsync and
+        synchronous_commit on, the defaults): pgbench, one client, one
+        one-row INSERT per transaction."""
+        self.sql("CREATE TABLE IF NOT EXISTS bench_commits (id bigserial PRIMARY KEY, v text)")
+        script = os.path.join(self.dir, "insert.sql")
+        with open(script, "w") as f:
+            f.write("INSERT INTO bench_commits (v) VALUES ('x');\n")
+        shutil.chown(script, "postgres", "postgres")
+        out = subprocess.run(["runuser", "-u", "postgres", "--", os.path.join(self.bin, "pgbench"),
+                              "-n", "-c", "1", "-T", str(seconds), "-f", script, "-h", self.dir,
+                              "-p", str(self.port), "-U", "postgres", "idemkit"],
+                             cwd="/", check=True, capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            if line.startswith("tps = "):
+                return round(float(line.split()[2]))
+        raise RuntimeError("pgbench: no tps in its output")
+
     def as_pg(self, argv):
         subprocess.run(["runuser", "-u", "postgres", "--", os.path.join(self.bin, argv[0])] + argv[1:],
                        cwd="/", check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -1114,6 +1152,8 @@ def markdown(r):
     for s in r["scenarios"]:
         if "ofCeiling" in s:
             of = "%d%% of %s/s" % (round(s["ofCeiling"] * 100), s["ceilingPerSecond"])
+        elif "ofPgCommits" in s:
+            of = "%.3f x %d PostgreSQL commits/s" % (s["ofPgCommits"], s["pgCommitsPerSecond"])
         elif "ofSqliteCommits" in s:
             of = "%.3f x %d commits/s" % (s["ofSqliteCommits"], s["sqliteCommitsPerSecondBefore"])
         else:
@@ -1131,6 +1171,19 @@ def markdown(r):
                                                  s["emulatorCpuMsPerMessage"].items()),
                         fmt(s["emulatorThreadCeilingPerSecond"]), os.cpu_count() or 1,
                         fmt(s["machineCeilingPerSecond"]))]
+    left = ["%s %d" % (s["scenario"], s["summary"].get("dupInProgress", 0))
+            for s in r["scenarios"] if s.get("summary")]
+    if left:
+        out += ["", "Copies left on the queue DUP_IN_PROGRESS (each comes back after its "
+                "backoff; a copy held in idemp-claim until its original finished is not "
+                "counted): " + ", ".join(left) + "."]
+    for s in r["scenarios"]:
+        if s["scenario"] == "month-end":
+            out += ["", "month-end: %d queued charges drained by %d pipelines at %d ms bank "
+                    "latency in %.1f s: %s/s, %s of the ceiling of %s/s, %s ms CPU per charge." % (
+                        s["messages"], s["jobs"], s["bankLatencyMs"], s["wallSeconds"],
+                        fmt(s["chargesPerSecond"]), fmt(s.get("ofCeiling")),
+                        fmt(s.get("ceilingPerSecond")), s["clientCpuMsPerCharge"])]
     for name, why in r.get("skipped", {}).items():
         out.append("")
         out.append("%s: skipped (%s)." % (name, why))
@@ -1245,7 +1298,8 @@ def main():
                                           "latencyMs": LAT_MS, "latencyJ": LAT_J,
                                           "hasInflight": HAS_INFLIGHT, "inflight": INFLIGHT,
                                           "latencyInflight": LAT_INFLIGHT, "big": BIG,
-                                          "claims": CLAIMS, "emulatorN": EMU_N, "postgresN": PG_N},
+                                          "claims": CLAIMS, "emulatorN": EMU_N, "postgresN": PG_N,
+                                          "monthEndN": MONTH_N},
          "scenarios": []}
     if True:   # always: the ratios need it
         log("bench: this machine's durable SQLite commits/s (WAL, synchronous=FULL)...")
@@ -1256,6 +1310,8 @@ def main():
         ("stream", N, True, J, 0, INFLIGHT),
         ("oneshot-lat", N1, False, 32, LAT_MS, 0),
         ("stream-lat", N, True, LAT_J, LAT_MS, LAT_INFLIGHT),
+        # a month-end backlog: everything queued first, two pipelines
+        ("month-end", MONTH_N, True, 2, LAT_MS, LAT_INFLIGHT),
     ]
     for name, n, stream, jobs, lat, inflight in plan:
         if not want(name):
@@ -1274,7 +1330,8 @@ def main():
             s["chargesPerSecond"], s["clientCpuMsPerCharge"], s["latencyP50Ms"],
             s["latencyP99Ms"], s["duplicatesDebited"]))
         r["scenarios"].append(s)
-    for name, fn, n in (("emulators", emulator_run, EMU_N), ("postgres", postgres_run, PG_N)):
+    for name, fn, n in (("emulators", emulator_run, EMU_N), ("postgres", postgres_run, PG_N),
+                        ("postgres-lat", postgres_lat_run, PG_N)):
         if not want(name):
             continue
         log("bench: %s (%d messages, stream, -j %d)..." % (name, n, J))

@@ -12,14 +12,28 @@
  * (STALE_EVENT, to the DLQ); one that finds its record is decided by it
  * as always.  See stale_refusal for why that stays one conditional write.
  *
- * In --stream, on a store that offers claims in flight (DynamoDB), up to
+ * In --stream, on a store that offers claims in flight (DynamoDB,
+ * PostgreSQL), up to
  * --inflight claims are outstanding at once (step.h's start, wait, reap),
  * each still its own conditional write, and each envelope is written as
  * soon as its answer is in: out of order.  The one-shot and group paths run
  * the same prepare and claimed around the blocking claim; a stale
  * refusal's finish, rare, is a blocking call from the answer.
+ *
+ * A copy that meets its original in flight in this same pipeline (the
+ * record's owner is a token this process issued) is held here rather than
+ * passed on as DUP_IN_PROGRESS to wait on the queue: it is claimed again,
+ * with a short backoff, until the original's finish is recorded (then
+ * DUP_DONE, deleted at once) -- never past its original's lease less a
+ * margin, so a held copy never takes over a lease (it is then
+ * DUP_IN_PROGRESS, as before).  Each try is an ordinary claim: whatever
+ * order the two come in, the store decides.  A stop signal passes the held
+ * copies on as DUP_IN_PROGRESS at once.  Across processes the queue's
+ * visibility still does this job.
  */
 #include <getopt.h>
+#include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,9 +57,9 @@ static const char options[] =
 	"  -s, --stream       many envelopes in, one out per line; outcome in the envelope\n"
 	"  -l, --lease DUR    how long the claim is held (1s to 24h, default 120s;\n"
 	"                     $IDEMKIT_LEASE); $IDEMKIT_RETENTION must be longer\n"
-	"  -n, --inflight N   with --stream on DynamoDB: up to N claims in flight (1-1024,\n"
-	"                     default 32, $IDEMKIT_STORE_INFLIGHT); envelopes then\n"
-	"                     leave in the order the answers come\n"
+	"  -n, --inflight N   with --stream on DynamoDB or PostgreSQL: up to N claims in\n"
+	"                     flight (1-1024, default 32, $IDEMKIT_STORE_INFLIGHT);\n"
+	"                     envelopes then leave in the order the answers come\n"
 	"  -S, --store URL    sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE,\n"
 	"                     else sqlite:$IDEMKIT_STATE_DIR/idempotency.db)\n"
 	"  -h, --help         this help\n"
@@ -54,10 +68,27 @@ static const int codes[] = { IK_OK, IK_DUP_DONE, IK_DUP_IN_PROGRESS,
 	IK_DUP_FAILED, IK_PAYLOAD_MISMATCH, IK_STALE_EVENT, IK_USAGE,
 	IK_DATAERR, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1 };
 
+/* Tokens this process issued (in flight or recent): a ring bigger than
+ * the most claims in flight, so an original's token is found even when
+ * its copy's answer comes first. */
+#define MINE_MAX (2 * IK_STORE_INFLIGHT_MAX)
+
+struct job;
+
 struct ctx {
 	struct ik_store_lazy db;
 	int64_t lease_ms, retention_ms;
+	char (*mine)[IK_TOKEN_HEX];     /* NULL: copies are not held (one-shot, groups) */
+	size_t mine_next;
+	struct job *held;               /* copies held for their original, and claims
+	                                 * waiting for a slot (not yet sent) */
+	size_t store_max;               /* claims at the store at once (--inflight) */
 };
+
+/* Envelopes the step loop may hold beyond --inflight: the held copies,
+ * which wait for their originals, not for the store, must not take the
+ * claims' slots (sqs-recv's window bounds what a pipeline holds). */
+#define HOLD_EXTRA IK_STORE_INFLIGHT_MAX
 
 /* How much sooner than the retention a copy counts as stale: a tenth of
  * it, at most a day (3 days of the default 30 would refuse copies whose
@@ -120,6 +151,9 @@ stale_refusal(struct ctx *c, struct ik_store *store, const struct ik_claim_req *
  * so they live until the answer. */
 struct job {
 	struct ctx *c;
+	struct job *next;         /* in ctx.held */
+	int64_t retry_at, hold_until, backoff_ms;   /* monotonic ms, while held */
+	int unsent;               /* in held only waiting for a slot: no answer yet */
 	cJSON *env;
 	struct ik_event ev;
 	char token[IK_TOKEN_HEX];
@@ -138,6 +172,28 @@ failed(struct job *j, int rc, const ik_err *err)
 	note(r, "error", err->msg);
 	ik_warnx("%s", err->msg);
 	return rc;
+}
+
+/* A fresh token and clock readings for j's claim (again for each try of
+ * a held copy). */
+static void
+stamp(struct job *j, const char *body)
+{
+	struct ctx *c = j->c;
+
+	ik_store_token(j->token);
+	if (c->mine) {
+		memcpy(c->mine[c->mine_next], j->token, IK_TOKEN_HEX);
+		c->mine_next = (c->mine_next + 1) % MINE_MAX;
+	}
+	/* Read before the wall clock and the send, so the lease, on whatever
+	 * clock runs it, began after this reading (envelope.h). */
+	j->sent_boot_ms = ik_boot_ms();
+	j->req = (struct ik_claim_req){
+		.key = j->ev.charge_id, .fingerprint = j->ev.fingerprint, .event = body,
+		.token = j->token, .now_ms = ik_now_ms(), .lease_ms = c->lease_ms,
+	};
+	j->req.expires_at = (j->req.now_ms + c->retention_ms) / 1000;
 }
 
 /* Reads the envelope into j: 1 when the claim is to be made (on *store),
@@ -171,15 +227,7 @@ prepare(struct job *j, struct ik_store **store, int *out)
 		*out = failed(j, err.code, &err);
 		return 0;
 	}
-	ik_store_token(j->token);
-	/* Read before the wall clock and the send, so the lease, on whatever
-	 * clock runs it, began after this reading (envelope.h). */
-	j->sent_boot_ms = ik_boot_ms();
-	j->req = (struct ik_claim_req){
-		.key = j->ev.charge_id, .fingerprint = j->ev.fingerprint, .event = body,
-		.token = j->token, .now_ms = ik_now_ms(), .lease_ms = c->lease_ms,
-	};
-	j->req.expires_at = (j->req.now_ms + c->retention_ms) / 1000;
+	stamp(j, body);
 	return 1;
 }
 
@@ -248,15 +296,119 @@ claim(cJSON *env, void *arg)
 }
 
 /* --stream on a store with in-flight claims: step.h's start, wait, reap. */
+
+static int
+mine(const struct ctx *c, const char *owner)
+{
+	if (!c->mine || !owner || strlen(owner) != IK_TOKEN_HEX - 1)
+		return 0;
+	for (size_t i = 0; i < MINE_MAX; i++)
+		if (memcmp(c->mine[i], owner, IK_TOKEN_HEX) == 0)
+			return 1;
+	return 0;
+}
+
+#define HOLD_FIRST_MS 20
+#define HOLD_MAX_MS 500
+/* At most this long: an original not finished by then is slow (a bank
+ * timing out, a retry), and a copy held longer would hold up sqs-recv,
+ * which receives nothing while a message it handed out is older than its
+ * --max-age; the queue's backoff then does the waiting, as before. */
+#define HOLD_CAP_MS 5000
+
+/* Whether j, answered DUP_IN_PROGRESS, is held for its original in this
+ * pipeline (see the top).  The margin before the original's lease ends: a
+ * tenth of our lease, at most 5 s: a held copy is passed on while the
+ * original still owns its lease, never left to take it over. */
+static int
+hold(struct job *j)
+{
+	struct ctx *c = j->c;
+	int64_t now = ik_mono_ms(), margin = c->lease_ms / 10 > 5000 ? 5000 : c->lease_ms / 10;
+
+	if (ik_stop_signal || !mine(c, j->res.cur.owner))
+		return 0;
+	if (!j->hold_until) {
+		int64_t left = j->res.lease_until - ik_now_ms() - margin;
+		j->hold_until = now + (left < HOLD_CAP_MS ? left : HOLD_CAP_MS);
+	}
+	j->backoff_ms = j->backoff_ms ? j->backoff_ms * 2 : HOLD_FIRST_MS;
+	if (j->backoff_ms > HOLD_MAX_MS)
+		j->backoff_ms = HOLD_MAX_MS;
+	j->retry_at = now + j->backoff_ms;
+	if (j->retry_at >= j->hold_until)
+		return 0;
+	j->next = c->held;
+	c->held = j;
+	return 1;
+}
+
 static void
 answered(void *arg, int rc, const ik_err *err)
 {
 	struct job *j = arg;
 	struct ctx *c = j->c;
 
+	if (rc == IK_OK && j->res.code == IK_DUP_IN_PROGRESS && hold(j))
+		return;   /* the record (res.cur) is kept for when it is passed on */
 	claimed(j, c->db.store, rc, err);
 	ik_store_lazy_done(&c->db, j->env);
 	free(j);
+}
+
+/* Appends j to ctx.held: the claims waiting for a slot keep their order. */
+static void
+held_append(struct ctx *c, struct job *j)
+{
+	struct job **pp = &c->held;
+
+	while (*pp)
+		pp = &(*pp)->next;
+	j->next = NULL;
+	*pp = j;
+}
+
+/* The held copies whose time came are claimed again (or passed on as
+ * DUP_IN_PROGRESS at a stop); returns the ms until the next one is due,
+ * -1 when none is held. */
+static int
+retry_held(struct ctx *c)
+{
+	struct job **pp = &c->held, *j;
+	struct ik_store *store = c->db.store;
+	int64_t now = ik_mono_ms(), next = -1;
+	ik_err err = { 0 };
+	int rc;
+
+	while ((j = *pp)) {
+		if (!ik_stop_signal && (j->retry_at > now ||
+		    store->ops->active(store) >= c->store_max)) {
+			/* not yet due, or no slot: an answer frees one */
+			if (j->retry_at > now && (next < 0 || j->retry_at - now < next))
+				next = j->retry_at - now;
+			pp = &j->next;
+			continue;
+		}
+		*pp = j->next;
+		if (ik_stop_signal && !j->unsent) {
+			claimed(j, store, IK_OK, NULL);    /* DUP_IN_PROGRESS, as answered */
+			ik_store_lazy_done(&c->db, j->env);
+			free(j);
+			continue;
+		}
+		if (!j->unsent) {
+			ik_record_free(&j->res.cur);
+			stamp(j, ik_env_body(j->env));
+		}
+		j->unsent = 0;
+		if ((rc = store->ops->claim_start(store, &j->req, &j->res, answered, j,
+		    &err)) != IK_OK) {
+			claimed(j, store, rc, &err);
+			ik_store_lazy_done(&c->db, j->env);
+			free(j);
+		}
+	}
+	return next > INT32_MAX ? INT32_MAX : (int)next;
 }
 
 static int
@@ -275,6 +427,13 @@ claim_start(cJSON *env, void *arg)
 	}
 	*j = (struct job){ .c = c, .env = env };
 	if (prepare(j, &store, &rc)) {
+		if (store->ops->active(store) >= c->store_max) {
+			/* no slot (held copies do not take one): sent in turn */
+			j->unsent = 1;
+			j->retry_at = 0;
+			held_append(c, j);
+			return 0;
+		}
 		if ((rc = store->ops->claim_start(store, &j->req, &j->res, answered, j,
 		    &err)) == IK_OK)
 			return 0;
@@ -287,7 +446,26 @@ claim_start(cJSON *env, void *arg)
 static int
 claim_wait(void *arg, int fd, int *readable, int timeout_ms)
 {
-	return ik_store_lazy_wait(&((struct ctx *)arg)->db, fd, readable, timeout_ms);
+	struct ctx *c = arg;
+	struct pollfd pf = { .fd = fd, .events = POLLIN };
+	int next = retry_held(c), rc;
+
+	if (next >= 0 && (timeout_ms < 0 || next < timeout_ms))
+		timeout_ms = next;
+	if (c->held && !c->db.store->ops->active(c->db.store)) {
+		/* only held copies: wait for their time or for input */
+		if (readable)
+			*readable = 0;
+		if (fd < 0)
+			ik_sleep_ms(timeout_ms);
+		else if (poll(&pf, 1, timeout_ms) > 0 && readable)
+			*readable = 1;
+		rc = 0;
+	} else {
+		rc = ik_store_lazy_wait(&c->db, fd, readable, timeout_ms);
+	}
+	retry_held(c);
+	return rc;
 }
 
 static cJSON *
@@ -339,12 +517,16 @@ main(int argc, char **argv)
 		return ik_fail(&err);
 	if (check)   /* what charge-worker asks before it receives anything */
 		return IK_OK;
-	if (st.stream && ik_store_lazy_inflight(&c.db, st.inflight)) {
+	if (st.stream && ik_store_lazy_inflight(&c.db, st.inflight + HOLD_EXTRA)) {
+		c.mine = calloc(MINE_MAX, sizeof *c.mine);   /* NULL: copies not held */
+		c.store_max = st.inflight;
+		st.inflight += HOLD_EXTRA;
 		st.start = claim_start;
 		st.wait = claim_wait;
 		st.reap = claim_reap;
 	}
 	rc = ik_step_run(&st);
 	ik_store_lazy_close(&c.db);
+	free(c.mine);
 	return rc;
 }

@@ -5,7 +5,8 @@
  * --state the final state comes from the envelope; an envelope with nothing
  * to record (not acquired, debit transient) passes through untouched.  A
  * debit left for lack of lease (LEASE_SHORT) has its claim released.
- * In --stream on a store that offers finishes in flight (DynamoDB), up to
+ * In --stream on a store that offers finishes in flight (DynamoDB,
+ * PostgreSQL), up to
  * --inflight finishes are outstanding at once (step.h's start, wait, reap)
  * and envelopes leave as their answers come; a release, rare, is made on
  * its own meanwhile, and re-notify mode keeps the group path.
@@ -31,9 +32,9 @@ static const char usage[] =
 	"       idemp-done --renotified [--stream] [--store URL] < envelope\n";
 static const char options[] =
 	"  -s, --stream       many envelopes in, one out per line; outcome in the envelope\n"
-	"  -n, --inflight N   with --stream on DynamoDB: up to N finishes in flight (1-1024,\n"
-	"                     default 32, $IDEMKIT_STORE_INFLIGHT); envelopes then\n"
-	"                     leave in the order the answers come\n"
+	"  -n, --inflight N   with --stream on DynamoDB or PostgreSQL: up to N finishes in\n"
+	"                     flight (1-1024, default 32, $IDEMKIT_STORE_INFLIGHT);\n"
+	"                     envelopes then leave in the order the answers come\n"
 	"  -t, --state STATE  record this state instead of deriving it from the envelope\n"
 	"  -r, --renotified   re-notify mode: a DEBITED_NOTIFICATION_FAILED record whose\n"
 	"                     notification now succeeded becomes DONE\n"

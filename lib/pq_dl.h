@@ -1,6 +1,8 @@
 /* pq_dl.h: libpq, loaded the first time it is needed (dl.h says why).
+ * The pipeline functions (claims and finishes in flight) need libpq 14 or
+ * later; Debian 12 ships 15.
  *
- * lib/store_postgres.c and lib/pg_url.c, libpq's only callers, include
+ * lib/store_postgres.c, lib/pg_pipe.c and lib/pg_url.c, libpq's only callers, include
  * this header instead of <libpq-fe.h>, and call ik_pq_load() before any
  * PQ* function.
  */
@@ -24,7 +26,10 @@
 	X(PQexecParams) X(PQexecPrepared) X(PQfinish) X(PQfreemem) X(PQgetisnull) \
 	X(PQgetvalue) X(PQntuples) X(PQparameterStatus) X(PQprepare) X(PQreset) \
 	X(PQresultErrorField) \
-	X(PQresultStatus) X(PQsetNoticeProcessor) X(PQstatus)
+	X(PQresultStatus) X(PQsetNoticeProcessor) X(PQstatus) \
+	X(PQenterPipelineMode) X(PQexitPipelineMode) X(PQpipelineSync) \
+	X(PQsendQueryPrepared) X(PQgetResult) X(PQconsumeInput) X(PQisBusy) \
+	X(PQsocket) X(PQflush) X(PQpipelineStatus)
 
 struct ik_pq_api {
 	IK_PQ_FUNCS(IK_DL_FIELD)
@@ -57,6 +62,16 @@ int ik_pq_load(ik_err *err);
 #define PQresultStatus            (ik_pq.PQresultStatus)
 #define PQsetNoticeProcessor      (ik_pq.PQsetNoticeProcessor)
 #define PQstatus                  (ik_pq.PQstatus)
+#define PQenterPipelineMode       (ik_pq.PQenterPipelineMode)
+#define PQexitPipelineMode        (ik_pq.PQexitPipelineMode)
+#define PQpipelineSync            (ik_pq.PQpipelineSync)
+#define PQsendQueryPrepared       (ik_pq.PQsendQueryPrepared)
+#define PQgetResult               (ik_pq.PQgetResult)
+#define PQconsumeInput            (ik_pq.PQconsumeInput)
+#define PQisBusy                  (ik_pq.PQisBusy)
+#define PQsocket                  (ik_pq.PQsocket)
+#define PQflush                   (ik_pq.PQflush)
+#define PQpipelineStatus          (ik_pq.PQpipelineStatus)
 #endif
 
 #endif

@@ -34,7 +34,8 @@
  *  - transient trouble (busy, unreachable, throttled) is IK_TEMPFAIL;
  *    bad configuration IK_CONFIG.
  *  - in flight (optional ops claim_start, finish_start, run, active; for
- *    adapters whose writes cross a network, DynamoDB): many claims and
+ *    adapters whose writes cross a network, DynamoDB and PostgreSQL's
+ *    pipeline mode, whose batch of writes is one commit): many claims and
  *    finishes outstanding at once, from one thread.  Each is still the ONE
  *    conditional write above (a claim refused without the old item in the
  *    answer adds the one consistent read that decides it, and an expired
@@ -49,7 +50,9 @@
  *    callback or between starts: release, a stale refusal's finish) moves
  *    them on but calls none of their callbacks; run does.  The blocking
  *    claim and finish of such an adapter ARE start + run until the
- *    callback: one implementation.  Groups and in-flight ops do not mix.
+ *    callback: one implementation (PostgreSQL's blocking ops are its group
+ *    path's, the same statements decided by the same rule; its in-flight
+ *    ops add only the pipeline).  Groups and in-flight ops do not mix.
  */
 #ifndef IK_STORE_H
 #define IK_STORE_H

@@ -22,8 +22,10 @@
  * refusing it is never DATAERR (a claim's event is the message's own).
  * Group commit (begin/commit) as in store_sqlite.c: the group's first
  * write opens one transaction; a failure rolls it back at once and fails
- * the rest of the group (store.h).
+ * the rest of the group (store.h).  Claims and finishes in flight, the
+ * same statements in libpq's pipeline mode, are pg_pipe.c's.
  */
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -31,12 +33,12 @@
 #include "log.h"
 #include "outcome.h"
 #include "pg_url.h"
+#include "pg_store.h"
 #include "pq_dl.h"
 #include "store.h"
 #include "util.h"
 
 #define SCHEMA_VERSION 3
-#define MAX_RETRIES 5          /* serialization failures / deadlocks */
 #define RECONNECT_MS 5000      /* wait for a server that went away, once per outage */
 #define PURGE_BATCH "1000"     /* rows per purge transaction */
 #define ADVISORY_NS "7652"     /* pg_advisory_lock(ns, hashtext(table)) */
@@ -52,7 +54,6 @@
 #define HPUSH(h, e) " jsonb_path_query_array(COALESCE(" h ", '[]'::jsonb) || " e "," \
 	" '$[last - " XSTR(IK_HISTORY_MAX) " + 1 to last]')"
 
-enum { Q_CLAIM, Q_GET, Q_FINISH, Q_RENOTIFIED, Q_RELEASE, Q_FORGET, Q_STATS, Q_RENEW, Q_N };
 
 /* Each write with and without the history column: a table from before
  * schema version 3 keeps working (without history) until idemp-init
@@ -174,18 +175,6 @@ static const char *const migrations[SCHEMA_VERSION + 1] = {
 	"ALTER TABLE %1$s ADD COLUMN IF NOT EXISTS history jsonb NOT NULL DEFAULT '[]'::jsonb",
 };
 
-struct pg {
-	PGconn *conn;
-	struct ik_pg_url u;   /* its conninfo holds the password: wiped on close */
-	char qtable[IK_PG_TABLE_MAX + 3];   /* quoted */
-	char *sql[2][Q_N];    /* [has_history] */
-	unsigned prepared;    /* bit per statement and variant, on this connection */
-	int has_history;      /* the table has the history column (schema >= 3) */
-	int checked;          /* has_history is known on this connection */
-	int warned;           /* that it has not, once */
-	int waited;           /* waited for this outage already */
-	int group, in_tx, failed;
-};
 
 static void
 trim(char *s)
@@ -200,8 +189,8 @@ trim(char *s)
 }
 
 /* A failed result (r may be NULL: no answer at all) as an outcome. */
-static int
-pgerr(struct pg *p, PGresult *r, const char *doing, ik_err *err)
+int
+ik_pg_err(struct pg *p, PGresult *r, const char *doing, ik_err *err)
 {
 	const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
 	const char *m = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
@@ -241,7 +230,7 @@ history_column(struct pg *p, ik_err *err)
 	int rc = IK_OK, had = p->has_history;
 
 	if (PQresultStatus(r) != PGRES_TUPLES_OK)
-		rc = pgerr(p, r, "read the table's columns", err);
+		rc = ik_pg_err(p, r, "read the table's columns", err);
 	else if (!(p->has_history = PQntuples(r) == 1) && (had || !p->warned)) {
 		p->warned = 1;
 		ik_log(IK_LOG_WARN, "the table has no history column (a schema from before "
@@ -306,6 +295,8 @@ conn_ok(struct pg *p, ik_err *err)
 	char msg[512];
 	const char *enc;
 
+	if (p->batch)
+		ik_pg_drain(p);     /* a blocking call while ops are in flight: store.h */
 	if (p->conn && PQstatus(p->conn) == CONNECTION_OK)
 		return IK_OK;
 	if (p->in_tx) {
@@ -366,30 +357,43 @@ conn_ok(struct pg *p, ik_err *err)
 /* Runs statement which with n text parameters; *out holds the result on
  * IK_OK (PGRES_COMMAND_OK or TUPLES_OK), else the error is in err.
  * Outside a transaction, serialization failures and deadlocks are retried. */
-static int
-run(struct pg *p, int which, int n, const char *const *params, const char *doing,
-    PGresult **out, ik_err *err)
+/* Statement which prepared on this connection (connected, history
+ * known), its name in name[16]. */
+int
+ik_pg_prepare(struct pg *p, int which, int n, const char *doing, char *name, ik_err *err)
 {
-	char name[16];
 	PGresult *r;
-	int rc, tries = 0, bit;
+	int rc, bit;
 
-	*out = NULL;
-again:
 	if ((rc = conn_ok(p, err)) || (!p->checked && (rc = history_column(p, err))))
 		return rc;
 	bit = which + Q_N * p->has_history;
-	snprintf(name, sizeof name, "ik%d", bit);
+	snprintf(name, 16, "ik%d", bit);
 	if (!(p->prepared & (1u << bit))) {
 		r = PQprepare(p->conn, name, p->sql[p->has_history][which], n, NULL);
 		if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-			rc = pgerr(p, r, doing, err);
+			rc = ik_pg_err(p, r, doing, err);
 			PQclear(r);
 			return rc;
 		}
 		PQclear(r);
 		p->prepared |= 1u << bit;
 	}
+	return IK_OK;
+}
+
+static int
+run(struct pg *p, int which, int n, const char *const *params, const char *doing,
+    PGresult **out, ik_err *err)
+{
+	char name[16];
+	PGresult *r;
+	int rc, tries = 0;
+
+	*out = NULL;
+again:
+	if ((rc = ik_pg_prepare(p, which, n, doing, name, err)))
+		return rc;
 	r = PQexecPrepared(p->conn, name, n, params, NULL, NULL, 0);
 	tries++;
 	switch (PQresultStatus(r)) {
@@ -408,7 +412,7 @@ again:
 			goto again;
 		}
 	}
-	rc = pgerr(p, r, doing, err);
+	rc = ik_pg_err(p, r, doing, err);
 	if (tries > 1 && err) {
 		size_t l = strlen(err->msg);
 		snprintf(err->msg + l, sizeof err->msg - l, " (after %d tries)", tries);
@@ -428,7 +432,7 @@ exec_sql(struct pg *p, const char *q, const char *doing, ik_err *err)
 		return rc;
 	r = PQexec(p->conn, q);
 	rc = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK ?
-	    IK_OK : pgerr(p, r, doing, err);
+	    IK_OK : ik_pg_err(p, r, doing, err);
 	PQclear(r);
 	return rc;
 }
@@ -441,8 +445,8 @@ rollback(struct pg *p)
 	p->in_tx = 0;
 }
 
-static int64_t
-col_i64(PGresult *r, int row, int col)
+int64_t
+ik_pg_col_i64(PGresult *r, int row, int col)
 {
 	return PQgetisnull(r, row, col) ? 0 : strtoll(PQgetvalue(r, row, col), NULL, 10);
 }
@@ -453,21 +457,21 @@ col_str(PGresult *r, int row, int col)
 	return PQgetisnull(r, row, col) ? NULL : strdup(PQgetvalue(r, row, col));
 }
 
-static void
-read_record(PGresult *r, int row, struct ik_record *rec)
+void
+ik_pg_read_record(PGresult *r, int row, struct ik_record *rec)
 {
 	rec->key = col_str(r, row, 0);
 	rec->state = ik_state_parse(PQgetvalue(r, row, 1));
 	rec->owner = col_str(r, row, 2);
-	rec->lease_until = col_i64(r, row, 3);
-	rec->attempts = col_i64(r, row, 4);
+	rec->lease_until = ik_pg_col_i64(r, row, 3);
+	rec->attempts = ik_pg_col_i64(r, row, 4);
 	rec->fingerprint = col_str(r, row, 5);
 	rec->event = col_str(r, row, 6);
 	rec->debit_ref = col_str(r, row, 7);
 	rec->last_error = col_str(r, row, 8);
-	rec->created_at = col_i64(r, row, 9);
-	rec->updated_at = col_i64(r, row, 10);
-	rec->expires_at = col_i64(r, row, 11);
+	rec->created_at = ik_pg_col_i64(r, row, 9);
+	rec->updated_at = ik_pg_col_i64(r, row, 10);
+	rec->expires_at = ik_pg_col_i64(r, row, 11);
 	rec->history = col_str(r, row, 12);
 }
 
@@ -485,9 +489,9 @@ get_now(struct pg *p, const char *key, struct ik_record *rec, int64_t *now, ik_e
 		PQclear(r);
 		return IK_EMPTY;
 	}
-	read_record(r, 0, rec);
+	ik_pg_read_record(r, 0, rec);
 	if (now)
-		*now = col_i64(r, 0, 13);
+		*now = ik_pg_col_i64(r, 0, 13);
 	PQclear(r);
 	return IK_OK;
 }
@@ -578,8 +582,8 @@ pg_claim(struct ik_store *st, const struct ik_claim_req *req, struct ik_claim_re
 			goto fail;
 		if (PQntuples(r) == 1) {
 			res->code = IK_OK;
-			res->attempt = col_i64(r, 0, 0);
-			res->lease_until = col_i64(r, 0, 1);
+			res->attempt = ik_pg_col_i64(r, 0, 0);
+			res->lease_until = ik_pg_col_i64(r, 0, 1);
 			PQclear(r);
 			return IK_OK;
 		}
@@ -723,14 +727,14 @@ pg_list(struct ik_store *st, const struct ik_list_filter *f, ik_record_cb cb, vo
 	r = PQexecParams(p->conn, q.p, 1, NULL, params, NULL, NULL, 0);
 	ik_buf_free(&q);
 	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-		rc = pgerr(p, r, "list", err);
+		rc = ik_pg_err(p, r, "list", err);
 		PQclear(r);
 		return rc;
 	}
 	n = PQntuples(r);
 	for (int i = 0; i < n && !stop; i++) {
 		struct ik_record rec = { 0 };
-		read_record(r, i, &rec);
+		ik_pg_read_record(r, i, &rec);
 		stop = cb(&rec, arg);
 		ik_record_free(&rec);
 	}
@@ -756,14 +760,14 @@ pg_stats(struct ik_store *st, int64_t now_ms, struct ik_store_stats *out, ik_err
 		PQclear(r);
 		return ik_errf(err, IK_SOFTWARE, "postgres %s: stats: no row", p->u.table);
 	}
-	now = col_i64(r, 0, 0);
-	out->in_progress = col_i64(r, 0, 1);
-	out->failed = col_i64(r, 0, 2);
-	out->dnf = col_i64(r, 0, 3);
-	out->oldest_dnf_ms = out->dnf ? now - col_i64(r, 0, 4) : 0;
-	out->stuck = col_i64(r, 0, 5);
-	out->oldest_stuck_ms = out->stuck ? now - col_i64(r, 0, 6) : 0;
-	est = col_i64(r, 0, 7) - out->in_progress - out->failed - out->dnf;
+	now = ik_pg_col_i64(r, 0, 0);
+	out->in_progress = ik_pg_col_i64(r, 0, 1);
+	out->failed = ik_pg_col_i64(r, 0, 2);
+	out->dnf = ik_pg_col_i64(r, 0, 3);
+	out->oldest_dnf_ms = out->dnf ? now - ik_pg_col_i64(r, 0, 4) : 0;
+	out->stuck = ik_pg_col_i64(r, 0, 5);
+	out->oldest_stuck_ms = out->stuck ? now - ik_pg_col_i64(r, 0, 6) : 0;
+	est = ik_pg_col_i64(r, 0, 7) - out->in_progress - out->failed - out->dnf;
 	out->done = est > 0 ? est : 0;
 	out->done_approx = 1;
 	PQclear(r);
@@ -791,7 +795,7 @@ schema_version(struct pg *p, int *version, ik_err *err)
 	int rc = IK_OK;
 
 	if (PQresultStatus(r) != PGRES_TUPLES_OK)
-		rc = pgerr(p, r, "schema version", err);
+		rc = ik_pg_err(p, r, "schema version", err);
 	else
 		*version = PQntuples(r) ? atoi(PQgetvalue(r, 0, 0)) : 0;
 	PQclear(r);
@@ -810,7 +814,7 @@ migrate(struct pg *p, ik_err *err)
 
 	lr = PQexecParams(p->conn, "SELECT pg_advisory_lock(" ADVISORY_NS ", hashtext($1))",
 	    1, NULL, lparams, NULL, NULL, 0);
-	rc = PQresultStatus(lr) == PGRES_TUPLES_OK ? IK_OK : pgerr(p, lr, "schema lock", err);
+	rc = PQresultStatus(lr) == PGRES_TUPLES_OK ? IK_OK : ik_pg_err(p, lr, "schema lock", err);
 	PQclear(lr);
 	if (rc)
 		return rc;
@@ -839,7 +843,7 @@ migrate(struct pg *p, ik_err *err)
 			    " SET version = excluded.version, migrated_at = now()",
 			    2, NULL, params, NULL, NULL, 0);
 			if (PQresultStatus(r) != PGRES_COMMAND_OK)
-				rc = pgerr(p, r, "record schema version", err);
+				rc = ik_pg_err(p, r, "record schema version", err);
 			PQclear(r);
 			if (!rc)
 				rc = exec_sql(p, "COMMIT", "commit migration", err);
@@ -878,7 +882,7 @@ purge(struct pg *p, ik_err *err)
 	do {
 		PGresult *r = PQexec(p->conn, q);
 		if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-			rc = pgerr(p, r, "purge", err);
+			rc = ik_pg_err(p, r, "purge", err);
 			PQclear(r);
 			break;
 		}
@@ -911,6 +915,9 @@ pg_close(struct ik_store *st)
 
 	if (!p)
 		return;
+	ik_pg_pops_free(p->queued);
+	ik_pg_pops_free(p->batch);
+	ik_pg_pops_free(p->done);
 	if (p->conn)
 		PQfinish(p->conn);
 	ik_pg_url_free(&p->u);
@@ -936,6 +943,10 @@ static const struct ik_store_ops postgres_ops = {
 	.begin = pg_begin,
 	.commit = pg_commit,
 	.stats = pg_stats,
+	.claim_start = ik_pg_claim_start,
+	.finish_start = ik_pg_finish_start,
+	.run = ik_pg_run,
+	.active = ik_pg_active,
 };
 
 /* url is the whole store URL: postgres://..., postgresql://..., postgres:. */

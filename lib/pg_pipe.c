@@ -1,0 +1,438 @@
+/* pg_pipe.c: the PostgreSQL store's claims and finishes in flight
+ * (store.h "in flight"), in libpq's pipeline mode; see pg_store.h. */
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "outcome.h"
+#include "pg_store.h"
+
+/* In flight (store.h): claims and finishes go out in libpq's pipeline
+ * mode on the one connection, each still its own statement above.  The
+ * ops started while a batch is out wait in queued; when it is answered
+ * they go out as the next batch, followed by one sync: the statements up
+ * to a sync are one implicit transaction, so a batch is one durable
+ * commit, as a group is on the blocking path, and no callback is called
+ * before its sync came back (committed).  A statement that fails aborts
+ * its batch: the others are rolled back with it and sent again in the
+ * next one (each op fails at most once for another's sake per failure,
+ * so this ends); the failed one answers its error, or is sent again when
+ * it was a serialization failure or deadlock, MAX_RETRIES times at most.
+ * A refused claim reads the record in the next batch, after its own
+ * commit, and is decided by ik_claim_decide on the server's now; a lease
+ * that ended meanwhile claims again, boundedly, as pg_claim does.  A
+ * connection lost with a batch out answers each of its ops TEMPFAIL (its
+ * statement may or may not have committed: never replayed blindly); the
+ * ops still queued go out on the reconnected one.  One batch out at a
+ * time: the server runs one connection's statements one after another
+ * anyway, and the next batch gathers while this one commits.  Blocking
+ * mode: a batch is at most the in-flight count (1024) of short statements
+ * whose answers fit the socket's buffers, so a write never waits on our
+ * own unread answers. */
+struct pop {
+	struct pop *next;
+	int which;                 /* Q_CLAIM, Q_GET (a refused claim's read), Q_FINISH */
+	int n;                     /* its parameters */
+	const char *params[6];
+	char lease[24], exp[24];
+	const struct ik_claim_req *creq;   /* NULL for a finish */
+	struct ik_claim_res *res;
+	ik_store_cb cb;
+	void *arg;
+	int rounds, tries;         /* claim rounds (pg_claim's), tries of this statement */
+	/* this statement's answer, read before the sync */
+	int got, aborted, failed_state;
+	int64_t rows, attempt, lease_until, now;
+	char tuples[8];
+	int rc;
+	ik_err err;
+};
+
+static void
+pop_queue(struct pop **head, struct pop ***last, struct pop *o)
+{
+	o->next = NULL;
+	if (!*head)
+		*last = head;
+	**last = o;
+	*last = &o->next;
+}
+
+static struct pop *
+pop_take(struct pop **head, struct pop ***last)
+{
+	struct pop *o = *head;
+
+	if (o && !(*head = o->next))
+		*last = head;
+	return o;
+}
+
+/* o is answered: its callback comes from the next ik_pg_run. */
+static void
+pop_done(struct pg *p, struct pop *o, int rc)
+{
+	o->rc = rc;
+	if (rc == IK_OK)
+		memset(&o->err, 0, sizeof o->err);
+	else if (o->res)
+		ik_record_free(&o->res->cur);
+	pop_queue(&p->done, &p->done_last, o);
+}
+
+static void
+pop_stage(struct pop *o, int which)
+{
+	o->which = which;
+	o->tries = 0;
+	o->n = which == Q_CLAIM ? 6 : which == Q_GET ? 1 : 5;
+}
+
+/* Sends what is queued as one batch, then its sync.  Ops that cannot be
+ * sent (no connection) answer the error at once. */
+static void
+send_batch(struct pg *p)
+{
+	struct pop *o, **last = &p->batch;
+	char name[16];
+	ik_err err = { 0 };
+	int rc;
+
+	if (!p->queued || p->batch)
+		return;
+	/* Out of pipeline mode here: connect, read the table's columns and
+	 * prepare as the blocking path does. */
+	if ((rc = ik_pg_prepare(p, Q_CLAIM, 6, "claim", name, &err)) == IK_OK &&
+	    (rc = ik_pg_prepare(p, Q_GET, 1, "read record", name, &err)) == IK_OK &&
+	    (rc = ik_pg_prepare(p, Q_FINISH, 5, "finish", name, &err)) == IK_OK &&
+	    PQenterPipelineMode(p->conn) != 1)
+		rc = ik_pg_err(p, NULL, "pipeline mode", &err);
+	while (rc == IK_OK && (o = pop_take(&p->queued, &p->queued_last))) {
+		snprintf(name, sizeof name, "ik%d", o->which + Q_N * p->has_history);
+		o->got = o->aborted = o->failed_state = 0;
+		o->tries++;
+		if (PQsendQueryPrepared(p->conn, name, o->n, o->params, NULL, NULL, 0) != 1) {
+			rc = ik_pg_err(p, NULL, "send", &err);
+			pop_queue(&p->queued, &p->queued_last, o);   /* not sent */
+			break;
+		}
+		*last = o;
+		last = &o->next;
+		*last = NULL;
+	}
+	p->ans = p->batch;
+	if (rc == IK_OK && (PQpipelineSync(p->conn) != 1 || PQflush(p->conn) != 0))
+		rc = ik_pg_err(p, NULL, "send", &err);
+	if (rc == IK_OK)
+		return;
+	/* Nothing of it can be answered now: the sent ops' outcome is unknown,
+	 * the queued ones never went. */
+	while ((o = p->batch)) {
+		p->batch = o->next;
+		o->err = err;
+		pop_done(p, o, rc);
+	}
+	while ((o = pop_take(&p->queued, &p->queued_last))) {
+		o->err = err;
+		pop_done(p, o, rc);
+	}
+	if (p->conn && PQpipelineStatus(p->conn) != PQ_PIPELINE_OFF)
+		PQexitPipelineMode(p->conn);
+}
+
+/* The answer to o's statement, read before the batch's sync. */
+static void
+pop_answer(struct pg *p, struct pop *o, PGresult *r)
+{
+	const char *doing = o->which == Q_CLAIM ? "claim" : o->which == Q_GET ?
+	    "read record" : "finish";
+	const char *st;
+
+	o->got = 1;
+	switch (PQresultStatus(r)) {
+	case PGRES_PIPELINE_ABORTED:
+		o->aborted = 1;
+		return;
+	case PGRES_COMMAND_OK:
+	case PGRES_TUPLES_OK:
+		o->rows = PQntuples(r);
+		snprintf(o->tuples, sizeof o->tuples, "%s", PQcmdTuples(r));
+		if (o->which == Q_CLAIM && o->rows == 1) {
+			o->attempt = ik_pg_col_i64(r, 0, 0);
+			o->lease_until = ik_pg_col_i64(r, 0, 1);
+		} else if (o->which == Q_GET && o->rows == 1) {
+			ik_record_free(&o->res->cur);
+			ik_pg_read_record(r, 0, &o->res->cur);
+			o->now = ik_pg_col_i64(r, 0, 13);
+		}
+		return;
+	default:
+		st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+		o->failed_state = st && (strcmp(st, "40001") == 0 || strcmp(st, "40P01") == 0) ?
+		    2 : 1;
+		o->rc = ik_pg_err(p, r, doing, &o->err);
+		/* What a finish writes is ours: see changed(). */
+		if (o->which == Q_FINISH && o->rc == IK_DATAERR)
+			o->rc = o->err.code = IK_SOFTWARE;
+		return;
+	}
+}
+
+/* The batch's sync came back: each op answers, or goes on to its next
+ * statement in the next batch. */
+static void
+batch_end(struct pg *p)
+{
+	struct pop *o;
+	int failed = 0;
+
+	for (o = p->batch; o; o = o->next)
+		failed |= o->failed_state != 0 || !o->got;
+	while ((o = p->batch)) {
+		struct ik_claim_req now_req;
+		int rc;
+
+		p->batch = o->next;
+		if (failed && !o->failed_state) {
+			/* rolled back with the batch: the same statement again */
+			o->tries--;
+			pop_queue(&p->queued, &p->queued_last, o);
+			continue;
+		}
+		if (o->failed_state) {
+			if (o->failed_state == 2 && o->tries < MAX_RETRIES)
+				pop_queue(&p->queued, &p->queued_last, o);
+			else
+				pop_done(p, o, o->rc);
+			continue;
+		}
+		switch (o->which) {
+		case Q_FINISH:
+			pop_done(p, o, strcmp(o->tuples, "1") == 0 ? IK_OK : IK_LEASE_LOST);
+			break;
+		case Q_CLAIM:
+			if (o->rows == 1) {
+				o->res->code = IK_OK;
+				o->res->attempt = o->attempt;
+				o->res->lease_until = o->lease_until;
+				pop_done(p, o, IK_OK);
+			} else {
+				pop_stage(o, Q_GET);   /* refused: the record decides */
+				pop_queue(&p->queued, &p->queued_last, o);
+			}
+			break;
+		case Q_GET:
+			rc = IK_EMPTY;     /* forgotten meanwhile: claim afresh */
+			if (o->rows == 1) {
+				now_req = *o->creq;
+				now_req.now_ms = o->now;
+				/* cur stays for the answer (claimed() reports it) */
+				if ((rc = ik_claim_decide(&now_req, o->res, &o->err)) == IK_EMPTY)
+					ik_record_free(&o->res->cur);
+			}
+			if (rc != IK_EMPTY) {
+				pop_done(p, o, rc);
+			} else if (++o->rounds >= MAX_RETRIES) {
+				pop_done(p, o, ik_errf(&o->err, IK_TEMPFAIL, "postgres %s: claim: "
+				    "the record kept changing under us; try again", p->u.table));
+			} else {
+				pop_stage(o, Q_CLAIM);
+				pop_queue(&p->queued, &p->queued_last, o);
+			}
+			break;
+		}
+	}
+	PQexitPipelineMode(p->conn);    /* idle now: blocking calls may follow */
+}
+
+/* The connection went with a batch out: its statements may or may not
+ * have committed, so each answers TEMPFAIL (the claim's lease, or the
+ * finish's retry, settles it), never sent again blindly. */
+static void
+batch_lost(struct pg *p)
+{
+	struct pop *o;
+	ik_err err;
+
+	ik_pg_err(p, NULL, "connection lost with statements in flight", &err);
+	while ((o = p->batch)) {
+		p->batch = o->next;
+		o->err = err;
+		pop_done(p, o, IK_TEMPFAIL);
+	}
+	p->ans = NULL;
+	if (p->conn && PQpipelineStatus(p->conn) != PQ_PIPELINE_OFF)
+		PQexitPipelineMode(p->conn);
+}
+
+/* Reads what the server has sent, without waiting. */
+static void
+batch_read(struct pg *p)
+{
+	PGresult *r;
+
+	if (PQconsumeInput(p->conn) != 1) {
+		batch_lost(p);
+		return;
+	}
+	while (p->batch && !PQisBusy(p->conn)) {
+		if (PQstatus(p->conn) != CONNECTION_OK) {
+			batch_lost(p);
+			return;
+		}
+		if (!(r = PQgetResult(p->conn))) {
+			/* the end of one statement's answers */
+			if (p->ans && p->ans->got)
+				p->ans = p->ans->next;
+			continue;
+		}
+		if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
+			PQclear(r);
+			p->ans = NULL;
+			batch_end(p);
+			return;
+		}
+		if (p->ans)
+			pop_answer(p, p->ans, r);
+		PQclear(r);
+	}
+}
+
+/* A blocking call while a batch is out: waits for its answers (their
+ * callbacks come from the next ik_pg_run). */
+void
+ik_pg_drain(struct pg *p)
+{
+	struct pollfd pf;
+
+	while (p->batch) {
+		pf = (struct pollfd){ .fd = PQsocket(p->conn), .events = POLLIN };
+		if (pf.fd < 0) {
+			batch_lost(p);
+			break;
+		}
+		poll(&pf, 1, 1000);
+		batch_read(p);
+	}
+}
+
+int
+ik_pg_run(struct ik_store *st, int fd, int *readable, int timeout_ms, ik_err *err)
+{
+	struct pg *p = st->impl;
+	struct pollfd pf[2];
+	struct pop *o;
+	int n = 0;
+
+	(void)err;    /* each op answers its own trouble */
+	if (readable)
+		*readable = 0;
+	send_batch(p);
+	if (p->batch)
+		batch_read(p);   /* answers libpq already holds */
+	if (!p->done && (p->batch || fd >= 0)) {
+		if (p->batch)
+			pf[n++] = (struct pollfd){ .fd = PQsocket(p->conn), .events = POLLIN };
+		if (fd >= 0)
+			pf[n++] = (struct pollfd){ .fd = fd, .events = POLLIN };
+		if (poll(pf, (nfds_t)n, timeout_ms) > 0) {
+			if (fd >= 0 && readable && (pf[n - 1].revents & (POLLIN | POLLHUP | POLLERR)))
+				*readable = 1;
+			if (p->batch && pf[0].revents)
+				batch_read(p);
+		}
+	}
+	send_batch(p);       /* the next batch goes out before the callbacks run */
+	while ((o = pop_take(&p->done, &p->done_last))) {
+		p->active--;
+		o->cb(o->arg, o->rc, &o->err);
+		free(o);
+	}
+	return IK_OK;
+}
+
+size_t
+ik_pg_active(struct ik_store *st)
+{
+	return ((struct pg *)st->impl)->active;
+}
+
+static struct pop *
+pop_new(struct pg *p, ik_store_cb cb, void *arg, ik_err *err)
+{
+	struct pop *o;
+
+	if (p->group) {
+		ik_errf(err, IK_SOFTWARE, "postgres %s: in-flight ops inside a group",
+		    p->u.table);
+		return NULL;
+	}
+	if (!(o = calloc(1, sizeof *o))) {
+		ik_errf(err, IK_SOFTWARE, "out of memory");
+		return NULL;
+	}
+	o->cb = cb;
+	o->arg = arg;
+	return o;
+}
+
+int
+ik_pg_claim_start(struct ik_store *st, const struct ik_claim_req *req,
+    struct ik_claim_res *res, ik_store_cb cb, void *arg, ik_err *err)
+{
+	struct pg *p = st->impl;
+	struct pop *o = pop_new(p, cb, arg, err);
+
+	if (!o)
+		return err->code;
+	memset(res, 0, sizeof *res);
+	snprintf(o->lease, sizeof o->lease, "%lld", (long long)req->lease_ms);
+	snprintf(o->exp, sizeof o->exp, "%lld", (long long)req->expires_at);
+	o->params[0] = req->key;
+	o->params[1] = req->token;
+	o->params[2] = o->lease;
+	o->params[3] = req->fingerprint;
+	o->params[4] = req->event ? req->event : "";
+	o->params[5] = o->exp;
+	o->creq = req;
+	o->res = res;
+	pop_stage(o, Q_CLAIM);
+	pop_queue(&p->queued, &p->queued_last, o);
+	p->active++;
+	return IK_OK;
+}
+
+int
+ik_pg_finish_start(struct ik_store *st, const struct ik_finish_req *req, ik_store_cb cb,
+    void *arg, ik_err *err)
+{
+	struct pg *p = st->impl;
+	struct pop *o = pop_new(p, cb, arg, err);
+
+	if (!o)
+		return err->code;
+	o->params[0] = req->key;
+	o->params[1] = req->token;
+	o->params[2] = ik_state_name(req->state);
+	o->params[3] = req->debit_ref;
+	o->params[4] = req->last_error;
+	pop_stage(o, Q_FINISH);
+	pop_queue(&p->queued, &p->queued_last, o);
+	p->active++;
+	return IK_OK;
+}
+
+/* At close, ops not called back are dropped (their envelopes go with the
+ * step: store.h). */
+void
+ik_pg_pops_free(struct pop *o)
+{
+	while (o) {
+		struct pop *next = o->next;
+		if (o->res)
+			ik_record_free(&o->res->cur);
+		free(o);
+		o = next;
+	}
+}
+

@@ -1,0 +1,375 @@
+#!/usr/bin/env bats
+# idemp-claim and idemp-done --stream on the PostgreSQL store: claims and
+# finishes in flight in libpq's pipeline mode (lib/pg_pipe.c), each
+# still its own conditional statement with its own outcome, a batch one
+# implicit transaction.  Against a real throwaway PostgreSQL
+# (pg_helper.bash).  Envelopes leave in the order the answers come, so the
+# checks match outputs to inputs by chargeId, never by position.
+
+bats_require_minimum_version 1.5.0
+load helper
+load pg_helper
+
+setup_file() {
+	require_pg
+	pg_start
+}
+teardown_file() { pg_stop; }
+setup() {
+	export TBL=f_${BATS_TEST_NUMBER}_$RANDOM
+	export IDEMKIT_STORE="$PG_URL?table=$TBL"
+	idemp-init >/dev/null 2>&1
+}
+teardown() {
+	[ -z "${CLAIM_PID:-}" ] || { kill "$CLAIM_PID" 2>/dev/null; wait "$CLAIM_PID" 2>/dev/null; } || true
+}
+
+# events PREFIX N [AMOUNT]: N events PREFIX-1 .. PREFIX-N, one a line.
+events() {
+	local i
+	for i in $(seq "$2"); do ev "$1-$i" "${3:-2500}"; done
+}
+xid() { pg_sql "SELECT pg_current_xact_id()"; }
+
+@test "200 claims in flight: one connection, no BEGIN, far fewer commits than claims; --inflight 1: one each" {
+	id=$(uid many)
+	events "$id" 200 > "$BATS_TEST_TMPDIR/ev"
+	pg_sql "ALTER ROLE idemkit SET log_statement = 'all'"
+	: > "$PG_DIR/server.log"
+	x0=$(xid)
+	run --separate-stderr idemp-claim --stream --inflight 64 < "$BATS_TEST_TMPDIR/ev"
+	x1=$(xid)
+	pg_sql "ALTER ROLE idemkit RESET log_statement"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c '"outcome":"ACQUIRED"' <<<"$output")" -eq 200 ]
+	echo "write transactions for 200 claims: $((x1 - x0 - 1))"
+	[ $((x1 - x0 - 1)) -le 40 ]
+	[ "$(grep -c 'connection authorized: user=idemkit' "$PG_DIR/server.log")" -eq 1 ]
+	# the pipeline's implicit transactions: no BEGIN sent (the group path's)
+	! grep -q 'statement: BEGIN' "$PG_DIR/server.log"
+	[ "$(grep -c 'execute ik' "$PG_DIR/server.log")" -ge 200 ]
+	printf '%s\n' "$output" > "$BATS_TEST_TMPDIR/claimed"
+	x0=$(xid)
+	run --separate-stderr idemp-done --stream --inflight 64 --state DONE < "$BATS_TEST_TMPDIR/claimed"
+	x1=$(xid)
+	[ "$status" -eq 0 ]
+	[ "$(grep -c '"done":{"outcome":"OK","state":"DONE"' <<<"$output")" -eq 200 ]
+	[ $((x1 - x0 - 1)) -le 40 ]
+	[ "$(pg_sql "SELECT count(*) FROM $TBL WHERE state = 'DONE'")" -eq 200 ]
+	# one in flight: each claim its own commit
+	events "$id-one" 30 > "$BATS_TEST_TMPDIR/ev1"
+	x0=$(xid)
+	run --separate-stderr idemp-claim --stream --inflight 1 < "$BATS_TEST_TMPDIR/ev1"
+	x1=$(xid)
+	[ "$status" -eq 0 ]
+	[ "$(grep -c '"outcome":"ACQUIRED"' <<<"$output")" -eq 30 ]
+	[ $((x1 - x0 - 1)) -eq 30 ]
+}
+
+@test "two idemp-claim --stream --inflight 32 racing on 300 chargeIds: exactly one ACQUIRED each" {
+	id=$(uid race)
+	events "$id" 300 > "$BATS_TEST_TMPDIR/ev"
+	idemp-claim --stream --inflight 32 < "$BATS_TEST_TMPDIR/ev" > "$BATS_TEST_TMPDIR/a" 2>/dev/null &
+	a=$!
+	tac "$BATS_TEST_TMPDIR/ev" | idemp-claim --stream --inflight 32 > "$BATS_TEST_TMPDIR/b" 2>/dev/null &
+	b=$!
+	wait "$a"
+	wait "$b"
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/a")" -eq 300 ]
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/b")" -eq 300 ]
+	cat "$BATS_TEST_TMPDIR/a" "$BATS_TEST_TMPDIR/b" > "$BATS_TEST_TMPDIR/both"
+	python3 - "$BATS_TEST_TMPDIR/both" > "$BATS_TEST_TMPDIR/owners" <<'PY'
+import collections, json, sys
+acq, seen = collections.Counter(), collections.Counter()
+for l in open(sys.argv[1]):
+    e = json.loads(l)
+    cid = json.loads(e["body"])["chargeId"]
+    seen[cid] += 1
+    o = e["claim"]["outcome"]
+    # a deadlock between the two batches answers TEMPFAIL once retried out
+    assert o in ("ACQUIRED", "DUP_IN_PROGRESS"), (cid, e["claim"])
+    if o == "ACQUIRED":
+        acq[cid] += 1
+        print(cid, e["claim"]["token"])
+assert len(seen) == 300 and set(seen.values()) == {2}, seen
+assert len(acq) == 300 and set(acq.values()) == {1}, [k for k, v in acq.items() if v != 1]
+PY
+	for k in 7 150 299; do
+		tok=$(awk -v k="$id-$k" '$1 == k { print $2 }' "$BATS_TEST_TMPDIR/owners")
+		run idemp-show --json "$id-$k"
+		[ "$(jget "$output" owner)" = "$tok" ]
+		[ "$(jget "$output" attempts)" = 1 ]
+	done
+}
+
+@test "one stream, every kind of claim in flight together, a duplicate next to its original: each gets its own outcome" {
+	id=$(uid mix)
+	for k in $(seq 1 10); do ev "$id-done-$k"; ev "$id-failed-$k"; ev "$id-busy-$k"; ev "$id-gone-$k"; done \
+		| idemp-claim --stream > "$BATS_TEST_TMPDIR/pre"
+	grep -e "-done-" "$BATS_TEST_TMPDIR/pre" | idemp-done --stream --state DONE >/dev/null
+	grep -e "-failed-" "$BATS_TEST_TMPDIR/pre" | idemp-done --stream --state FAILED >/dev/null
+	# the gone-k leases ended: taken over, attempt 2
+	pg_sql "UPDATE $TBL SET lease_until = 0 WHERE key LIKE '$id-gone-%'"
+	{
+		for k in $(seq 1 10); do
+			ev "$id-new-$k"               # ACQUIRED
+			ev "$id-twin-$k"              # ACQUIRED, and its copy next to it:
+			ev "$id-twin-$k"              # DUP_IN_PROGRESS
+			ev "$id-done-$k"              # DUP_DONE
+			ev "$id-failed-$k"            # DUP_FAILED
+			ev "$id-busy-$k"              # DUP_IN_PROGRESS
+			ev "$id-busy-$k" 9999         # PAYLOAD_MISMATCH
+			ev "$id-gone-$k"              # ACQUIRED, attempt 2
+			ev "$id-bad-$k" 1.5           # DATAERR (never sent)
+		done
+	} > "$BATS_TEST_TMPDIR/ev"
+	run --separate-stderr idemp-claim --stream --inflight 64 < "$BATS_TEST_TMPDIR/ev"
+	[ "$status" -eq 0 ]
+	printf '%s\n' "$output" > "$BATS_TEST_TMPDIR/out"
+	python3 - "$BATS_TEST_TMPDIR/ev" "$BATS_TEST_TMPDIR/out" <<'PY'
+import collections, json, sys
+want = {"new": "ACQUIRED", "done": "DUP_DONE", "failed": "DUP_FAILED", "busy": "DUP_IN_PROGRESS",
+        "gone": "ACQUIRED"}
+ins = [l for l in open(sys.argv[1]).read().split("\n") if l]
+outs = [json.loads(l) for l in open(sys.argv[2])]
+assert sorted(e["body"] for e in outs) == sorted(ins), "not one envelope per line"
+twins = collections.Counter()
+for e in outs:
+    ev = json.loads(e["body"])
+    cid, kind, got = ev["chargeId"], ev["chargeId"].split("-")[-2], e["claim"]["outcome"]
+    if kind == "bad":
+        assert got == "DATAERR", (cid, got)
+    elif kind == "twin":
+        twins[got] += 1
+    else:
+        exp = "PAYLOAD_MISMATCH" if ev["amount"] == 9999 else want[kind]
+        assert got == exp, (cid, ev["amount"], e["claim"], exp)
+    if got == "ACQUIRED":
+        assert e["claim"]["attempt"] == (2 if kind == "gone" else 1), e["claim"]
+        assert len(e["claim"]["token"]) == 32, e["claim"]
+    if got == "DUP_DONE":
+        assert e["claim"]["state"] == "DONE", e["claim"]
+assert twins == {"ACQUIRED": 10, "DUP_IN_PROGRESS": 10}, twins
+PY
+	line=$(grep -m1 -e "-gone-3\"" "$BATS_TEST_TMPDIR/out")
+	run idemp-show --json "$id-gone-3"
+	[ "$(jget "$output" owner)" = "$(jget "$line" claim.token)" ]
+	[ "$(jget "$output" attempts)" = 2 ]
+}
+
+@test "idemp-done --stream: fenced finishes in flight, a lease-lost one among them" {
+	id=$(uid fin)
+	events "$id" 40 | idemp-claim --stream > "$BATS_TEST_TMPDIR/claimed"
+	[ "$(grep -c '"outcome":"ACQUIRED"' "$BATS_TEST_TMPDIR/claimed")" -eq 40 ]
+	# another worker takes over key 17 once our lease ran out
+	pg_sql "UPDATE $TBL SET lease_until = 0 WHERE key = '$id-17'"
+	run --separate-stderr idemp-claim < <(ev "$id-17")
+	[ "$status" -eq 0 ]
+	newtok=$(jget "$output" claim.token)
+	python3 - "$BATS_TEST_TMPDIR/claimed" > "$BATS_TEST_TMPDIR/results" <<'PY'
+import json, sys
+for l in open(sys.argv[1]):
+    e = json.loads(l)
+    k = int(e["claim"]["chargeId"].rsplit("-", 1)[1])
+    if k % 3 == 0:
+        e["debit"] = {"outcome": "DECLINED", "error": "HTTP 402: no funds"}
+    else:
+        e["debit"] = {"outcome": "OK", "ref": "TXN-%d" % k}
+        e["notify"] = {"outcome": "OK" if k % 3 == 1 else "NOTIFY_FAILED"}
+    print(json.dumps(e))
+PY
+	run --separate-stderr idemp-done --stream --inflight 8 < "$BATS_TEST_TMPDIR/results"
+	[ "$status" -eq 0 ]
+	printf '%s\n' "$output" > "$BATS_TEST_TMPDIR/out"
+	python3 - "$BATS_TEST_TMPDIR/out" "$id-17" <<'PY'
+import json, sys
+n = 0
+for l in open(sys.argv[1]):
+    e = json.loads(l)
+    cid = e["claim"]["chargeId"]
+    k = int(cid.rsplit("-", 1)[1])
+    assert e["done"]["state"] == ["FAILED", "DONE", "DEBITED_NOTIFICATION_FAILED"][k % 3], (cid, e["done"])
+    assert e["done"]["outcome"] == ("LEASE_LOST" if cid == sys.argv[2] else "OK"), e["done"]
+    n += 1
+assert n == 40, n
+PY
+	run idemp-show --json "$id-17"
+	[ "$(jget "$output" state)" = IN_PROGRESS ]
+	[ "$(jget "$output" owner)" = "$newtok" ]
+	run idemp-show --json "$id-4"
+	[ "$(jget "$output" state)" = DONE ]
+	[ "$(jget "$output" debitRef)" = TXN-4 ]
+	run idemp-show --json "$id-6"
+	[ "$(jget "$output" state)" = FAILED ]
+	run idemp-show --json "$id-5"
+	[ "$(jget "$output" state)" = DEBITED_NOTIFICATION_FAILED ]
+}
+
+@test "serialization failures in a batch are sent again; past the bound each answers 75 naming the state" {
+	pg_sql "CREATE SEQUENCE ${TBL}_n;
+		CREATE FUNCTION ${TBL}_flaky() RETURNS trigger LANGUAGE plpgsql AS \$\$
+		BEGIN
+			IF nextval('${TBL}_n') <= current_setting('idemkit.fail')::int THEN
+				RAISE EXCEPTION 'test: could not serialize' USING ERRCODE = 'serialization_failure';
+			END IF;
+			RETURN NEW;
+		END \$\$;
+		CREATE TRIGGER flaky BEFORE INSERT ON $TBL FOR EACH ROW EXECUTE FUNCTION ${TBL}_flaky();
+		GRANT USAGE ON SEQUENCE ${TBL}_n TO idemkit"
+	pg_sql "ALTER DATABASE idemkit SET idemkit.fail = 3"
+	id=$(uid ser)
+	events "$id" 10 > "$BATS_TEST_TMPDIR/ev"
+	run --separate-stderr idemp-claim --stream < "$BATS_TEST_TMPDIR/ev"
+	echo "$output $stderr"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c '"outcome":"ACQUIRED"' <<<"$output")" -eq 10 ]
+	[ "$(pg_sql "SELECT count(*) FROM $TBL WHERE attempts = 1")" -eq 10 ]
+	pg_sql "ALTER SEQUENCE ${TBL}_n RESTART; ALTER DATABASE idemkit SET idemkit.fail = 100000"
+	events "$id-x" 3 > "$BATS_TEST_TMPDIR/ev2"
+	run --separate-stderr idemp-claim --stream < "$BATS_TEST_TMPDIR/ev2"
+	pg_sql "ALTER DATABASE idemkit RESET idemkit.fail"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c '"outcome":"TEMPFAIL"' <<<"$output")" -eq 3 ]
+	[[ $stderr == *"could not serialize"*40001* ]]
+	[ "$(pg_sql "SELECT count(*) FROM $TBL WHERE key LIKE '$id-x-%'")" -eq 0 ]
+}
+
+@test "the connection killed between batches: that batch answers 75 (never replayed blindly), the next reconnects and passes" {
+	id=$(uid kill)
+	mkfifo "$BATS_TEST_TMPDIR/in"
+	idemp-claim --stream < "$BATS_TEST_TMPDIR/in" > "$BATS_TEST_TMPDIR/out" 2> "$BATS_TEST_TMPDIR/err" &
+	CLAIM_PID=$!
+	exec 5> "$BATS_TEST_TMPDIR/in"
+	# lines N: wait (bounded) until the stream wrote N envelopes
+	lines() {
+		for _ in $(seq 200); do [ "$(wc -l < "$BATS_TEST_TMPDIR/out")" -ge "$1" ] && break; sleep 0.05; done
+		[ "$(wc -l < "$BATS_TEST_TMPDIR/out")" -eq "$1" ]
+	}
+	events "$id-a" 5 >&5
+	lines 5
+	[ "$(pg_sql "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = 'idemkit'")" -eq 1 ]
+	# one write (under PIPE_BUF): the stream reads the five at once, one batch
+	events "$id-b" 5 > "$BATS_TEST_TMPDIR/b"
+	cat "$BATS_TEST_TMPDIR/b" >&5
+	lines 10
+	events "$id-c" 5 >&5
+	exec 5>&-
+	wait "$CLAIM_PID"
+	CLAIM_PID=
+	cat "$BATS_TEST_TMPDIR/err"
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/out")" -eq 15 ]
+	[ "$(grep -e "-a-" "$BATS_TEST_TMPDIR/out" | grep -c '"outcome":"ACQUIRED"')" -eq 5 ]
+	[ "$(grep -e "-b-" "$BATS_TEST_TMPDIR/out" | grep -c '"outcome":"TEMPFAIL"')" -eq 5 ]
+	[ "$(grep -e "-c-" "$BATS_TEST_TMPDIR/out" | grep -c '"outcome":"ACQUIRED"')" -eq 5 ]
+	grep -q 'connection lost with statements in flight' "$BATS_TEST_TMPDIR/err"
+	[ "$(pg_sql "SELECT count(*) FROM $TBL WHERE key LIKE '$id-%'")" -eq 10 ]
+}
+
+# A stream on a fifo: STREAM_IN (fd 5 open on it), STREAM_OUT; stream_lines N
+# waits (bounded) until it wrote N envelopes.
+stream_start() {
+	mkfifo "$BATS_TEST_TMPDIR/in"
+	STREAM_OUT=$BATS_TEST_TMPDIR/out
+	idemp-claim --stream "$@" < "$BATS_TEST_TMPDIR/in" > "$STREAM_OUT" 2> "$BATS_TEST_TMPDIR/err" &
+	CLAIM_PID=$!
+	exec 5> "$BATS_TEST_TMPDIR/in"
+}
+stream_lines() {
+	for _ in $(seq 300); do [ "$(wc -l < "$STREAM_OUT")" -ge "$1" ] && break; sleep 0.05; done
+	[ "$(wc -l < "$STREAM_OUT")" -eq "$1" ]
+}
+
+@test "a copy meeting its original in flight in the same stream is held until the original's finish is recorded: DUP_DONE, not left on the queue" {
+	id=$(uid hold)
+	# another process's claim: its copy here is DUP_IN_PROGRESS at once
+	ev "$id-other" | idemp-claim >/dev/null 2>&1
+	stream_start
+	{ ev "$id-1"; ev "$id-1"; } > "$BATS_TEST_TMPDIR/pair"
+	cat "$BATS_TEST_TMPDIR/pair" >&5
+	stream_lines 1
+	orig=$(sed -n 1p "$STREAM_OUT")
+	[ "$(jget "$orig" claim.outcome)" = ACQUIRED ]
+	ev "$id-other" >&5
+	stream_lines 2
+	[ "$(jget "$(sed -n 2p "$STREAM_OUT")" claim.outcome)" = DUP_IN_PROGRESS ]
+	[ "$(jget "$(sed -n 2p "$STREAM_OUT")" claim.chargeId)" = "$id-other" ]
+	# the original's finish is recorded downstream: the held copy follows
+	run --separate-stderr idemp-done --state DONE <<<"$orig"
+	[ "$status" -eq 0 ]
+	stream_lines 3
+	copy=$(sed -n 3p "$STREAM_OUT")
+	[ "$(jget "$copy" claim.chargeId)" = "$id-1" ]
+	[ "$(jget "$copy" claim.outcome)" = DUP_DONE ]
+	[ "$(jget "$copy" claim.state)" = DONE ]
+	exec 5>&-
+	wait "$CLAIM_PID"
+	CLAIM_PID=
+	run idemp-show --json "$id-1"
+	[ "$(jget "$output" attempts)" = 1 ]
+	[ "$(jget "$output" owner)" = "$(jget "$orig" claim.token)" ]
+}
+
+@test "a held copy is passed on DUP_IN_PROGRESS before its original's lease ends (never takes it over), after 5 s at most, and at a stop signal at once" {
+	id=$(uid holdlease)
+	stream_start --lease 2s
+	{ ev "$id-1"; ev "$id-1"; } > "$BATS_TEST_TMPDIR/pair"
+	cat "$BATS_TEST_TMPDIR/pair" >&5
+	stream_lines 1
+	orig=$(sed -n 1p "$STREAM_OUT")
+	[ "$(jget "$orig" claim.outcome)" = ACQUIRED ]
+	stream_lines 2      # never finished: passed on within the lease
+	copy=$(sed -n 2p "$STREAM_OUT")
+	[ "$(jget "$copy" claim.outcome)" = DUP_IN_PROGRESS ]
+	run idemp-show --json "$id-1"
+	[ "$(jget "$output" attempts)" = 1 ]
+	[ "$(jget "$output" owner)" = "$(jget "$orig" claim.token)" ]
+	exec 5>&-
+	wait "$CLAIM_PID"
+	CLAIM_PID=
+	# a long lease: held 5 s at most (sqs-recv's --max-age), then passed on
+	rm -f "$BATS_TEST_TMPDIR/in"
+	stream_start --lease 120s
+	{ ev "$id-3"; ev "$id-3"; } > "$BATS_TEST_TMPDIR/pair"
+	cat "$BATS_TEST_TMPDIR/pair" >&5
+	stream_lines 1
+	t0=$(date +%s%N)
+	stream_lines 2
+	t1=$(date +%s%N)
+	echo "held for $(( (t1 - t0) / 1000000 )) ms"
+	[ $(( (t1 - t0) / 1000000 )) -lt 9000 ]
+	[ "$(jget "$(sed -n 2p "$STREAM_OUT")" claim.outcome)" = DUP_IN_PROGRESS ]
+	exec 5>&-
+	wait "$CLAIM_PID"
+	CLAIM_PID=
+	# a stop signal passes a held copy on at once
+	rm -f "$BATS_TEST_TMPDIR/in"
+	stream_start --lease 120s
+	{ ev "$id-2"; ev "$id-2"; } > "$BATS_TEST_TMPDIR/pair"
+	cat "$BATS_TEST_TMPDIR/pair" >&5
+	stream_lines 1
+	kill -TERM "$CLAIM_PID"
+	st=0
+	wait "$CLAIM_PID" || st=$?
+	CLAIM_PID=
+	exec 5>&-
+	[ "$st" -eq 143 ]
+	[ "$(wc -l < "$STREAM_OUT")" -eq 2 ]
+	[ "$(jget "$(sed -n 2p "$STREAM_OUT")" claim.outcome)" = DUP_IN_PROGRESS ]
+}
+
+@test "held copies take no claim slot: with --inflight 1 the claims after a held copy go on while it waits" {
+	id=$(uid holdslot)
+	stream_start --inflight 1
+	{ ev "$id-1"; ev "$id-1"; for k in 2 3 4 5 6; do ev "$id-$k"; done; } > "$BATS_TEST_TMPDIR/seven"
+	cat "$BATS_TEST_TMPDIR/seven" >&5
+	stream_lines 6
+	[ "$(grep -c '"outcome":"ACQUIRED"' "$STREAM_OUT")" -eq 6 ]
+	orig=$(grep -e "\"$id-1\"" "$STREAM_OUT")
+	run --separate-stderr idemp-done --state DONE <<<"$orig"
+	[ "$status" -eq 0 ]
+	stream_lines 7
+	[ "$(jget "$(sed -n 7p "$STREAM_OUT")" claim.outcome)" = DUP_DONE ]
+	exec 5>&-
+	wait "$CLAIM_PID"
+	CLAIM_PID=
+}
