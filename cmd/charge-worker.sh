@@ -131,6 +131,12 @@ done
 [ -z "$wait" ] || isnum "$wait" || die "--wait: want whole seconds, got '$wait'"
 [ -n "$wait" ] || { [ "$drain" -eq 1 ] && wait=1 || wait=5; }
 
+# The claims name this run as their holder (ik_store_token: host and pid),
+# not the step process that made them, so idemp-show can say whether the
+# run that holds a charge is still alive.
+IDEMKIT_RUN_PID=$$
+export IDEMKIT_RUN_PID
+
 # The lease in milliseconds, parsed as every C command parses a duration.
 lease_ms=$(idemkit-code --duration "$lease" 2>/dev/null) || die "--lease: not a duration: '$lease'"
 
@@ -226,8 +232,7 @@ fi
 preflight() {
 	_rc=0
 	_err=$("$@" 2>&1 < /dev/null > /dev/null) || _rc=$?
-	# 1 is idemp-show's "no record", the answer it was asked for: quiet
-	[ "$_rc" -eq 1 ] || [ -z "$_err" ] || printf '%s\n' "$_err" >&2
+	[ -z "$_err" ] || printf '%s\n' "$_err" >&2
 	case $_rc in
 	0|1) ;;
 	78) die "$1: configuration refused (above); nothing was received" 78 ;;
@@ -235,10 +240,11 @@ preflight() {
 	*) echo "$PROG: $* answered $_rc $(explain "$_rc"); going on" >&2 ;;
 	esac
 }
-preflight $CLAIM --check $claim_args   # the lease, and a retention longer than it
+# the lease, a retention longer than it, and the store (opened as the
+# claim opens it: idemp-show would not create the embedded one)
+preflight $CLAIM --check-store $claim_args
 preflight $DEBIT --check $debit_args
 preflight $NOTIFY --check $notify_args
-preflight idemp-show idemkit-preflight     # the store: 1 (no such record) is fine
 # The queue, the DLQ sqs-ack fills and the state directory, as C resolves them.
 rc=0
 resolved=$(sqs-stat --resolve) || rc=$?

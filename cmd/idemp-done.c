@@ -125,6 +125,37 @@ release(cJSON *env, struct ctx *c, const char *key, const char *token)
 	return rc;
 }
 
+/* charge-debit answered TEMPFAIL or CONFIG: the record stays IN_PROGRESS
+ * and the lease decides the retry, but the reason goes into the record
+ * (fenced by the token) so idemp-show says why the charge is stuck behind
+ * a bank outage instead of "last error -".  A store without the op, or a
+ * note that fails, changes nothing else: the envelope passes untouched. */
+static void
+note(cJSON *env, struct ctx *c, const char *key, const char *token, int debit)
+{
+	struct ik_store *store;
+	ik_err err = { 0 };
+	const char *why = field(env, "debit", "error");
+	struct ik_buf reason = { 0 };
+	int rc;
+
+	if (!(store = ik_store_lazy_get(&c->db, &err)) || !store->ops->note)
+		return;
+	ik_buf_addstr(&reason, ik_code_name(debit));
+	ik_buf_addstr(&reason, " from the bank: ");
+	ik_buf_addstr(&reason, why ? why : "no reason given");
+	if (ik_buf_addstr(&reason, " (the lease decides the retry)") < 0 || !reason.p) {
+		ik_buf_free(&reason);
+		return;
+	}
+	rc = store->ops->note(store, key, token, reason.p, &err);
+	ik_log(rc == IK_OK ? IK_LOG_DEBUG : IK_LOG_WARN, "reason noted", "step", "done",
+	    "chargeId", key, "messageId", ik_env_str(env, "messageId"),
+	    "outcome", ik_code_name(rc), "error", rc == IK_OK || rc == IK_LEASE_LOST ? NULL :
+	    err.msg, NULL);
+	ik_buf_free(&reason);
+}
+
 /* One finish from its envelope to its result: on the stack for a finish
  * made alone, on the heap while in flight (--stream on a store that offers
  * it) until the store answered.  req's strings point into env (or are
@@ -174,6 +205,9 @@ prepare(struct job *j, int *out)
 		return 0;
 	}
 	state = c->state != IK_ST_NONE ? c->state : ik_settle_state(env);
+	if (state == IK_ST_NONE && (ik_env_step_code(env, "debit") == IK_TEMPFAIL ||
+	    ik_env_step_code(env, "debit") == IK_CONFIG))
+		note(env, c, key, token, ik_env_step_code(env, "debit"));
 	if (state == IK_ST_NONE)
 		return 0;
 	j->req = (struct ik_finish_req){
