@@ -70,9 +70,6 @@ static const char *const sql[Q_N] = {
 	"UPDATE records SET lease_until = 0, updated_at = ?3,"
 	" history = " HIST_HEAD "json(?4)" HIST_TAIL
 	" WHERE key = ?1 AND state = 'IN_PROGRESS' AND owner = ?2",
-	[Q_NOTE] =
-	"UPDATE records SET last_error = ?3"
-	" WHERE key = ?1 AND state = 'IN_PROGRESS' AND owner = ?2",
 	[Q_FORGET] =
 	"DELETE FROM records WHERE key = ?1 AND state = 'FAILED'",
 	[Q_LIST] =
@@ -88,6 +85,9 @@ static const char *const sql[Q_N] = {
 	[Q_BEGIN] = "BEGIN IMMEDIATE",
 	[Q_COMMIT] = "COMMIT",
 	[Q_ROLLBACK] = "ROLLBACK",
+	[Q_NOTE] = (   /* a reason only: store.h */
+	"UPDATE records SET last_error = ?3"
+	" WHERE key = ?1 AND state = 'IN_PROGRESS' AND owner = ?2"),
 };
 
 static const char schema_v1[] =
