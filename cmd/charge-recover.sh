@@ -110,11 +110,18 @@ fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/charge-recover.XXXXXX") || exit 70
 trap 'rm -rf "$tmp"' EXIT
 
+# The summary line is written at exit, when the status is known: with
+# IDEMKIT_LOG=quiet (cron) only when the run did not succeed (a status other
+# than 0 and 1), so a quiet job mails nothing on success.
 # --metrics FILE: idemkit-metrics writes it from the summary line at exit,
 # whatever the status; a file it cannot write is a warning only.
 summary() {
-	printf '%s\n' "$1" >&2
-	[ -z "$metrics" ] || printf '%s\n' "$1" > "$tmp/summary"
+	printf '%s\n' "$1" > "$tmp/summary"
+}
+# shellcheck disable=SC2317  # called from the EXIT trap
+summary_at_exit() {
+	[ -s "$tmp/summary" ] || return 0
+	if [ "${IDEMKIT_LOG:-}" != quiet ] || [ "$1" -gt 1 ]; then cat "$tmp/summary" >&2; fi
 }
 # shellcheck disable=SC2317  # called from the EXIT trap
 metrics_at_exit() {
@@ -124,7 +131,9 @@ metrics_at_exit() {
 }
 if [ -n "$metrics" ]; then
 	started=$(idemkit-metrics --clock) || die "idemkit-metrics not found" 78
-	trap 'rc=$?; metrics_at_exit "$rc"; rm -rf "$tmp"; exit "$rc"' EXIT
+	trap 'rc=$?; summary_at_exit "$rc"; metrics_at_exit "$rc"; rm -rf "$tmp"; exit "$rc"' EXIT
+else
+	trap 'rc=$?; summary_at_exit "$rc"; rm -rf "$tmp"; exit "$rc"' EXIT
 fi
 
 # --- progress on a terminal ----------------------------------------------------

@@ -21,7 +21,7 @@ USAGE="usage: charge-worker [-j N] [--drain | --once] [--stream] [--lease DUR]
                      [--wait SECS] [--debit-timeout SECS] [--notify-timeout SECS]
                      [--notify-retries N] [--window N] [--inflight N]
                      [--lock FILE] [--no-lock]
-                     [--metrics FILE]
+                     [--metrics FILE [--metrics-every SECS]]
        charge-worker --trace < event|envelope
 "
 
@@ -55,8 +55,11 @@ Options:
       --lock FILE          the lock that keeps overlapping runs apart
                            (default $IDEMKIT_STATE_DIR/charge-worker.lock)
       --no-lock            do not take the lock
-      --metrics FILE       at the end of the run, replace FILE (atomically) with
-                           the run's Prometheus metrics (idemkit-metrics(1))
+      --metrics FILE       on every exit (a refusal to start and a held lock
+                           too), replace FILE (atomically) with the run's
+                           Prometheus metrics (idemkit-metrics(1)); a run
+                           without --drain or --once rewrites it periodically
+      --metrics-every S    that period, in seconds (default 60)
   -t, --trace              run one event or envelope from stdin through the steps
                            (no queue); each step's exit code, name and meaning on
                            stderr, the final envelope on stdout
@@ -64,7 +67,8 @@ Options:
   -V, --version            print the version
 
 Environment: IDEMKIT_QUEUE, IDEMKIT_DLQ, IDEMKIT_STORE, IDEMKIT_BANK_URL,
-IDEMKIT_NOTIFY_URL, IDEMKIT_STATE_DIR; step overrides SQS_RECV_CMD,
+IDEMKIT_NOTIFY_URL, IDEMKIT_STATE_DIR, IDEMKIT_LOG (quiet: no summary line
+when the run succeeds, status 0 or 1); step overrides SQS_RECV_CMD,
 IDEMP_CLAIM_CMD, CHARGE_DEBIT_CMD, CHARGE_NOTIFY_CMD, IDEMP_DONE_CMD, SQS_ACK_CMD.
 
 Exit status:
@@ -83,7 +87,7 @@ TXT
 # --- options --------------------------------------------------------------
 
 jobs=1 drain=0 once=0 stream=0 trace=0 lease=${IDEMKIT_LEASE:-120s} wait=
-debit_timeout=10 notify_timeout=5 notify_retries=3 lock='' nolock=0 window=512 inflight='' metrics=''
+debit_timeout=10 notify_timeout=5 notify_retries=3 lock='' nolock=0 window=512 inflight='' metrics='' metrics_every=60
 
 need() { [ $# -ge 2 ] || die "$1 needs a value"; }
 while [ $# -gt 0 ]; do
@@ -104,6 +108,7 @@ while [ $# -gt 0 ]; do
 	--lock) need "$@"; lock=$2; shift ;;
 	--no-lock) nolock=1 ;;
 	--metrics) need "$@"; metrics=$2; shift ;;
+	--metrics-every) need "$@"; metrics_every=$2; shift ;;
 	-t|--trace) trace=1 ;;
 	-h|--help) help ;;
 	-V|--version) echo "$PROG (idemkit) $VERSION"; exit 0 ;;
@@ -130,6 +135,46 @@ for v in "$debit_timeout" "$notify_timeout" "$notify_retries" "$window"; do
 done
 [ -z "$wait" ] || isnum "$wait" || die "--wait: want whole seconds, got '$wait'"
 [ -n "$wait" ] || { [ "$drain" -eq 1 ] && wait=1 || wait=5; }
+
+# --- metrics (--metrics FILE) --------------------------------------------------
+# idemkit-metrics writes the file at every exit from here on, whatever the
+# status -- a refusal to start (78) and a held lock (1) too, so
+# idemkit_run_exit_status never keeps an older run's 0 -- from the summary
+# line, or zeros when the run ended before it; a file it cannot write is a
+# warning, not the run's outcome.  A run that does not end by itself (no
+# --drain, no --once) also rewrites it every --metrics-every seconds
+# (metrics_ticker, below), counting what was settled since the last write.
+
+if ! isnum "$metrics_every" || [ "$metrics_every" -lt 1 ]; then
+	die "--metrics-every: want whole seconds, at least 1, got '$metrics_every'"
+fi
+ZERO_SUMMARY='{"summary":true,"received":0}'
+if [ -n "$metrics" ]; then
+	started=$(idemkit-metrics --clock) || die "idemkit-metrics not found" 78
+	summary_file=$(mktemp "${TMPDIR:-/tmp}/charge-worker.sum.XXXXXX") || exit 70
+	printf '%s\n' "$ZERO_SUMMARY" > "$summary_file"
+	trap 'metrics_at_exit $?' EXIT
+fi
+# quiet (IDEMKIT_LOG=quiet, the cron setting): the summary line is written
+# only when the run did not succeed (status other than 0 and 1), so a
+# quiet cron job mails nothing on success and speaks on failure.
+quiet=0
+[ "${IDEMKIT_LOG:-}" != quiet ] || quiet=1
+summary_line() {  # STATUS < the summary line
+	if [ -n "$metrics" ]; then tee "$summary_file"; else cat; fi |
+		if [ "$quiet" -eq 1 ] && [ "$1" -le 1 ]; then cat > /dev/null; else cat >&2; fi
+}
+metrics_at_exit() {
+	idemkit-metrics --file "$metrics" --job worker --started "$started" --status "$1" \
+		< "$summary_file" || echo "$PROG: the metrics file $metrics was not written" >&2
+	rm -f "$summary_file"
+}
+
+# The claims name this run as their holder (ik_store_token: host and pid),
+# not the step process that made them, so idemp-show can say whether the
+# run that holds a charge is still alive.
+IDEMKIT_RUN_PID=$$
+export IDEMKIT_RUN_PID
 
 # The lease in milliseconds, parsed as every C command parses a duration.
 lease_ms=$(idemkit-code --duration "$lease" 2>/dev/null) || die "--lease: not a duration: '$lease'"
@@ -226,8 +271,7 @@ fi
 preflight() {
 	_rc=0
 	_err=$("$@" 2>&1 < /dev/null > /dev/null) || _rc=$?
-	# 1 is idemp-show's "no record", the answer it was asked for: quiet
-	[ "$_rc" -eq 1 ] || [ -z "$_err" ] || printf '%s\n' "$_err" >&2
+	[ -z "$_err" ] || printf '%s\n' "$_err" >&2
 	case $_rc in
 	0|1) ;;
 	78) die "$1: configuration refused (above); nothing was received" 78 ;;
@@ -235,10 +279,11 @@ preflight() {
 	*) echo "$PROG: $* answered $_rc $(explain "$_rc"); going on" >&2 ;;
 	esac
 }
-preflight $CLAIM --check $claim_args   # the lease, and a retention longer than it
+# the lease, a retention longer than it, and the store (opened as the
+# claim opens it: idemp-show would not create the embedded one)
+preflight $CLAIM --check-store $claim_args
 preflight $DEBIT --check $debit_args
 preflight $NOTIFY --check $notify_args
-preflight idemp-show idemkit-preflight     # the store: 1 (no such record) is fine
 # The queue, the DLQ sqs-ack fills and the state directory, as C resolves them.
 rc=0
 resolved=$(sqs-stat --resolve) || rc=$?
@@ -261,23 +306,6 @@ if [ "$nolock" -eq 0 ]; then
 		exit 1
 	fi
 fi
-
-# --- metrics (--metrics FILE) --------------------------------------------------
-# idemkit-metrics writes the file from the summary line, at exit, whatever
-# the status; a file it cannot write is a warning, not the run's outcome.
-
-if [ -n "$metrics" ]; then
-	started=$(idemkit-metrics --clock) || die "idemkit-metrics not found" 78
-	summary_file=$(mktemp "${TMPDIR:-/tmp}/charge-worker.sum.XXXXXX") || exit 70
-fi
-summary_line() {
-	if [ -n "$metrics" ]; then tee "$summary_file"; else cat; fi >&2
-}
-metrics_at_exit() {
-	idemkit-metrics --file "$metrics" --job worker --started "$started" --status "$1" \
-		< "$summary_file" || echo "$PROG: the metrics file $metrics was not written" >&2
-	rm -f "$summary_file"
-}
 
 # --- progress on a terminal ------------------------------------------------------
 # When stderr is a terminal: one line, rewritten at most four times a second
@@ -337,6 +365,62 @@ outcomes_table() {
 	[ "$left" -eq 0 ] || printf '  %-18s %7d  %s\n' "left for retry" "$left" "not settled in this run: received again later"
 	[ "$ack_failed" -eq 0 ] || printf '  %-18s %7d  %s\n' "ack failed" "$ack_failed" "recorded, but the queue refused the ack: comes back"
 	[ "$config" -eq 0 ] || printf '  %-18s %7d  %s\n' "config" "$config" "missing or invalid configuration met during the run"
+}
+
+# --- the summary's numbers ------------------------------------------------------
+
+# totals: the summary's numbers from the v_NAME counts of a tally and the
+# loops' t_KEY counters.
+totals() {
+	config=$((v_CONFIG + t_recv_config))
+	ack_failed=$((v_ACK_FAILED + t_unacked))
+	# Left for a retry: messages none of whose receives in this run ended in
+	# a delete (a copy left, then received again and settled, is settled).
+	left=$((v_UNSETTLED + t_unacked + t_recv_failed))
+	dlq=$((v_DUP_FAILED + v_PAYLOAD_MISMATCH + v_DATAERR + v_DECLINED + v_STALE_EVENT))
+	received=$((v_RECEIVED + t_unacked))
+}
+summary_json() {
+	printf '{"summary":true,"received":%d,"debited":%d,"debitedNotificationFailed":%d,"declined":%d,"dupDone":%d,"dupInProgress":%d,"dupFailed":%d,"payloadMismatch":%d,"invalid":%d,"staleEvent":%d,"leaseLost":%d,"toDlq":%d,"leftForRetry":%d,"ackFailed":%d,"config":%d}\n' \
+		"$received" "$v_OK" "$v_NOTIFY_FAILED" "$v_DECLINED" "$v_DUP_DONE" \
+		"$v_DUP_IN_PROGRESS" "$v_DUP_FAILED" "$v_PAYLOAD_MISMATCH" "$v_DATAERR" "$v_STALE_EVENT" "$v_LEASE_LOST" \
+		"$dlq" "$left" "$ack_failed" "$config"
+}
+# tally_delta OLD NEW: NEW's counts less OLD's (both idemkit-code --tally).
+tally_delta() {
+	awk -F '\t' -v OFS='\t' 'FILENAME == ARGV[1] { o[$1] = $2; next } { print $1, $2 - o[$1] }' "$1" "$2"
+}
+
+# metrics_ticker: while a run that does not end by itself lasts, every
+# --metrics-every seconds, the metrics file from what the loops' sqs-ack
+# wrote since the last write (whole lines only: a loop may be writing),
+# with status 0: the run is alive and settling.  The loops' own failures
+# (a receive refused) are counted when the run ends.
+metrics_ticker() {
+	# A stop waits for a write under way (the final write counts from
+	# tally.ticked: a write made and not yet marked would count twice),
+	# and ends the sleep at once (a waited background sleep).
+	trap '' INT HUP
+	tick_stop=0 tick_sleep=
+	trap 'tick_stop=1; [ -z "$tick_sleep" ] || kill "$tick_sleep" 2>/dev/null' TERM
+	for k in $COUNTERS; do eval "t_$k=0"; done
+	idemkit-code --tally < /dev/null > "$tmp/tally.ticked"
+	while [ "$tick_stop" -eq 0 ]; do
+		sleep "$metrics_every" & tick_sleep=$!
+		wait "$tick_sleep"
+		tick_sleep=
+		[ "$tick_stop" -eq 0 ] || break
+		kill -0 "$$" 2>/dev/null || break   # the driver is gone
+		for f in "$tmp"/*.out; do
+			[ -f "$f" ] && head -n "$(wc -l < "$f")" "$f"
+		done | idemkit-code --tally > "$tmp/tally.now" || continue
+		tally_delta "$tmp/tally.ticked" "$tmp/tally.now" > "$tmp/tally.delta"
+		while IFS=$tab read -r k v; do eval "v_$k=\$v"; done < "$tmp/tally.delta"
+		totals
+		summary_json | idemkit-metrics --file "$metrics" --job worker --started "$started" \
+			--status 0 || echo "$clr$PROG: the metrics file $metrics was not written" >&2
+		mv "$tmp/tally.now" "$tmp/tally.ticked"
+	done
 }
 
 # --- the loops ---------------------------------------------------------------
@@ -496,6 +580,10 @@ loop_stream() {
 pids=
 reader=
 if [ "$tty" -eq 1 ]; then progress_reader & reader=$!; fi
+ticker=
+if [ -n "$metrics" ] && [ "$drain" -eq 0 ] && [ "$once" -eq 0 ]; then
+	metrics_ticker & ticker=$!
+fi
 i=1
 while [ "$i" -le "$jobs" ]; do
 	if [ "$stream" -eq 1 ]; then loop_stream "$i" & else loop "$i" & fi
@@ -509,10 +597,10 @@ trap 'stop=1; kill -TERM $pids 2>/dev/null' HUP
 for p in $pids; do
 	while ! wait "$p"; do kill -0 "$p" 2>/dev/null || break; done
 done
-if [ -n "$reader" ]; then
-	kill -TERM "$reader" 2>/dev/null
-	wait "$reader"
-fi
+for p in $reader $ticker; do
+	kill -TERM "$p" 2>/dev/null
+	wait "$p"
+done
 
 # --- the summary ---------------------------------------------------------------
 
@@ -524,29 +612,28 @@ done
 # The outcomes, by the verdict sqs-ack acted on (v_NAME for each code).
 cat "$tmp"/*.out 2>/dev/null | idemkit-code --tally > "$tmp/tally" || exit 70
 while IFS=$tab read -r k v; do eval "v_$k=\$v"; done < "$tmp/tally"
-rm -rf "$tmp"
-config=$((v_CONFIG + t_recv_config))
-ack_failed=$((v_ACK_FAILED + t_unacked))
-# Left for a retry: messages none of whose receives in this run ended in a
-# delete (a copy left, then received again and settled, is settled).
-left=$((v_UNSETTLED + t_unacked + t_recv_failed))
-dlq=$((v_DUP_FAILED + v_PAYLOAD_MISMATCH + v_DATAERR + v_DECLINED + v_STALE_EVENT))
-received=$((v_RECEIVED + t_unacked))
+totals
 if [ "$tty" -eq 1 ]; then
 	# The last line shows the run's totals, then gives way to the table.
 	progress_line "$received" "$v_OK" $((v_DUP_DONE + v_DUP_IN_PROGRESS + v_DUP_FAILED)) "$left" "$dlq"
 	printf '\r\033[K' >&2
 	outcomes_table >&2
 fi
-printf '{"summary":true,"received":%d,"debited":%d,"debitedNotificationFailed":%d,"declined":%d,"dupDone":%d,"dupInProgress":%d,"dupFailed":%d,"payloadMismatch":%d,"invalid":%d,"staleEvent":%d,"leaseLost":%d,"toDlq":%d,"leftForRetry":%d,"ackFailed":%d,"config":%d}\n' \
-	"$received" "$v_OK" "$v_NOTIFY_FAILED" "$v_DECLINED" "$v_DUP_DONE" \
-	"$v_DUP_IN_PROGRESS" "$v_DUP_FAILED" "$v_PAYLOAD_MISMATCH" "$v_DATAERR" "$v_STALE_EVENT" "$v_LEASE_LOST" \
-	"$dlq" "$left" "$ack_failed" "$config" | summary_line
-[ -z "$metrics" ] || trap 'metrics_at_exit $?' EXIT
-
-[ "$stop" -ne 0 ] && exit $((128 + stop))
-[ "$config" -gt 0 ] && exit 78
+status=0
+if [ "$stop" -ne 0 ]; then status=$((128 + stop))
+elif [ "$config" -gt 0 ]; then status=78
 # 0 only when every message received was settled.
-[ "$left" -gt 0 ] || [ "$ack_failed" -gt 0 ] && exit 75
-[ "$received" -eq 0 ] && exit 1
-exit 0
+elif [ "$left" -gt 0 ] || [ "$ack_failed" -gt 0 ]; then status=75
+elif [ "$received" -eq 0 ]; then status=1
+fi
+summary_json | summary_line "$status"
+if [ -n "$metrics" ] && [ -s "$tmp/tally.ticked" ]; then
+	# The periodic writes counted part of this run already: the file gets
+	# the rest (the summary line above keeps the run's totals).
+	tally_delta "$tmp/tally.ticked" "$tmp/tally" > "$tmp/tally.rest"
+	while IFS=$tab read -r k v; do eval "v_$k=\$v"; done < "$tmp/tally.rest"
+	totals
+	summary_json > "$summary_file"
+fi
+rm -rf "$tmp"
+exit "$status"

@@ -49,11 +49,13 @@
 #include "util.h"
 
 static const char usage[] =
-	"usage: idemp-claim [--check] [--stream] [--inflight N] [--lease DUR]\n"
+	"usage: idemp-claim [--check | --check-store] [--stream] [--inflight N] [--lease DUR]\n"
 	"                   [--store URL] < envelope|event\n";
 static const char options[] =
 	"  --check            check the lease, the retention and --inflight, open nothing:\n"
 	"                     0, or 64/78 and why\n"
+	"  --check-store      --check, then open the store as a claim does (the embedded\n"
+	"                     default is created) and close it: 0, or 75/78 and why\n"
 	"  -s, --stream       many envelopes in, one out per line; outcome in the envelope\n"
 	"  -l, --lease DUR    how long the claim is held (1s to 24h, default 120s;\n"
 	"                     $IDEMKIT_LEASE); $IDEMKIT_RETENTION must be longer\n"
@@ -238,7 +240,7 @@ claimed(struct job *j, struct ik_store *store, int rc, const ik_err *err)
 {
 	const struct ik_claim_res *res = &j->res;
 	cJSON *env = j->env, *r;
-	char why[1536];
+	char why[1536], tok[9];
 
 	if (rc != IK_OK)
 		return failed(j, rc, err);
@@ -270,6 +272,10 @@ claimed(struct job *j, struct ik_store *store, int rc, const ik_err *err)
 		else
 			note(r, "error", res->cur.last_error);
 	}
+	/* The log names the claim's token (ours, or the live holder's), as
+	 * idemp-show cuts it, so a stuck record leads to its run's lines. */
+	snprintf(tok, sizeof tok, "%.8s", rc == IK_OK ? j->token :
+	    rc == IK_DUP_IN_PROGRESS && res->cur.owner ? res->cur.owner : "");
 	ik_record_free(&j->res.cur);   /* also set on our own claim found again */
 	if (rc == IK_STALE_EVENT)
 		ik_log(IK_LOG_WARN, "stale event refused", "step", "claim", "chargeId",
@@ -277,7 +283,8 @@ claimed(struct job *j, struct ik_store *store, int rc, const ik_err *err)
 		    ik_code_name(rc), "error", why, NULL);
 	ik_log(rc == IK_OK ? IK_LOG_DEBUG : IK_LOG_INFO, "claim", "step", "claim",
 	    "chargeId", j->ev.charge_id, "messageId", ik_env_str(env, "messageId"),
-	    "outcome", rc == IK_OK ? "ACQUIRED" : ik_code_name(rc), NULL);
+	    "outcome", rc == IK_OK ? "ACQUIRED" : ik_code_name(rc),
+	    rc == IK_OK ? "token" : "holder", tok[0] ? tok : NULL, NULL);
 	return rc;
 }
 
@@ -479,6 +486,7 @@ main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "check", no_argument, NULL, 'C' },
+		{ "check-store", no_argument, NULL, 'K' },
 		{ "stream", no_argument, NULL, 's' },
 		{ "lease", required_argument, NULL, 'l' },
 		{ "inflight", required_argument, NULL, 'n' },
@@ -499,6 +507,7 @@ main(int argc, char **argv)
 	while ((ch = getopt_long(argc, argv, "sl:n:S:hV", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'C': check = 1; break;
+		case 'K': check = 2; break;
 		case 's': st.stream = 1; break;
 		case 'l': lease = optarg; break;
 		case 'n': inflight = optarg; break;
@@ -515,8 +524,15 @@ main(int argc, char **argv)
 		return rc;
 	if (ik_store_retention(c.lease_ms, &c.retention_ms, &err) != IK_OK)
 		return ik_fail(&err);
-	if (check)   /* what charge-worker asks before it receives anything */
+	/* What charge-worker asks before it receives anything.  The store is
+	 * opened here, by the step that creates it, since the read-only
+	 * commands (idemp-show) no longer create one. */
+	if (check == 2 && !ik_store_lazy_get(&c.db, &err))
+		return ik_fail(&err);
+	if (check) {
+		ik_store_lazy_close(&c.db);
 		return IK_OK;
+	}
 	if (st.stream && ik_store_lazy_inflight(&c.db, st.inflight + HOLD_EXTRA)) {
 		c.mine = calloc(MINE_MAX, sizeof *c.mine);   /* NULL: copies not held */
 		c.store_max = st.inflight;

@@ -10,6 +10,7 @@
  * --inflight finishes are outstanding at once (step.h's start, wait, reap)
  * and envelopes leave as their answers come; a release, rare, is made on
  * its own meanwhile, and re-notify mode keeps the group path.
+ * --fail is the operator's per-charge escape (idemp-fail below).
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -29,7 +30,8 @@ static const char usage[] =
 	"usage: idemp-done [--stream] [--inflight N]\n"
 	"                  [--state DONE|FAILED|DEBITED_NOTIFICATION_FAILED]\n"
 	"                  [--store URL] < envelope\n"
-	"       idemp-done --renotified [--stream] [--store URL] < envelope\n";
+	"       idemp-done --renotified [--stream] [--store URL] < envelope\n"
+	"       idemp-done --fail CHARGEID --reason TEXT [--store URL]\n";
 static const char options[] =
 	"  -s, --stream       many envelopes in, one out per line; outcome in the envelope\n"
 	"  -n, --inflight N   with --stream on DynamoDB or PostgreSQL: up to N finishes in\n"
@@ -38,11 +40,16 @@ static const char options[] =
 	"  -t, --state STATE  record this state instead of deriving it from the envelope\n"
 	"  -r, --renotified   re-notify mode: a DEBITED_NOTIFICATION_FAILED record whose\n"
 	"                     notification now succeeded becomes DONE\n"
+	"  -F, --fail CHARGEID  an operator's escape for a charge the bank refuses for\n"
+	"                     good: record its IN_PROGRESS claim, lease ended, FAILED with\n"
+	"                     --reason; its next delivery goes to the DLQ (DUP_FAILED)\n"
+	"  -R, --reason TEXT  why, recorded as the record's last error\n"
 	"  -S, --store URL    sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE)\n"
 	"  -h, --help         this help\n"
 	"  -V, --version      print the version\n";
 static const int codes[] = {
-	IK_OK, IK_LEASE_LOST, IK_USAGE, IK_DATAERR, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1
+	IK_OK, IK_EMPTY, IK_DUP_DONE, IK_DUP_IN_PROGRESS, IK_LEASE_LOST, IK_USAGE,
+	IK_DATAERR, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1
 };
 
 struct ctx {
@@ -126,6 +133,37 @@ release(cJSON *env, struct ctx *c, const char *key, const char *token)
 	return rc;
 }
 
+/* charge-debit answered TEMPFAIL or CONFIG: the record stays IN_PROGRESS
+ * and the lease decides the retry, but the reason goes into the record
+ * (fenced by the token) so idemp-show says why the charge is stuck behind
+ * a bank outage instead of "last error -".  A store without the op, or a
+ * note that fails, changes nothing else: the envelope passes untouched. */
+static void
+note(cJSON *env, struct ctx *c, const char *key, const char *token, int debit)
+{
+	struct ik_store *store;
+	ik_err err = { 0 };
+	const char *why = field(env, "debit", "error");
+	struct ik_buf reason = { 0 };
+	int rc;
+
+	if (!(store = ik_store_lazy_get(&c->db, &err)) || !store->ops->note)
+		return;
+	ik_buf_addstr(&reason, ik_code_name(debit));
+	ik_buf_addstr(&reason, " from the bank: ");
+	ik_buf_addstr(&reason, why ? why : "no reason given");
+	if (ik_buf_addstr(&reason, " (the lease decides the retry)") < 0 || !reason.p) {
+		ik_buf_free(&reason);
+		return;
+	}
+	rc = store->ops->note(store, key, token, reason.p, &err);
+	ik_log(rc == IK_OK ? IK_LOG_DEBUG : IK_LOG_WARN, "reason noted", "step", "done",
+	    "chargeId", key, "messageId", ik_env_str(env, "messageId"),
+	    "outcome", ik_code_name(rc), "error", rc == IK_OK || rc == IK_LEASE_LOST ? NULL :
+	    err.msg, NULL);
+	ik_buf_free(&reason);
+}
+
 /* One finish from its envelope to its result: on the stack for a finish
  * made alone, on the heap while in flight (--stream on a store that offers
  * it) until the store answered.  req's strings point into env (or are
@@ -175,6 +213,9 @@ prepare(struct job *j, int *out)
 		return 0;
 	}
 	state = c->state != IK_ST_NONE ? c->state : ik_settle_state(env);
+	if (state == IK_ST_NONE && (ik_env_step_code(env, "debit") == IK_TEMPFAIL ||
+	    ik_env_step_code(env, "debit") == IK_CONFIG))
+		note(env, c, key, token, ik_env_step_code(env, "debit"));
 	if (state == IK_ST_NONE)
 		return 0;
 	j->req = (struct ik_finish_req){
@@ -271,6 +312,81 @@ done_reap(void *arg)
 	return ik_store_lazy_reap(&((struct ctx *)arg)->db);
 }
 
+/* --fail: a charge the bank refuses for good (CONFIG on every try: an
+ * account closed, a product the bank no longer books) comes back on every
+ * delivery until the queue's redrive gives up.  The operator ends it now:
+ * its record becomes FAILED with the reason, so its next delivery is
+ * DUP_FAILED and goes to the DLQ with its body.  Only an IN_PROGRESS claim
+ * whose lease ended (nobody is calling the bank for it), finished on the
+ * owner token read from the record: the write stays the fenced finish, so
+ * a claim taken meanwhile makes it LEASE_LOST and changes nothing.  Never
+ * a record the bank debited (DONE, DNF): FAILED says no money moved. */
+static int
+fail(const char *url, const char *key, const char *reason)
+{
+	struct ik_store *s;
+	struct ik_record r;
+	ik_err err = { 0 };
+	struct ik_buf why = { 0 };
+	int64_t now = ik_now_ms();
+	int rc;
+
+	if (ik_store_open_existing(url, &s, &err) != IK_OK)
+		return ik_fail(&err);
+	if ((rc = s->ops->get(s, key, &r, &err)) == IK_EMPTY) {
+		ik_warnx("%s: no record in %s: nothing to fail (its next delivery claims it)",
+		    key, s->url);
+		goto out;
+	}
+	if (rc != IK_OK) {
+		ik_fail(&err);
+		goto out;
+	}
+	switch (r.state) {
+	case IK_ST_FAILED:
+		ik_warnx("%s: already FAILED (%s)", key, r.last_error ? r.last_error : "-");
+		rc = IK_OK;
+		break;
+	case IK_ST_DONE:
+	case IK_ST_DNF:
+		ik_warnx("%s: %s: the bank debited it; it cannot be FAILED", key,
+		    ik_state_name(r.state));
+		rc = IK_DUP_DONE;
+		break;
+	case IK_ST_IN_PROGRESS:
+		if (r.lease_until >= now) {
+			ik_warnx("%s: a live lease holds it (%llds left): wait for it to end",
+			    key, (long long)((r.lease_until - now) / 1000 + 1));
+			rc = IK_DUP_IN_PROGRESS;
+			break;
+		}
+		ik_buf_addstr(&why, "FAILED by an operator: ");
+		if (ik_buf_addstr(&why, reason) < 0 || !why.p) {
+			rc = ik_errf(&err, IK_SOFTWARE, "out of memory");
+			ik_fail(&err);
+			break;
+		}
+		rc = ik_store_finish(s, &(struct ik_finish_req){ .key = key, .token = r.owner,
+		    .state = IK_ST_FAILED, .last_error = why.p, .now_ms = now }, &err);
+		if (rc == IK_LEASE_LOST)
+			ik_warnx("%s: claimed again meanwhile; nothing was recorded", key);
+		else if (rc != IK_OK)
+			ik_fail(&err);
+		else
+			ik_log(IK_LOG_AUDIT, "recorded FAILED by an operator", "chargeId", key,
+			    "reason", reason, NULL);
+		break;
+	default:
+		rc = ik_errf(&err, IK_SOFTWARE, "%s: a state this version does not know", key);
+		ik_fail(&err);
+	}
+	ik_buf_free(&why);
+	ik_record_free(&r);
+out:
+	ik_store_close(s);
+	return ik_finish(rc);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -279,6 +395,8 @@ main(int argc, char **argv)
 		{ "state", required_argument, NULL, 't' },
 		{ "inflight", required_argument, NULL, 'n' },
 		{ "renotified", no_argument, NULL, 'r' },
+		{ "fail", required_argument, NULL, 'F' },
+		{ "reason", required_argument, NULL, 'R' },
 		{ "store", required_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -288,11 +406,11 @@ main(int argc, char **argv)
 	struct ik_step st = { .name = "done", .fn = done, .ctx = &c,
 	    .begin = ik_store_group_begin, .commit = ik_store_group_commit,
 	    .group_ctx = &c.db };
-	const char *inflight = NULL;
+	const char *inflight = NULL, *fail_key = NULL, *reason = NULL;
 	int ch, rc;
 
 	ik_cli_init(argv[0]);
-	while ((ch = getopt_long(argc, argv, "sn:t:rS:hV", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "sn:t:rF:R:S:hV", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 's': st.stream = 1; break;
 		case 't':
@@ -304,6 +422,8 @@ main(int argc, char **argv)
 			}
 			break;
 		case 'r': c.renotified = 1; break;
+		case 'F': fail_key = optarg; break;
+		case 'R': reason = optarg; break;
 		case 'n': inflight = optarg; break;
 		case 'S': c.db.url = optarg; break;
 		case 'h': return ik_help(usage, options, codes);
@@ -313,6 +433,16 @@ main(int argc, char **argv)
 	}
 	if (optind != argc || (c.renotified && c.state != IK_ST_NONE))
 		return ik_usage(usage);
+	if (fail_key || reason) {
+		if (!fail_key || !reason || !*reason || st.stream || c.renotified ||
+		    c.state != IK_ST_NONE || inflight) {
+			ik_warnx("--fail CHARGEID needs --reason TEXT, and goes alone");
+			return IK_USAGE;
+		}
+		if ((rc = ik_keys_check(1, (char **)&fail_key)) != IK_OK)
+			return rc;
+		return fail(c.db.url, fail_key, reason);
+	}
 	if ((rc = ik_store_inflight(inflight, &st.inflight)) != IK_OK)
 		return rc;
 	/* Re-notify is a recovery job's rare write: it keeps the group path. */

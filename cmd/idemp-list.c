@@ -164,7 +164,7 @@ main(int argc, char **argv)
 	}
 	if (optind != argc)
 		return ik_usage(usage);
-	if (ik_store_open(url, &s, &err) != IK_OK)
+	if (ik_store_open_existing(url, &s, &err) != IK_OK)
 		return ik_fail(&err);
 	f.now_ms = out.now_ms = ik_now_ms();
 	rc = s->ops->list(s, &f, print, &out, &err);

@@ -2,7 +2,9 @@
  * (default) or a machine (--json, one object per line).  Answers the 3 a.m.
  * questions: debited or not, when, how many attempts, who holds it now,
  * and the record's history as a timeline. */
+#include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -120,19 +122,47 @@ debited(const struct ik_record *r)
 	}
 }
 
+/* Who holds (or last held) the claim, from its owner token (store.h):
+ * host, pid, short token, and on this host whether a process with that
+ * pid still runs -- a lease held by a run that exited (a bank outage
+ * left it) is not a worker at work, and not a dead one either. */
+static void
+holder(const char *label, const char *owner, const char *tail)
+{
+	char tok[9], host[64];
+	long pid;
+	int local;
+
+	if (!ik_owner_holder(owner, tok, host, &pid, &local)) {
+		printf("  %-12s %s %s%s\n", "lease", label, owner ? owner : "?", tail);
+		return;
+	}
+	printf("  %-12s %s %s pid %ld (token %s)%s\n", "lease", label, host, pid, tok, tail);
+	if (local)
+		printf("  %-12s %s\n", "holder", kill((pid_t)pid, 0) == 0 || errno == EPERM ?
+		    "running on this host (a process with that pid is alive)" :
+		    "exited: no process with that pid on this host");
+	else
+		printf("  %-12s on another host: not checked from here\n", "holder");
+}
+
 static void
 human(const struct ik_record *r, int64_t now)
 {
+	char tail[96];
+
 	printf("%s\n", r->key);
 	printf("  %-12s %s\n", "state", ik_state_name(r->state));
 	printf("  %-12s %s\n", "debited", debited(r));
 	if (r->state == IK_ST_IN_PROGRESS) {
-		if (r->lease_until > now)
-			printf("  %-12s held by %s, %llds left\n", "lease", r->owner ? r->owner : "?",
+		if (r->lease_until > now) {
+			snprintf(tail, sizeof tail, ", %llds left",
 			    (long long)((r->lease_until - now - 1) / 1000 + 1));
-		else
-			printf("  %-12s expired (last holder %s): the next delivery may reclaim\n",
-			    "lease", r->owner ? r->owner : "?");
+			holder("held by", r->owner, tail);
+		} else {
+			holder("expired, last held by", r->owner,
+			    ": the next delivery may reclaim");
+		}
 	}
 	printf("  %-12s %lld\n", "attempts", (long long)r->attempts);
 	printf("  %-12s %s\n", "bank ref", r->debit_ref ? r->debit_ref : "-");
@@ -160,7 +190,7 @@ show(const char *key, void *ctxp)
 	int rc = c->s->ops->get(c->s, key, &r, &err);
 
 	if (rc == IK_EMPTY) {
-		ik_warnx("%s: no record", key);
+		ik_warnx("%s: no record in %s", key, c->s->url);
 		return rc;
 	}
 	if (rc != IK_OK)
@@ -206,7 +236,7 @@ main(int argc, char **argv)
 	}
 	if ((rc = ik_keys_check(argc - optind, argv + optind)) != IK_OK)
 		return rc;
-	if (ik_store_open(url, &c.s, &err) != IK_OK)
+	if (ik_store_open_existing(url, &c.s, &err) != IK_OK)
 		return ik_fail(&err);
 	rc = ik_each_key(argc - optind, argv + optind, show, &c);
 	ik_store_close(c.s);

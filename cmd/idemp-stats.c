@@ -102,7 +102,7 @@ main(int argc, char **argv)
 	}
 	if (optind != argc)
 		return ik_usage(usage);
-	if (ik_store_open(url, &s, &err) != IK_OK)
+	if (ik_store_open_existing(url, &s, &err) != IK_OK)
 		return ik_fail(&err);
 	if (!s->ops->stats)
 		rc = ik_errf(&err, IK_CONFIG, "%s: this store cannot count its records "

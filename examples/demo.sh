@@ -19,7 +19,7 @@ N=20
 rm -rf "$DEMO"
 mkdir -p "$DEMO"
 export IDEMKIT_STATE_DIR="$DEMO/state"
-export IDEMKIT_LOG=quiet
+export IDEMKIT_LOG=warn
 unset IDEMKIT_STORE IDEMKIT_QUEUE IDEMKIT_DLQ
 
 PIDS=

@@ -1,7 +1,11 @@
 /* store.c: the store port: picking an adapter from a URL, and what all
  * adapters share (tokens, states, records as JSON).  See store.h. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 #include <sodium.h>
@@ -260,15 +264,60 @@ ik_claim_decide(const struct ik_claim_req *req, struct ik_claim_res *res, ik_err
 	    "not know; refusing the claim", r->key ? r->key : req->key);
 }
 
+/* This host's name as tokens carry it: cut to 63 characters, anything
+ * but [A-Za-z0-9._-] as '_', so the tail parses back. */
+static void
+this_host(char host[64])
+{
+	host[0] = '\0';
+	if (gethostname(host, 63) < 0 || !host[0])
+		strcpy(host, "unknown");
+	host[63] = '\0';
+	for (char *h = host; *h; h++)
+		if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-", *h))
+			*h = '_';
+}
+
 void
 ik_store_token(char out[IK_TOKEN_HEX])
 {
 	unsigned char raw[16];
+	char host[64], *end;
+	const char *p = getenv("IDEMKIT_RUN_PID");
+	long pid = p && *p ? strtol(p, &end, 10) : 0;
 
 	if (sodium_init() < 0)
 		abort();  /* no randomness source: nothing safe can follow */
 	randombytes_buf(raw, sizeof raw);
 	ik_hex(raw, sizeof raw, out);
+	if (!p || !*p || *end || pid <= 0)
+		pid = (long)getpid();
+	this_host(host);
+	snprintf(out + 2 * sizeof raw, IK_TOKEN_HEX - 2 * sizeof raw, "@%s:%ld", host, pid);
+}
+
+int
+ik_owner_holder(const char *owner, char short_tok[9], char host[64], long *pid, int *local)
+{
+	const char *at, *colon;
+	char *end, me[64];
+	size_t n;
+
+	*local = 0;
+	snprintf(short_tok, 9, "%.8s", owner ? owner : "?");
+	host[0] = '\0';
+	*pid = 0;
+	if (!owner || !(at = strchr(owner, '@')) || !(colon = strrchr(at, ':')) ||
+	    (n = (size_t)(colon - at - 1)) == 0 || n > 63)
+		return 0;
+	*pid = strtol(colon + 1, &end, 10);
+	if (*end || *pid <= 0)
+		return 0;
+	memcpy(host, at + 1, n);
+	host[n] = '\0';
+	this_host(me);
+	*local = strcmp(host, me) == 0;
+	return 1;
 }
 
 int
@@ -361,8 +410,28 @@ redacted(const char *url)
 	return b.p;
 }
 
-int
-ik_store_open(const char *url, struct ik_store **out, ik_err *err)
+/* A read-only command (must_exist) must not create the store it looks
+ * in: an empty database made by a wrong IDEMKIT_STATE_DIR answers "no
+ * record", which reads as "never received".  Only SQLite creates a store
+ * by opening it (the other stores' tables come from idemp-init), so only
+ * its file is checked, before the adapter opens (creates) it. */
+static int
+no_store(const char *url, int dflt, ik_err *err)
+{
+	struct stat st;
+
+	if (strncmp(url, "sqlite:", 7) != 0 || stat(url + 7, &st) == 0)
+		return IK_OK;
+	if (errno != ENOENT && errno != ENOTDIR)
+		return ik_errf(err, IK_CONFIG, "store %s: %s", url, strerror(errno));
+	return ik_errf(err, IK_CONFIG, "no store at %s (chosen by %s; set IDEMKIT_STORE, "
+	    "or IDEMKIT_STATE_DIR for the default sqlite:$IDEMKIT_STATE_DIR/idempotency.db, "
+	    "to where the worker keeps it)", url, dflt ? "the default state directory: "
+	    "IDEMKIT_STATE_DIR, XDG_STATE_HOME, HOME" : "IDEMKIT_STORE or --store");
+}
+
+static int
+open_store(const char *url, int must_exist, struct ik_store **out, ik_err *err)
 {
 	static const char argv_secret[] = "--store: a password on the command line shows "
 	    "in the process list; put the URL in IDEMKIT_STORE instead, or the password in "
@@ -380,7 +449,7 @@ ik_store_open(const char *url, struct ik_store **out, ik_err *err)
 		url = getenv("IDEMKIT_STORE");
 	if (!url || !*url) {
 		struct ik_buf b = { 0 };
-		if (!(dir = ik_state_dir(1, err)))
+		if (!(dir = ik_state_dir(!must_exist, err)))
 			return err->code;
 		ik_buf_addstr(&b, "sqlite:");
 		ik_buf_addstr(&b, dir);
@@ -409,7 +478,9 @@ ik_store_open(const char *url, struct ik_store **out, ik_err *err)
 			free(s);
 			return ik_errf(err, IK_CONFIG, argv_secret);
 		}
-		if ((cache = getenv("IDEMKIT_CACHE")) && *cache)
+		if (must_exist && (rc = no_store(url, def != NULL, err)) != IK_OK)
+			;
+		else if ((cache = getenv("IDEMKIT_CACHE")) && *cache)
 			rc = ik_store_cache_open(cache, adapters[i].open,
 			    adapters[i].whole ? url : url + n, s, err);
 		else
@@ -431,6 +502,18 @@ ik_store_open(const char *url, struct ik_store **out, ik_err *err)
 	    url[n] && n <= 32 ? (int)n : 0, url, url[n] ? "\"" : "");
 	free(def);
 	return rc;
+}
+
+int
+ik_store_open(const char *url, struct ik_store **out, ik_err *err)
+{
+	return open_store(url, 0, out, err);
+}
+
+int
+ik_store_open_existing(const char *url, struct ik_store **out, ik_err *err)
+{
+	return open_store(url, 1, out, err);
 }
 
 /* A long-lived step must not stay broken because the store was down for

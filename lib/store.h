@@ -72,7 +72,10 @@ enum ik_state {
 const char *ik_state_name(enum ik_state s);     /* "IN_PROGRESS", ... */
 enum ik_state ik_state_parse(const char *s);    /* IK_ST_NONE if unknown */
 
-#define IK_TOKEN_HEX 33   /* 128-bit token as hex + NUL */
+/* An owner token: 128 random bits as 32 hex digits, then "@HOST:PID" of
+ * the process that claimed (ik_store_token), + NUL.  The random part
+ * fences; the rest tells an operator who holds a charge. */
+#define IK_TOKEN_HEX 128
 
 /* A record as read back; strings are malloc'd (ik_record_free), NULL when
  * the attribute is absent. */
@@ -197,6 +200,13 @@ struct ik_store_ops {
 	 * IK_LEASE_LOST, or an error. */
 	int (*release)(struct ik_store *s, const char *key, const char *token,
 	               int64_t now_ms, ik_err *err);
+	/* Optional (NULL: not kept on this store): record reason as the
+	 * record's last error on owner = token AND IN_PROGRESS, and nothing
+	 * else (lease, updatedAt and history untouched), so idemp-show says
+	 * why a claim left by a TEMPFAIL or CONFIG debit is stuck.  IK_OK,
+	 * IK_LEASE_LOST, or an error. */
+	int (*note)(struct ik_store *s, const char *key, const char *token,
+	            const char *reason, ik_err *err);
 	/* Delete a FAILED record (conditioned on state = FAILED) so a declined
 	 * charge can be claimed again after a fix.  Only FAILED: no money moved
 	 * for it.  IK_OK, IK_EMPTY when there is no FAILED record, or an error. */
@@ -253,6 +263,10 @@ struct ik_store {
  * in front of that one.  A url given here (from argv) must carry no
  * password.  IK_OK or IK_CONFIG/IK_TEMPFAIL. */
 int ik_store_open(const char *url, struct ik_store **out, ik_err *err);
+/* The same for a command that only reads (idemp-show, -list, -stats):
+ * a store that does not exist is IK_CONFIG "no store at URL" naming the
+ * variables that choose it, never created empty. */
+int ik_store_open_existing(const char *url, struct ik_store **out, ik_err *err);
 void ik_store_close(struct ik_store *s);
 
 /* A store the envelope steps open on first use.  A failure to open is kept
@@ -327,8 +341,18 @@ int ik_store_finish_start(struct ik_store *s, const struct ik_finish_req *req,
  * IK_OK when res->code (and res->attempt, res->lease_until) are set. */
 int ik_claim_decide(const struct ik_claim_req *req, struct ik_claim_res *res, ik_err *err);
 
-/* A fresh random 128-bit owner token, hex. */
+/* A fresh owner token: 128 random bits as hex, "@HOST:PID".  PID is
+ * $IDEMKIT_RUN_PID when it is a number (charge-worker sets its own, so the
+ * holder named is the run, not a step that lives as long as one envelope),
+ * else this process's; HOST is the host name cut to 63 characters of
+ * [A-Za-z0-9._-]. */
 void ik_store_token(char out[IK_TOKEN_HEX]);
+/* What an owner token says of its holder: 1 with short (the first 8 hex
+ * digits), host, *pid and *local (HOST is this host) filled when it has
+ * the "@HOST:PID" tail, else 0 with short only (a token from before, or
+ * from elsewhere). */
+int ik_owner_holder(const char *owner, char short_tok[9], char host[64], long *pid,
+    int *local);
 
 /* A refused finish (its conditional write failed), decided from the
  * record cur read after it -- the finish's counterpart of

@@ -462,6 +462,19 @@ ca_release(struct ik_store *s, const char *key, const char *token, int64_t now_m
 	return in ? in->ops->release(in, key, token, now_ms, err) : err->code;
 }
 
+/* Optional in the store behind: the cache has it when that store has. */
+static int
+ca_note(struct ik_store *s, const char *key, const char *token, const char *reason,
+    ik_err *err)
+{
+	struct cache *c = s->impl;
+	struct ik_store *in = store(c, err);
+
+	if (!in)
+		return err->code;
+	return in->ops->note ? in->ops->note(in, key, token, reason, err) : IK_OK;
+}
+
 static int
 ca_get(struct ik_store *s, const char *key, struct ik_record *r, ik_err *err)
 {
@@ -577,7 +590,7 @@ ik_store_cache_open(const char *url, int (*open)(const char *, struct ik_store *
 	c->ops = (struct ik_store_ops){
 		.name = "cache",
 		.init = ca_init, .claim = ca_claim, .finish = ca_finish, .renew = ca_renew,
-		.renotified = ca_renotified, .release = ca_release,
+		.renotified = ca_renotified, .release = ca_release, .note = ca_note,
 		.forget_failed = ca_forget_failed, .get = ca_get, .list = ca_list,
 		.close = ca_close, .begin = ca_begin, .commit = ca_commit,
 		.stats = ca_stats,

@@ -39,7 +39,7 @@
 	") AS a) AS t, json_each(t.a) AS x WHERE x.key >= json_array_length(t.a) - :hmax)"
 
 enum { Q_CLAIM, Q_GET, Q_FINISH, Q_RENOTIFIED, Q_RELEASE, Q_FORGET, Q_LIST, Q_BEGIN,
-       Q_COMMIT, Q_ROLLBACK, Q_RENEW, Q_N };
+       Q_COMMIT, Q_ROLLBACK, Q_RENEW, Q_NOTE, Q_N };
 
 static const char *const sql[Q_N] = {
 	[Q_CLAIM] =
@@ -85,6 +85,9 @@ static const char *const sql[Q_N] = {
 	[Q_BEGIN] = "BEGIN IMMEDIATE",
 	[Q_COMMIT] = "COMMIT",
 	[Q_ROLLBACK] = "ROLLBACK",
+	[Q_NOTE] = (   /* a reason only: store.h */
+	"UPDATE records SET last_error = ?3"
+	" WHERE key = ?1 AND state = 'IN_PROGRESS' AND owner = ?2"),
 };
 
 static const char schema_v1[] =
@@ -531,6 +534,21 @@ sq_release(struct ik_store *st, const char *key, const char *token, int64_t now_
 }
 
 static int
+sq_note(struct ik_store *st, const char *key, const char *token, const char *reason,
+    ik_err *err)
+{
+	struct sq *q = st->impl;
+	sqlite3_stmt *s = stmt(q, Q_NOTE, err);
+
+	if (!s)
+		return err->code;
+	sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 2, token, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 3, reason, -1, SQLITE_STATIC);
+	return changed(q, s, "note", err);
+}
+
+static int
 sq_forget_failed(struct ik_store *st, const char *key, ik_err *err)
 {
 	struct sq *q = st->impl;
@@ -677,6 +695,7 @@ static const struct ik_store_ops sqlite_ops = {
 	.renew = sq_renew,
 	.renotified = sq_renotified,
 	.release = sq_release,
+	.note = sq_note,
 	.forget_failed = sq_forget_failed,
 	.get = sq_get,
 	.list = sq_list,

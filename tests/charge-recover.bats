@@ -10,7 +10,7 @@ setup() {
 	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/q.db#charges"
 	export IDEMKIT_DLQ="sqlite:$BATS_TEST_TMPDIR/q.db#charges-dlq"
 	export IDEMKIT_STORE="sqlite:$BATS_TEST_TMPDIR/store.db"
-	export IDEMKIT_LOG=quiet
+	export IDEMKIT_LOG=warn
 }
 teardown() { bank_stop; }
 
@@ -25,6 +25,11 @@ qvisible() { sqs-stat "$@" | sed -n 's/.*"visible":\([0-9]*\).*/\1/p'; }
 	[ "$status" -eq 64 ]
 	run charge-recover --help
 	[ "$status" -eq 0 ]
+	# no store yet: 78 naming where it looked, not "nothing to do"
+	run --separate-stderr charge-recover --renotify
+	[ "$status" -eq 78 ]
+	[[ "$stderr" == *"no store at "* ]]
+	idemp-init >/dev/null
 	run --separate-stderr charge-recover --renotify
 	[ "$status" -eq 1 ]
 	[[ "$stderr" == *'"found":0'* ]]

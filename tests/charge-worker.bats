@@ -10,7 +10,7 @@ setup() {
 	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/q.db#charges?visibility=30"
 	export IDEMKIT_DLQ="sqlite:$BATS_TEST_TMPDIR/q.db#charges-dlq"
 	export IDEMKIT_STORE="sqlite:$BATS_TEST_TMPDIR/store.db"
-	export IDEMKIT_LOG=quiet
+	export IDEMKIT_LOG=warn
 }
 teardown() { bank_stop; }
 
@@ -333,7 +333,7 @@ SH
 	bank_start
 	IDEMKIT_STORE=nope: run --separate-stderr charge-worker --drain "${fast[@]}"
 	[ "$status" -eq 78 ]
-	[[ "$stderr" == *"idemp-show: configuration refused"* ]]
+	[[ "$stderr" == *"idemp-claim: configuration refused"* ]]
 	IDEMKIT_QUEUE=nope run --separate-stderr charge-worker --drain "${fast[@]}"
 	[ "$status" -eq 78 ]
 	[[ "$stderr" == *"sqs-stat: configuration refused"* ]]
@@ -478,6 +478,33 @@ SH
 	[[ "$stderr" == *"IDEMKIT_RETENTION (10s) is not longer than the lease (15s)"* ]]
 	[[ "$stderr" == *"idemp-claim: configuration refused (above); nothing was received"* ]]
 	[ "$(qcount)" = "1 0 0" ]
-	run idemp-show CHG-RET
+	run idemp-show CHG-RET   # no store even: the preflight refused first
+	[ "$status" -eq 78 ]
+}
+
+@test "IDEMKIT_LOG=quiet: a run that succeeds writes nothing; one that fails writes its messages and its summary; the shipped crontabs mail failures and run quiet (issue 29 item 5)" {
+	bank_start
+	event CHG-Q1 | sqs-send >/dev/null
+	IDEMKIT_LOG=quiet run --separate-stderr charge-worker --drain "${fast[@]}"
+	[ "$status" -eq 0 ]
+	[ -z "$stderr" ]
+	[ "$(state CHG-Q1)" = DONE ]
+	IDEMKIT_LOG=quiet run --separate-stderr charge-worker --drain "${fast[@]}"
 	[ "$status" -eq 1 ]
+	[ -z "$stderr" ]
+	IDEMKIT_LOG=quiet run --separate-stderr charge-recover --renotify
+	[ "$status" -eq 1 ]
+	[ -z "$stderr" ]
+	# a failing run speaks: the bank is down
+	bank_post /control '{"errorRate":1,"errorStatus":503}' >/dev/null
+	event CHG-Q2 | sqs-send >/dev/null
+	IDEMKIT_LOG=quiet run --separate-stderr charge-worker --once "${fast[@]}"
+	[ "$status" -eq 75 ]
+	[[ "$stderr" == *'"outcome":"TEMPFAIL"'* ]]
+	[[ "$stderr" == *'{"summary":true,"received":1,'*'"leftForRetry":1,'* ]]
+	# the crontabs: MAILTO set, every job quiet
+	for f in "$IDEMKIT_SRC/examples/crontab" "$IDEMKIT_SRC/examples/prometheus/crontab"; do
+		grep -q '^MAILTO=.' "$f"
+		[ -z "$(awk '/^[0-9*]/ && !/IDEMKIT_LOG=quiet; /' "$f")" ]
+	done
 }

@@ -62,8 +62,9 @@ load lock
 	run --separate-stderr idemp-claim < <(ev CHG-T1; ev CHG-T2)
 	[ "$status" -eq 64 ]
 	[[ "$stderr" == *"use --stream"* ]]
-	run idemp-show CHG-T1
-	[ "$status" -eq 1 ]
+	run idemp-show CHG-T1   # not even a store was made
+	[ "$status" -eq 78 ]
+	[[ "$output" == *"no store at sqlite:"* ]]
 }
 
 @test "--stream: one envelope out per line, outcomes inside, exit 0" {
@@ -192,8 +193,8 @@ print(json.dumps(e))' "$1" "$(ev "$1")" "$2" "${3:-attr}"
 		[ "$stderr" = "idemp-claim: IDEMKIT_LEASE: \"$l\" is not a duration from 1000ms to 86400s (e.g. 500ms, 30s, 5m)" ]
 		[ -z "$output" ]
 	done
-	run idemp-show CHG-L1
-	[ "$status" -eq 1 ]
+	run idemp-show CHG-L1   # not even a store was made
+	[ "$status" -eq 78 ]
 	# --lease wins over the variable; the longest lease is granted as asked
 	IDEMKIT_LEASE=soon run --separate-stderr idemp-claim --lease 24h < <(ev CHG-L1)
 	[ "$status" -eq 0 ]

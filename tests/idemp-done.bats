@@ -199,3 +199,69 @@ claimed() { env=$(ev "$1" | idemp-claim 2>/dev/null); printf '%s\n' "${env%\}}${
 	[ "$status" -eq 0 ]
 	[ "$(jget "$output" claim.attempt)" = 2 ]
 }
+
+@test "--fail CHARGEID --reason: a charge the bank refuses for good is FAILED by hand, its next delivery goes to the DLQ, which the runbook's peek shows without hiding (issue 29 item 3)" {
+	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/q.db#charges"
+	unset IDEMKIT_DLQ   # resolved as the commands do: the queue's own
+	run --separate-stderr idemp-done --fail CHG-G1
+	[ "$status" -eq 64 ]
+	[ "$stderr" = "idemp-done: --fail CHARGEID needs --reason TEXT, and goes alone" ]
+	run --separate-stderr idemp-done --fail CHG-G1 --reason x --stream
+	[ "$status" -eq 64 ]
+	run --separate-stderr idemp-done --fail CHG-G1 --reason x
+	[ "$status" -eq 78 ]
+	[[ "$stderr" == *"no store at sqlite:$BATS_TEST_TMPDIR/s.db"* ]]
+	bank_start
+	# the bank refuses the account for good: a 404 is CONFIG, not a decline
+	bank_post /control '{"errorRate":1,"errorStatus":404}' >/dev/null
+	ev CHG-G1 | idemp-claim --lease 1s 2>/dev/null \
+		| charge-debit --timeout 500ms --lease-margin 0 2>/dev/null | idemp-done >/dev/null 2>&1 || true
+	[[ "$(jget "$(idemp-show --json CHG-G1)" lastError)" == "CONFIG from the bank: HTTP 404"*"(the lease decides the retry)" ]]
+	# a live lease holds another: 11, nothing written
+	ev CHG-G2 | idemp-claim --lease 60s >/dev/null 2>&1
+	run --separate-stderr idemp-done --fail CHG-G2 --reason "account closed"
+	[ "$status" -eq 11 ]
+	[[ "$stderr" == "idemp-done: CHG-G2: a live lease holds it ("*"s left): wait for it to end" ]]
+	[ "$(jget "$(idemp-show --json CHG-G2)" state)" = IN_PROGRESS ]
+	# no record: 1
+	run --separate-stderr idemp-done --fail CHG-G9 --reason x
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "idemp-done: CHG-G9: no record in sqlite:$BATS_TEST_TMPDIR/s.db: nothing to fail (its next delivery claims it)" ]
+	# CHG-G1's lease ends (1 s): then it can be failed
+	for i in $(seq 100); do
+		[ "$(jget "$(idemp-show --json CHG-G1)" leaseRemainingMs)" = 0 ] && break
+		sleep 0.05
+	done
+	run --separate-stderr idemp-done --fail CHG-G1 --reason "account closed, ticket 4711"
+	[ "$status" -eq 0 ]
+	[[ "$stderr" == *'"level":"audit"'*'"msg":"recorded FAILED by an operator","chargeId":"CHG-G1","reason":"account closed, ticket 4711"'* ]]
+	rec=$(idemp-show --json CHG-G1)
+	[ "$(jget "$rec" state)" = FAILED ]
+	[ "$(jget "$rec" lastError)" = "FAILED by an operator: account closed, ticket 4711" ]
+	run idemp-done --fail CHG-G1 --reason again   # already FAILED: 0, unchanged
+	[ "$status" -eq 0 ]
+	[ "$(jget "$(idemp-show --json CHG-G1)" lastError)" = "FAILED by an operator: account closed, ticket 4711" ]
+	# its next delivery: DUP_FAILED, to the DLQ with its body; no debit ever
+	printf '%s' "$(ev CHG-G1)" | sqs-send >/dev/null   # the same event as claimed
+	IDEMKIT_LOG=warn run --separate-stderr charge-worker --drain --debit-timeout 2 \
+		--notify-timeout 1 --notify-retries 0 --lease 15s
+	[ "$status" -eq 0 ]
+	[[ "$stderr" == *'"dupFailed":1,'*'"toDlq":1,'* ]]
+	[ "$(bank_stat debits)" -eq 0 ]
+	# the runbook's DLQ step: resolved as the commands do, a peek that does
+	# not hide the message (the second look finds it still)
+	dlq=$(sqs-stat --resolve | awk -F '\t' '$1 == "dlq" { print $2 }')
+	[ "$dlq" = "$IDEMKIT_QUEUE-dlq" ]
+	for look in 1 2; do
+		run --separate-stderr sqs-recv --queue "$dlq" --max 10 --visibility 0
+		[ "$status" -eq 0 ]
+		[ "${#lines[@]}" -eq 1 ]
+		[[ "$(jget "${lines[0]}" body)" == *'"chargeId":"CHG-G1"'* ]]
+	done
+	# a charge the bank debited is never FAILED: 10
+	ev CHG-G3 | idemp-claim 2>/dev/null | idemp-done --state DONE >/dev/null
+	run --separate-stderr idemp-done --fail CHG-G3 --reason x
+	[ "$status" -eq 10 ]
+	[ "$stderr" = "idemp-done: CHG-G3: DONE: the bank debited it; it cannot be FAILED" ]
+	[ "$(jget "$(idemp-show --json CHG-G3)" state)" = DONE ]
+}

@@ -4,16 +4,18 @@
 bats_require_minimum_version 1.5.0
 load helper
 load redis_helper
+load bank_helper
 
 setup() { export IDEMKIT_STORE=sqlite:$BATS_TEST_TMPDIR/s.db; }
-teardown() { redis_stop cache; }   # the one test that starts it
+teardown() { redis_stop cache; bank_stop; }   # the tests that start them
 
 @test "idemp-show: human view answers debited, holder, attempts, bank ref" {
 	env=$(ev CHG-H1 | idemp-claim 2>/dev/null)
 	run idemp-show CHG-H1
 	[ "$status" -eq 0 ]
 	[[ "$output" == *"state        IN_PROGRESS"* ]]
-	[[ "$output" == *"held by $(jget "$env" claim.token)"* ]]
+	tok=$(jget "$env" claim.token)
+	[[ "$output" == *"held by $(hostname | cut -c1-63) pid "*" (token ${tok:0:8}), "*" left"* ]]
 	[[ "$output" == *"attempts     1"* ]]
 	printf '%s\n' "${env%\}},\"debit\":{\"outcome\":\"OK\",\"ref\":\"TXN-9\"},\"notify\":{\"outcome\":\"OK\"}}" | idemp-done >/dev/null
 	run idemp-show CHG-H1
@@ -41,7 +43,7 @@ teardown() { redis_stop cache; }   # the one test that starts it
 	[ "${#lines[@]}" -eq 2 ]
 	[ "$(jget "${lines[0]}" chargeId)" = CHG-H3 ]
 	[ "$(jget "${lines[1]}" chargeId)" = CHG-H4 ]
-	[ "$stderr" = "idemp-show: CHG-NOPE: no record" ]
+	[ "$stderr" = "idemp-show: CHG-NOPE: no record in $IDEMKIT_STORE" ]
 }
 
 @test "idemp-show and idemp-forget refuse an empty chargeId: 64 before any lookup" {
@@ -71,6 +73,7 @@ teardown() { redis_stop cache; }   # the one test that starts it
 }
 
 @test "idemp-list: empty store -> 1; help; bad options -> 64" {
+	idemp-init >/dev/null
 	run --separate-stderr idemp-list
 	[ "$status" -eq 1 ]
 	run idemp-list --help
@@ -221,4 +224,58 @@ import json, sys
 h = json.loads(sys.argv[1])["history"]
 assert [e["op"] for e in h] == ["claim", "finish"] and h[1]["debitRef"] == "TXN-C1", h
 PY
+}
+
+@test "idemp-show, idemp-list, idemp-stats never create a store: 78 naming where they looked and what chooses it (issue 29 item 2)" {
+	unset IDEMKIT_STORE
+	export IDEMKIT_STATE_DIR=$BATS_TEST_TMPDIR/wrong
+	for cmd in "idemp-show CHG-X1" "idemp-list" "idemp-stats"; do
+		run --separate-stderr $cmd
+		[ "$status" -eq 78 ]
+		[ -z "$output" ]
+		[[ "$stderr" == *": no store at sqlite:$BATS_TEST_TMPDIR/wrong/idempotency.db (chosen by the default state directory: IDEMKIT_STATE_DIR, XDG_STATE_HOME, HOME; set IDEMKIT_STORE, or IDEMKIT_STATE_DIR"* ]]
+	done
+	[ ! -e "$BATS_TEST_TMPDIR/wrong" ]   # not the directory either
+	# a store named by URL that is not there
+	IDEMKIT_STORE=sqlite:$BATS_TEST_TMPDIR/nope.db run --separate-stderr idemp-show CHG-X1
+	[ "$status" -eq 78 ]
+	[[ "$stderr" == *"no store at sqlite:$BATS_TEST_TMPDIR/nope.db (chosen by IDEMKIT_STORE or --store;"* ]]
+	[ ! -e "$BATS_TEST_TMPDIR/nope.db" ]
+	# once the store exists, a missing charge is "no record in" that store
+	idemp-init >/dev/null
+	run --separate-stderr idemp-show CHG-X1
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "idemp-show: CHG-X1: no record in sqlite:$BATS_TEST_TMPDIR/wrong/idempotency.db" ]
+	run --separate-stderr idemp-list
+	[ "$status" -eq 1 ]
+}
+
+@test "a charge stuck behind a bank outage: idemp-show names the holder run (host, pid, token), says it exited, and why (issue 29 item 1)" {
+	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/q.db#charges"
+	bank_start
+	bank_post /control '{"errorRate":1,"errorStatus":503}' >/dev/null
+	printf '%s' "$(ev CHG-OUT1)" | sqs-send >/dev/null
+	IDEMKIT_LOG=debug run --separate-stderr charge-worker --once --debit-timeout 2 \
+		--notify-timeout 1 --notify-retries 0 --lease 60s
+	bank_stop
+	[ "$status" -eq 75 ]
+	# the claim's log line carries the short token idemp-show prints
+	claimlog=$(grep '"msg":"claim"' <<<"$stderr")
+	tok=$(jget "$claimlog" token)
+	[ "${#tok}" -eq 8 ]
+	owner=$(jget "$(idemp-show --json CHG-OUT1)" owner)
+	[ "${owner:0:8}" = "$tok" ]
+	[[ "$owner" == *"@$(hostname | cut -c1-63 | tr -c 'A-Za-z0-9._\n-' _):"* ]]
+	pid=${owner##*:}
+	run --separate-stderr idemp-show CHG-OUT1
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"state        IN_PROGRESS"* ]]
+	[[ "$output" == *"lease        held by "*" pid $pid (token $tok), "*"s left"* ]]
+	[[ "$output" == *"holder       exited: no process with that pid on this host"* ]]
+	[[ "$output" == *"last error   TEMPFAIL from the bank: "*"503"*"(the lease decides the retry)"* ]]
+	# on a live holder, on this host: running
+	env=$(IDEMKIT_RUN_PID=$$ idemp-claim --lease 60s < <(ev CHG-OUT2))
+	run idemp-show CHG-OUT2
+	[[ "$output" == *"pid $$ (token "*"holder       running on this host"* ]]
 }

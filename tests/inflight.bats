@@ -8,7 +8,7 @@ bats_require_minimum_version 1.5.0
 load helper
 load bank_helper
 
-setup() { export IDEMKIT_LOG=quiet; }
+setup() { export IDEMKIT_LOG=warn; }
 teardown() { bank_stop; }
 
 # outcome_of FILE ID STEP: the STEP outcome of the envelope of charge ID.

@@ -21,7 +21,7 @@ setup() {
 	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/q.db#charges"
 	export IDEMKIT_DLQ="sqlite:$BATS_TEST_TMPDIR/q.db#charges-dlq"
 	export IDEMKIT_STORE="sqlite:$BATS_TEST_TMPDIR/store.db"
-	export IDEMKIT_LOG=quiet
+	export IDEMKIT_LOG=warn
 	M=$BATS_TEST_TMPDIR/textfile/idemkit_worker.prom
 	mkdir -p "${M%/*}"
 }
@@ -212,4 +212,69 @@ PY
 	[ "$status" -eq 1 ]
 	[ "$(prom "$R" 'int(v("idemkit_run_exit_status"))')" = 1 ]
 	[ "$(prom "$R" 'v("idemkit_recover_found_total")')" = 1.0 ]
+}
+
+@test "--metrics on every exit: a refusal to start (78) and a held lock (1) rewrite the status and the end time (issue 29 item 4)" {
+	bank_start
+	event CHG-E1 | sqs-send >/dev/null
+	charge-worker --drain "${fast[@]}" --metrics "$M" 2>/dev/null
+	[ "$(prom "$M" 'int(v("idemkit_run_exit_status"))')" = 0 ]
+	end0=$(prom "$M" 'v("idemkit_last_run_end_timestamp_seconds")')
+	sleep 0.01
+	IDEMKIT_STORE=nope: run --separate-stderr charge-worker --drain "${fast[@]}" --metrics "$M"
+	[ "$status" -eq 78 ]
+	[[ "$stderr" == *"configuration refused"* ]]
+	[ "$(prom "$M" 'int(v("idemkit_run_exit_status"))')" = 78 ]
+	[ "$(prom "$M" "v('idemkit_last_run_end_timestamp_seconds') > $end0")" = True ]
+	[ "$(prom "$M" "v('idemkit_last_success_timestamp_seconds') <= $end0")" = True ]
+	# the counters go on: the refused run received nothing
+	[ "$(prom "$M" 'int(v("idemkit_worker_received_total"))')" = 1 ]
+	end1=$(prom "$M" 'v("idemkit_last_run_end_timestamp_seconds")')
+	sleep 0.01
+	# another run holds the lock: 1 (nothing to do), written too
+	exec 8>>"$BATS_TEST_TMPDIR/w.lock"
+	flock -n 8
+	run --separate-stderr charge-worker --drain "${fast[@]}" --lock "$BATS_TEST_TMPDIR/w.lock" --metrics "$M"
+	exec 8>&-
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *"another run holds"* ]]
+	[ "$(prom "$M" 'int(v("idemkit_run_exit_status"))')" = 1 ]
+	[ "$(prom "$M" "v('idemkit_last_run_end_timestamp_seconds') > $end1")" = True ]
+	[ "$(prom "$M" 'int(v("idemkit_worker_received_total"))')" = 1 ]
+}
+
+@test "a run without --drain or --once rewrites its metrics every --metrics-every seconds while it runs, and its status at the stop; nothing counted twice (issue 29 item 4)" {
+	bank_start
+	run charge-worker --metrics-every 0 --metrics "$M"
+	[ "$status" -eq 64 ]
+	[[ "$output" == *"--metrics-every: want whole seconds, at least 1, got '0'"* ]]
+	event CHG-T1 | sqs-send >/dev/null
+	charge-worker --wait 1 "${fast[@]}" --metrics "$M" --metrics-every 1 \
+		2>"$BATS_TEST_TMPDIR/err" 3>&- &
+	pid=$!
+	# until_received N: wait (bounded) for a periodic write counting N
+	until_received() {
+		local i
+		for i in $(seq 300); do
+			[ -s "$M" ] && [ "$(prom "$M" 'int(v("idemkit_worker_received_total") or 0)')" = "$1" ] && return 0
+			sleep 0.1
+		done
+		return 1
+	}
+	until_received 1
+	kill -0 "$pid"   # still running: the write was a periodic one
+	[ "$(prom "$M" 'int(v("idemkit_run_exit_status"))')" = 0 ]
+	[ "$(prom "$M" 'int(v("idemkit_worker_messages_total", outcome="debited"))')" = 1 ]
+	[ "$(prom "$M" 'v("idemkit_last_success_timestamp_seconds") > 0')" = True ]
+	event CHG-T2 | sqs-send >/dev/null
+	until_received 2
+	kill -TERM "$pid"
+	rc=0
+	wait "$pid" || rc=$?
+	[ "$rc" -eq 143 ]
+	[ "$(prom "$M" 'int(v("idemkit_run_exit_status"))')" = 143 ]
+	[ "$(prom "$M" 'int(v("idemkit_worker_received_total"))')" = 2 ]
+	[ "$(prom "$M" 'int(v("idemkit_worker_messages_total", outcome="debited"))')" = 2 ]
+	# the summary line keeps the run's totals
+	grep -q '"summary":true,"received":2,"debited":2,' "$BATS_TEST_TMPDIR/err"
 }

@@ -14,7 +14,7 @@ setup() {
 	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/q.db#charges?visibility=30"
 	export IDEMKIT_DLQ="sqlite:$BATS_TEST_TMPDIR/q.db#charges-dlq"
 	export IDEMKIT_STORE="sqlite:$BATS_TEST_TMPDIR/store.db"
-	export IDEMKIT_LOG=quiet
+	export IDEMKIT_LOG=warn
 }
 teardown() { bank_stop; }
 

@@ -41,3 +41,19 @@ teardown() { bank_stop; }
 	[ "$status" -eq 0 ]
 	[ -z "$output" ]
 }
+
+@test "every alert has a runbook_url into idemkit-runbook(7), whose section of that name exists; the page is installed (issue 29 item 3)" {
+	names=$(sed -n 's/^ *- alert: //p' "$IDEMKIT_SRC/examples/prometheus/alerts.yml")
+	[ "$(printf '%s\n' "$names" | wc -l)" -eq 5 ]
+	[ "$(grep -c '^ *runbook_url: ' "$IDEMKIT_SRC/examples/prometheus/alerts.yml")" -eq 5 ]
+	for n in $names; do
+		grep -q "^ *runbook_url: \"man:idemkit-runbook(7)#$n\"\$" "$IDEMKIT_SRC/examples/prometheus/alerts.yml"
+		grep -qx "\.Ss $n" "$IDEMKIT_SRC/man/idemkit-runbook.7"
+	done
+	dest=$BATS_TEST_TMPDIR/root
+	make -s -C "$IDEMKIT_SRC" install DESTDIR="$dest" PREFIX=/usr >/dev/null
+	[ -f "$dest/usr/share/man/man7/idemkit-runbook.7" ]
+	if command -v mandoc >/dev/null; then
+		[[ "$(mandoc -Thtml "$dest/usr/share/man/man7/idemkit-runbook.7")" == *IdemkitStuckCharges* ]]
+	fi
+}

@@ -20,7 +20,7 @@ teardown() { bank_stop; }
 	[ "$(jget "$output" claim.attempt)" = 1 ]
 	[ "$(jget "$output" claim.chargeId)" = "$id" ]
 	token=$(jget "$output" claim.token)
-	[ "${#token}" -eq 32 ]
+	[[ "$token" =~ ^[0-9a-f]{32}@[A-Za-z0-9._-]+:[0-9]+$ ]]   # random, then the holder
 	lease=$(jget "$output" claim.leaseUntil)
 
 	run --separate-stderr idemp-claim < <(ev "$id")
