@@ -102,9 +102,10 @@ no_overlap() {
 @test "runs once: DONE with exit status, duration and renewals in the history; again DUP_DONE; another fingerprint PAYLOAD_MISMATCH" {
 	k=$(key once)
 	run --separate-stderr idemp-run --key "$k" --fingerprint 'fees for 2026-11' --lease 3s -- \
-		sh -c 'echo "key=$IDEMP_KEY attempt=$IDEMP_ATTEMPT token=${#IDEMP_TOKEN}"'
+		sh -c 'echo "key=$IDEMP_KEY attempt=$IDEMP_ATTEMPT token=$IDEMP_TOKEN"'
 	[ "$status" -eq 0 ]
-	[ "$output" = "key=$k attempt=1 token=32" ]
+	# the owner token: 128 random bits, then the holder (host:pid)
+	[[ "$output" =~ ^key=$k\ attempt=1\ token=[0-9a-f]{32}@[^:]+:[0-9]+$ ]]
 	[[ "$stderr" == *'"msg":"ran"'*'"outcome":"DONE"'* ]]
 
 	run --separate-stderr idemp-run --key "$k" --fingerprint 'fees for 2026-11' -- sh -c 'echo ran again'
@@ -121,7 +122,7 @@ no_overlap() {
 	[[ "$(jget "$output" debitRef)" =~ ^exit=0\ durationMs=[0-9]+\ renewals=0$ ]]
 	[ "$(jget "$output" history.0.op)" = claim ]
 	[ "$(jget "$output" history.1.op)" = finish ]
-	[ "$(jget "$output" event)" = "{\"idempRun\":{\"key\":\"$k\",\"fingerprint\":\"fees for 2026-11\",\"command\":[\"sh\",\"-c\",\"echo \\\"key=\$IDEMP_KEY attempt=\$IDEMP_ATTEMPT token=\${#IDEMP_TOKEN}\\\"\"]}}" ]
+	[ "$(jget "$output" event)" = "{\"idempRun\":{\"key\":\"$k\",\"fingerprint\":\"fees for 2026-11\",\"command\":[\"sh\",\"-c\",\"echo \\\"key=\$IDEMP_KEY attempt=\$IDEMP_ATTEMPT token=\$IDEMP_TOKEN\\\"\"]}}" ]
 	run idemp-show "$k"
 	[[ "$output" == *"finish     DONE, bank ref exit=0 durationMs="* ]]
 	run idemp-list --state DONE
