@@ -724,13 +724,15 @@ fn_event_id(sqlite3_context *c, int argc, sqlite3_value **v)
 }
 
 /* Fires inside the finish's (or the re-notification's) own UPDATE, so the
- * event commits or rolls back with it.  A record's event body that is not
+ * event commits or rolls back with it; not for idemp-run's records (no
+ * charge).  A record's event body that is not
  * JSON (never one idemp-claim accepted) gives null fields, never a failed
  * finish: the money moved. */
 static const char outbox_trigger[] =
 	"CREATE TEMP TRIGGER IF NOT EXISTS ik_outbox AFTER UPDATE OF state ON main.records"
-	" WHEN (old.state = 'IN_PROGRESS' AND new.state <> 'IN_PROGRESS')"
-	"  OR (old.state = 'DEBITED_NOTIFICATION_FAILED' AND new.state = 'DONE')"
+	" WHEN ((old.state = 'IN_PROGRESS' AND new.state <> 'IN_PROGRESS')"
+	"  OR (old.state = 'DEBITED_NOTIFICATION_FAILED' AND new.state = 'DONE'))"
+	"  AND NOT (json_valid(new.event) AND json_type(new.event, '$.idempRun') IS NOT NULL)"
 	" BEGIN"
 	" INSERT OR IGNORE INTO outbox (event_id, charge_id, type, body, created_at)"
 	" SELECT x.id, new.key, x.type, json_object('v', 1, 'type', x.type, 'eventId', x.id,"
