@@ -345,3 +345,13 @@ print(len({json.loads(l)["chargeId"] for l in open(sys.argv[1])}))' "$BATS_TEST_
 	[ "$(jget "$output" visible)" = 0 ]
 	[ "$(jget "$output" inflight)" = 0 ]
 }
+
+@test "IDEMKIT_OUTBOX on a store that keeps no outbox: every command refuses it (78), never a finish without its event" {
+	aws_test_env
+	export AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:9
+	run -78 --separate-stderr env IDEMKIT_STORE=dynamodb:charges idemp-claim < <(ev "$(uid no)")
+	[[ "$stderr" == *"IDEMKIT_OUTBOX is set but the dynamodb store keeps no outbox"* ]]
+	[ "$(jget "$output" claim.outcome)" = CONFIG ]
+	run -78 --separate-stderr env IDEMKIT_STORE=dynamodb:charges idemp-outbox
+	[[ "$stderr" == *"keeps no outbox"* ]]
+}
