@@ -36,21 +36,22 @@ store=${CONSUMER_STORE:-sqlite:${IDEMKIT_STATE_DIR:-.}/consumer.db}
 # for a redelivery, DATAERR dead-letters it.  "apply" says what happened.
 apply() {
 	while IFS= read -r env; do
-		body=$(printf '%s\n' "$env" | jq -r .body)
-		id=$(printf '%s\n' "$body" | jq -r 'select(.v == 1) | .eventId // empty' 2>/dev/null || true)
+		id=$(printf '%s\n' "$env" | jq -r '.body | fromjson? | select(.v == 1) | .eventId // empty' 2>/dev/null || true)
+		case $id in *[!0-9a-f]*) id= ;; esac   # an eventId is hex (idemkit(7))
 		if [ -z "$id" ]; then
 			outcome=DATAERR verdict=DATAERR
 		else
 			rc=0
-			printf '%s\n' "$body" | idemp-run --store "$store" --key "evt.$id" -- "$@" || rc=$?
+			printf '%s\n' "$env" | jq -r .body | idemp-run --store "$store" --key "evt.$id" -- "$@" || rc=$?
 			case $rc in
 			0) outcome=OK verdict=DUP_DONE ;;
 			10) outcome=DUP_DONE verdict=DUP_DONE ;;
 			*) outcome=TEMPFAIL verdict=TEMPFAIL ;;
 			esac
 		fi
-		printf '%s\n' "$env" | jq -c --arg o "$outcome" --arg v "$verdict" \
-			'. + {apply: {outcome: $o, eventId: (.attributes.eventId // null)}, claim: {outcome: $v}}'
+		# the envelope is one JSON object on one line (sqs-recv): add the
+		# two results before its closing brace
+		printf '%s\n' "$env" | sed "s/}\$/,\"apply\":{\"outcome\":\"$outcome\",\"eventId\":\"$id\"},\"claim\":{\"outcome\":\"$verdict\"}}/"
 	done
 }
 
