@@ -2,8 +2,8 @@
 # The outbox under load and crashes (issue 27), on the embedded default:
 # OUTBOX_N charges (default 10 000), each delivered 1-5 times, drained by
 # charge-worker --stream while the relay (idemp-outbox --follow) is killed
-# -9 every few hundred events and started again; then the example
-# consumer applies the events.  Every finished charge has exactly one
+# -9 every few hundred events and started again; then four
+# example consumers apply the events.  Every finished charge has exactly one
 # event in the store, every event is on the queue at least once (a copy
 # only with the same eventId), and the consumer applies each exactly once.
 
@@ -63,8 +63,16 @@ relay_chaos() {
 	copies=$(sqs-stat --queue "$IDEMKIT_OUTBOX" | python3 -c 'import json,sys; print(json.load(sys.stdin)["visible"])')
 	[ "$copies" -ge "$N" ]
 	cstart=$SECONDS
-	env CONSUMER_STORE="sqlite:$BATS_TEST_TMPDIR/consumer.db" IDEMKIT_LOG=error \
-		"$IDEMKIT_SRC/examples/outbox-consumer.sh" -- sh -c "cat >> '$BATS_TEST_TMPDIR/applied'" 2>/dev/null
+	# four consumers at once on one dedup store: disjoint receives, and a
+	# copy that reaches another consumer is still applied once
+	pids=
+	for _ in 1 2 3 4; do
+		env CONSUMER_STORE="sqlite:$BATS_TEST_TMPDIR/consumer.db" IDEMKIT_LOG=error \
+			"$IDEMKIT_SRC/examples/outbox-consumer.sh" -- sh -c "cat >> '$BATS_TEST_TMPDIR/applied'" \
+			2>/dev/null 3>&- &
+		pids="$pids $!"
+	done
+	for p in $pids; do wait "$p"; done
 	python3 - "$BATS_TEST_TMPDIR/applied" "$BATS_TEST_TMPDIR/charges" <<'PY'
 import collections, json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]
