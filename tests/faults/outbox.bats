@@ -73,6 +73,14 @@ relay_chaos() {
 		pids="$pids $!"
 	done
 	for p in $pids; do wait "$p"; done
+	# a copy left by a consumer that found its twin being applied (11,
+	# left with a backoff) comes back: one consumer until none is left
+	for _ in $(seq 240); do
+		[ "$(sqs-stat --queue "$IDEMKIT_OUTBOX")" = '{"visible":0,"inflight":0,"delayed":0}' ] && break
+		env CONSUMER_STORE="sqlite:$BATS_TEST_TMPDIR/consumer.db" IDEMKIT_LOG=error \
+			"$IDEMKIT_SRC/examples/outbox-consumer.sh" -- sh -c "cat >> '$BATS_TEST_TMPDIR/applied'" 2>/dev/null
+		sleep 0.5
+	done
 	python3 - "$BATS_TEST_TMPDIR/applied" "$BATS_TEST_TMPDIR/charges" <<'PY'
 import collections, json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]
