@@ -13,17 +13,12 @@
  * in the same statement, so a write that does not match adds nothing.  The
  * claim's entry gets its attempt inside the upsert (attempts + 1), the one
  * value only the row knows.
- * Outbox (store.h): with $IDEMKIT_OUTBOX set, a TEMP trigger of this
- * connection inserts the event row from the very UPDATE that finishes (or
- * re-notifies) a record, so the event is in that statement's transaction
- * -- its own or the group's -- and the finish's code is unchanged.  A
- * per-connection trigger follows the per-process setting.
+ * Outbox (store.h): store_sqlite_outbox.c, on this adapter's connection.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include <sqlite3.h>
-#include <sodium.h>
 
 #include "log.h"
 #include "outbox.h"
@@ -243,34 +238,6 @@ add_history(struct sq *q, ik_err *err)
 	return IK_OK;
 }
 
-/* The outbox tables, additive like the history column (the schema version
- * stays 1): the events, in the order written (seq, never reused:
- * AUTOINCREMENT), with a partial index of those waiting and one of those
- * published (the purge); and the relay's lease, one row. */
-static const char schema_outbox[] =
-	"CREATE TABLE IF NOT EXISTS outbox ("
-	" seq INTEGER PRIMARY KEY AUTOINCREMENT,"
-	" event_id TEXT NOT NULL UNIQUE,"
-	" charge_id TEXT NOT NULL,"
-	" type TEXT NOT NULL,"
-	" body TEXT NOT NULL,"
-	" created_at INTEGER NOT NULL,"
-	" published_at INTEGER);"
-	"CREATE INDEX IF NOT EXISTS outbox_waiting ON outbox (seq) WHERE published_at IS NULL;"
-	"CREATE INDEX IF NOT EXISTS outbox_published ON outbox (published_at)"
-	" WHERE published_at IS NOT NULL;"
-	"CREATE TABLE IF NOT EXISTS outbox_relay ("
-	" name TEXT PRIMARY KEY NOT NULL,"
-	" holder TEXT NOT NULL,"
-	" lease_until INTEGER NOT NULL) WITHOUT ROWID;";
-
-static int
-add_outbox(struct sq *q, ik_err *err)
-{
-	int rc = sqlite3_exec(q->db, schema_outbox, NULL, NULL, NULL);
-	return rc == SQLITE_OK ? IK_OK : sqerr(q, rc, "create the outbox", err);
-}
-
 static int
 migrate(struct sq *q, ik_err *err)
 {
@@ -296,7 +263,7 @@ migrate(struct sq *q, ik_err *err)
 		return sqerr(q, rc, "create schema", err);
 	}
 	/* Later versions: `if (version < 2) ...` here, each in this transaction. */
-	if ((rc = add_history(q, err)) || (rc = add_outbox(q, err))) {
+	if ((rc = add_history(q, err)) || (rc = ik_sq_outbox_schema(q->db, q->path, err))) {
 		simple(q, Q_ROLLBACK, NULL);
 		return rc;
 	}
@@ -704,129 +671,14 @@ out:
 	return rc;
 }
 
-/* ---- the outbox (store.h, outbox.h) ------------------------------------ */
-
-/* ik_outbox_event_id(op, key, owner) for the trigger below. */
-static void
-fn_event_id(sqlite3_context *c, int argc, sqlite3_value **v)
-{
-	char id[IK_TOKEN_HEX];
-	const char *op = (const char *)sqlite3_value_text(v[0]);
-	const char *key = (const char *)sqlite3_value_text(v[1]);
-	const char *owner = (const char *)sqlite3_value_text(v[2]);
-
-	if (!op || !key) {
-		sqlite3_result_error(c, "outbox event id: no op or key", -1);
-		return;
-	}
-	ik_outbox_event_id(op, key, owner, id);
-	sqlite3_result_text(c, id, -1, SQLITE_TRANSIENT);
-}
-
-/* Fires inside the finish's (or the re-notification's) own UPDATE, so the
- * event commits or rolls back with it; not for idemp-run's records (no
- * charge).  A record's event body that is not
- * JSON (never one idemp-claim accepted) gives null fields, never a failed
- * finish: the money moved. */
-static const char outbox_trigger[] =
-	"CREATE TEMP TRIGGER IF NOT EXISTS ik_outbox AFTER UPDATE OF state ON main.records"
-	" WHEN ((old.state = 'IN_PROGRESS' AND new.state <> 'IN_PROGRESS')"
-	"  OR (old.state = 'DEBITED_NOTIFICATION_FAILED' AND new.state = 'DONE'))"
-	"  AND NOT (json_valid(new.event) AND json_type(new.event, '$.idempRun') IS NOT NULL)"
-	" BEGIN"
-	" INSERT OR IGNORE INTO outbox (event_id, charge_id, type, body, created_at)"
-	" SELECT x.id, new.key, x.type, json_object('v', 1, 'type', x.type, 'eventId', x.id,"
-	"  'chargeId', new.key, 'accountId', json_extract(x.ev, '$.accountId'),"
-	"  'amount', json_extract(x.ev, '$.amount'),"
-	"  'currency', json_extract(x.ev, '$.currency'),"
-	"  'chargeType', json_extract(x.ev, '$.chargeType'),"
-	"  'bankRef', new.debit_ref, 'state', new.state, 'reason', new.last_error,"
-	"  'attempts', new.attempts, 'at', new.updated_at), new.updated_at"
-	" FROM (SELECT y.type AS type,"
-	"  ik_outbox_event_id(CASE y.type WHEN 'charge.finished' THEN 'finish'"
-	"   ELSE 'renotified' END, new.key, new.owner) AS id,"
-	"  CASE WHEN json_valid(new.event) THEN new.event ELSE '{}' END AS ev"
-	"  FROM (SELECT CASE old.state WHEN 'IN_PROGRESS' THEN 'charge.finished'"
-	"   ELSE 'charge.renotified' END AS type) AS y) AS x;"
-	" END;";
-
-static int
-outbox_enable(struct sq *q, ik_err *err)
-{
-	int rc = sqlite3_create_function(q->db, "ik_outbox_event_id", 3,
-	    SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_INNOCUOUS, NULL, fn_event_id, NULL, NULL);
-
-	if (rc == SQLITE_OK)
-		rc = sqlite3_exec(q->db, outbox_trigger, NULL, NULL, NULL);
-	return rc == SQLITE_OK ? IK_OK : sqerr(q, rc, "outbox trigger", err);
-}
-
-/* Prepares sql (a constant) for one call; NULL with err. */
-static sqlite3_stmt *
-prep(struct sq *q, const char *what, const char *text, ik_err *err)
-{
-	sqlite3_stmt *s = NULL;
-	int rc = sqlite3_prepare_v2(q->db, text, -1, &s, NULL);
-
-	if (rc != SQLITE_OK) {
-		sqerr(q, rc, what, err);
-		return NULL;
-	}
-	return s;
-}
-
-/* Runs s (finalizing it) as the one statement of a transaction already
- * open: IK_OK or the error, the transaction rolled back. */
-static int
-tx_step(struct sq *q, sqlite3_stmt *s, const char *what, ik_err *err)
-{
-	int rc = sqlite3_step(s);
-
-	sqlite3_finalize(s);
-	if (rc == SQLITE_DONE || rc == SQLITE_ROW)
-		return IK_OK;
-	sqerr(q, rc, what, err);
-	simple(q, Q_ROLLBACK, NULL);
-	return err->code;
-}
+/* ---- the outbox: store_sqlite_outbox.c, on this connection ----------- */
 
 static int
 sq_outbox_lease(struct ik_store *st, const char *holder, int64_t now_ms, int64_t lease_ms,
     int64_t *until, ik_err *err)
 {
 	struct sq *q = st->impl;
-	sqlite3_stmt *s;
-	int rc, changed_n;
-
-	if ((rc = simple(q, Q_BEGIN, err)))
-		return rc;
-	if (!(s = prep(q, "outbox lease",
-	    "INSERT INTO outbox_relay (name, holder, lease_until) VALUES ('relay', ?1, ?2 + ?3)"
-	    " ON CONFLICT(name) DO UPDATE SET holder = excluded.holder,"
-	    "  lease_until = excluded.lease_until"
-	    " WHERE outbox_relay.holder = excluded.holder OR outbox_relay.lease_until <= ?2",
-	    err)))
-		goto fail;
-	sqlite3_bind_text(s, 1, holder, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(s, 2, now_ms);
-	sqlite3_bind_int64(s, 3, lease_ms);
-	if ((rc = tx_step(q, s, "outbox lease", err)))
-		return rc;
-	changed_n = sqlite3_changes(q->db);
-	*until = now_ms + lease_ms;
-	if (!changed_n) {
-		if (!(s = prep(q, "outbox lease",
-		    "SELECT lease_until FROM outbox_relay WHERE name = 'relay'", err)))
-			goto fail;
-		*until = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
-		sqlite3_finalize(s);
-	}
-	if ((rc = simple(q, Q_COMMIT, err)))
-		goto fail;
-	return changed_n ? IK_OK : IK_DUP_IN_PROGRESS;
-fail:
-	simple(q, Q_ROLLBACK, NULL);
-	return err->code;
+	return ik_sq_outbox_lease(q->db, q->path, holder, now_ms, lease_ms, until, err);
 }
 
 static int
@@ -834,39 +686,7 @@ sq_outbox_read(struct ik_store *st, size_t max, struct ik_outbox_ev *ev, size_t 
     ik_err *err)
 {
 	struct sq *q = st->impl;
-	sqlite3_stmt *s = prep(q, "outbox read",
-	    "SELECT seq, event_id, charge_id, type, body, created_at FROM outbox"
-	    " WHERE published_at IS NULL ORDER BY seq LIMIT ?1", err);
-	int rc;
-
-	*n = 0;
-	if (!s)
-		return err->code;
-	sqlite3_bind_int64(s, 1, (int64_t)max);
-	while (*n < max && (rc = sqlite3_step(s)) == SQLITE_ROW) {
-		struct ik_outbox_ev *e = &ev[(*n)++];
-		e->seq = sqlite3_column_int64(s, 0);
-		e->id = col_str(s, 1);
-		e->charge_id = col_str(s, 2);
-		e->type = col_str(s, 3);
-		e->body = col_str(s, 4);
-		e->at = sqlite3_column_int64(s, 5);
-		if (!e->id || !e->charge_id || !e->type || !e->body) {
-			sqlite3_finalize(s);
-			for (size_t i = 0; i < *n; i++)
-				ik_outbox_ev_free(&ev[i]);
-			*n = 0;
-			return ik_errf(err, IK_SOFTWARE, "out of memory");
-		}
-	}
-	sqlite3_finalize(s);
-	if (*n < max && rc != SQLITE_DONE) {
-		for (size_t i = 0; i < *n; i++)
-			ik_outbox_ev_free(&ev[i]);
-		*n = 0;
-		return sqerr(q, rc, "outbox read", err);
-	}
-	return IK_OK;
+	return ik_sq_outbox_read(q->db, q->path, max, ev, n, err);
 }
 
 static int
@@ -874,39 +694,7 @@ sq_outbox_ack(struct ik_store *st, const char *holder, const int64_t *seqs, size
     int64_t now_ms, ik_err *err)
 {
 	struct sq *q = st->impl;
-	sqlite3_stmt *s;
-	int rc, held;
-
-	if ((rc = simple(q, Q_BEGIN, err)))
-		return rc;
-	/* The fence: the lease still ours and live, read in the transaction
-	 * that writes the checkpoint (BEGIN IMMEDIATE: no one writes between). */
-	if (!(s = prep(q, "outbox checkpoint", "SELECT 1 FROM outbox_relay WHERE name = 'relay'"
-	    " AND holder = ?1 AND lease_until > ?2", err)))
-		goto fail;
-	sqlite3_bind_text(s, 1, holder, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(s, 2, now_ms);
-	held = sqlite3_step(s) == SQLITE_ROW;
-	sqlite3_finalize(s);
-	if (!held) {
-		simple(q, Q_ROLLBACK, NULL);
-		return IK_LEASE_LOST;
-	}
-	for (size_t i = 0; i < n; i++) {
-		if (!(s = prep(q, "outbox checkpoint", "UPDATE outbox SET published_at = ?1"
-		    " WHERE seq = ?2 AND published_at IS NULL", err)))
-			goto fail;
-		sqlite3_bind_int64(s, 1, now_ms);
-		sqlite3_bind_int64(s, 2, seqs[i]);
-		if ((rc = tx_step(q, s, "outbox checkpoint", err)))
-			return rc;
-	}
-	if ((rc = simple(q, Q_COMMIT, err)))
-		goto fail;
-	return IK_OK;
-fail:
-	simple(q, Q_ROLLBACK, NULL);
-	return err->code;
+	return ik_sq_outbox_ack(q->db, q->path, holder, seqs, n, now_ms, err);
 }
 
 static int
@@ -914,22 +702,7 @@ sq_outbox_purge(struct ik_store *st, int64_t before_ms, size_t batch, int64_t *n
     ik_err *err)
 {
 	struct sq *q = st->impl;
-	sqlite3_stmt *s = prep(q, "outbox purge",
-	    "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox"
-	    " WHERE published_at IS NOT NULL AND published_at < ?1 LIMIT ?2)", err);
-	int rc;
-
-	*n = 0;
-	if (!s)
-		return err->code;
-	sqlite3_bind_int64(s, 1, before_ms);
-	sqlite3_bind_int64(s, 2, (int64_t)batch);
-	rc = sqlite3_step(s);
-	sqlite3_finalize(s);
-	if (rc != SQLITE_DONE)
-		return sqerr(q, rc, "outbox purge", err);
-	*n = sqlite3_changes(q->db);
-	return IK_OK;
+	return ik_sq_outbox_purge(q->db, q->path, before_ms, batch, n, err);
 }
 
 static int
@@ -937,24 +710,7 @@ sq_outbox_stats(struct ik_store *st, int64_t now_ms, struct ik_outbox_stats *out
     ik_err *err)
 {
 	struct sq *q = st->impl;
-	sqlite3_stmt *s = prep(q, "outbox stats",
-	    "SELECT (SELECT count(*) FROM outbox WHERE published_at IS NULL),"
-	    " (SELECT min(created_at) FROM outbox WHERE published_at IS NULL),"
-	    " (SELECT count(*) FROM outbox WHERE published_at IS NOT NULL)", err);
-	int rc;
-
-	memset(out, 0, sizeof *out);
-	if (!s)
-		return err->code;
-	rc = sqlite3_step(s);
-	if (rc == SQLITE_ROW) {
-		out->waiting = sqlite3_column_int64(s, 0);
-		out->oldest_ms = out->waiting && now_ms > sqlite3_column_int64(s, 1) ?
-		    now_ms - sqlite3_column_int64(s, 1) : 0;
-		out->published = sqlite3_column_int64(s, 2);
-	}
-	sqlite3_finalize(s);
-	return rc == SQLITE_ROW ? IK_OK : sqerr(q, rc, "outbox stats", err);
+	return ik_sq_outbox_stats(q->db, q->path, now_ms, out, err);
 }
 
 static const struct ik_store_ops sqlite_ops = {
@@ -999,7 +755,7 @@ ik_store_sqlite_open(const char *path, struct ik_store *st, ik_err *err)
 	    (rc = sqlite3_exec(q->db, "PRAGMA cache_size = -16384", NULL, NULL, NULL)) != SQLITE_OK)
 		rc = sqerr(q, rc, "cache size", err);
 	if (rc == IK_OK && (rc = migrate(q, err)) == IK_OK &&
-	    (!ik_outbox_url() || (rc = outbox_enable(q, err)) == IK_OK))
+	    (!ik_outbox_url() || (rc = ik_sq_outbox_enable(q->db, q->path, err)) == IK_OK))
 		return IK_OK;
 	sq_close(st);
 	st->ops = NULL;
