@@ -154,7 +154,8 @@ check: check-build $(NODE_STAMP)
 	  'IDEMKIT_TEST_BACKEND=postgres tests/idemp-run.bats' \
 	  'IDEMKIT_TEST_BACKEND=redis tests/idemp-run.bats' \
 	  'IDEMKIT_TEST_BACKEND=sqlite-cache tests/idemp-run.bats' \
-	  'IDEMKIT_TEST_QUEUE_BACKEND=sqs tests/queue.bats'
+	  'IDEMKIT_TEST_QUEUE_BACKEND=sqs tests/queue.bats' \
+	  'IDEMKIT_TEST_QUEUE_BACKEND=sqs tests/outbox.bats'
 
 # ASan + UBSan build of everything, then the whole suite against it.  Reports
 # go to files too, so one from a process whose exit status a test ignores

@@ -28,6 +28,9 @@ queue and store, durable commits) with bank-sim as the core-banking API:
   claim-cost-pg the claim cost on PostgreSQL
   idemp-run     the wall time idemp-run adds to a command on the embedded
                 store (claim + finish; BENCH_RUN_N runs each way)
+  outbox        the stream scenario without and with IDEMKIT_OUTBOX (the
+                relay idemp-outbox --follow beside it): client CPU per
+                charge each way, the relay's events/s, CPU and lag
 
 BENCH_ONLY=a,b,... runs only those; BENCH_QUICK=1 makes every count small
 (1 000 messages, 100 one-shot, 10^5 records, 1 000 claims, 300 on the
@@ -753,6 +756,73 @@ def idemp_run_cost():
             "targetHolds": over <= 5.0 and done == RUN_N}
 
 
+# ---- the outbox's cost: the pipeline with and without it, and the relay --
+
+class RelayMeter:
+    """idemp-outbox --follow beside the worker, from just before it starts;
+    at its end: how long until nothing waits (the relay's lag), and the
+    relay's own CPU (wait4)."""
+
+    def __init__(self, env):
+        self.env = env
+
+    def waiting(self):
+        out = subprocess.run([os.path.join(BIN, "idemp-outbox"), "--stats"], env=self.env,
+                             capture_output=True, text=True).stdout
+        return json.loads(out)["waiting"]
+
+    def start(self):
+        self.t0 = time.monotonic()
+        self.p = subprocess.Popen([os.path.join(BIN, "idemp-outbox"), "--follow",
+                                   "--poll", "20ms"], env=self.env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop(self, res):
+        t_end = time.monotonic()
+        waiting_at_end = self.waiting()
+        deadline = t_end + 300
+        while self.waiting() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        drained = time.monotonic()
+        self.p.terminate()
+        _, _, ru = os.wait4(self.p.pid, 0)
+        received = res["summary"].get("received", res["messages"])
+        res["relay"] = {
+            "waitingWhenWorkerEnded": waiting_at_end,
+            "lagAfterWorkerSeconds": round(drained - t_end, 3),
+            "eventsPerSecond": round(res["uniqueCharges"] / (drained - self.t0), 1),
+            "cpuMsPerEvent": round((ru.ru_utime + ru.ru_stime) * 1000 / res["uniqueCharges"], 4),
+            "cpuMsPerCharge": round((ru.ru_utime + ru.ru_stime) * 1000 / max(received, 1), 4),
+        }
+
+
+def outbox_cost():
+    """The stream scenario twice, without and with IDEMKIT_OUTBOX (the
+    relay running beside the second): the client CPU per charge each way
+    (target: the outbox adds at most 10 %%), and whether the relay keeps
+    up (nothing much waiting when the worker ends).  The event is written
+    by the finish's own statement, so the pipeline's commits are the same
+    by construction (tests/outbox.bats checks the group commit)."""
+    d = tempfile.mkdtemp(prefix="idemkit-bench-outbox-")
+    try:
+        off = worker_run("outbox-off", N, True, J, tap=False, inflight=INFLIGHT)
+        extra = {"IDEMKIT_STORE": "sqlite:" + os.path.join(d, "store.db"),
+                 "IDEMKIT_OUTBOX": "sqlite:%s#events" % os.path.join(d, "events.db"),
+                 "IDEMKIT_LOG": "quiet"}
+        meter = RelayMeter(env_for(d, extra))
+        on = worker_run("outbox-on", N, True, J, tap=False, inflight=INFLIGHT,
+                        env_extra=extra, meter=meter)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    over = on["clientCpuMsPerCharge"] / off["clientCpuMsPerCharge"] - 1
+    return {"messages": N, "off": {k: off[k] for k in ("chargesPerSecond", "clientCpuMsPerCharge")},
+            "on": {k: on[k] for k in ("chargesPerSecond", "clientCpuMsPerCharge")},
+            "relay": on["relay"], "clientCpuOverhead": round(over, 3),
+            "duplicatesDebited": off["duplicatesDebited"] + on["duplicatesDebited"],
+            "target": "at most 10 % more client CPU per charge; the relay keeps up",
+            "targetHolds": over <= 0.10 and on["relay"]["lagAfterWorkerSeconds"] < 5}
+
+
 # ---- claim cost with 10^3 vs 10^6 records already in the store ----------
 
 def preload(path, rows, env):
@@ -1275,6 +1345,17 @@ def markdown(r):
             BIG, SMALL, c["groupedWallRatio"], c["lockstepWallRatio"]))
     elif r.get("claimCostPostgresSkipped"):
         out += ["", "Claim cost on PostgreSQL: skipped (%s)." % r["claimCostPostgresSkipped"]]
+    c = r.get("outbox")
+    if c:
+        out += ["", "Outbox (%d messages, stream): client CPU %s ms per charge without, %s ms "
+                "with IDEMKIT_OUTBOX (%+.1f %%; target at most +10 %%); the relay beside it: "
+                "%s events/s, %s ms CPU per event, %s events waiting when the worker ended, "
+                "none %s s later (target holds: %s)." % (
+                    c["messages"], c["off"]["clientCpuMsPerCharge"],
+                    c["on"]["clientCpuMsPerCharge"], c["clientCpuOverhead"] * 100,
+                    c["relay"]["eventsPerSecond"], c["relay"]["cpuMsPerEvent"],
+                    c["relay"]["waitingWhenWorkerEnded"], c["relay"]["lagAfterWorkerSeconds"],
+                    "yes" if c["targetHolds"] else "NO")]
     c = r.get("idempRun")
     if c:
         out += ["", "idemp-run on the embedded store (%d runs of /bin/true each way, "
@@ -1374,6 +1455,14 @@ def main():
         log("  adds %s ms (median %s vs %s ms)" % (
             r["idempRun"]["overheadMs"], r["idempRun"]["underMedianMs"],
             r["idempRun"]["bareMedianMs"]))
+    if want("outbox"):
+        log("bench: the outbox's cost (%d messages, stream, without and with it)..." % N)
+        r["outbox"] = o = outbox_cost()
+        log("  client CPU %s -> %s ms per charge (%+.1f %%); relay %s events/s, %s waiting "
+            "when the worker ended, drained %s s later" % (
+                o["off"]["clientCpuMsPerCharge"], o["on"]["clientCpuMsPerCharge"],
+                o["clientCpuOverhead"] * 100, o["relay"]["eventsPerSecond"],
+                o["relay"]["waitingWhenWorkerEnded"], o["relay"]["lagAfterWorkerSeconds"]))
     r["limits"]["sqliteAfter"] = sqlite_commit_limit()
     lim = (r["limits"]["sqliteBefore"]["commitsPerSecond"] +
            r["limits"]["sqliteAfter"]["commitsPerSecond"]) / 2.0
@@ -1388,6 +1477,8 @@ def main():
         f.write(md)
     print(md)
     bad = [s["scenario"] for s in r["scenarios"] if s["duplicatesDebited"]]
+    if r.get("outbox", {}).get("duplicatesDebited"):
+        bad.append("outbox")
     bad += ["jq-" + k for k, v in r.get("jqCost", {}).get("variants", {}).items()
             if v["duplicatesDebited"]]
     if bad:

@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "log.h"
+#include "outbox.h"
 #include "outcome.h"
 #include "redis.h"
 #include "store.h"
@@ -489,6 +490,15 @@ open_store(const char *url, int must_exist, struct ik_store **out, ik_err *err)
 		if (rc != IK_OK) {
 			free(s->url);
 			free(s);
+			return rc;
+		}
+		/* The outbox asked for on a store that keeps none would finish
+		 * charges without their events, silently: refuse instead. */
+		if (ik_outbox_url() && !s->ops->outbox_lease) {
+			rc = ik_errf(err, IK_CONFIG, "IDEMKIT_OUTBOX is set but the %s store keeps "
+			    "no outbox in this version%s", s->ops->name,
+			    cache && *cache ? " (nor does the IDEMKIT_CACHE fast path)" : "");
+			ik_store_close(s);
 			return rc;
 		}
 		*out = s;

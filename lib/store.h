@@ -171,6 +171,33 @@ struct ik_store_stats {
 /* Return non-zero to stop the listing early. */
 typedef int (*ik_record_cb)(const struct ik_record *r, void *arg);
 
+/* ---- the transactional outbox (issue 27; outbox.h, idemkit(7)) ----
+ * With $IDEMKIT_OUTBOX set (ik_outbox_on), an adapter that has the
+ * outbox ops writes one event per transition of a record to DONE, FAILED
+ * or DEBITED_NOTIFICATION_FAILED, and per re-notification, INSIDE the
+ * atomic write that makes the transition (its statement, transaction,
+ * script or conditional write; a group's too): never a second write that
+ * can fail alone.  A write that does not match writes no event.  The
+ * event's eventId comes from the transition itself (ik_outbox_event_id):
+ * the same on every re-publish.  The relay (idemp-outbox) reads them in
+ * the store's order, publishes, then checkpoints them, fenced by a relay
+ * lease kept in the store (one relay at a time). */
+struct ik_outbox_ev {
+	int64_t seq;          /* the store's order (and the checkpoint) */
+	char *id;             /* eventId */
+	char *charge_id;
+	char *type;           /* "charge.finished", "charge.renotified" */
+	char *body;           /* the event, JSON text (idemkit(7)) */
+	int64_t at;           /* written, epoch ms */
+};
+void ik_outbox_ev_free(struct ik_outbox_ev *e);
+
+struct ik_outbox_stats {
+	int64_t waiting;      /* written and not yet checkpointed */
+	int64_t oldest_ms;    /* now - the oldest waiting one's time; 0 when none */
+	int64_t published;    /* checkpointed and not yet purged */
+};
+
 struct ik_store;
 
 /* An in-flight op's answer (claim_start, finish_start). */
@@ -249,6 +276,30 @@ struct ik_store_ops {
 	int (*run)(struct ik_store *s, int fd, int *readable, int timeout_ms, ik_err *err);
 	/* Ops started whose callback has not yet been called. */
 	size_t (*active)(struct ik_store *s);
+	/* Optional outbox ops (see above); all five or none.
+	 * outbox_lease: take or renew the relay lease for holder (a random
+	 * token per relay process) until now_ms + lease_ms: one conditional
+	 * write that succeeds iff no lease, ours, or one that ended (its end
+	 * <= now); IK_OK, or IK_DUP_IN_PROGRESS (*until: the holder's end)
+	 * when another's is live.  lease_ms 0 ends ours (a relay that stops).
+	 * A lease is live while now < its end, for the checkpoint too.
+	 * outbox_read: up to max of the oldest events not yet checkpointed, in
+	 * the store's order, into ev (*n of them); IK_OK, also with *n == 0.
+	 * outbox_ack: the checkpoint, only after the queue accepted them:
+	 * marks ev seqs published iff holder still holds a live lease, in one
+	 * transaction; IK_OK, IK_LEASE_LOST (nothing marked), or an error.
+	 * outbox_purge: deletes up to batch events published before
+	 * before_ms; *n how many.  outbox_stats: the lag gauge. */
+	int (*outbox_lease)(struct ik_store *s, const char *holder, int64_t now_ms,
+	                    int64_t lease_ms, int64_t *until, ik_err *err);
+	int (*outbox_read)(struct ik_store *s, size_t max, struct ik_outbox_ev *ev,
+	                   size_t *n, ik_err *err);
+	int (*outbox_ack)(struct ik_store *s, const char *holder, const int64_t *seqs,
+	                  size_t n, int64_t now_ms, ik_err *err);
+	int (*outbox_purge)(struct ik_store *s, int64_t before_ms, size_t batch,
+	                    int64_t *n, ik_err *err);
+	int (*outbox_stats)(struct ik_store *s, int64_t now_ms, struct ik_outbox_stats *st,
+	                    ik_err *err);
 };
 
 struct ik_store {

@@ -13,6 +13,7 @@
  * in the same statement, so a write that does not match adds nothing.  The
  * claim's entry gets its attempt inside the upsert (attempts + 1), the one
  * value only the row knows.
+ * Outbox (store.h): store_sqlite_outbox.c, on this adapter's connection.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include <sqlite3.h>
 
 #include "log.h"
+#include "outbox.h"
 #include "sqlite.h"
 #include "outcome.h"
 #include "store.h"
@@ -264,7 +266,7 @@ migrate(struct sq *q, ik_err *err)
 		return sqerr(q, rc, "create schema", err);
 	}
 	/* Later versions: `if (version < 2) ...` here, each in this transaction. */
-	if ((rc = add_history(q, err))) {
+	if ((rc = add_history(q, err)) || (rc = ik_sq_outbox_schema(q->db, q->path, err))) {
 		simple(q, Q_ROLLBACK, NULL);
 		return rc;
 	}
@@ -687,6 +689,48 @@ out:
 	return rc;
 }
 
+/* ---- the outbox: store_sqlite_outbox.c, on this connection ----------- */
+
+static int
+sq_outbox_lease(struct ik_store *st, const char *holder, int64_t now_ms, int64_t lease_ms,
+    int64_t *until, ik_err *err)
+{
+	struct sq *q = st->impl;
+	return ik_sq_outbox_lease(q->db, q->path, holder, now_ms, lease_ms, until, err);
+}
+
+static int
+sq_outbox_read(struct ik_store *st, size_t max, struct ik_outbox_ev *ev, size_t *n,
+    ik_err *err)
+{
+	struct sq *q = st->impl;
+	return ik_sq_outbox_read(q->db, q->path, max, ev, n, err);
+}
+
+static int
+sq_outbox_ack(struct ik_store *st, const char *holder, const int64_t *seqs, size_t n,
+    int64_t now_ms, ik_err *err)
+{
+	struct sq *q = st->impl;
+	return ik_sq_outbox_ack(q->db, q->path, holder, seqs, n, now_ms, err);
+}
+
+static int
+sq_outbox_purge(struct ik_store *st, int64_t before_ms, size_t batch, int64_t *n,
+    ik_err *err)
+{
+	struct sq *q = st->impl;
+	return ik_sq_outbox_purge(q->db, q->path, before_ms, batch, n, err);
+}
+
+static int
+sq_outbox_stats(struct ik_store *st, int64_t now_ms, struct ik_outbox_stats *out,
+    ik_err *err)
+{
+	struct sq *q = st->impl;
+	return ik_sq_outbox_stats(q->db, q->path, now_ms, out, err);
+}
+
 static const struct ik_store_ops sqlite_ops = {
 	.name = "sqlite",
 	.init = sq_init,
@@ -703,6 +747,11 @@ static const struct ik_store_ops sqlite_ops = {
 	.begin = sq_begin,
 	.commit = sq_commit,
 	.stats = sq_stats,
+	.outbox_lease = sq_outbox_lease,
+	.outbox_read = sq_outbox_read,
+	.outbox_ack = sq_outbox_ack,
+	.outbox_purge = sq_outbox_purge,
+	.outbox_stats = sq_outbox_stats,
 };
 
 int
@@ -724,7 +773,8 @@ ik_store_sqlite_open(const char *path, struct ik_store *st, ik_err *err)
 	if ((rc = ik_sqlite_open(path, "sqlite", &q->db, err)) == IK_OK &&
 	    (rc = sqlite3_exec(q->db, "PRAGMA cache_size = -16384", NULL, NULL, NULL)) != SQLITE_OK)
 		rc = sqerr(q, rc, "cache size", err);
-	if (rc == IK_OK && (rc = migrate(q, err)) == IK_OK)
+	if (rc == IK_OK && (rc = migrate(q, err)) == IK_OK &&
+	    (!ik_outbox_url() || (rc = ik_sq_outbox_enable(q->db, q->path, err)) == IK_OK))
 		return IK_OK;
 	sq_close(st);
 	st->ops = NULL;

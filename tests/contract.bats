@@ -79,7 +79,9 @@ layout_violations() {
 		[ -e "$f" ] || continue
 		base=$(basename "$f" .c)
 		for h in $(sed -n 's/^#include "\(\(store\|queue\)_[a-z0-9_]*\)\.h".*/\1/p' "$f"); do
-			[ "$h" = "$base" ] || echo "$f includes $h.h"
+			# its own header, or a part of one adapter split along a seam
+			# (store_sqlite_outbox.c) including that adapter's header
+			[ "$h" = "$base" ] || [ "${base#"$h"_}" != "$base" ] || echo "$f includes $h.h"
 		done
 	done
 	for f in "$dir"/cmd/*.c "$dir"/lib/*.c; do
@@ -107,9 +109,14 @@ layout_violations() {
 	printf '#include "queue.h"\n#include "store_pg.h"\n' > "$d/lib/queue_x.c"
 	printf '#include "cli.h"\n#include "queue_sqs.h"\n#include "aws.h"\n' > "$d/cmd/a.c"
 	printf '#include "banksim.h"\n' > "$d/lib/http.c"
+	# a part of the sqlite adapter may include its header, not another's
+	printf '#include "store_sqlite.h"\n' > "$d/lib/store_sqlite_outbox.c"
+	printf '#include "store_pg.h"\n' > "$d/lib/store_sqlitex.c"
 	run layout_violations "$d"
 	[ "$status" -eq 0 ]
-	[ "${#lines[@]}" -eq 5 ]
+	[ "${#lines[@]}" -eq 6 ]
+	[[ "$output" == *"store_sqlitex.c includes store_pg.h"* ]]
+	[[ "$output" != *"store_sqlite_outbox.c includes"* ]]
 	[[ "$output" == *"store_pg.c includes store_sqlite.h"* ]]
 	[[ "$output" == *"queue_x.c includes store_pg.h"* ]]
 	[[ "$output" == *"a.c includes queue_sqs.h"* ]]

@@ -1,0 +1,174 @@
+/* idemp-outbox: the outbox relay (outbox.h, idemkit(7) "OUTBOX").
+ * Publishes the events the store wrote with each finish to the queue of
+ * $IDEMKIT_OUTBOX (or --queue), at least once, each with its eventId as a
+ * message attribute; checkpoints only after the queue accepted them; one
+ * relay at a time per store by a lease in the store.  One NDJSON line per
+ * event on stdout once checkpointed; progress on stderr on a terminal. */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "outbox.h"
+#include "outcome.h"
+#include "queue.h"
+#include "store.h"
+#include "util.h"
+
+static const char usage[] =
+	"usage: idemp-outbox [--once | --follow] [--stats] [--store URL] [--queue URL]\n"
+	"                    [--lease DUR] [--poll DUR] [--retention DUR]\n";
+static const char options[] =
+	"  -1, --once           publish what waits now, then exit (the default)\n"
+	"  -f, --follow         keep publishing until a signal; wait for the lease\n"
+	"      --stats          print the lag gauge (events waiting, oldest age) and exit\n"
+	"  -S, --store URL      the store (default $IDEMKIT_STORE)\n"
+	"  -q, --queue URL      where events go (default $IDEMKIT_OUTBOX)\n"
+	"  -l, --lease DUR      the relay lease (default 30s)\n"
+	"  -p, --poll DUR       idle wait between reads with --follow (default 200ms)\n"
+	"  -r, --retention DUR  published events kept this long, then purged\n"
+	"                       (default $IDEMKIT_OUTBOX_RETENTION, else 7d)\n"
+	"  -h, --help           this help\n"
+	"  -V, --version        print the version\n";
+static const int codes[] = {
+	IK_OK, IK_EMPTY, IK_DUP_IN_PROGRESS, IK_USAGE, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1
+};
+
+struct ctx {
+	int tty;
+	const char *crash;     /* $IDEMKIT_TEST_RELAY_CRASH: tests only */
+};
+
+static const char *const point_names[] = {
+	[IK_RELAY_BEFORE_PUBLISH] = "before-publish",
+	[IK_RELAY_AFTER_PUBLISH] = "after-publish",
+	[IK_RELAY_AFTER_CHECKPOINT] = "after-checkpoint",
+};
+
+static void
+at(enum ik_relay_point p, const struct ik_outbox_ev *ev, size_t n, void *arg)
+{
+	struct ctx *c = arg;
+
+	/* The crash tests' kill -9 at one boundary, in the relay itself so it
+	 * lands exactly there (tests/outbox.bats). */
+	if (c->crash && strcmp(c->crash, point_names[p]) == 0) {
+		fflush(stdout);
+		raise(SIGKILL);
+	}
+	if (p != IK_RELAY_AFTER_CHECKPOINT)
+		return;
+	for (size_t i = 0; i < n; i++)
+		printf("{\"eventId\":\"%s\",\"chargeId\":\"%s\",\"type\":\"%s\",\"seq\":%lld}\n",
+		    ev[i].id, ev[i].charge_id, ev[i].type, (long long)ev[i].seq);
+	fflush(stdout);
+}
+
+static int
+stats(struct ik_store *s, ik_err *err)
+{
+	struct ik_outbox_stats st;
+	int rc;
+
+	if (!s->ops->outbox_stats)
+		return ik_errf(err, IK_CONFIG, "%s: this store keeps no outbox (yet)", s->ops->name);
+	if ((rc = s->ops->outbox_stats(s, ik_now_ms(), &st, err)))
+		return rc;
+	printf("{\"waiting\":%lld,\"oldestWaitingMs\":%lld,\"published\":%lld}\n",
+	    (long long)st.waiting, (long long)st.oldest_ms, (long long)st.published);
+	return IK_OK;
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "once", no_argument, NULL, '1' },
+		{ "follow", no_argument, NULL, 'f' },
+		{ "stats", no_argument, NULL, 's' },
+		{ "store", required_argument, NULL, 'S' },
+		{ "queue", required_argument, NULL, 'q' },
+		{ "lease", required_argument, NULL, 'l' },
+		{ "poll", required_argument, NULL, 'p' },
+		{ "retention", required_argument, NULL, 'r' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct ctx c = { .tty = isatty(STDERR_FILENO), .crash = getenv("IDEMKIT_TEST_RELAY_CRASH") };
+	struct ik_relay r = { .lease_ms = IK_OUTBOX_LEASE_DEFAULT_MS, .poll_ms = 200,
+	                      .retention_ms = IK_OUTBOX_RETENTION_DEFAULT_MS,
+	                      .batch = IK_QUEUE_BATCH, .at = at, .arg = &c };
+	const char *store_url = NULL, *queue_url = ik_outbox_url(), *ret;
+	struct ik_store *s = NULL;
+	struct ik_queue *q = NULL;
+	ik_err err = { 0 };
+	int ch, rc, once = 0, want_stats = 0;
+
+	ik_cli_init(argv[0]);
+	/* The variable first, so --retention overrides it. */
+	if ((ret = getenv("IDEMKIT_OUTBOX_RETENTION")) && *ret &&
+	    ik_parse_duration(ret, &r.retention_ms) < 0) {
+		ik_warnx("IDEMKIT_OUTBOX_RETENTION: \"%s\" is not a duration", ret);
+		return IK_CONFIG;
+	}
+	while ((ch = getopt_long(argc, argv, "1fS:q:l:p:r:hV", longopts, NULL)) != -1) {
+		switch (ch) {
+		case '1': once = 1; break;
+		case 'f': r.follow = 1; break;
+		case 's': want_stats = 1; break;
+		case 'S': store_url = optarg; break;
+		case 'q': queue_url = optarg; break;
+		case 'l':
+			if (ik_opt_duration("--lease", optarg, 1000, IK_LEASE_MAX_MS, &r.lease_ms))
+				return IK_USAGE;
+			break;
+		case 'p':
+			if (ik_opt_duration("--poll", optarg, 1, 60000, &r.poll_ms))
+				return IK_USAGE;
+			break;
+		case 'r':
+			if (ik_opt_duration("--retention", optarg, 0, IK_RETENTION_MAX_MS,
+			    &r.retention_ms))
+				return IK_USAGE;
+			break;
+		case 'h': return ik_help(usage, options, codes);
+		case 'V': return ik_version();
+		default: return ik_usage(usage);
+		}
+	}
+	if (optind != argc || (once && r.follow) || (want_stats && (once || r.follow)))
+		return ik_usage(usage);
+	if (!want_stats && !queue_url) {
+		ik_warnx("no queue: set IDEMKIT_OUTBOX to the queue URL events go to, or --queue");
+		return IK_CONFIG;
+	}
+	if (ik_store_open(store_url, &s, &err) != IK_OK)
+		return ik_fail(&err);
+	if (want_stats) {
+		rc = stats(s, &err);
+		ik_store_close(s);
+		return rc ? ik_fail(&err) : ik_finish(IK_OK);
+	}
+	if ((rc = ik_queue_open(queue_url, &q, &err)) != IK_OK) {
+		ik_store_close(s);
+		return ik_fail(&err);
+	}
+	q->stop = &ik_stop_signal;
+	r.store = s;
+	r.queue = q;
+	rc = ik_relay_run(&r, &err);
+	if (c.tty)
+		fprintf(stderr, "idemp-outbox: %lld published, %lld purged\n",
+		    (long long)r.published, (long long)r.purged);
+	ik_queue_close(q);
+	ik_store_close(s);
+	if (rc != IK_OK && rc != IK_EMPTY)
+		return ik_fail(&err);
+	if (ik_stop_signal)
+		return ik_finish(128 + ik_stop_signal);
+	return ik_finish(rc);
+}

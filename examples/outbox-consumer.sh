@@ -1,0 +1,70 @@
+#!/bin/sh
+# outbox-consumer.sh: a downstream consumer of idemkit's outbox events
+# (idemkit(7) OUTBOX), applying each event exactly once as a recorded
+# effect: the relay publishes at least once, so the same event can arrive
+# twice (a relay that died before its checkpoint, a queue that redelivers);
+# each one is applied under idemp-run with the key evt.EVENTID in the
+# consumer's OWN idempotency store, so a copy is DUP_DONE and deleted
+# without running COMMAND again.
+#
+# usage: outbox-consumer.sh [--follow] -- COMMAND [ARG...]
+#   COMMAND gets the event (JSON, one line) on stdin; exit 0 applied, 75
+#   try again later, anything else: released and retried on redelivery
+#   (after the queue's redrive, the DLQ).
+#   Without --follow: until the queue has nothing visible, then exit.
+# environment: OUTBOX_QUEUE (default $IDEMKIT_OUTBOX), CONSUMER_STORE
+#   (default sqlite:$IDEMKIT_STATE_DIR/consumer.db); the idemkit commands
+#   on PATH; jq.
+set -eu
+
+usage() {
+	echo "usage: outbox-consumer.sh [--follow] -- COMMAND [ARG...]" >&2
+	exit 64
+}
+follow=
+[ "${1:-}" = --follow ] && { follow=1; shift; }
+[ "${1:-}" = -- ] && shift
+[ $# -gt 0 ] || usage
+queue=${OUTBOX_QUEUE:-${IDEMKIT_OUTBOX:-}}
+[ -n "$queue" ] || { echo "outbox-consumer: set OUTBOX_QUEUE or IDEMKIT_OUTBOX" >&2; exit 78; }
+store=${CONSUMER_STORE:-sqlite:${IDEMKIT_STATE_DIR:-.}/consumer.db}
+
+# Each envelope gets what sqs-ack acts on.  sqs-ack reads a charge's
+# steps; here the one step is idemp-run's claim of evt.ID, and once COMMAND
+# succeeded that record is DONE whether this delivery or an earlier one
+# applied it: a "claim" of DUP_DONE (delete).  TEMPFAIL leaves the message
+# for a redelivery, DATAERR dead-letters it.  "apply" says what happened.
+apply() {
+	while IFS= read -r env; do
+		id=$(printf '%s\n' "$env" | jq -r '.body | fromjson? | select(.v == 1) | .eventId // empty' 2>/dev/null || true)
+		case $id in *[!0-9a-f]*) id= ;; esac   # an eventId is hex (idemkit(7))
+		if [ -z "$id" ]; then
+			outcome=DATAERR verdict=DATAERR
+		else
+			rc=0
+			printf '%s\n' "$env" | jq -r .body | idemp-run --store "$store" --key "evt.$id" -- "$@" || rc=$?
+			case $rc in
+			0) outcome=OK verdict=DUP_DONE ;;
+			10) outcome=DUP_DONE verdict=DUP_DONE ;;
+			*) outcome=TEMPFAIL verdict=TEMPFAIL ;;
+			esac
+		fi
+		# the envelope is one JSON object on one line (sqs-recv): add the
+		# two results before its closing brace
+		printf '%s\n' "$env" | sed "s/}\$/,\"apply\":{\"outcome\":\"$outcome\",\"eventId\":\"$id\"},\"claim\":{\"outcome\":\"$verdict\"}}/"
+	done
+}
+
+if [ -n "$follow" ]; then
+	sqs-recv --queue "$queue" --follow --max 10 | apply "$@" | sqs-ack --stream --queue "$queue"
+	exit
+fi
+# Bounded by the queue: each round receives and settles up to 10; an empty
+# receive (exit 1) ends it.
+while :; do
+	rc=0
+	out=$(sqs-recv --queue "$queue" --max 10) || rc=$?
+	[ "$rc" -eq 1 ] && exit 0
+	[ "$rc" -eq 0 ] || exit "$rc"
+	printf '%s\n' "$out" | apply "$@" | sqs-ack --stream --queue "$queue" > /dev/null
+done

@@ -1,0 +1,73 @@
+/* outbox.h: the transactional outbox (issue 27, idemkit(7) "OUTBOX").
+ *
+ * The store writes each finished charge's event inside the atomic write
+ * that finishes it (store.h, the outbox ops); the relay here reads them
+ * in the store's order, publishes each to a queue (queue.h: SQS or the
+ * embedded queue) with its eventId as a message attribute, and only then
+ * checkpoints them in the store, fenced by the relay lease the store
+ * keeps: at least once, never lost, a duplicate always with the same
+ * eventId.  A batch never holds two events of one chargeId, so a
+ * chargeId's events are first published in their order even when a batch
+ * is partly refused and re-sent.
+ */
+#ifndef IK_OUTBOX_H
+#define IK_OUTBOX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "store.h"
+
+struct ik_queue;
+
+/* $IDEMKIT_OUTBOX: the queue URL events go to; NULL when unset or empty
+ * (the outbox is off: the stores write no events). */
+const char *ik_outbox_url(void);
+
+/* The eventId of a transition: the first 128 bits of SHA-256 over
+ * "idemkit.outbox.v1", op ("finish", "renotified"), the chargeId and the
+ * owner token the record holds, as hex (out: IK_TOKEN_HEX bytes).  The
+ * owner token is new for every claim and a finish keeps it, so this is
+ * unique per transition and the same whoever computes it again; the hash
+ * keeps the token itself out of what goes downstream. */
+void ik_outbox_event_id(const char *op, const char *key, const char *owner,
+    char out[IK_TOKEN_HEX]);
+
+#define IK_OUTBOX_LEASE_DEFAULT_MS 30000
+#define IK_OUTBOX_RETENTION_DEFAULT_MS (7LL * 86400000)
+#define IK_OUTBOX_PURGE_BATCH 1000
+
+/* The relay's boundaries, for progress and the crash tests (the command
+ * decides what to do there; the library only tells). */
+enum ik_relay_point {
+	IK_RELAY_BEFORE_PUBLISH,   /* read from the store, nothing sent */
+	IK_RELAY_AFTER_PUBLISH,    /* the queue accepted them, no checkpoint */
+	IK_RELAY_AFTER_CHECKPOINT, /* checkpointed in the store */
+};
+
+struct ik_relay {
+	struct ik_store *store;
+	struct ik_queue *queue;
+	int follow;                /* until a stop signal; else what waits now */
+	int64_t lease_ms;
+	int64_t poll_ms;           /* idle wait between reads (--follow) */
+	int64_t retention_ms;      /* published events kept this long */
+	size_t batch;              /* 1..IK_QUEUE_BATCH */
+	/* Called at each boundary with the events of the batch (n of them);
+	 * may be NULL. */
+	void (*at)(enum ik_relay_point p, const struct ik_outbox_ev *ev, size_t n, void *arg);
+	void *arg;
+	/* out */
+	int64_t published, purged, lease_lost;
+};
+
+/* Runs the relay.  IK_OK when it published (or, --follow, stopped on a
+ * signal), IK_EMPTY when nothing was waiting (not --follow),
+ * IK_DUP_IN_PROGRESS when another relay holds the lease (not --follow;
+ * --follow waits for it), IK_CONFIG when the store has no outbox, else
+ * the error that stopped it (not --follow; --follow backs off and goes
+ * on). */
+int ik_relay_run(struct ik_relay *r, ik_err *err);
+
+#endif

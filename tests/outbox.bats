@@ -1,0 +1,357 @@
+#!/usr/bin/env bats
+# idemp-outbox and the transactional outbox (issue 27) on the SQLite store:
+# the event written by the finish's own statement (alone and in a group),
+# its format (docs/outbox-event.schema.json), the relay's checkpoint after
+# the queue accepted, kill -9 of the relay at every boundary, a worker that
+# dies between debit and finish, two relays racing, a dead relay's lease
+# taken over, the purge, and the downstream consumer
+# (examples/outbox-consumer.sh) applying each event once.  The events go to
+# the embedded queue, or with IDEMKIT_TEST_QUEUE_BACKEND=sqs to SQS
+# (local-aws-sqs on loopback).
+
+bats_require_minimum_version 1.5.0
+load helper
+load queue_backend
+load bank_helper
+
+setup_file() { queue_backend_setup_file; }
+teardown_file() { queue_backend_teardown_file; }
+setup() {
+	queue_backend_setup
+	unset IDEMKIT_QUEUE IDEMKIT_DLQ
+	export IDEMKIT_OUTBOX=$QUEUE
+	export IDEMKIT_STORE=sqlite:$BATS_TEST_TMPDIR/store.db
+	export IDEMKIT_LOG=quiet
+	DB=$BATS_TEST_TMPDIR/store.db
+}
+teardown() {
+	for p in ${RELAYS:-}; do kill -KILL "$p" 2>/dev/null || true; done
+	bank_stop
+}
+
+# finish ID STATE [AMOUNT] [REASON]: claim, the results a worker's steps
+# would have written (the bank's reference, the reason), and idemp-done.
+finish() {
+	local extra
+	case $2 in
+	DONE) extra='{"debit":{"outcome":"OK","ref":"TXN-T1"},"notify":{"outcome":"OK"}}' ;;
+	FAILED) extra="{\"debit\":{\"outcome\":\"DECLINED\",\"error\":\"${4:-}\"}}" ;;
+	*) extra="{\"debit\":{\"outcome\":\"OK\",\"ref\":\"TXN-T3\"},\"notify\":{\"outcome\":\"NOTIFY_FAILED\",\"error\":\"${4:-}\"}}" ;;
+	esac
+	ev "$1" "${3:-2500}" | idemp-claim 2>/dev/null | envset "$extra" | idemp-done --state "$2" >/dev/null 2>&1
+}
+# events: every message now on the events queue, one JSON line each:
+# {"attr": eventId attribute, "body": the event}; received with a long
+# visibility so each copy is read once.
+events() {
+	local rc=0 out
+	while :; do
+		rc=0
+		out=$(sqs-recv --queue "$IDEMKIT_OUTBOX" --max 10 --visibility 600) || rc=$?
+		[ "$rc" -eq 1 ] && return 0
+		[ "$rc" -eq 0 ] || return "$rc"
+		printf '%s\n' "$out" | python3 -c 'import json, sys
+for l in sys.stdin:
+    e = json.loads(l)
+    print(json.dumps({"attr": e["attributes"]["eventId"], "body": json.loads(e["body"])}))'
+	done
+}
+waiting() { jget "$(idemp-outbox --stats)" waiting; }
+# ids FILE: the eventIds in an events() file, sorted, duplicates kept.
+ids() { python3 -c 'import json, sys
+print("\n".join(sorted(json.loads(l)["attr"] for l in open(sys.argv[1]) if l.strip())))' "$1"; }
+
+@test "--help, --version, usage errors; no queue is 78; off by default: a finish writes no event" {
+	run idemp-outbox --help
+	[ "$status" -eq 0 ]
+	[[ "$output" == "usage: idemp-outbox"* ]]
+	[[ "$output" == *"11  DUP_IN_PROGRESS"* ]]
+	run idemp-outbox --version
+	[[ "$output" == "idemp-outbox (idemkit) "* ]]
+	run idemp-outbox --once --follow
+	[ "$status" -eq 64 ]
+	run idemp-outbox --lease 0
+	[ "$status" -eq 64 ]
+	run -78 --separate-stderr env -u IDEMKIT_OUTBOX idemp-outbox
+	[[ "$stderr" == *"IDEMKIT_OUTBOX"* ]]
+	IDEMKIT_OUTBOX= finish "$(uid off)" DONE
+	[ "$(waiting)" = 0 ]
+	run -1 idemp-outbox
+	[ -z "$output" ]
+}
+
+@test "each finished state is one event, in the store's order, valid against the schema, eventId as an attribute" {
+	a=$(uid a) b=$(uid b) c=$(uid c)
+	finish "$a" DONE 2500
+	finish "$b" FAILED 100 "declined: insufficient funds"
+	finish "$c" DEBITED_NOTIFICATION_FAILED 999999999999 "sms gateway 503"
+	[ "$(waiting)" = 3 ]
+	run --separate-stderr idemp-outbox
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 3 ]
+	[ "$(jget "${lines[0]}" chargeId)" = "$a" ]
+	[ "$(jget "${lines[2]}" chargeId)" = "$c" ]
+	[ "$(waiting)" = 0 ]
+	events > "$BATS_TEST_TMPDIR/ev"
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/ev")" -eq 3 ]
+	python3 - "$BATS_TEST_TMPDIR/ev" "$IDEMKIT_SRC/docs/outbox-event.schema.json" "$a" "$b" "$c" <<'PY'
+import json, sys, jsonschema
+schema = json.load(open(sys.argv[2]))
+got = {}
+for l in open(sys.argv[1]):
+    e = json.loads(l)
+    jsonschema.validate(e["body"], schema)
+    assert e["attr"] == e["body"]["eventId"], e
+    got[e["body"]["chargeId"]] = e["body"]
+a, b, c = (got[k] for k in sys.argv[3:6])
+assert (a["type"], a["state"], a["amount"], a["reason"], a["bankRef"]) == ("charge.finished", "DONE", 2500, None, "TXN-T1"), a
+assert (b["state"], b["amount"], b["reason"], b["bankRef"]) == ("FAILED", 100, "declined: insufficient funds", None), b
+assert (c["state"], c["amount"], c["reason"], c["bankRef"]) == ("DEBITED_NOTIFICATION_FAILED", 999999999999, "sms gateway 503", "TXN-T3"), c
+assert a["accountId"] == "ACC-0042" and a["currency"] == "INR" and a["chargeType"] == "SMS_ALERT_FEE"
+assert len({a["eventId"], b["eventId"], c["eventId"]}) == 3
+PY
+	# Published once: nothing waits, a second run has nothing to do.
+	run -1 idemp-outbox
+}
+
+@test "a re-notification is its own event; a refused finish (LEASE_LOST) and a claim write none" {
+	k=$(uid rn)
+	finish "$k" DEBITED_NOTIFICATION_FAILED
+	idemp-list --state DEBITED_NOTIFICATION_FAILED --format envelope 2>/dev/null \
+		| python3 -c 'import json, sys
+for l in sys.stdin:
+    e = json.loads(l); e["notify"] = {"outcome": "OK"}; print(json.dumps(e))' \
+		| idemp-done --renotified >/dev/null 2>&1
+	[ "$(jget "$(idemp-show --json "$k")" state)" = DONE ]
+	# a claim alone, and a finish under a stale token: no event
+	env=$(ev "$(uid lost)" | idemp-claim 2>/dev/null)
+	run -13 idemp-done --state DONE <<<"${env/\"token\":\"/\"token\":\"0}"
+	[ "$(waiting)" = 2 ]
+	run --separate-stderr idemp-outbox
+	[ "$status" -eq 0 ]
+	[ "$(jget "${lines[0]}" type)" = charge.finished ]
+	[ "$(jget "${lines[1]}" type)" = charge.renotified ]
+	[ "$(jget "${lines[1]}" chargeId)" = "$k" ]
+	[ "$(jget "${lines[0]}" eventId)" != "$(jget "${lines[1]}" eventId)" ]
+	events > "$BATS_TEST_TMPDIR/ev"
+	grep -q '"type": "charge.renotified".*"state": "DONE"' "$BATS_TEST_TMPDIR/ev"
+}
+
+@test "the group commit (idemp-done --stream) writes each finish's event in the group's transaction" {
+	for i in $(seq 1 40); do ev "$(uid "g$i")"; done | idemp-claim --stream 2>/dev/null \
+		| idemp-done --stream --state DONE > "$BATS_TEST_TMPDIR/done" 2>/dev/null
+	[ "$(grep -c '"done":{"outcome":"OK"' "$BATS_TEST_TMPDIR/done")" -eq 40 ]
+	[ "$(waiting)" = 40 ]
+	run --separate-stderr idemp-outbox
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 40 ]
+	events > "$BATS_TEST_TMPDIR/ev"
+	[ "$(ids "$BATS_TEST_TMPDIR/ev" | uniq | wc -l)" -eq 40 ]
+}
+
+@test "a rolled-back finish writes no event: the event and the record commit together" {
+	k=$(uid rb)
+	env=$(ev "$k" | idemp-claim 2>/dev/null)
+	# A writer holds the store's write lock: the finish cannot commit
+	# (TEMPFAIL, the record stays IN_PROGRESS) and no event exists.
+	python3 - "$DB" <<'PY' &
+import sqlite3, sys, time, os
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE")
+open(sys.argv[1] + ".locked", "w").close()
+while not os.path.exists(sys.argv[1] + ".release"):
+    time.sleep(0.02)
+db.execute("ROLLBACK")
+PY
+	locker=$!
+	for _ in $(seq 200); do [ -e "$DB.locked" ] && break; sleep 0.05; done
+	run -75 env IDEMKIT_BUSY_TIMEOUT=100ms idemp-done --state DONE <<<"$env"
+	touch "$DB.release"
+	wait "$locker"
+	[ "$(jget "$(idemp-show --json "$k")" state)" = IN_PROGRESS ]
+	[ "$(waiting)" = 0 ]
+	run -0 idemp-done --state DONE <<<"$env"
+	[ "$(waiting)" = 1 ]
+}
+
+@test "a worker killed between debit and finish publishes nothing until the finish" {
+	bank_start
+	k=$(uid wk)
+	env=$(ev "$k" | idemp-claim --lease 4s 2>/dev/null | charge-debit --timeout 1s --lease-margin 500ms 2>/dev/null)
+	[ "$(jget "$env" debit.outcome)" = OK ]
+	# (the worker died here: no idemp-done)
+	run -1 idemp-outbox
+	events > "$BATS_TEST_TMPDIR/ev"
+	[ ! -s "$BATS_TEST_TMPDIR/ev" ]
+	# The retry after the lease: a replay at the bank, then the finish.
+	for _ in $(seq 100); do
+		env2=$(ev "$k" | idemp-claim 2>/dev/null) && break
+		sleep 0.1
+	done
+	printf '%s\n' "$env2" | charge-debit 2>/dev/null | charge-notify 2>/dev/null | idemp-done >/dev/null 2>&1
+	run -0 idemp-outbox
+	[ "${#lines[@]}" -eq 1 ]
+	events > "$BATS_TEST_TMPDIR/ev"
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/ev")" -eq 1 ]
+	grep -q "\"bankRef\": \"TXN-" "$BATS_TEST_TMPDIR/ev"
+	grep -q '"attempts": 2' "$BATS_TEST_TMPDIR/ev"
+}
+
+# crash POINT: 25 events; the relay kill -9's itself at POINT of its first
+# batch; then a relay after the dead one's lease ends publishes the rest.
+# Every event is on the queue; a duplicate only with the same eventId.
+crash() {
+	for i in $(seq 1 25); do ev "$(uid "k$i")"; done | idemp-claim --stream 2>/dev/null \
+		| idemp-done --stream --state DONE >/dev/null 2>&1
+	[ "$(waiting)" = 25 ]
+	run -137 env IDEMKIT_TEST_RELAY_CRASH="$1" idemp-outbox --lease 1s
+	# The dead relay's lease holds the next one off (11) until it ends.
+	rc=11
+	for _ in $(seq 100); do
+		rc=0; idemp-outbox --lease 1s > "$BATS_TEST_TMPDIR/second" 2>/dev/null || rc=$?
+		[ "$rc" -ne 11 ] && break
+		sleep 0.1
+	done
+	[ "$rc" -eq 0 ]
+	[ "$(waiting)" = 0 ]
+	events > "$BATS_TEST_TMPDIR/ev"
+	[ "$(ids "$BATS_TEST_TMPDIR/ev" | uniq | wc -l)" -eq 25 ]
+	# every copy of one eventId is the same event
+	python3 - "$BATS_TEST_TMPDIR/ev" <<'PY'
+import json, sys
+seen = {}
+for l in open(sys.argv[1]):
+    e = json.loads(l)
+    assert seen.setdefault(e["attr"], e["body"]) == e["body"], e
+PY
+	COPIES=$(wc -l < "$BATS_TEST_TMPDIR/ev")
+	SECOND=$(wc -l < "$BATS_TEST_TMPDIR/second")
+}
+
+@test "relay killed -9 before publish: nothing sent, the next relay sends all 25 once" {
+	crash before-publish
+	[ "$COPIES" -eq 25 ]
+	[ "$SECOND" -eq 25 ]
+}
+
+@test "relay killed -9 after the queue accepted, before the checkpoint: the batch again, same eventIds" {
+	crash after-publish
+	[ "$COPIES" -eq 35 ]     # the first batch of 10 twice
+	[ "$SECOND" -eq 25 ]
+}
+
+@test "relay killed -9 after the checkpoint: nothing again, the next relay sends the other 15" {
+	crash after-checkpoint
+	[ "$COPIES" -eq 25 ]
+	[ "$SECOND" -eq 15 ]
+}
+
+@test "two relays racing: one publishes, each event once; the other takes over when the first dies" {
+	for i in $(seq 1 300); do ev "$(uid "r$i")"; done | idemp-claim --stream 2>/dev/null \
+		| idemp-done --stream --state DONE >/dev/null 2>&1
+	idemp-outbox --follow --lease 2s --poll 50ms > "$BATS_TEST_TMPDIR/r1" 2>/dev/null 3>&- &
+	r1=$!
+	idemp-outbox --follow --lease 2s --poll 50ms > "$BATS_TEST_TMPDIR/r2" 2>/dev/null 3>&- &
+	r2=$!
+	RELAYS="$r1 $r2"
+	for _ in $(seq 600); do [ "$(waiting)" = 0 ] && break; sleep 0.1; done
+	[ "$(waiting)" = 0 ]
+	n1=$(wc -l < "$BATS_TEST_TMPDIR/r1") n2=$(wc -l < "$BATS_TEST_TMPDIR/r2")
+	[ $((n1 + n2)) -eq 300 ]
+	# one of them did it all (the other never held the lease)
+	[ "$n1" -eq 0 ] || [ "$n2" -eq 0 ]
+	if [ "$n1" -gt 0 ]; then live=$r2 dead=$r1 out=r2; else live=$r1 dead=$r2 out=r1; fi
+	kill -KILL "$dead"
+	finish "$(uid after)" DONE
+	for _ in $(seq 100); do [ "$(waiting)" = 0 ] && break; sleep 0.1; done
+	[ "$(waiting)" = 0 ]
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/$out")" -eq 1 ]
+	kill -TERM "$live"
+	rc=0; wait "$live" || rc=$?
+	[ "$rc" -eq 143 ]
+	events > "$BATS_TEST_TMPDIR/ev"
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/ev")" -eq 301 ]
+	[ "$(ids "$BATS_TEST_TMPDIR/ev" | uniq | wc -l)" -eq 301 ]
+}
+
+@test "--once while another relay holds the lease is 11; a relay that stopped ended its own" {
+	finish "$(uid l1)" DONE
+	run -0 idemp-outbox --lease 1h
+	finish "$(uid l2)" DONE
+	# the first ended its lease of an hour when it stopped: no wait
+	run -0 idemp-outbox --lease 1h
+	[ "${#lines[@]}" -eq 1 ]
+	finish "$(uid l3)" DONE
+	run -137 env IDEMKIT_TEST_RELAY_CRASH=before-publish idemp-outbox --lease 1h
+	run -11 --separate-stderr idemp-outbox
+	[[ "$stderr" == *"another relay holds the outbox lease"* ]]
+	[ -z "$output" ]
+	[ "$(waiting)" = 1 ]
+}
+
+@test "the purge: published events past the retention go, waiting ones stay" {
+	finish "$(uid p1)" DONE
+	finish "$(uid p2)" DONE
+	run -0 idemp-outbox
+	[ "$(jget "$(idemp-outbox --stats)" published)" = 2 ]
+	finish "$(uid p3)" DONE
+	sqlite3 "$DB" "UPDATE outbox SET published_at = published_at - 3600000 WHERE published_at IS NOT NULL"
+	run -0 --separate-stderr idemp-outbox --retention 30m
+	[ "${#lines[@]}" -eq 1 ]
+	st=$(idemp-outbox --stats)
+	[ "$(jget "$st" published)" = 1 ]
+	[ "$(jget "$st" waiting)" = 0 ]
+	run -78 --separate-stderr env IDEMKIT_OUTBOX_RETENTION=soon idemp-outbox
+}
+
+@test "the lag gauge: events waiting and the oldest one's age" {
+	finish "$(uid g1)" DONE
+	sqlite3 "$DB" "UPDATE outbox SET created_at = created_at - 90000"
+	finish "$(uid g2)" FAILED
+	st=$(idemp-outbox --stats)
+	[ "$(jget "$st" waiting)" = 2 ]
+	[ "$(jget "$st" oldestWaitingMs)" -ge 90000 ]
+	[ "$(jget "$st" oldestWaitingMs)" -lt 600000 ]
+}
+
+@test "end to end: worker, relay and the example consumer: every charge's event applied once downstream" {
+	bank_start
+	N=200
+	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/charges.db#charges?visibility=30"
+	export IDEMKIT_DLQ="sqlite:$BATS_TEST_TMPDIR/charges.db#charges-dlq"
+	for i in $(seq 1 "$N"); do ev "$(uid "e$i")"; done | sqs-send --queue "$IDEMKIT_QUEUE" >/dev/null
+	# 20 sent twice
+	for i in $(seq 1 20); do ev "$(uid "e$i")"; done | sqs-send --queue "$IDEMKIT_QUEUE" >/dev/null
+	idemp-outbox --follow --poll 50ms > "$BATS_TEST_TMPDIR/relay" 2>/dev/null 3>&- &
+	RELAYS=$!
+	run --separate-stderr charge-worker -j 2 --drain --debit-timeout 5 --notify-timeout 2 --lease 60s
+	echo "$stderr" | tail -5
+	[ "$status" -eq 0 ]
+	for _ in $(seq 600); do [ "$(waiting)" = 0 ] && break; sleep 0.1; done
+	[ "$(waiting)" = 0 ]
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/relay")" -eq "$N" ]
+	# A duplicate on the events queue (a relay that died before its
+	# checkpoint): applied once all the same.
+	sqlite3 "$DB" "UPDATE outbox SET published_at = NULL WHERE seq <= 7"
+	for _ in $(seq 600); do [ "$(waiting)" = 0 ] && break; sleep 0.1; done
+	run -0 env CONSUMER_STORE="sqlite:$BATS_TEST_TMPDIR/consumer.db" \
+		"$IDEMKIT_SRC/examples/outbox-consumer.sh" -- sh -c "cat >> '$BATS_TEST_TMPDIR/ledger'"
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/ledger")" -eq "$N" ]
+	[ "$(python3 -c 'import json, sys
+print(len({json.loads(l)["eventId"] for l in open(sys.argv[1])}))' "$BATS_TEST_TMPDIR/ledger")" -eq "$N" ]
+	[ "$(python3 -c 'import json, sys
+print(len({json.loads(l)["chargeId"] for l in open(sys.argv[1])}))' "$BATS_TEST_TMPDIR/ledger")" -eq "$N" ]
+	run sqs-stat --queue "$IDEMKIT_OUTBOX"
+	[ "$(jget "$output" visible)" = 0 ]
+	[ "$(jget "$output" inflight)" = 0 ]
+}
+
+@test "IDEMKIT_OUTBOX on a store that keeps no outbox: every command refuses it (78), never a finish without its event" {
+	aws_test_env
+	export AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:9
+	run -78 --separate-stderr env IDEMKIT_STORE=dynamodb:charges idemp-claim < <(ev "$(uid no)")
+	[[ "$stderr" == *"IDEMKIT_OUTBOX is set but the dynamodb store keeps no outbox"* ]]
+	[ "$(jget "$output" claim.outcome)" = CONFIG ]
+	run -78 --separate-stderr env IDEMKIT_STORE=dynamodb:charges idemp-outbox
+	[[ "$stderr" == *"keeps no outbox"* ]]
+}
