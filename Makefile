@@ -37,7 +37,7 @@ DEBS_DEMO  := $(DEBS_SIM) python3 curl procps util-linux
 DEBS_TEST  := $(DEBS_DEMO) bats clang libclang-rt-14-dev sqlite3 mandoc python3-botocore \
               python3-prometheus-client promtool:prometheus \
               shellcheck valgrind openssl redis-server postgresql spin node:nodejs npm:npm \
-              java:openjdk-17-jre-headless
+              java:openjdk-17-jre-headless parallel
 
 # The README's two commands and `deps` need no libraries to parse this file.
 NODEPS_GOALS := clean deps help demo test model
@@ -119,9 +119,11 @@ $(O)/test/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(LIBA)
 	@mkdir -p $(@D)
 	$(CC) $(IK_CFLAGS) $(CPPFLAGS) $(CFLAGS) $(IK_LDFLAGS) $(LDFLAGS) -o $@ $< tests/fuzz/replay.c $(LIBA) $(LDLIBS)
 
-# The test suites run the binaries in $(O)/bin; IDEMKIT_TEST_JOBS runs
-# bats files in parallel when GNU parallel is present (it is optional).
-TEST_ENV = IDEMKIT_BIN=$(CURDIR)/$(O)/bin IDEMKIT_TEST_BIN=$(CURDIR)/$(O)/test IDEMKIT_SRC=$(CURDIR)
+# The test suites run the binaries in $(O)/bin, several runs at once
+# (tests/run.sh: IDEMKIT_TEST_JOBS, IDEMKIT_TEST_FILE_JOBS), the slowest
+# first by the times the last run of the same build left in $(O)/test-times.
+TEST_ENV = IDEMKIT_BIN=$(CURDIR)/$(O)/bin IDEMKIT_TEST_BIN=$(CURDIR)/$(O)/test IDEMKIT_SRC=$(CURDIR) \
+           IDEMKIT_TEST_TIMES=$(CURDIR)/$(O)/test-times
 
 # The README's two commands: install what is missing, then the real target.
 test:

@@ -15,6 +15,10 @@ postgres) load pg_helper ;;
 redis) load redis_helper ;;
 esac
 
+# one server for the file, which some tests empty (FLUSHALL): the tests
+# run one at a time (tests/run.sh)
+BATS_NO_PARALLELIZE_WITHIN_FILE=true
+
 setup_file() {
 	case $backend in
 	dynamodb) require_node; aws_test_env; dynalite_start ;;

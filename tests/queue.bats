@@ -8,6 +8,9 @@ load helper
 load lock
 load queue_backend
 
+# one emulator for the file: the tests run one at a time (tests/run.sh)
+BATS_NO_PARALLELIZE_WITHIN_FILE=true
+
 setup_file() { queue_backend_setup_file; }
 teardown_file() { queue_backend_teardown_file; }
 setup() { queue_backend_setup; }

@@ -8,6 +8,10 @@ bats_require_minimum_version 1.5.0
 load helper
 load redis_helper
 
+# one redis-server for the file, which some tests empty (FLUSHALL, SCRIPT
+# FLUSH): the tests run one at a time (tests/run.sh)
+BATS_NO_PARALLELIZE_WITHIN_FILE=true
+
 setup_file() {
 	require_redis
 	redis_start

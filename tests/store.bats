@@ -6,6 +6,10 @@
 bats_require_minimum_version 1.5.0
 load helper
 
+# one server for the file (one cache emptied by each test on
+# sqlite-cache): the tests run one at a time (tests/run.sh)
+BATS_NO_PARALLELIZE_WITHIN_FILE=true
+
 setup_file() { store_backend_setup_file; }
 teardown_file() { store_backend_teardown_file; }
 setup() { store_backend_setup; }
