@@ -125,10 +125,15 @@ $(O)/test/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(LIBA)
 TEST_ENV = IDEMKIT_BIN=$(CURDIR)/$(O)/bin IDEMKIT_TEST_BIN=$(CURDIR)/$(O)/test IDEMKIT_SRC=$(CURDIR) \
            IDEMKIT_TEST_TIMES=$(CURDIR)/$(O)/test-times
 
+# The builds that test, sanitize and fuzz start use every core (unless make
+# was given -j: its jobserver is shared then).
+NPROC   := $(shell nproc 2>/dev/null || echo 2)
+SUBJOBS  = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(NPROC))
+
 # The README's two commands: install what is missing, then the real target.
 test:
 	@sh mk/deps.sh $(DEBS_BUILD) $(DEBS_TEST)
-	@$(MAKE) --no-print-directory check
+	@$(MAKE) --no-print-directory $(SUBJOBS) check
 demo:
 	@sh mk/deps.sh $(DEBS_BUILD) $(DEBS_DEMO)
 	@$(MAKE) --no-print-directory demo-embedded
@@ -168,7 +173,7 @@ sanitize:
 	ASAN_OPTIONS=log_path=$(SAN_LOG):detect_leaks=1 \
 	UBSAN_OPTIONS=log_path=$(SAN_LOG):print_stacktrace=1 \
 	IDEMKIT_TEST_SKIP='$(SAN_SKIP)' \
-	$(MAKE) O=build/san CC=clang CFLAGS='$(SAN_FLAGS)' LDFLAGS='-fsanitize=address,undefined' check
+	$(MAKE) $(SUBJOBS) O=build/san CC=clang CFLAGS='$(SAN_FLAGS)' LDFLAGS='-fsanitize=address,undefined' check
 	@if ls $(SAN_LOG).* >/dev/null 2>&1; then cat $(SAN_LOG).*; echo 'sanitizer reports above'; exit 1; fi
 	@echo 'sanitize: no reports'
 
@@ -187,7 +192,7 @@ FUZZ_SRC  := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_FLAGS := -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer \
               -fno-sanitize-recover=undefined
 fuzz:
-	$(MAKE) O=build/fuzz CC=clang CFLAGS='$(FUZZ_FLAGS)' build/fuzz/lib/libidemkit.a
+	$(MAKE) $(SUBJOBS) O=build/fuzz CC=clang CFLAGS='$(FUZZ_FLAGS)' build/fuzz/lib/libidemkit.a
 	@set -e; for src in $(FUZZ_SRC); do \
 	  name=$$(basename $$src .c); t=$${name#fuzz_}; \
 	  clang $(IK_CFLAGS) -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -o build/fuzz/$$name $$src \
