@@ -37,7 +37,7 @@ DEBS_DEMO  := $(DEBS_SIM) python3 curl procps util-linux
 DEBS_TEST  := $(DEBS_DEMO) bats clang libclang-rt-14-dev sqlite3 mandoc python3-botocore \
               python3-prometheus-client promtool:prometheus \
               shellcheck valgrind openssl redis-server postgresql spin node:nodejs npm:npm faketime \
-              java:openjdk-17-jre-headless
+              java:openjdk-17-jre-headless parallel
 
 # The README's two commands and `deps` need no libraries to parse this file.
 NODEPS_GOALS := clean deps help demo test model
@@ -119,14 +119,21 @@ $(O)/test/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(LIBA)
 	@mkdir -p $(@D)
 	$(CC) $(IK_CFLAGS) $(CPPFLAGS) $(CFLAGS) $(IK_LDFLAGS) $(LDFLAGS) -o $@ $< tests/fuzz/replay.c $(LIBA) $(LDLIBS)
 
-# The test suites run the binaries in $(O)/bin; IDEMKIT_TEST_JOBS runs
-# bats files in parallel when GNU parallel is present (it is optional).
-TEST_ENV = IDEMKIT_BIN=$(CURDIR)/$(O)/bin IDEMKIT_TEST_BIN=$(CURDIR)/$(O)/test IDEMKIT_SRC=$(CURDIR)
+# The test suites run the binaries in $(O)/bin, several runs at once
+# (tests/run.sh: IDEMKIT_TEST_JOBS, IDEMKIT_TEST_FILE_JOBS), the slowest
+# first by the times the last run of the same build left in $(O)/test-times.
+TEST_ENV = IDEMKIT_BIN=$(CURDIR)/$(O)/bin IDEMKIT_TEST_BIN=$(CURDIR)/$(O)/test IDEMKIT_SRC=$(CURDIR) \
+           IDEMKIT_TEST_TIMES=$(CURDIR)/$(O)/test-times
+
+# The builds that test, sanitize and fuzz start use every core (unless make
+# was given -j: its jobserver is shared then).
+NPROC   := $(shell nproc 2>/dev/null || echo 2)
+SUBJOBS  = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(NPROC))
 
 # The README's two commands: install what is missing, then the real target.
 test:
 	@sh mk/deps.sh $(DEBS_BUILD) $(DEBS_TEST)
-	@$(MAKE) --no-print-directory check
+	@$(MAKE) --no-print-directory $(SUBJOBS) check
 demo:
 	@sh mk/deps.sh $(DEBS_BUILD) $(DEBS_DEMO)
 	@$(MAKE) --no-print-directory demo-embedded
@@ -137,8 +144,11 @@ $(NODE_STAMP): package-lock.json package.json
 	npm ci --no-audit --no-fund --loglevel=error
 
 check-build: all $(UNITS) $(REPLAYS)
+# The slowest runs are named first, so they start first on a fresh clone
+# (tests/run.sh; later runs go by $(O)/test-times).
 check: check-build $(NODE_STAMP)
-	$(TEST_ENV) sh tests/run.sh tests/ \
+	$(TEST_ENV) sh tests/run.sh tests/model.bats tests/charge-worker.bats \
+	  tests/aws-creds.bats tests/charge-debit.bats tests/ \
 	  'IDEMKIT_TEST_BACKEND=dynamodb tests/store.bats' \
 	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/store.bats' \
 	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/dynamodb.bats' \
@@ -157,15 +167,19 @@ check: check-build $(NODE_STAMP)
 	  'IDEMKIT_TEST_QUEUE_BACKEND=sqs tests/queue.bats' \
 	  'IDEMKIT_TEST_QUEUE_BACKEND=sqs tests/outbox.bats'
 
-# ASan + UBSan build of everything, then the whole suite against it.  Reports
-# go to files too, so one from a process whose exit status a test ignores
-# still fails the run.
+# ASan + UBSan build of everything, then the whole suite against it but for
+# the suites that run none of our C (SAN_SKIP: the spin model, the set-up,
+# tests/run.sh's time limit), which make test runs.  Reports go to files
+# too, so one from a process whose exit status a test ignores still fails
+# the run.
 SAN_LOG := $(CURDIR)/build/san/report
+SAN_SKIP := tests/model.bats tests/setup.bats tests/timeout.bats
 sanitize:
 	rm -f $(SAN_LOG).*
 	ASAN_OPTIONS=log_path=$(SAN_LOG):detect_leaks=1 \
 	UBSAN_OPTIONS=log_path=$(SAN_LOG):print_stacktrace=1 \
-	$(MAKE) O=build/san CC=clang CFLAGS='$(SAN_FLAGS)' LDFLAGS='-fsanitize=address,undefined' check
+	IDEMKIT_TEST_SKIP='$(SAN_SKIP)' \
+	$(MAKE) $(SUBJOBS) O=build/san CC=clang CFLAGS='$(SAN_FLAGS)' LDFLAGS='-fsanitize=address,undefined' check
 	@if ls $(SAN_LOG).* >/dev/null 2>&1; then cat $(SAN_LOG).*; echo 'sanitizer reports above'; exit 1; fi
 	@echo 'sanitize: no reports'
 
@@ -184,7 +198,7 @@ FUZZ_SRC  := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_FLAGS := -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer \
               -fno-sanitize-recover=undefined
 fuzz:
-	$(MAKE) O=build/fuzz CC=clang CFLAGS='$(FUZZ_FLAGS)' build/fuzz/lib/libidemkit.a
+	$(MAKE) $(SUBJOBS) O=build/fuzz CC=clang CFLAGS='$(FUZZ_FLAGS)' build/fuzz/lib/libidemkit.a
 	@set -e; for src in $(FUZZ_SRC); do \
 	  name=$$(basename $$src .c); t=$${name#fuzz_}; \
 	  clang $(IK_CFLAGS) -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -o build/fuzz/$$name $$src \

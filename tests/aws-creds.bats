@@ -41,6 +41,10 @@ L=[json.loads(l) for l in open(sys.argv[1])]
 print(eval(sys.argv[2]))' "$SRVLOG" "$1"
 }
 
+# one fake AWS and credential server for the file, its request log emptied
+# by each test: the tests run one at a time (tests/run.sh)
+BATS_NO_PARALLELIZE_WITHIN_FILE=true
+
 setup_file() {
 	local d=$BATS_FILE_TMPDIR
 	python3 "$BATS_TEST_DIRNAME/awsfake.py" "$d/fake.port" "$d/fake.log" 3>&- &

@@ -16,6 +16,10 @@ load helper
 	if grep -q SECRETTOKEN <<<"$output"; then false; fi
 }
 
+# one fake AWS server for the file, its request log emptied by each test:
+# the tests run one at a time (tests/run.sh)
+BATS_NO_PARALLELIZE_WITHIN_FILE=true
+
 setup_file() {
 	python3 "$BATS_TEST_DIRNAME/awsfake.py" "$BATS_FILE_TMPDIR/port" "$BATS_FILE_TMPDIR/log" 3>&- &
 	echo $! > "$BATS_FILE_TMPDIR/pid"

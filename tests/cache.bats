@@ -9,6 +9,10 @@ load helper
 load redis_helper
 load lock
 
+# two redis-servers for the file, which some tests stop or fill: the tests
+# run one at a time (tests/run.sh)
+BATS_NO_PARALLELIZE_WITHIN_FILE=true
+
 setup_file() {
 	require_redis
 	redis_start cache

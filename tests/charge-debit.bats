@@ -516,9 +516,10 @@ assert got==want and "ref" not in d, (got, want)' "$s" "$outcome" || return 1
 	[ "$(jget "$output" debit.ref)" = TXN-00000003 ]   # the same ledger, restarted
 }
 
-@test "a lease ending in 1s with a 10s timeout: 15 LEASE_SHORT, nothing sent to the bank" {
+@test "a lease ending in 3s with a 10s timeout: 15 LEASE_SHORT, nothing sent to the bank" {
 	bank_start
-	debit_run "$(leased CHG-1 1000)" --timeout 10s
+	# (3 s, not 1: still live when a loaded machine gets charge-debit going)
+	debit_run "$(leased CHG-1 3000)" --timeout 10s
 	[ "$status" -eq 15 ]
 	[ "$(jget "$output" debit.outcome)" = LEASE_SHORT ]
 	[[ "$(jget "$output" debit.error)" =~ ^"the claim's lease has "[0-9]+"ms left; the call needs 10000ms plus a 2000ms margin: nothing was sent"$ ]]

@@ -420,8 +420,11 @@ SH
 		id=CHG-SETTLE-$mode
 		held=$(event "$id" | idemp-claim --lease 3s 2>/dev/null)
 		event "$id" | sqs-send >/dev/null
-		# the holder finishes a moment after the drain met its claim
-		(sleep 1; idemp-done --state DONE <<<"$held" >/dev/null 2>&1) 3>&- &
+		# the holder finishes a moment after the drain met its claim: a
+		# second after the drain received the message (not after the
+		# worker's start, which a loaded machine can stretch past it)
+		(for _ in $(seq 400); do [ "$(qcount)" = "0 1 0" ] && break; sleep 0.05; done
+		 sleep 1; idemp-done --state DONE <<<"$held" >/dev/null 2>&1) 3>&- &
 		holder=$!
 		args=(--drain "${fast[@]}")
 		[ "$mode" = stream ] && args+=(--stream)

@@ -11,6 +11,10 @@ bats_require_minimum_version 1.5.0
 load helper
 load bank_helper
 
+# one dynalite for the file, whose request counts some tests assert: the
+# tests run one at a time (tests/run.sh)
+BATS_NO_PARALLELIZE_WITHIN_FILE=true
+
 setup_file() {
 	require_node
 	aws_test_env

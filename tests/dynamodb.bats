@@ -14,6 +14,10 @@ load helper
 
 BACKEND=${IDEMKIT_TEST_BACKEND:-dynamodb}
 
+# one emulator and table for the file: the tests run one at a time
+# (tests/run.sh)
+BATS_NO_PARALLELIZE_WITHIN_FILE=true
+
 setup_file() {
 	aws_test_env
 	ddb_emulator_start "$BACKEND"

@@ -13,6 +13,10 @@ bats_require_minimum_version 1.5.0
 load helper
 load pg_helper
 
+# one server for the file, which some tests stop and restart: the tests
+# run one at a time (tests/run.sh)
+BATS_NO_PARALLELIZE_WITHIN_FILE=true
+
 # reason_stub_start: a loopback HTTP stub standing in for a bank and a
 # notification gateway that answer with awkward reasons (python3: no
 # emulator answers so).  POST /ok is 201 {"ref":"TXN-R1"}; /cut-503 and

@@ -1,31 +1,134 @@
 #!/bin/sh
 # tests/run.sh: runs bats suites, one run per argument ("[VAR=value ...]
-# PATH"), keeps going after a failing run, and ends with one plain tally
-# line, "N passed, N failed, N skipped", so a reader of the log need not
-# count TAP lines.  Exits non-zero when any run failed.
+# PATH", PATH a .bats file or a directory of them, each file its own run),
+# keeps going after a failing run, and ends with one plain tally line,
+# "N passed, N failed, N skipped", so a reader of the log need not count
+# TAP lines.  Exits non-zero when any run failed.
+#
+# The suites mostly wait (servers starting, leases and visibility running
+# out), so runs go IDEMKIT_TEST_JOBS at a time (GNU parallel; default 4,
+# twice the 2 cores this was measured on: 6 was no faster, the CPU being
+# busy by then), and inside a file bats runs IDEMKIT_TEST_FILE_JOBS tests
+# at a time (bats --jobs, default 2) unless the file says it cannot share
+# (BATS_NO_PARALLELIZE_WITHIN_FILE: one server and its state shared by its
+# tests).  Every server a test starts is on a free port with its own
+# directory, so two runs never meet.  Each run's output is buffered and
+# printed whole when it ends; with IDEMKIT_TEST_JOBS=1 (or no GNU
+# parallel) runs go one at a time, printed as they go.
+#
+# The longest runs start first: by the times the last run measured
+# (IDEMKIT_TEST_TIMES, a file of "SECONDS RUN" lines, kept up to date),
+# else in the order given, runs named one by one before the files of a
+# directory (a file both named and in a directory runs once).
+# IDEMKIT_TEST_SKIP: files left out (words, as named).  IDEMKIT_BATS_OPTS:
+# more bats options (e.g. --timing).
 set -u
 # A test that hangs (a receive loop that never ends, a server that never
 # answers) is a red test with its name, not a stuck run: bats ends it after
 # BATS_TEST_TIMEOUT seconds (make faults sets a longer one).
 : "${BATS_TEST_TIMEOUT:=300}"
 export BATS_TEST_TIMEOUT
-log=${TMPDIR:-/tmp}/idemkit-tests.$$
-status=0
-: > "$log"
-for run in "$@"; do
+
+# one N RUN [stream]: the bats run RUN, its output in $dir/N.out (with
+# stream: printed as it goes; else printed whole when it ends), its exit
+# status in $dir/N.rc and its wall time in $dir/N.time.
+one() {
+	local_n=$1 local_run=$2 local_stream=${3:-}
 	# Word splitting is the point: VAR=value words, then the path.
 	# shellcheck disable=SC2086
-	set -- $run
-	vars=
-	while [ $# -gt 1 ]; do vars="$vars $1"; shift; done
-	echo "== bats $run"
-	# shellcheck disable=SC2086
-	{ env $vars bats --tap "$1"; echo $? > "$log.rc"; } | tee -a "$log"
-	[ "$(cat "$log.rc")" -eq 0 ] || status=1
+	set -- $local_run
+	local_vars=
+	while [ $# -gt 1 ]; do local_vars="$local_vars $1"; shift; done
+	local_start=$(date +%s)
+	{
+		echo "== bats $local_run"
+		# shellcheck disable=SC2086
+		env $local_vars bats --tap ${IDEMKIT_BATS_OPTS:-} ${RUN_FILE_JOBS:-} "$1" 2>&1
+		echo $? > "$dir/$local_n.rc"
+	} | if [ -n "$local_stream" ]; then tee "$dir/$local_n.out"; else cat > "$dir/$local_n.out"; fi
+	echo "$(( $(date +%s) - local_start )) $local_run" > "$dir/$local_n.time"
+	[ -n "$local_stream" ] || cat "$dir/$local_n.out"
+}
+# (how GNU parallel runs one: sh run.sh --one DIR N RUN)
+if [ "${1:-}" = --one ]; then
+	dir=$2
+	one "$3" "$4"
+	exit 0
+fi
+
+jobs=${IDEMKIT_TEST_JOBS:-4}
+file_jobs=${IDEMKIT_TEST_FILE_JOBS:-2}
+if ! command -v parallel >/dev/null 2>&1; then
+	echo "run.sh: no GNU parallel (Debian: parallel): one test at a time" >&2
+	jobs=1 file_jobs=1
+fi
+RUN_FILE_JOBS=
+[ "$file_jobs" -gt 1 ] && RUN_FILE_JOBS="--jobs $file_jobs"
+export RUN_FILE_JOBS
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/idemkit-tests.XXXXXX") || exit 70
+trap 'rm -rf "$dir"' EXIT
+trap 'exit 130' INT TERM
+
+# The runs, one a line: those named one by one first, in the order given
+# (the caller names the slow ones: they start first), then the files of
+# the directories not named already; none named in IDEMKIT_TEST_SKIP.
+for run in "$@"; do
+	[ -d "${run##* }" ] || echo "$run"
+done > "$dir/named"
+for run in "$@"; do
+	path=${run##* } vars=${run% "$path"}
+	[ "$vars" = "$run" ] && vars=
+	[ -d "$path" ] || continue
+	for f in "${path%/}"/*.bats; do
+		[ -e "$f" ] || continue
+		grep -Fqx -- "${vars:+$vars }$f" "$dir/named" || echo "${vars:+$vars }$f"
+	done
+done | cat "$dir/named" - > "$dir/all"
+for run in ${IDEMKIT_TEST_SKIP:-}; do echo "$run"; done > "$dir/skip"
+grep -Fvx -f "$dir/skip" "$dir/all" > "$dir/runs"
+[ -s "$dir/skip" ] && echo "not run here (IDEMKIT_TEST_SKIP): $(tr '\n' ' ' < "$dir/skip")"
+if [ -s "${IDEMKIT_TEST_TIMES:-}" ]; then
+	# the slowest first by the last measure; runs it has not seen first of
+	# all (a new suite may be slow), in the order given
+	awk 'NR == FNR { t = $1; sub(/^[0-9]+ /, ""); s[$0] = t; next }
+	    { print (($0 in s) ? s[$0] : 999999) "\t" FNR "\t" $0 }' \
+	    "$IDEMKIT_TEST_TIMES" "$dir/runs" | sort -t "$(printf '\t')" -k1,1nr -k2,2n |
+	    cut -f3- > "$dir/order"
+	mv "$dir/order" "$dir/runs"
+fi
+
+if [ "$jobs" -le 1 ]; then
+	n=0
+	while IFS= read -r run; do
+		n=$((n + 1))
+		one "$n" "$run" stream
+	done < "$dir/runs"
+else
+	# (parallel's default --group: a run's lines come out together)
+	awk '{ print NR "\t" $0 }' "$dir/runs" |
+		parallel --will-cite --jobs "$jobs" --colsep '\t' \
+			sh "$0" --one "$dir" '{1}' '{2}'
+fi
+
+status=0
+n=$(wc -l < "$dir/runs")
+i=0
+while [ "$i" -lt "$n" ]; do
+	i=$((i + 1))
+	[ "$(cat "$dir/$i.rc" 2>/dev/null)" = 0 ] || status=1
 done
-passed=$(grep -c '^ok ' "$log")
-skipped=$(grep -c '^ok .* # skip' "$log")
-failed=$(grep -c '^not ok ' "$log")
-rm -f "$log" "$log.rc"
+if [ -n "${IDEMKIT_TEST_TIMES:-}" ]; then
+	# this run's times, and the last ones of the runs it did not make
+	# (make faults and make check share the file)
+	cat "$dir"/*.time > "$dir/times" 2>/dev/null
+	{ cat "$dir/times"; [ -f "$IDEMKIT_TEST_TIMES" ] &&
+		awk 'NR == FNR { sub(/^[0-9]+ /, ""); seen[$0] = 1; next }
+		    { r = $0; sub(/^[0-9]+ /, "", r) } !(r in seen)' "$dir/times" "$IDEMKIT_TEST_TIMES"
+	} | sort -nr > "$dir/times.all" && mv "$dir/times.all" "$IDEMKIT_TEST_TIMES"
+fi
+passed=$(cat "$dir"/*.out 2>/dev/null | grep -c '^ok ')
+skipped=$(cat "$dir"/*.out 2>/dev/null | grep -c '^ok .* # skip')
+failed=$(cat "$dir"/*.out 2>/dev/null | grep -c '^not ok ')
 echo "$((passed - skipped)) passed, $failed failed, $skipped skipped"
 exit $status

@@ -13,6 +13,10 @@ load ddblocal_helper
 
 QB=sqs
 
+# one emulator for the file, whose concurrency some tests measure: the
+# tests run one at a time (tests/run.sh)
+BATS_NO_PARALLELIZE_WITHIN_FILE=true
+
 setup_file() { QB=sqs queue_backend_setup_file; }
 teardown_file() { queue_backend_teardown_file; }
 setup() {

@@ -7,6 +7,10 @@ bats_require_minimum_version 1.5.0
 load helper
 load bank_helper
 
+# one server for the file (one cache emptied by each test on
+# sqlite-cache): the tests run one at a time (tests/run.sh)
+BATS_NO_PARALLELIZE_WITHIN_FILE=true
+
 setup_file() { store_backend_setup_file; }
 teardown_file() { store_backend_teardown_file; }
 setup() { store_backend_setup; }
@@ -42,13 +46,20 @@ teardown() { bank_stop; }
 }
 
 @test "a finished record stays finished after its old lease ran out: DONE -> 10, FAILED -> 12, DNF -> 10, record unchanged" {
-	for pair in DONE:10:DUP_DONE FAILED:12:DUP_FAILED DEBITED_NOTIFICATION_FAILED:10:DUP_DONE; do
+	pairs="DONE:10:DUP_DONE FAILED:12:DUP_FAILED DEBITED_NOTIFICATION_FAILED:10:DUP_DONE"
+	# the three finished first, so one wait lets all three old leases run out
+	for pair in $pairs; do
 		IFS=: read -r state want outcome <<<"$pair"
 		id=$(uid "late$state")
 		ev "$id" | idemp-claim --lease 1s 2>/dev/null | idemp-done --state "$state" >/dev/null
-		before=$(idemp-show --json "$id")
-		[ "$(jget "$before" state)" = "$state" ]
-		sleep 1.3
+		idemp-show --json "$id" > "$BATS_TEST_TMPDIR/before-$state"
+		[ "$(jget "$(cat "$BATS_TEST_TMPDIR/before-$state")" state)" = "$state" ]
+	done
+	sleep 1.3
+	for pair in $pairs; do
+		IFS=: read -r state want outcome <<<"$pair"
+		id=$(uid "late$state")
+		before=$(cat "$BATS_TEST_TMPDIR/before-$state")
 		run --separate-stderr idemp-claim --lease 1s < <(ev "$id")
 		echo "$state: status $status: $output"
 		[ "$status" -eq "$want" ]
