@@ -25,7 +25,7 @@ INVARIANTS = [
     (1, "no charge debited twice; every debit under Idempotency-Key = chargeId"),
     (2, "records agree with the bank (debited <=> DONE/DNF; FAILED only if declined or unseen)"),
     (3, "nothing lost: settled with no copy left, or in the DLQ with its reason"),
-    (4, "notifications: at most one per holder and re-notify; none => DNF"),
+    (4, "notifications: one key per charge, none => DNF, never re-claimed once finished"),
     (5, "no planted secret in any output, log or command line"),
     (6, "liveness: the backlog drains within the bound after the heal"),
 ]
@@ -101,15 +101,12 @@ def check(run, planted, facts):
     for e in jlines(os.path.join(run, "logs", "bank-sim.log")):
         if e.get("msg") == "request" and e.get("path") == "/debits" and e.get("method") == "POST":
             reqs.setdefault(e.get("key"), []).append((e["ts"], e.get("status")))
-    renotify = {}
-    for e in jlines(os.path.join(run, "logs", "cron.log")):
-        if e.get("prog") == "charge-notify" and e.get("chargeId"):
-            renotify[e["chargeId"]] = renotify.get(e["chargeId"], 0) + 1
     dlq_by_body = {}
     for m in dlq:
         dlq_by_body.setdefault(m.get("body"), []).append(m)
 
     viol = {i: [] for i, _ in INVARIANTS}
+    note_replays = 0
 
     def bad(i, cid, why):
         viol[i].append({"chargeId": cid, "why": why})
@@ -155,17 +152,19 @@ def check(run, planted, facts):
             if ev is not None and b != ev and json.loads(b) != json.loads(ev) \
                     and b not in dlq_by_body:
                 bad(3, cid, "a copy with another payload is neither settled nor in the DLQ")
-        # 4
-        n = notes.get(cid + ":notify", 0)
+        # 4: the gateway counts every delivery it accepted; deliveries
+        # under one key past the first are a retry the key absorbs (a real
+        # gateway answers them from its idempotency store), like a replay
+        keys = [k for k in notes if k.split(":")[0] == cid]
+        n = sum(notes[k] for k in keys)
+        if len(keys) > 1:
+            bad(4, cid, "notified under %d keys: %s" % (len(keys), keys))
         if st == "DONE" and n == 0:
             bad(4, cid, "DONE but the gateway accepted no notification")
         if st == "FAILED" and n:
             bad(4, cid, "FAILED but %d notifications were sent" % n)
-        holders = (r or {}).get("attempts", 1) or 1
-        allowed = holders + renotify.get(cid, 0)
-        if n > allowed:
-            bad(4, cid, "%d notifications for %d holders and %d re-notifications"
-                % (n, holders, renotify.get(cid, 0)))
+        if n > 1:
+            note_replays += n - 1
         finished = False
         for h in (r or {}).get("history", []):
             if h.get("op") == "finish":
@@ -206,7 +205,7 @@ def check(run, planted, facts):
             if status != 200:
                 continue
             replays += 1
-            kinds = {k for s, e, k, _ in windows if s - lease_ms <= ts <= e + lease_ms} or {"none"}
+            kinds = {k for s, e, k, _ in windows if s <= ts <= e + lease_ms} or {"none"}
             for k in kinds:
                 per_kind[k] = per_kind.get(k, 0) + 1
     faults = {}
@@ -236,7 +235,7 @@ def check(run, planted, facts):
         "settled": settled, "debits": sum(len(x) for x in debits.values()),
         "replays_absorbed": replays, "replays_per_fault": per_kind, "faults_landed": faults,
         "dlq": len(dlq), "left_in_queue": len(left),
-        "notifications": sum(notes.values()),
+        "notifications": sum(notes.values()), "notification_retries_absorbed": note_replays,
         "facts": facts,
         "invariants": [{"n": i, "name": name, "ok": not viol[i], "violations": viol[i][:50],
                         "count": len(viol[i])} for i, name in INVARIANTS],
@@ -252,9 +251,9 @@ def print_table(v, run):
     print("chaos verdict: %s  (backend %s, seed %d, %d s of faults)"
           % ("VALID" if v["ok"] else "INVALID", v["backend"], v["seed"], v["duration_s"]))
     print("  %d charges, %d copies sent, %d settled, %d debits, %d replays absorbed by the key, "
-          "%d in the DLQ, %d notifications" % (v["charges"], v["copies_sent"], v["settled"],
-                                              v["debits"], v["replays_absorbed"], v["dlq"],
-                                              v["notifications"]))
+          "%d in the DLQ, %d notifications (%d retries absorbed by the gateway's key)"
+          % (v["charges"], v["copies_sent"], v["settled"], v["debits"], v["replays_absorbed"],
+             v["dlq"], v["notifications"], v["notification_retries_absorbed"]))
     d = v["facts"].get("drained_s")
     print("  drained %s after the heal (bound %d s)" %
           ("in %.1f s" % d if d is not None else "NOT", v["facts"]["drain_bound_s"]))
