@@ -153,6 +153,7 @@ class Redis:
             self.p.sh(h, ["sysctl", "-qw", "net.ipv4.ip_nonlocal_bind=1"])
         subprocess.run(["ip", "-n", net.ns(a), "addr", "add", self.vip + "/24", "dev", "eth0"],
                        check=True)
+        net.extra[a] = [self.vip]
         for h in self.hosts:
             self.launch(h)
 
@@ -182,8 +183,10 @@ class Redis:
         self.cli(new, "REPLICAOF", "NO", "ONE")
         subprocess.run(["ip", "-n", net.ns(old), "addr", "del", self.vip + "/24", "dev", "eth0"])
         subprocess.run(["ip", "-n", net.ns(new), "addr", "add", self.vip + "/24", "dev", "eth0"])
+        net.extra = {new: [self.vip]}
         for h in net.hosts:
             subprocess.run(["ip", "-n", net.ns(h), "neigh", "flush", "all"])
+            net._apply(h)   # partitions in force follow the service address
         self.primary = new
         self.failed_over = True
         return True

@@ -205,6 +205,9 @@ class World:
     def queue_counts(self):
         r = self.procs.sh(self.workers[0], ["sqs-stat"], env=self.host_env(self.workers[0]),
                           check=False, timeout=30)
+        with open(self.procs.log("drain"), "a") as f:
+            f.write(json.dumps({"ts": now_ms(), "harness": "sqs-stat", "out": r.stdout.strip(),
+                                "rc": r.returncode}) + "\n")
         try:
             q = json.loads(r.stdout)
             return q["visible"] + q["inflight"] + q["delayed"]
@@ -270,8 +273,16 @@ def workload(seed, duration, n):
             sends.append((min(duration * 0.95, t0 + rng.uniform(0.5, LEASE_S)), mb))
         charges.append(c)
     poison = []
-    for i in range(max(1, n // 50)):
-        b = "POISON-%d-%d {not json" % (seed, i)
+    # malformed events a buggy billing system sends: each must end in the
+    # DLQ, never at the bank
+    bad = ['POISON-%d-%d {not json', '{"chargeId":"BAD-%d-%d-zero","accountId":"ACC-1","amount":0,'
+           '"currency":"INR","chargeType":"SMS_ALERT_FEE"}',
+           '{"chargeId":"BAD-%d-%d-frac","accountId":"ACC-1","amount":2500.5,'
+           '"currency":"INR","chargeType":"SMS_ALERT_FEE"}',
+           '{"chargeId":"BAD-%d-%d-neg","accountId":"ACC-1","amount":-100,'
+           '"currency":"INR","chargeType":"SMS_ALERT_FEE"}']
+    for i in range(max(len(bad), n // 25)):
+        b = bad[i % len(bad)].replace("%d-%d", "%d-%d" % (seed, i))
         poison.append(b)
         sends.append((rng.uniform(0, duration * 0.75), b))
     sends.sort(key=lambda s: s[0])

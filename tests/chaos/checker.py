@@ -173,8 +173,12 @@ def check(run, planted, facts):
                 bad(4, cid, "claimed again (attempt %s) after it was finished" % h.get("attempt"))
                 break
     for b in wl["poison"]:
+        pid = charge_of(b) or b[:30]
         if b not in dlq_by_body:
-            bad(3, b[:30], "a poison message is not in the DLQ")
+            bad(3, pid, "a malformed message is not in the DLQ")
+        if pid in reqs:
+            bad(2, pid, "a malformed event reached the bank (answers: %s)"
+                % sorted(set(s for _, s in reqs[pid])))
     for b, ms in dlq_by_body.items():
         for m in ms:
             if not (m.get("attributes") or {}).get("idemkit.reason"):
@@ -217,7 +221,7 @@ def check(run, planted, facts):
     for i, vs in viol.items():
         for v in vs[:5]:
             cid = v["chargeId"]
-            if not cid.startswith("CHG-"):
+            if not cid.startswith(("CHG-", "BAD-")):
                 continue
             tl = timeline(run, cid)
             ts = [x["ts"] for x in tl if x["ts"]] or [0]

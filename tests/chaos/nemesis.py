@@ -53,7 +53,14 @@ def schedule(seed, duration, backend, hosts, workers, lease_s, only=None):
         e = {"t": round(t, 2), "kind": k}
         d = rng.uniform(3, 15)
         if k == "partition":
-            a, b = rng.sample(hosts, 2)
+            # a worker cut from a server, or the store from its replica
+            servers = [h for h in hosts if h not in workers]
+            if "store2" in hosts and rng.random() < 0.2:
+                a, b = "store", "store2"
+            else:
+                a, b = rng.choice(workers), rng.choice(servers)
+            if rng.random() < 0.5:
+                a, b = b, a
             e.update(a=a, b=b, both=rng.random() < 0.5)
         elif k == "link":
             e["ctl"] = {f: round(rng.uniform(*r), 3) for f, r in {

@@ -60,6 +60,7 @@ class Net:
         self.hosts = dict(hosts)
         self.made = []           # namespaces made, for cleanup
         self.parts = set()       # (a, b): a's packets to b are dropped
+        self.extra = {}          # host: service addresses it holds now (a VIP)
 
     def addr(self, host):
         return "10.213.%d.%d" % (self.s, self.hosts[host])
@@ -98,10 +99,10 @@ class Net:
         self.nft(host, "flush chain inet chaos out")
         self.nft(host, "flush chain inet chaos in")
         for a, b in sorted(self.parts):
-            if a == host:
-                self.nft(host, "add rule inet chaos out ip daddr %s drop" % self.addr(b))
-            if b == host:
-                self.nft(host, "add rule inet chaos in ip saddr %s drop" % self.addr(a))
+            for x in ([self.addr(b)] + self.extra.get(b, [])) if a == host else []:
+                self.nft(host, "add rule inet chaos out ip daddr %s drop" % x)
+            for x in ([self.addr(a)] + self.extra.get(a, [])) if b == host else []:
+                self.nft(host, "add rule inet chaos in ip saddr %s drop" % x)
 
     def partition(self, a, b, both):
         self.parts.add((a, b))
