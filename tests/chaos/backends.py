@@ -7,7 +7,6 @@ to reach the store and queue, and the secrets planted there (check 5).
 import json
 import os
 import secrets
-import shutil
 import subprocess
 import urllib.request
 

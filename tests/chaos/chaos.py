@@ -24,16 +24,15 @@ import argparse
 import json
 import os
 import random
-import secrets
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True   # nothing written into the source tree
 sys.path.insert(0, HERE)
 import net as netmod        # noqa: E402
 import servers              # noqa: E402
@@ -223,9 +222,32 @@ class World:
             return None
         return len([line for line in r.stdout.splitlines() if line.strip()])
 
+    def snapshot(self, name):
+        """What every process in the worker hosts is doing (a drain that
+        missed its bound: which step waits on what)."""
+        with open(self.procs.log(name), "a") as f:
+            for h in self.workers:
+                pids = ",".join(str(p) for p in self.net.pids(h))
+                if pids:
+                    r = netmod.run("ps", "-o", "pid,pgid,stat,wchan:24,etimes,args", "-p", pids,
+                                   check=False)
+                    f.write("== %s\n%s\n" % (h, r.stdout))
+
     def collect(self):
         env = self.host_env(self.workers[0])
         h = self.workers[0]
+        # copies received by a worker that was stopped come back after the
+        # visibility timeout: wait for them (at most 45 s), so that "left
+        # in the queue" tells a hidden copy from a lost one
+        end = time.monotonic() + 45
+        while time.monotonic() < end:
+            r = self.procs.sh(h, ["sqs-stat"], env=env, check=False, timeout=30)
+            try:
+                if json.loads(r.stdout)["inflight"] == 0:
+                    break
+            except (ValueError, KeyError):
+                pass
+            time.sleep(1)
         r = self.procs.sh(h, ["idemp-list"], env=env, check=False, timeout=120)
         with open(os.path.join(self.run, "records.ndjson"), "w") as f:
             f.write(r.stdout)
@@ -280,6 +302,8 @@ def workload(seed, duration, n):
            '{"chargeId":"BAD-%d-%d-frac","accountId":"ACC-1","amount":2500.5,'
            '"currency":"INR","chargeType":"SMS_ALERT_FEE"}',
            '{"chargeId":"BAD-%d-%d-neg","accountId":"ACC-1","amount":-100,'
+           '"currency":"INR","chargeType":"SMS_ALERT_FEE"}',
+           '{"chargeId":"BAD-%d-%d-dec","accountId":"ACC-1","amount":2500.00,'
            '"currency":"INR","chargeType":"SMS_ALERT_FEE"}']
     for i in range(max(len(bad), n // 25)):
         b = bad[i % len(bad)].replace("%d-%d", "%d-%d" % (seed, i))
@@ -382,6 +406,8 @@ def main():
                 break
             w.sample_cmdlines()
             time.sleep(1)
+        if drained is None:
+            w.snapshot("stuck")
         w.stop_workers()
         w.collect()
         w.sample_cmdlines()

@@ -9,7 +9,7 @@
 # the share found; exits 1 under CHAOS_DEFECTS_MIN percent (default 80).
 #
 # usage: tests/chaos/defects.sh [NAME[:BACKEND] ...]   (default: the list below)
-# env:   CHAOS_DEFECT_SEEDS (seeds tried per defect, default 3),
+# env:   CHAOS_DEFECT_SEEDS (seeds tried per defect, default 5),
 #        CHAOS_DEFECT_DURATION (seconds of faults per run, default 45),
 #        CHAOS_DIR (scratch, default build/chaos), MAKE
 set -u
@@ -17,7 +17,7 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 dir=${CHAOS_DIR:-$src/build/chaos}
 tree=$dir/tree
 make=${MAKE:-make}
-seeds=${CHAOS_DEFECT_SEEDS:-3}
+seeds=${CHAOS_DEFECT_SEEDS:-5}
 duration=${CHAOS_DEFECT_DURATION:-45}
 min=${CHAOS_DEFECTS_MIN:-80}
 

@@ -20,7 +20,7 @@ STEPS = ("idemp-claim", "charge-debit", "charge-notify", "idemp-done", "sqs-ack"
 KINDS = {
     "partition":     (4, None),
     "link":          (3, None),
-    "bank-errors":   (2, None),
+    "bank-errors":   (3, None),
     "bank-slow":     (1, None),
     "bank-401":      (1, None),
     "token-down":    (1, None),
