@@ -25,7 +25,7 @@ INVARIANTS = [
     (1, "no charge debited twice; every debit under Idempotency-Key = chargeId"),
     (2, "records agree with the bank (debited <=> DONE/DNF; FAILED only if declined or unseen)"),
     (3, "nothing lost: settled with no copy left, or in the DLQ with its reason"),
-    (4, "notifications: one key per charge, none => DNF, never re-claimed once finished"),
+    (4, "notifications: one key per charge, none => DNF; a record finished once, never re-claimed"),
     (5, "no planted secret in any output, log or command line"),
     (6, "liveness: the backlog drains within the bound after the heal"),
 ]
@@ -167,6 +167,10 @@ def check(run, planted, facts):
             note_replays += n - 1
         finished = False
         for h in (r or {}).get("history", []):
+            if h.get("op") == "finish" and finished:
+                bad(4, cid, "finished twice (the second by owner %s): a finish not fenced by "
+                    "the claim token" % h.get("owner"))
+                break
             if h.get("op") == "finish":
                 finished = True
             elif h.get("op") == "claim" and finished:

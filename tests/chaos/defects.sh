@@ -27,7 +27,7 @@ if [ $# -eq 0 ]; then
 		redis-claim-finished:redis done-dnf-as-done:embedded \
 		done-declined-dnf:embedded acker-dlq-skipped:embedded \
 		acker-dup-in-progress-deleted:embedded bank-409-declined:embedded \
-		event-zero-amount:embedded event-fraction:embedded
+		event-zero-amount:embedded sqlite-finish-unfenced:embedded
 fi
 
 if [ "$(id -u)" -ne 0 ]; then
