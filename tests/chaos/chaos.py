@@ -9,7 +9,7 @@ workers, store, queue and bank on separate hosts (network namespaces,
 net.py).  docs/RELIABILITY.md gives the method and the figures.
 
 usage: chaos.py [--seed N] [--duration S] [--backend B] [--bin DIR] [--out DIR]
-                [--only KIND,...] [--charges N]
+                [--only KIND,...] [--charges N] [--schedule FILE]
   B: embedded (SQLite store and queue, several workers on one host),
      postgres (primary + synchronous replica; SQS emulator queue),
      redis (primary + replica; SQS emulator queue),
@@ -364,6 +364,8 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--only", default=None, help="fault kinds, comma-separated")
     ap.add_argument("--charges", type=int, default=None)
+    ap.add_argument("--schedule", default=None,
+                    help="replay a run's schedule.json instead of drawing one from the seed")
     a = ap.parse_args()
     if a.seed is None:
         a.seed = random.SystemRandom().randint(1, 99999)
@@ -390,6 +392,9 @@ def main():
         wl, sends = workload(a.seed, a.duration, n)
         only = set(a.only.split(",")) if a.only else None
         ev = schedule(a.seed, a.duration, a.backend, sorted(w.net.hosts), w.workers, LEASE_S, only)
+        if a.schedule:
+            with open(a.schedule) as f:
+                ev = json.load(f)
         with open(os.path.join(run, "workload.json"), "w") as f:
             json.dump(dict(wl, seed=a.seed, backend=a.backend, duration=a.duration,
                            lease_s=LEASE_S, declined=DECLINED,
