@@ -68,7 +68,8 @@ def schedule(seed, duration, backend, hosts, workers, lease_s, only=None):
                 "reorder": (0, 0.3), "dup": (0, 0.3), "reset_mid_body": (0, 0.15),
                 "truncate": (0, 0.1), "huge": (0, 0.1)}.items() if rng.random() < 0.6}
         elif k == "bank-errors":
-            e["status"] = rng.choice([500, 502, 503, 504, 429, 409, 408])
+            # a flaky bank answers a mix: the status changes every second
+            e["statuses"] = rng.sample([500, 502, 503, 504, 429, 409, 408], rng.randint(1, 4))
             e["rate"] = round(rng.uniform(0.2, 0.9), 2)
         elif k == "bank-slow":
             e["latency_ms"] = rng.choice([1500, 2500, 4000])
@@ -141,6 +142,16 @@ class Nemesis:
                 if item[0] <= time.monotonic():
                     self.active.remove(item)
                     self.heal(item[1])
+                elif item[1]["kind"] == "bank-errors":
+                    e = item[1]
+                    n = int(time.monotonic() - self.t0 - e["t"])
+                    if n != e["tick"]:
+                        e["tick"] = n
+                        try:
+                            w = e["statuses"]
+                            self.w.bank.bank_ctl(errorStatus=w[n % len(w)])
+                        except Exception:
+                            pass
             self.halt.wait(0.1)
 
     # ---- faults ------------------------------------------------------
@@ -170,7 +181,8 @@ class Nemesis:
         elif k == "link":
             w.bank.proxy_ctl(e["ctl"])
         elif k == "bank-errors":
-            w.bank.bank_ctl(errorRate=e["rate"], errorStatus=e["status"])
+            w.bank.bank_ctl(errorRate=e["rate"], errorStatus=e["statuses"][0])
+            e["tick"] = 0
         elif k == "bank-slow":
             w.bank.bank_ctl(latencyMs=e["latency_ms"])
         elif k == "bank-401":

@@ -64,11 +64,11 @@ class Procs:
         self.procs[name] = p
         return p
 
-    def sh(self, host, argv, user=None, env=None, check=True, timeout=120):
+    def sh(self, host, argv, user=None, env=None, check=True, timeout=120, input=None):
         cmd = [IP, "netns", "exec", self.net.ns(host)]
         if user:
             cmd += ["runuser", "-u", user, "--"]
-        r = subprocess.run(cmd + list(argv), env=env, stdout=subprocess.PIPE,
+        r = subprocess.run(cmd + list(argv), env=env, stdout=subprocess.PIPE, input=input,
                            stderr=subprocess.PIPE, text=True, timeout=timeout, cwd="/")
         if check and r.returncode:
             raise RuntimeError("%s: %s" % (" ".join(argv[:3]), r.stderr.strip()[-400:]))
@@ -225,14 +225,15 @@ class Postgres:
         self.failed_over = False
         self.down = set()
 
-    def pg(self, host, *argv, check=True):
+    def pg(self, host, *argv, check=True, input=None):
         return self.p.sh(host, [os.path.join(PG_BIN, argv[0])] + list(argv[1:]),
-                         user="postgres", check=check)
+                         user="postgres", check=check, input=input)
 
     def sql(self, host, q, db="idemkit"):
+        # on stdin, not -c: the role's password is in it, and argv is public
         return self.pg(host, "psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1",
                        "-h", self.dirs[host], "-p", str(self.PORT), "-U", "postgres",
-                       "-d", db, "-c", q).stdout
+                       "-d", db, input=q + ";\n").stdout
 
     def ctl(self, host, *args, check=True):
         return self.pg(host, "pg_ctl", "-D", os.path.join(self.dirs[host], "data"),
