@@ -227,6 +227,26 @@ faults: all $(NODE_STAMP)
 	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/faults/crash.bats'
 	@cat $(FAULTS_REPORT)
 
+# The fault campaign (tests/chaos/, docs/RELIABILITY.md): workers, store,
+# queue and bank on separate hosts (network namespaces; needs root, else
+# it says so and exits 77), a generated workload, a nemesis drawing faults
+# from SEED, and a checker judging the history against the invariants.
+# BACKEND: embedded postgres redis dynamodb (default: each in turn);
+# DURATION: seconds of faults per backend; SEED (default random, printed).
+# `make chaos DEFECTS=1` runs tests/chaos/defects.sh instead: the seeded
+# defects the campaign must find.
+BACKEND  ?= embedded postgres redis dynamodb
+DURATION ?= 120
+SEED     ?=
+chaos: all $(NODE_STAMP)
+	@if [ -n '$(DEFECTS)' ]; then sh tests/chaos/defects.sh; exit $$?; fi; \
+	rc=0; for b in $(BACKEND); do \
+	  rm -rf $(CURDIR)/$(O)/chaos/$$b; \
+	  python3 tests/chaos/chaos.py --backend $$b --duration $(DURATION) $(if $(SEED),--seed $(SEED)) \
+	    --bin $(CURDIR)/$(O)/bin --out $(CURDIR)/$(O)/chaos/$$b; r=$$?; \
+	  [ $$r -eq 77 ] && exit 77; [ $$r -eq 0 ] || rc=1; \
+	done; exit $$rc
+
 # Seeded money defects (tests/mutants/NAME.patch), each applied to a scratch
 # copy, built, and run against the suites it names: every one must be caught
 # (N killed, 0 survived); a patch that no longer applies fails the run.
@@ -270,9 +290,9 @@ clean:
 	rm -rf build
 
 help:
-	@echo 'targets: all product sim test check demo demo-embedded demo-postgres model mutants sanitize faults fuzz fuzz-short valgrind bench demo-aws install uninstall deps clean'
+	@echo 'targets: all product sim test check demo demo-embedded demo-postgres model mutants chaos sanitize faults fuzz fuzz-short valgrind bench demo-aws install uninstall deps clean'
 
-.PHONY: all product sim test check check-build model mutants demo-embedded demo-postgres sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean help
+.PHONY: all product sim test check check-build model mutants chaos demo-embedded demo-postgres sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deps clean help
 
 # ---- bank-sim, the test double (sim/) ------------------------------------
 # The core-banking and notification simulator the tests, the demo and the

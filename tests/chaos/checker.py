@@ -1,0 +1,301 @@
+#!/usr/bin/env python3
+"""tests/chaos/checker.py: judges a campaign's history against the invariants.
+
+Reads only what the run left in its directory, after the faults healed and
+the queue drained: the bank's own ledger (bank/ledger.db) and request log
+(every request, replays included), the records (records.ndjson, from
+idemp-list), what was left in the queue and the DLQ (queue.ndjson,
+dlq.ndjson), the workload the producer sent (workload.json), the
+nemesis's log and every log line of every host.  It prints a short table
+and writes verdict.json; for a violation, the chargeId, the faults around
+it and that charge's timeline across hosts.
+
+usage: checker.py RUN_DIR   (re-judges a kept run; secrets are not known
+                             then, so check 5 is skipped)
+"""
+import glob
+import json
+import os
+import sqlite3
+import sys
+
+TERMINAL = ("DONE", "FAILED", "DEBITED_NOTIFICATION_FAILED")
+DEBITED = ("DONE", "DEBITED_NOTIFICATION_FAILED")
+INVARIANTS = [
+    (1, "no charge debited twice; every debit under Idempotency-Key = chargeId"),
+    (2, "records agree with the bank (debited <=> DONE/DNF; FAILED only if declined or unseen)"),
+    (3, "nothing lost: settled with no copy left, or in the DLQ with its reason"),
+    (4, "notifications: one key per charge, none => DNF; a record finished once, never re-claimed"),
+    (5, "no planted secret in any output, log or command line"),
+    (6, "liveness: the backlog drains within the bound after the heal"),
+]
+
+
+def jlines(path):
+    out = []
+    try:
+        with open(path, errors="replace") as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    try:
+                        out.append(json.loads(line))
+                    except ValueError:
+                        pass
+    except OSError:
+        pass
+    return out
+
+
+def charge_of(body):
+    try:
+        return json.loads(body).get("chargeId")
+    except (ValueError, AttributeError, TypeError):
+        return None
+
+
+def fault_windows(run, lease_ms):
+    """(start_ms, end_ms, kind, event) of every fault that landed."""
+    starts, out = {}, []
+    for e in jlines(os.path.join(run, "nemesis.log")):
+        if "t" not in e:
+            continue
+        key = (e["t"], e["kind"])
+        if e.get("action") == "start":
+            starts[key] = e
+        elif e.get("action") in ("healed", "heal-failed") and key in starts:
+            s = starts.pop(key)
+            end = e["ts"] if e["ts"] > s["ts"] else s["ts"]
+            out.append((s["ts"], max(end, s["ts"] + (0 if s.get("d") else 2 * lease_ms)), s["kind"], s))
+    for s in starts.values():
+        out.append((s["ts"], s["ts"] + 2 * lease_ms, s["kind"], s))
+    return sorted(out, key=lambda x: x[0])
+
+
+def timeline(run, cid, limit=80):
+    lines = []
+    for path in sorted(glob.glob(os.path.join(run, "logs", "*.log"))):
+        src = os.path.basename(path)[:-4]
+        for e in jlines(path):
+            if cid in json.dumps(e):
+                lines.append((e.get("ts", 0), src, e))
+    lines.sort(key=lambda x: x[0])
+    return [{"ts": t, "source": s, "line": e} for t, s, e in lines[:limit]]
+
+
+def check(run, planted, facts):
+    wl = json.load(open(os.path.join(run, "workload.json")))
+    lease_ms = wl["lease_s"] * 1000
+    declined = set(wl["declined"])
+    records = {r["chargeId"]: r for r in jlines(os.path.join(run, "records.ndjson"))}
+    dlq = jlines(os.path.join(run, "dlq.ndjson"))
+    left = jlines(os.path.join(run, "queue.ndjson"))
+    db = sqlite3.connect("file:%s?mode=ro" % os.path.join(run, "bank", "ledger.db"), uri=True)
+    debits = {}
+    for key, cid, ref, amount, replays in db.execute(
+            "SELECT key, charge_id, ref, amount, replays FROM debits"):
+        debits.setdefault(cid, []).append({"key": key, "ref": ref, "amount": amount,
+                                           "replays": replays})
+    notes = dict(db.execute("SELECT key, count FROM notifications"))
+    reqs = {}
+    for e in jlines(os.path.join(run, "logs", "bank-sim.log")):
+        if e.get("msg") == "request" and e.get("path") == "/debits" and e.get("method") == "POST":
+            reqs.setdefault(e.get("key"), []).append((e["ts"], e.get("status")))
+    dlq_by_body = {}
+    for m in dlq:
+        dlq_by_body.setdefault(m.get("body"), []).append(m)
+
+    viol = {i: [] for i, _ in INVARIANTS}
+    note_replays = 0
+
+    def bad(i, cid, why):
+        viol[i].append({"chargeId": cid, "why": why})
+
+    for c in wl["charges"]:
+        cid = c["chargeId"]
+        d = debits.get(cid, [])
+        r = records.get(cid)
+        st = r["state"] if r else None
+        # 1
+        if len(d) > 1:
+            bad(1, cid, "%d distinct debits at the bank" % len(d))
+        for x in d:
+            if x["key"] != cid:
+                bad(1, cid, "debited under Idempotency-Key %r" % x["key"])
+        # 2
+        if d and st not in DEBITED:
+            bad(2, cid, "debited at the bank (%s) but the record says %s" % (d[0]["ref"], st))
+        if not d and st in DEBITED:
+            bad(2, cid, "record %s but the bank has no debit" % st)
+        if d and r and r.get("debitRef") and r["debitRef"] != d[0]["ref"]:
+            bad(2, cid, "record ref %s, bank ref %s" % (r["debitRef"], d[0]["ref"]))
+        if st == "FAILED":
+            statuses = [s for _, s in reqs.get(cid, [])]
+            if statuses and 402 not in statuses:
+                bad(2, cid, "FAILED, but the bank never declined it (answers: %s)"
+                    % sorted(set(statuses)))
+        if c["declined"] and d:
+            bad(2, cid, "a declined account was debited")
+        if r and r.get("event") and d and json.loads(r["event"])["amount"] != d[0]["amount"]:
+            bad(2, cid, "debited %s, record's event says %s" % (d[0]["amount"],
+                                                                 json.loads(r["event"])["amount"]))
+        # 3
+        if st not in TERMINAL:
+            bad(3, cid, "no terminal record (state %s)" % st)
+        n_left = sum(1 for m in left if charge_of(m.get("body")) == cid)
+        if n_left:
+            bad(3, cid, "%d copies still in the queue" % n_left)
+        if st == "FAILED" and not any(charge_of(b) == cid for b in dlq_by_body):
+            bad(3, cid, "FAILED but no copy in the DLQ")
+        ev = r.get("event") if r else None
+        for b in {c["body"], c["mismatch"]} - {None}:
+            if ev is not None and b != ev and json.loads(b) != json.loads(ev) \
+                    and b not in dlq_by_body:
+                bad(3, cid, "a copy with another payload is neither settled nor in the DLQ")
+        # 4: the gateway counts every delivery it accepted; deliveries
+        # under one key past the first are a retry the key absorbs (a real
+        # gateway answers them from its idempotency store), like a replay
+        keys = [k for k in notes if k.split(":")[0] == cid]
+        n = sum(notes[k] for k in keys)
+        if len(keys) > 1:
+            bad(4, cid, "notified under %d keys: %s" % (len(keys), keys))
+        if st == "DONE" and n == 0:
+            bad(4, cid, "DONE but the gateway accepted no notification")
+        if st == "FAILED" and n:
+            bad(4, cid, "FAILED but %d notifications were sent" % n)
+        if n > 1:
+            note_replays += n - 1
+        finished = False
+        for h in (r or {}).get("history", []):
+            if h.get("op") == "finish" and finished:
+                bad(4, cid, "finished twice (the second by owner %s): a finish not fenced by "
+                    "the claim token" % h.get("owner"))
+                break
+            if h.get("op") == "finish":
+                finished = True
+            elif h.get("op") == "claim" and finished:
+                bad(4, cid, "claimed again (attempt %s) after it was finished" % h.get("attempt"))
+                break
+    for b in wl["poison"]:
+        pid = charge_of(b) or b[:30]
+        if b not in dlq_by_body:
+            bad(3, pid, "a malformed message is not in the DLQ")
+        if pid in reqs:
+            bad(2, pid, "a malformed event reached the bank (answers: %s)"
+                % sorted(set(s for _, s in reqs[pid])))
+    for b, ms in dlq_by_body.items():
+        for m in ms:
+            if not (m.get("attributes") or {}).get("idemkit.reason"):
+                bad(3, charge_of(b) or str(b)[:30], "a DLQ copy without its reason")
+                break
+    # 5
+    if planted is not None:
+        files = [p for p in glob.glob(os.path.join(run, "**", "*"), recursive=True)
+                 if os.path.isfile(p) and (p.endswith((".log", ".ndjson")) or
+                                           os.path.basename(p) in ("log", "server.log"))]
+        for name, value in planted:
+            for p in files:
+                with open(p, "rb") as f:
+                    if value.encode() in f.read():
+                        bad(5, "-", "the %s is in %s" % (name, os.path.relpath(p, run)))
+    # 6
+    if facts.get("drained_s") is None:
+        bad(6, "-", "the backlog did not drain within %s s of the heal" % facts.get("drain_bound_s"))
+    elif facts["drained_s"] > facts["drain_bound_s"]:
+        bad(6, "-", "drained in %.0f s, over the bound of %d s"
+            % (facts["drained_s"], facts["drain_bound_s"]))
+
+    # replays absorbed by the key, per fault kind around them
+    windows = fault_windows(run, lease_ms)
+    per_kind, replays = {}, 0
+    for key, rs in reqs.items():
+        for ts, status in rs:
+            if status != 200:
+                continue
+            replays += 1
+            kinds = {k for s, e, k, _ in windows if s <= ts <= e + lease_ms} or {"none"}
+            for k in kinds:
+                per_kind[k] = per_kind.get(k, 0) + 1
+    faults = {}
+    for _, _, k, _ in windows:
+        faults[k] = faults.get(k, 0) + 1
+
+    # the evidence for each violating charge
+    evidence = []
+    for i, vs in viol.items():
+        for v in vs[:5]:
+            cid = v["chargeId"]
+            if not cid.startswith(("CHG-", "BAD-")):
+                continue
+            tl = timeline(run, cid)
+            ts = [x["ts"] for x in tl if x["ts"]] or [0]
+            around = [dict(w[3], end=w[1]) for w in windows
+                      if w[0] <= max(ts) + lease_ms and w[1] >= min(ts) - lease_ms]
+            evidence.append({"invariant": i, "chargeId": cid, "why": v["why"],
+                             "faults": around, "timeline": tl})
+    n_charges = len(wl["charges"])
+    settled = sum(1 for c in wl["charges"] if (records.get(c["chargeId"]) or {}).get("state") in TERMINAL)
+    v = {
+        "ok": not any(viol.values()),
+        "seed": wl["seed"], "backend": wl["backend"], "duration_s": wl["duration"],
+        "charges": n_charges, "copies_sent": sum(c["copies"] + (1 if c["mismatch"] else 0)
+                                                 for c in wl["charges"]) + len(wl["poison"]),
+        "settled": settled, "debits": sum(len(x) for x in debits.values()),
+        "replays_absorbed": replays, "replays_per_fault": per_kind, "faults_landed": faults,
+        "dlq": len(dlq), "left_in_queue": len(left),
+        "notifications": sum(notes.values()), "notification_retries_absorbed": note_replays,
+        "facts": facts,
+        "invariants": [{"n": i, "name": name, "ok": not viol[i], "violations": viol[i][:50],
+                        "count": len(viol[i])} for i, name in INVARIANTS],
+        "evidence": evidence[:10],
+    }
+    with open(os.path.join(run, "verdict.json"), "w") as f:
+        json.dump(v, f, indent=1)
+    print_table(v, run)
+    return v
+
+
+def print_table(v, run):
+    print("chaos verdict: %s  (backend %s, seed %d, %d s of faults)"
+          % ("VALID" if v["ok"] else "INVALID", v["backend"], v["seed"], v["duration_s"]))
+    print("  %d charges, %d copies sent, %d settled, %d debits, %d replays absorbed by the key, "
+          "%d in the DLQ, %d notifications (%d retries absorbed by the gateway's key)"
+          % (v["charges"], v["copies_sent"], v["settled"], v["debits"], v["replays_absorbed"],
+             v["dlq"], v["notifications"], v["notification_retries_absorbed"]))
+    d = v["facts"].get("drained_s")
+    print("  drained %s after the heal (bound %d s)" %
+          ("in %.1f s" % d if d is not None else "NOT", v["facts"]["drain_bound_s"]))
+    print("  faults landed: %s" % ", ".join("%s %d" % kv for kv in sorted(v["faults_landed"].items())))
+    print("  replays per fault kind around them: %s" %
+          (", ".join("%s %d" % kv for kv in sorted(v["replays_per_fault"].items())) or "none"))
+    for inv in v["invariants"]:
+        print("  %-4s %d %s%s" % ("ok" if inv["ok"] else "FAIL", inv["n"], inv["name"],
+                                  "" if inv["ok"] else "  (%d)" % inv["count"]))
+        for x in inv["violations"][:3]:
+            print("         %s: %s" % (x["chargeId"], x["why"]))
+    for e in v["evidence"][:3]:
+        print("  -- %s (invariant %d): %s" % (e["chargeId"], e["invariant"], e["why"]))
+        for f in e["faults"][:8]:
+            print("     fault %s at +%ss %s" % (f["kind"], f.get("t"),
+                                               {k: f[k] for k in f if k not in
+                                                ("kind", "t", "ts", "action", "end")}))
+        for x in e["timeline"][:25]:
+            ln = x["line"]
+            print("     %d %-16s %s" % (x["ts"], x["source"],
+                                        " ".join("%s=%s" % (k, ln[k]) for k in
+                                                 ("prog", "msg", "outcome", "status", "state",
+                                                  "faults", "messageId", "error") if k in ln)))
+    print("  verdict: %s" % os.path.join(run, "verdict.json"))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print(__doc__.strip().splitlines()[-2], file=sys.stderr)
+        sys.exit(64)
+    run = sys.argv[1]
+    old = {}
+    try:
+        old = json.load(open(os.path.join(run, "verdict.json"))).get("facts", {})
+    except (OSError, ValueError):
+        pass
+    sys.exit(0 if check(run, None, old or {"drained_s": None, "drain_bound_s": 0})["ok"] else 1)

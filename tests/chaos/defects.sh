@@ -1,0 +1,91 @@
+#!/bin/sh
+# tests/chaos/defects.sh: proves the campaign finds defects.  Each seeded
+# defect (a tests/mutants/*.patch, a realistic money bug) is applied to a
+# scratch copy of the tree, as tests/mutants/run.sh does, built, and put
+# under the campaign unchanged: its build/bin first on PATH, the full fault
+# mix, the backend it lives in, seeds 1, 2, ... until the checker reports a
+# violation.  Nothing tells the campaign where the defect is.  Prints, per
+# defect, the shortest seed and the time to the verdict that found it, and
+# the share found; exits 1 under CHAOS_DEFECTS_MIN percent (default 80).
+#
+# usage: tests/chaos/defects.sh [NAME[:BACKEND] ...]   (default: the list below)
+# env:   CHAOS_DEFECT_SEEDS (seeds tried per defect, default 5),
+#        CHAOS_DEFECT_DURATION (seconds of faults per run, default 45),
+#        CHAOS_DIR (scratch, default build/chaos), MAKE
+set -u
+src=$(cd "$(dirname "$0")/../.." && pwd)
+dir=${CHAOS_DIR:-$src/build/chaos}
+tree=$dir/tree
+make=${MAKE:-make}
+seeds=${CHAOS_DEFECT_SEEDS:-5}
+duration=${CHAOS_DEFECT_DURATION:-45}
+min=${CHAOS_DEFECTS_MIN:-80}
+
+# NAME:BACKEND, the backend whose code the patch touches.
+if [ $# -eq 0 ]; then
+	set -- sqlite-claim-finished:embedded pg-claim-finished:postgres \
+		redis-claim-finished:redis done-dnf-as-done:embedded \
+		done-declined-dnf:embedded acker-dlq-skipped:embedded \
+		acker-dup-in-progress-deleted:embedded bank-409-declined:embedded \
+		event-zero-amount:embedded sqlite-finish-unfenced:embedded
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "chaos defects: SKIP: needs root (network namespaces)" >&2
+	exit 77
+fi
+rm -rf "$tree"
+mkdir -p "$tree"
+(cd "$src" && git ls-files -co --exclude-standard | while IFS= read -r f; do
+	[ -e "$f" ] && printf '%s\n' "$f"; done | tar cf - -T -) | (cd "$tree" && tar xf -)
+[ -d "$src/node_modules" ] && ln -s "$src/node_modules" "$tree/node_modules"
+echo "== chaos defects: building the scratch tree $tree"
+"$make" -s -C "$tree" -j2 all >"$dir/build.log" 2>&1 || {
+	tail -20 "$dir/build.log"; echo "chaos defects: the unmutated tree does not build" >&2; exit 2; }
+
+found=0 total=0 table=$dir/defects.txt
+: >"$table"
+for spec in "$@"; do
+	name=${spec%%:*} backend=${spec#*:}
+	[ "$backend" = "$spec" ] && backend=embedded
+	p=$src/tests/mutants/$name.patch
+	total=$((total + 1))
+	if ! patch -d "$tree" -p1 -s -f <"$p" >"$dir/patch.log" 2>&1; then
+		echo "BROKEN $name: the patch does not apply"; cat "$dir/patch.log"
+		printf '%-32s %-9s %s\n' "$name" "$backend" "BROKEN (does not apply)" >>"$table"
+		continue
+	fi
+	res="not found in $seeds seeds"
+	if "$make" -s -C "$tree" -j2 all >"$dir/build.log" 2>&1; then
+		s=1
+		while [ "$s" -le "$seeds" ]; do
+			out=$dir/run-$name-$s
+			rm -rf "$out"
+			t0=$(date +%s)
+			python3 "$src/tests/chaos/chaos.py" --backend "$backend" --seed "$s" \
+				--duration "$duration" --bin "$tree/build/bin" --out "$out" \
+				>"$dir/$name-$s.log" 2>&1
+			rc=$?
+			t=$(( $(date +%s) - t0 ))
+			if [ "$rc" -eq 1 ]; then
+				inv=$(python3 -c 'import json,sys; v=json.load(open(sys.argv[1]))
+print(",".join(str(i["n"]) for i in v["invariants"] if not i["ok"]))' "$out/verdict.json")
+				res="FOUND seed $s after ${t} s (invariants $inv)"
+				found=$((found + 1))
+				break
+			elif [ "$rc" -ne 0 ]; then
+				res="harness error (rc $rc) on seed $s: see $dir/$name-$s.log"
+				break
+			fi
+			s=$((s + 1))
+		done
+	else
+		res="BROKEN (does not build)"
+	fi
+	echo "$name ($backend): $res"
+	printf '%-32s %-9s %s\n' "$name" "$backend" "$res" >>"$table"
+	patch -d "$tree" -p1 -R -s -f <"$p" >/dev/null
+done
+echo "== chaos defects: $found of $total found"
+cat "$table"
+[ $((found * 100)) -ge $((min * total)) ]
