@@ -37,6 +37,7 @@ DEBS_DEMO  := $(DEBS_SIM) python3 curl procps util-linux
 DEBS_TEST  := $(DEBS_DEMO) bats clang libclang-rt-14-dev sqlite3 mandoc python3-botocore \
               python3-prometheus-client promtool:prometheus \
               shellcheck valgrind openssl redis-server postgresql spin node:nodejs npm:npm faketime \
+              python3-jsonschema jq \
               java:openjdk-17-jre-headless parallel
 
 # The README's two commands and `deps` need no libraries to parse this file.

@@ -307,10 +307,12 @@ claim(cJSON *env, void *arg)
 static int
 mine(const struct ctx *c, const char *owner)
 {
-	if (!c->mine || !owner || strlen(owner) != IK_TOKEN_HEX - 1)
+	/* tokens are strings of varying length (random part, then the
+	 * holder): compared as strings, never past their end */
+	if (!c->mine || !owner || !*owner || strlen(owner) >= IK_TOKEN_HEX)
 		return 0;
 	for (size_t i = 0; i < MINE_MAX; i++)
-		if (memcmp(c->mine[i], owner, IK_TOKEN_HEX) == 0)
+		if (strcmp(c->mine[i], owner) == 0)
 			return 1;
 	return 0;
 }

@@ -33,7 +33,7 @@ ik_outbox_url(void)
 
 void
 ik_outbox_event_id(const char *op, const char *key, const char *owner,
-    char out[IK_TOKEN_HEX])
+    char out[IK_EVENT_ID_HEX])
 {
 	static const char tag[] = "idemkit.outbox.v1";
 	crypto_hash_sha256_state h;
@@ -47,7 +47,7 @@ ik_outbox_event_id(const char *op, const char *key, const char *owner,
 	crypto_hash_sha256_update(&h, (const unsigned char *)(owner ? owner : ""),
 	    owner ? strlen(owner) + 1 : 1);
 	crypto_hash_sha256_final(&h, d);
-	ik_hex(d, (IK_TOKEN_HEX - 1) / 2, out);
+	ik_hex(d, (IK_EVENT_ID_HEX - 1) / 2, out);   /* 128 of the 256 bits */
 }
 
 void

@@ -74,7 +74,7 @@ ik_sq_outbox_schema(sqlite3 *db, const char *path, ik_err *err)
 static void
 fn_event_id(sqlite3_context *c, int argc, sqlite3_value **v)
 {
-	char id[IK_TOKEN_HEX];
+	char id[IK_EVENT_ID_HEX];
 	const char *op = (const char *)sqlite3_value_text(v[0]);
 	const char *key = (const char *)sqlite3_value_text(v[1]);
 	const char *owner = (const char *)sqlite3_value_text(v[2]);

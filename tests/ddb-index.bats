@@ -132,14 +132,15 @@ assert u == sorted(u), u' <<<"$output"
 	record "$(uid st)" IN_PROGRESS 1s
 	sleep 1.2
 	mark
-	run --separate-stderr charge-recover --renotify --older-than 100ms --notify-retries 0
+	# (at warn: quiet writes no summary on success)
+	IDEMKIT_LOG=warn run --separate-stderr charge-recover --renotify --older-than 100ms --notify-retries 0
 	echo "$stderr"
 	[ "$status" -eq 0 ]
 	[[ "$stderr" == *'"renotified":1'* ]]
 	queries_on_index
 	no_scan
 	mark
-	run --separate-stderr charge-recover --redrive --older-than 100ms
+	IDEMKIT_LOG=warn run --separate-stderr charge-recover --redrive --older-than 100ms
 	echo "$stderr"
 	[ "$status" -eq 0 ]
 	[[ "$stderr" == *'"requeued":1'* ]]

@@ -166,7 +166,7 @@ PY
 	# what each claim must have got: TEMPFAIL where its write was throttled
 	# (the proxy's log says which), else what its kind calls for
 	python3 - "$BATS_TEST_TMPDIR/ev" "$BATS_TEST_TMPDIR/out" "$BATS_TEST_TMPDIR/ddb.log" <<'PY'
-import hashlib, json, sys
+import hashlib, json, re, sys
 # the writes the proxy throttled, by chargeId and fingerprint (busy-k and
 # its mismatching twin share a chargeId)
 throttled = set()
@@ -196,7 +196,7 @@ for e in outs:
     exp = "PAYLOAD_MISMATCH" if ev["amount"] == 9999 else want[kind]
     assert got == exp, (cid, ev["amount"], got, exp)
     if got == "ACQUIRED":
-        assert e["claim"]["attempt"] == 1 and len(e["claim"]["token"]) == 32, e["claim"]
+        assert e["claim"]["attempt"] == 1 and re.fullmatch(r"[0-9a-f]{32}@[A-Za-z0-9._-]+:[0-9]+", e["claim"]["token"]), e["claim"]
 assert tempfails == len(throttled) == 12, (tempfails, len(throttled))
 PY
 	# an ACQUIRED claim's token is the one its record holds

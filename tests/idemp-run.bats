@@ -101,8 +101,9 @@ no_overlap() {
 
 @test "runs once: DONE with exit status, duration and renewals in the history; again DUP_DONE; another fingerprint PAYLOAD_MISMATCH" {
 	k=$(key once)
-	run --separate-stderr idemp-run --key "$k" --fingerprint 'fees for 2026-11' --lease 3s -- \
+	run --separate-stderr idemp-run --key "$k" --fingerprint 'fees for 2026-11' --lease 10s -- \
 		sh -c 'echo "key=$IDEMP_KEY attempt=$IDEMP_ATTEMPT token=$IDEMP_TOKEN"'
+	echo "$stderr"
 	[ "$status" -eq 0 ]
 	# the owner token: 128 random bits, then the holder (host:pid)
 	[[ "$output" =~ ^key=$k\ attempt=1\ token=[0-9a-f]{32}@[^:]+:[0-9]+$ ]]
@@ -127,15 +128,11 @@ no_overlap() {
 	[[ "$output" == *"finish     DONE, bank ref exit=0 durationMs="* ]]
 	run idemp-list --state DONE
 	[[ "$output" == *"\"chargeId\":\"$k\""* ]]
-	# the store counts it with the others (the Redis fast path has no stats op:
-	# idemp-stats says so, 78, for charges too)
+	# the store counts it with the others (behind the Redis fast path too,
+	# which passes stats through to the store)
 	run idemp-stats --json
-	if [ "${IDEMKIT_TEST_BACKEND:-}" = sqlite-cache ]; then
-		[ "$status" -eq 78 ]
-	else
-		[ "$status" -eq 0 ]
-		[[ "$output" == *"\"states\":"* ]]
-	fi
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"\"states\":"* ]]
 }
 
 @test "a failed command: released by default (the next run runs it); --on-failure record is FAILED; exit 75 releases with 75" {
@@ -221,7 +218,9 @@ no_overlap() {
 
 @test "a command that runs 3 x its lease keeps running: renewals counted in its finish" {
 	k=$(key long)
-	run --separate-stderr idemp-run --key "$k" --lease 2s -- "$JOB" "$LOG" a 6.5
+	# a 4 s lease (renewed every 1.3 s): a loaded machine's slow round trip
+	# still fits; the command runs 3 x that
+	run --separate-stderr idemp-run --key "$k" --lease 4s -- "$JOB" "$LOG" a 12.5
 	echo "$stderr"
 	[ "$status" -eq 0 ]
 	grep -q '^end a [0-9]* ok$' "$LOG"

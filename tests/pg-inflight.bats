@@ -127,7 +127,7 @@ PY
 	[ "$status" -eq 0 ]
 	printf '%s\n' "$output" > "$BATS_TEST_TMPDIR/out"
 	python3 - "$BATS_TEST_TMPDIR/ev" "$BATS_TEST_TMPDIR/out" <<'PY'
-import collections, json, sys
+import collections, json, re, sys
 want = {"new": "ACQUIRED", "done": "DUP_DONE", "failed": "DUP_FAILED", "busy": "DUP_IN_PROGRESS",
         "gone": "ACQUIRED"}
 ins = [l for l in open(sys.argv[1]).read().split("\n") if l]
@@ -146,7 +146,7 @@ for e in outs:
         assert got == exp, (cid, ev["amount"], e["claim"], exp)
     if got == "ACQUIRED":
         assert e["claim"]["attempt"] == (2 if kind == "gone" else 1), e["claim"]
-        assert len(e["claim"]["token"]) == 32, e["claim"]
+        assert re.fullmatch(r"[0-9a-f]{32}@[A-Za-z0-9._-]+:[0-9]+", e["claim"]["token"]), e["claim"]
     if got == "DUP_DONE":
         assert e["claim"]["state"] == "DONE", e["claim"]
 assert twins == {"ACQUIRED": 10, "DUP_IN_PROGRESS": 10}, twins
