@@ -295,7 +295,7 @@ PY
 	run -0 idemp-outbox
 	[ "$(jget "$(idemp-outbox --stats)" published)" = 2 ]
 	finish "$(uid p3)" DONE
-	sqlite3 "$DB" "UPDATE outbox SET published_at = published_at - 3600000 WHERE published_at IS NOT NULL"
+	sqlite3 -cmd ".timeout 10000" "$DB" "UPDATE outbox SET published_at = published_at - 3600000 WHERE published_at IS NOT NULL"
 	run -0 --separate-stderr idemp-outbox --retention 30m
 	[ "${#lines[@]}" -eq 1 ]
 	st=$(idemp-outbox --stats)
@@ -306,7 +306,7 @@ PY
 
 @test "the lag gauge: events waiting and the oldest one's age" {
 	finish "$(uid g1)" DONE
-	sqlite3 "$DB" "UPDATE outbox SET created_at = created_at - 90000"
+	sqlite3 -cmd ".timeout 10000" "$DB" "UPDATE outbox SET created_at = created_at - 90000"
 	finish "$(uid g2)" FAILED
 	st=$(idemp-outbox --stats)
 	[ "$(jget "$st" waiting)" = 2 ]
@@ -332,7 +332,7 @@ PY
 	[ "$(wc -l < "$BATS_TEST_TMPDIR/relay")" -eq "$N" ]
 	# A duplicate on the events queue (a relay that died before its
 	# checkpoint): applied once all the same.
-	sqlite3 "$DB" "UPDATE outbox SET published_at = NULL WHERE seq <= 7"
+	sqlite3 -cmd ".timeout 10000" "$DB" "UPDATE outbox SET published_at = NULL WHERE seq <= 7"
 	for _ in $(seq 600); do [ "$(waiting)" = 0 ] && break; sleep 0.1; done
 	run -0 env CONSUMER_STORE="sqlite:$BATS_TEST_TMPDIR/consumer.db" \
 		"$IDEMKIT_SRC/examples/outbox-consumer.sh" -- sh -c "cat >> '$BATS_TEST_TMPDIR/ledger'"

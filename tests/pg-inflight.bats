@@ -7,6 +7,10 @@
 # checks match outputs to inputs by chargeId, never by position.
 
 bats_require_minimum_version 1.5.0
+# one server for the file, which some tests stop, freeze or cut the
+# connections of: the tests run one at a time (tests/run.sh)
+BATS_NO_PARALLELIZE_WITHIN_FILE=true
+
 load helper
 load pg_helper
 
