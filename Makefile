@@ -220,11 +220,14 @@ fuzz-short:
 # default, dynalite and DynamoDB Local, kill -9 at every step boundary (on
 # the embedded default and on DynamoDB Local + SQS), outages, AWS
 # throttling and server errors, poison.  Minutes, not seconds; the
-# measured numbers land in $(O)/faults-report.txt.
+# measured numbers land in $(O)/faults-report.txt.  Two files at a time and
+# one test at a time in a file: each storm keeps 8 workers busy, and a
+# file's tests share its servers (a restart or kill -9 mid-storm).
 FAULTS_REPORT := $(CURDIR)/$(O)/faults-report.txt
 faults: all $(NODE_STAMP)
 	@mkdir -p $(O); rm -f $(FAULTS_REPORT)
-	$(TEST_ENV) IDEMKIT_FAULTS_REPORT=$(FAULTS_REPORT) BATS_TEST_TIMEOUT=1200 sh tests/run.sh tests/faults/ \
+	$(TEST_ENV) IDEMKIT_FAULTS_REPORT=$(FAULTS_REPORT) BATS_TEST_TIMEOUT=1200 \
+	  IDEMKIT_TEST_JOBS=2 IDEMKIT_TEST_FILE_JOBS=1 sh tests/run.sh tests/faults/ \
 	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/faults/crash.bats'
 	@cat $(FAULTS_REPORT)
 

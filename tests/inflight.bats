@@ -92,14 +92,15 @@ control() { bank_post /control "$1" >/dev/null; }
 }
 
 @test "the lease is checked when each request is sent: envelopes queued behind a slow bank go out LEASE_SHORT with nothing sent" {
-	bank_start --latency 750ms
-	# One lease end for all, 8 s away; 1 s timeout + 500 ms margin: only
-	# what is sent within 6.5 s may go.  One at a time, at least 750 ms
+	bank_start --latency 600ms
+	# One lease end for all, 7.5 s away; 2 s timeout + 500 ms margin: only
+	# what is sent within 5 s may go.  One at a time, at least 600 ms
 	# each: at most 9 fit, so L10 is always late however slow the machine,
-	# and a loaded machine's slow start still leaves time for the first.
+	# and a loaded machine's slow start still leaves time for the first
+	# (and each call three times its latency).
 	lease_from_now
-	for i in $(seq 1 10); do leased "L$i" 8000; done > "$BATS_TEST_TMPDIR/in"
-	run --separate-stderr charge-debit --stream --inflight 1 --timeout 1s --lease-margin 500ms \
+	for i in $(seq 1 10); do leased "L$i" 7500; done > "$BATS_TEST_TMPDIR/in"
+	run --separate-stderr charge-debit --stream --inflight 1 --timeout 2s --lease-margin 500ms \
 		< "$BATS_TEST_TMPDIR/in"
 	[ "$status" -eq 0 ]
 	[ "${#lines[@]}" -eq 10 ]
@@ -207,11 +208,11 @@ control() { bank_post /control "$1" >/dev/null; }
 }
 
 @test "charge-notify: the lease is checked when a notification is sent, not when it was read" {
-	bank_start --latency 750ms
-	# as above: one lease end 8 s away, at most 9 sends fit before NS10
+	bank_start --latency 600ms
+	# as above: one lease end 7.5 s away, at most 9 sends fit before NS10
 	lease_from_now
-	for i in $(seq 1 10); do debited "$(leased "NS$i" 8000)"; echo; done > "$BATS_TEST_TMPDIR/in"
-	run --separate-stderr charge-notify --stream --inflight 1 --timeout 1s --retries 0 \
+	for i in $(seq 1 10); do debited "$(leased "NS$i" 7500)"; echo; done > "$BATS_TEST_TMPDIR/in"
+	run --separate-stderr charge-notify --stream --inflight 1 --timeout 2s --retries 0 \
 		--lease-margin 500ms < "$BATS_TEST_TMPDIR/in"
 	[ "$status" -eq 0 ]
 	[ "${#lines[@]}" -eq 10 ]

@@ -413,7 +413,14 @@ PY
 	[ "$status" -eq 0 ]
 	[[ "$output" == *"PostgreSQL store: postgres://idemkit@127.0.0.1:"* ]]
 	[[ "$output" == *"demo: OK: every one of the 20 chargeIds was debited exactly once"* ]]
-	[ -z "$(ls -d /tmp/idemkit-demo-pg.* 2>/dev/null | xargs -r -n1 sh -c 'test -e "$0/data/postmaster.pid" && echo "$0"')" ]
+	# its server is gone: no demo cluster still running on its port (other
+	# demos may run on the machine meanwhile, each on its own port)
+	port=$(sed -n 's/.*PostgreSQL store: postgres:\/\/idemkit@127\.0\.0\.1:\([0-9]*\).*/\1/p' <<<"$output" | head -1)
+	[ -n "$port" ]
+	for pid in /tmp/idemkit-demo-pg.*/data/postmaster.pid; do
+		[ -e "$pid" ] || continue
+		[ "$(sed -n 4p "$pid" 2>/dev/null)" != "$port" ]
+	done
 }
 
 @test "a reason cut inside a UTF-8 character or with raw invalid bytes (notify 503, debit 402): DEBITED_NOTIFICATION_FAILED / FAILED, never DATAERR; no debited charge in the DLQ" {

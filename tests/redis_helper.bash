@@ -1,9 +1,11 @@
 # tests/redis_helper.bash: a throwaway redis-server for the suites that
 # need one (`load redis_helper`, after helper).  redis_start [NAME]
 # [--option value ...] starts one on a free loopback port with a durable
-# append-only file (appendonly yes, appendfsync always) in
-# $BATS_FILE_TMPDIR/redis-NAME (emptied first), retried when the port was taken; extra
-# options override those.  It sets REDIS_PORT_NAME / REDIS_PID_NAME (NAME
+# append-only file (appendonly yes, appendfsync always) in redis-NAME
+# (emptied first) under the test's directory, or the file's from
+# setup_file (tests of one file may run at once: each its own server and
+# files), retried when the port was taken; extra options override those.
+# It sets REDIS_PORT_NAME / REDIS_PID_NAME / REDIS_DIR_NAME (NAME
 # defaults to "main", exported as REDIS_PORT / REDIS_PID too).
 # redis_stop [NAME] ends it; redis_kill9 NAME kills it hard; redis_restart
 # NAME starts it again on the same port and directory.
@@ -19,7 +21,8 @@ require_redis() {
 # its own pid: on a shared machine another test may take a port freed by a
 # kill -9 before the restart).
 _redis_launch() {
-	local name=$1 port=$2 dir=$BATS_FILE_TMPDIR/redis-$1 i pid
+	local name=$1 port=$2 dir i pid
+	eval "dir=\$REDIS_DIR_$name"
 	shift 2
 	mkdir -p "$dir"
 	redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" \
@@ -44,11 +47,14 @@ _redis_launch() {
 }
 
 redis_start() {
-	local name=main try port
+	local name=main try port dir
 	if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then name=$1; shift; fi
 	# a fresh directory: a server started again by a later test of the
 	# file must not replay the append-only file of an earlier one
-	rm -rf "$BATS_FILE_TMPDIR/redis-$name"
+	dir=${BATS_TEST_TMPDIR:-$BATS_FILE_TMPDIR}/redis-$name
+	eval "REDIS_DIR_$name=\$dir"
+	export "REDIS_DIR_$name"
+	rm -rf "$dir"
 	for try in 1 2 3 4 5; do
 		port=$(free_port)
 		if _redis_launch "$name" "$port" "$@"; then
@@ -58,7 +64,7 @@ redis_start() {
 			return 0
 		fi
 	done
-	echo "redis-server did not start: $(cat "$BATS_FILE_TMPDIR/redis-$name/log" 2>/dev/null)" >&2
+	echo "redis-server did not start: $(cat "$dir/log" 2>/dev/null)" >&2
 	return 1
 }
 
@@ -82,11 +88,11 @@ redis_kill9() {
 
 # Same port, same directory (so the append-only file is replayed).
 redis_restart() {
-	local name=${1:-main} port args=()
-	eval "port=\$REDIS_PORT_$name"
-	mapfile -t args < "$BATS_FILE_TMPDIR/redis-$name/args"
+	local name=${1:-main} port dir args=()
+	eval "port=\$REDIS_PORT_$name dir=\$REDIS_DIR_$name"
+	mapfile -t args < "$dir/args"
 	_redis_launch "$name" "$port" "${args[@]}" || {
-		echo "redis-server did not restart: $(tail -5 "$BATS_FILE_TMPDIR/redis-$name/log")" >&2
+		echo "redis-server did not restart: $(tail -5 "$dir/log")" >&2
 		return 1
 	}
 	[ "$name" = main ] && export REDIS_PID=$REDIS_PID_main
