@@ -327,18 +327,29 @@ mine(const struct ctx *c, const char *owner)
 
 /* Whether j, answered DUP_IN_PROGRESS, is held for its original in this
  * pipeline (see the top).  The margin before the original's lease ends: a
- * tenth of our lease, at most 5 s: a held copy is passed on while the
- * original still owns its lease, never left to take it over. */
+ * tenth of our lease, at least 1 s (a retry's round trip on a loaded
+ * machine) and at most 5 s: a held copy is passed on while the original
+ * still owns its lease, never left to take it over.  What is left is
+ * never taken as more than the lease this process grants: the record's
+ * leaseUntil may be on the store's clock (PostgreSQL, Redis). */
 static int
 hold(struct job *j)
 {
 	struct ctx *c = j->c;
-	int64_t now = ik_mono_ms(), margin = c->lease_ms / 10 > 5000 ? 5000 : c->lease_ms / 10;
+	int64_t now = ik_mono_ms(), margin = c->lease_ms / 10;
 
+	if (margin < 1000)
+		margin = 1000;
+	if (margin > 5000)
+		margin = 5000;
 	if (ik_stop_signal || !mine(c, j->res.cur.owner))
 		return 0;
 	if (!j->hold_until) {
-		int64_t left = j->res.lease_until - ik_now_ms() - margin;
+		int64_t left = j->res.lease_until - ik_now_ms();
+
+		if (left > c->lease_ms)
+			left = c->lease_ms;
+		left -= margin;
 		j->hold_until = now + (left < HOLD_CAP_MS ? left : HOLD_CAP_MS);
 	}
 	j->backoff_ms = j->backoff_ms ? j->backoff_ms * 2 : HOLD_FIRST_MS;

@@ -159,8 +159,8 @@ control() { bank_post /control "$1" >/dev/null; }
 	exec 5> "$BATS_TEST_TMPDIR/fifo"
 	for i in 1 2 3 4 5; do envelope "T$i"; done >&5
 	until_bank attempts 5
-	t6=$(envelope T6)
 	kill -TERM "$pid"
+	t6=$(envelope T6)
 	# after the stop: never started (on a loaded machine charge-debit may
 	# have finished and closed the pipe already: the write then fails)
 	( printf '%s\n' "$t6" >&5 ) 2>/dev/null || true
