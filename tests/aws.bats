@@ -156,7 +156,7 @@ setup() {
 	[ "$status" -eq 2 ]
 	[ "$(grep -c "type=QueueDoesNotExist status=400" <<<"$output")" -eq 2 ]
 	# nothing listens: a transport failure, retried, then 75 for each
-	AWS_PROBE_INFLIGHT=1 AWS_MAX_ATTEMPTS=2 AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:$(free_port) run --separate-stderr probe dynamodb DynamoDB_20120810.GetItem '{}' 3
+	AWS_PROBE_INFLIGHT=1 AWS_MAX_ATTEMPTS=2 AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:1 run --separate-stderr probe dynamodb DynamoDB_20120810.GetItem '{}' 3
 	[ "$status" -eq 75 ]
 	[ "$(grep -c "^call=[012] rc=75 " <<<"$output")" -eq 3 ]
 	[[ $output == *"(2 tries)"* ]]

@@ -74,7 +74,7 @@ summary() { grep '"summary":true' <<<"$stderr"; }
 }
 
 @test "bank down: 75, the record stays IN_PROGRESS, the message is left, nothing acked" {
-	export IDEMKIT_BANK_URL=http://127.0.0.1:$(free_port)/debits IDEMKIT_NOTIFY_URL=http://127.0.0.1:1/n
+	export IDEMKIT_BANK_URL=http://127.0.0.1:1/debits IDEMKIT_NOTIFY_URL=http://127.0.0.1:1/n
 	event CHG-DOWN | sqs-send >/dev/null
 	run --separate-stderr charge-worker --drain "${fast[@]}"
 	[ "$status" -eq 75 ]

@@ -94,7 +94,7 @@ refusal_reads() { if [ "$BACKEND" = dynamodb-local ]; then echo 0; else echo 1; 
 }
 
 @test "server down -> 75 (closed port), after the configured attempts" {
-	export AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:$(free_port) AWS_MAX_ATTEMPTS=2
+	export AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:1 AWS_MAX_ATTEMPTS=2
 	run --separate-stderr idemp-claim < <(ev "$(uid down)")
 	[ "$status" -eq 75 ]
 	[ "$(jget "$output" claim.outcome)" = TEMPFAIL ]

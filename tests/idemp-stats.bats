@@ -157,14 +157,14 @@ done_is() {
 	[ "$status" -eq 78 ]
 	[[ "$stderr" == "idemp-stats: "* ]]
 	if [ "$backend" = dynamodb ]; then
-		AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:$(free_port) IDEMKIT_AWS_MAX_ATTEMPTS=1 \
+		AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:1 IDEMKIT_AWS_MAX_ATTEMPTS=1 \
 			run --separate-stderr idemp-stats
 		[ "$status" -eq 75 ]
 	elif [ "$backend" = postgres ]; then
-		run --separate-stderr idemp-stats --store "postgres://idemkit@127.0.0.1:$(free_port)/idemkit"
+		run --separate-stderr idemp-stats --store "postgres://idemkit@127.0.0.1:1/idemkit"
 		[ "$status" -eq 75 ]
 	elif [ "$backend" = redis ]; then
-		run --separate-stderr idemp-stats --store "redis://127.0.0.1:$(free_port)"
+		run --separate-stderr idemp-stats --store "redis://127.0.0.1:1"
 		[ "$status" -eq 75 ]
 	else
 		run --separate-stderr idemp-stats --store "sqlite:$BATS_TEST_TMPDIR/no/such/dir/s.db"

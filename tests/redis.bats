@@ -111,7 +111,7 @@ setup() {
 }
 
 @test "unreachable server is 75 (transient); bad URLs are 78" {
-	run --separate-stderr env IDEMKIT_STORE=redis://127.0.0.1:$(free_port) idemp-claim < <(ev "$(uid down)")
+	run --separate-stderr env IDEMKIT_STORE=redis://127.0.0.1:1 idemp-claim < <(ev "$(uid down)")
 	[ "$status" -eq 75 ]
 	[[ "$stderr" == *"connect"* ]]
 	for url in 'redis://127.0.0.1:0' 'redis://127.0.0.1:6379/x' 'redis://127.0.0.1:6379?foo=1' \
