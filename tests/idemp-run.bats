@@ -402,7 +402,7 @@ no_overlap() {
 	run --separate-stderr idemp-run --key "$k" --wait -- "$JOB" "$LOG" b 0
 	[ "$status" -eq 10 ]
 	wait "$apid"
-	! grep -q 'start b' "$LOG"
+	[ "$(grep -c 'start b' "$LOG")" -eq 0 ]
 
 	k=$(key waitrel)
 	idemp-run --key "$k" --lease 5s -- sh -c 'echo "start c $(date +%s%3N)" >> "$0"; sleep 1; exit 3' "$LOG" 2>/dev/null &

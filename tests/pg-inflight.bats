@@ -50,7 +50,7 @@ xid() { pg_sql "SELECT pg_current_xact_id()"; }
 	[ $((x1 - x0 - 1)) -le 40 ]
 	[ "$(grep -c 'connection authorized: user=idemkit' "$PG_DIR/server.log")" -eq 1 ]
 	# the pipeline's implicit transactions: no BEGIN sent (the group path's)
-	! grep -q 'statement: BEGIN' "$PG_DIR/server.log"
+	[ "$(grep -c 'statement: BEGIN' "$PG_DIR/server.log")" -eq 0 ]
 	[ "$(grep -c 'execute ik' "$PG_DIR/server.log")" -ge 200 ]
 	printf '%s\n' "$output" > "$BATS_TEST_TMPDIR/claimed"
 	x0=$(xid)
