@@ -53,6 +53,7 @@ ik_outbox_event_id(const char *op, const char *key, const char *owner,
 void
 ik_outbox_ev_free(struct ik_outbox_ev *e)
 {
+	free(e->pos);
 	free(e->id);
 	free(e->charge_id);
 	free(e->type);
@@ -140,7 +141,7 @@ static int
 round1(struct ik_relay *r, const char *holder, int *idle, ik_err *err)
 {
 	struct ik_outbox_ev ev[IK_QUEUE_BATCH];
-	int64_t seqs[IK_QUEUE_BATCH], until = 0;
+	int64_t until = 0;
 	size_t n = 0, k, accepted = 0, i;
 	int rc, prc;
 
@@ -165,10 +166,8 @@ round1(struct ik_relay *r, const char *holder, int *idle, ik_err *err)
 	prc = publish(r, ev, k, &accepted, err);
 	if (accepted) {
 		at(r, IK_RELAY_AFTER_PUBLISH, ev, accepted);
-		for (i = 0; i < accepted; i++)
-			seqs[i] = ev[i].seq;
 		ik_err aerr = { 0 };
-		rc = r->store->ops->outbox_ack(r->store, holder, seqs, accepted, ik_now_ms(),
+		rc = r->store->ops->outbox_ack(r->store, holder, ev, accepted, ik_now_ms(),
 		    &aerr);
 		if (rc == IK_LEASE_LOST) {
 			/* Sent, not checkpointed: the holder now sends them again,

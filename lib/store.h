@@ -184,6 +184,9 @@ typedef int (*ik_record_cb)(const struct ik_record *r, void *arg);
  * lease kept in the store (one relay at a time). */
 struct ik_outbox_ev {
 	int64_t seq;          /* the store's order (and the checkpoint) */
+	char *pos;            /* the adapter's own position where an int64 is
+	                       * not enough (a stream entry id, a shard and
+	                       * sequence number); NULL otherwise */
 	char *id;             /* eventId */
 	char *charge_id;
 	char *type;           /* "charge.finished", "charge.renotified" */
@@ -294,8 +297,8 @@ struct ik_store_ops {
 	                    int64_t lease_ms, int64_t *until, ik_err *err);
 	int (*outbox_read)(struct ik_store *s, size_t max, struct ik_outbox_ev *ev,
 	                   size_t *n, ik_err *err);
-	int (*outbox_ack)(struct ik_store *s, const char *holder, const int64_t *seqs,
-	                  size_t n, int64_t now_ms, ik_err *err);
+	int (*outbox_ack)(struct ik_store *s, const char *holder,
+	                  const struct ik_outbox_ev *ev, size_t n, int64_t now_ms, ik_err *err);
 	int (*outbox_purge)(struct ik_store *s, int64_t before_ms, size_t batch,
 	                    int64_t *n, ik_err *err);
 	int (*outbox_stats)(struct ik_store *s, int64_t now_ms, struct ik_outbox_stats *st,

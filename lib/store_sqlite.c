@@ -708,11 +708,11 @@ sq_outbox_read(struct ik_store *st, size_t max, struct ik_outbox_ev *ev, size_t 
 }
 
 static int
-sq_outbox_ack(struct ik_store *st, const char *holder, const int64_t *seqs, size_t n,
+sq_outbox_ack(struct ik_store *st, const char *holder, const struct ik_outbox_ev *ev, size_t n,
     int64_t now_ms, ik_err *err)
 {
 	struct sq *q = st->impl;
-	return ik_sq_outbox_ack(q->db, q->path, holder, seqs, n, now_ms, err);
+	return ik_sq_outbox_ack(q->db, q->path, holder, ev, n, now_ms, err);
 }
 
 static int

@@ -28,7 +28,8 @@ int ik_sq_outbox_lease(sqlite3 *db, const char *path, const char *holder, int64_
     int64_t lease_ms, int64_t *until, ik_err *err);
 int ik_sq_outbox_read(sqlite3 *db, const char *path, size_t max, struct ik_outbox_ev *ev,
     size_t *n, ik_err *err);
-int ik_sq_outbox_ack(sqlite3 *db, const char *path, const char *holder, const int64_t *seqs,
+int ik_sq_outbox_ack(sqlite3 *db, const char *path, const char *holder,
+    const struct ik_outbox_ev *ev,
     size_t n, int64_t now_ms, ik_err *err);
 int ik_sq_outbox_purge(sqlite3 *db, const char *path, int64_t before_ms, size_t batch,
     int64_t *n, ik_err *err);

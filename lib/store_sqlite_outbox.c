@@ -232,7 +232,8 @@ ik_sq_outbox_read(sqlite3 *db, const char *path, size_t max, struct ik_outbox_ev
 }
 
 int
-ik_sq_outbox_ack(sqlite3 *db, const char *path, const char *holder, const int64_t *seqs, size_t n,
+ik_sq_outbox_ack(sqlite3 *db, const char *path, const char *holder,
+    const struct ik_outbox_ev *ev, size_t n,
     int64_t now_ms, ik_err *err)
 {
 	sqlite3_stmt *s;
@@ -258,7 +259,7 @@ ik_sq_outbox_ack(sqlite3 *db, const char *path, const char *holder, const int64_
 		    " WHERE seq = ?2 AND published_at IS NULL", err)))
 			goto fail;
 		sqlite3_bind_int64(s, 1, now_ms);
-		sqlite3_bind_int64(s, 2, seqs[i]);
+		sqlite3_bind_int64(s, 2, ev[i].seq);
 		if ((rc = tx_step(db, path, s, "outbox checkpoint", err)))
 			return rc;
 	}
