@@ -418,7 +418,9 @@ SH
 	bank_start
 	for mode in oneshot stream; do
 		id=CHG-SETTLE-$mode
-		held=$(event "$id" | idemp-claim --lease 3s 2>/dev/null)
+		# a lease a loaded machine's worker start-up cannot outlast (at
+		# load 30 a 3 s one ended before the holder finished: 13)
+		held=$(event "$id" | idemp-claim --lease 12s 2>/dev/null)
 		event "$id" | sqs-send >/dev/null
 		# the holder finishes a moment after the drain met its claim: a
 		# second after the drain received the message (not after the
@@ -432,7 +434,9 @@ SH
 		wait "$holder"
 		echo "$mode: $status $(summary)"
 		[ "$status" -eq 0 ]
-		[[ "$(summary)" == *'"dupDone":1,"dupInProgress":1,'* ]]
+		# met in flight at least once (more when the machine is slow to
+		# run the holder), then settled as a duplicate of DONE
+		[[ "$(summary)" =~ '"dupDone":1,"dupInProgress":'[1-9][0-9]*, ]]
 		[[ "$(summary)" == *'"leftForRetry":0,'* ]]
 		[ "$(qcount)" = "0 0 0" ]
 	done
