@@ -302,6 +302,7 @@ no_overlap() {
 	# b runs longer than a's renewal interval (2 s): a's next renewal comes
 	# while b holds the key, and is refused
 	run --separate-stderr idemp-run --key "$k" --lease 6s -- "$JOB" "$LOG" b 4
+	echo "b: $status $stderr"
 	[ "$status" -eq 0 ]
 	st=0
 	wait "$apid" || st=$?
