@@ -23,7 +23,7 @@
  *
  * Outbox (store.h): with $IDEMKIT_OUTBOX set, the finish and
  * re-notification scripts XADD the transition's event to the stream
- * idemkit:outbox in the same script (store_redis_outbox.h), and only when
+ * idemkit:outbox in the same script (store_redis.h), and only when
  * the transition happens; the relay's ops are store_redis_outbox.c.
  *
  * Layout: idemkit:rec:CHARGEID is a hash of the record's fields (state,
@@ -41,7 +41,7 @@
 #include "outcome.h"
 #include "redis.h"
 #include "store.h"
-#include "store_redis_outbox.h"
+#include "store_redis.h"
 #include "util.h"
 
 #define REC_PREFIX "idemkit:rec:"

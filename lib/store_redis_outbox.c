@@ -2,7 +2,7 @@
  * outbox.h), on the adapter's connection (store_redis.c calls in).
  *
  * Rules: the events are entries of one stream, XADDed by the finish's (or
- * the re-notification's) own script (store_redis_outbox.h: LUA_OUTBOX), so
+ * the re-notification's) own script (store_redis.h: LUA_OUTBOX), so
  * the event and the transition are one atomic write, one AOF fsync.  The
  * relay reads them through the consumer group RS_OUTBOX_GROUP as consumer
  * = its lease holder token: first every pending entry (delivered and not
@@ -10,7 +10,8 @@
  * over with XAUTOCLAIM, then new ones (XREADGROUP >); pending entries are
  * always older than new ones, so the store's order holds.  The checkpoint
  * is XACK, in the script that checks the lease is still the caller's (the
- * fence).  The lease is one key, SET PX by a compare-and-set script on the
+ * fence), which also takes the acknowledged ones off the count of those
+ * waiting (RS_OUTBOX_WAITING: the lag gauge).  The lease is one key, SET PX by a compare-and-set script on the
  * server's clock.  Acknowledged entries stay in the stream for the
  * retention, counted from their writing (the entry id's time: Redis keeps
  * no acknowledgement time), and are trimmed by MINID in batches, never
@@ -25,7 +26,7 @@
 #include "outcome.h"
 #include "redis.h"
 #include "store.h"
-#include "store_redis_outbox.h"
+#include "store_redis.h"
 #include "util.h"
 
 #define LUA_NOW \
@@ -84,12 +85,13 @@ static const char read_lua[] =
 	"end\n"
 	"return out\n";
 
-/* KEYS: the lease, the stream.  ARGV: holder, entry ids.  1 when
- * acknowledged, 0 (nothing acknowledged) when the lease is not the
- * holder's or has ended. */
+/* KEYS: the lease, the stream, the waiting count.  ARGV: holder, entry
+ * ids.  1 when acknowledged, 0 (nothing acknowledged) when the lease is
+ * not the holder's or has ended. */
 static const char ack_lua[] =
 	"if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"
-	"redis.call('XACK', KEYS[2], '" RS_OUTBOX_GROUP "', unpack(ARGV, 2))\n"
+	"local n = redis.call('XACK', KEYS[2], '" RS_OUTBOX_GROUP "', unpack(ARGV, 2))\n"
+	"if n > 0 then redis.call('DECRBY', KEYS[3], n) end\n"
 	"return 1\n";
 
 /* Shared by purge and stats: the group's fields (nil when there is none
@@ -144,29 +146,14 @@ static const char purge_lua[] = LUA_GROUP
 	"end\n"
 	"return redis.call('XTRIM', KEYS[1], 'MINID', bound)\n";
 
-/* KEYS: the stream.  {now, waiting, the oldest waiting entry's time (0:
- * none), in the stream}.  Waiting = pending + not yet delivered (the
- * group's lag; counted by a bounded walk when Redis cannot tell it). */
+/* KEYS: the stream, the waiting count.  {now, waiting, the oldest waiting
+ * entry's time (0: none), in the stream}, without a walk of the stream. */
 static const char stats_lua[] = LUA_NOW LUA_GROUP
 	"if redis.call('EXISTS', KEYS[1]) == 0 then return {now, 0, 0, 0} end\n"
 	"local len = redis.call('XLEN', KEYS[1])\n"
-	"local g = group()\n"
-	"local waiting = len\n"
-	"if g then\n"
-	"  local lag = g.lag\n"
-	"  if not lag then\n"
-	"    lag = 0\n"
-	"    local from = '(' .. g['last-delivered-id']\n"
-	"    for _ = 1, 1000 do\n"
-	"      local e = redis.call('XRANGE', KEYS[1], from, '+', 'COUNT', 1000)\n"
-	"      lag = lag + #e\n"
-	"      if #e < 1000 then break end\n"
-	"      from = '(' .. e[#e][1]\n"
-	"    end\n"
-	"  end\n"
-	"  waiting = math.min(g.pending + lag, len)\n"
-	"end\n"
-	"local w = oldest(g)\n"
+	"local waiting = tonumber(redis.call('GET', KEYS[2])) or 0\n"
+	"waiting = math.max(0, math.min(waiting, len))\n"
+	"local w = oldest(group())\n"
 	"local at = 0\n"
 	"if w and waiting > 0 then at = split(w) end\n"
 	"return {now, waiting, at, len}\n";
@@ -313,7 +300,7 @@ int
 ik_rs_outbox_ack(struct ik_redis *r, struct ik_rs_outbox *o, const char *holder,
     const struct ik_outbox_ev *ev, size_t n, ik_err *err)
 {
-	const char **av = calloc(n + 3, sizeof *av);
+	const char **av = calloc(n + 4, sizeof *av);
 	redisReply *rep;
 	int rc;
 
@@ -325,10 +312,11 @@ ik_rs_outbox_ack(struct ik_redis *r, struct ik_rs_outbox *o, const char *holder,
 	}
 	av[0] = RS_OUTBOX_LEASE;
 	av[1] = RS_OUTBOX_STREAM;
-	av[2] = holder;
+	av[2] = RS_OUTBOX_WAITING;
+	av[3] = holder;
 	for (size_t i = 0; i < n; i++)
-		av[3 + i] = ev[i].pos ? ev[i].pos : "0-0";
-	rep = ik_redis_eval(r, &o->sc[RS_OB_ACK], 2, (int)n + 3, av, NULL, r->u.wait, err);
+		av[4 + i] = ev[i].pos ? ev[i].pos : "0-0";
+	rep = ik_redis_eval(r, &o->sc[RS_OB_ACK], 3, (int)n + 4, av, NULL, r->u.wait, err);
 	free(av);
 	if (!rep)
 		return err->code;
@@ -368,8 +356,8 @@ ik_rs_outbox_stats(struct ik_redis *r, struct ik_rs_outbox *o, struct ik_outbox_
 	int64_t now, at;
 
 	memset(st, 0, sizeof *st);
-	rep = ik_redis_eval(r, &o->sc[RS_OB_STATS], 1, 1, (const char *[]){ RS_OUTBOX_STREAM },
-	    NULL, 0, err);
+	rep = ik_redis_eval(r, &o->sc[RS_OB_STATS], 2, 2,
+	    (const char *[]){ RS_OUTBOX_STREAM, RS_OUTBOX_WAITING }, NULL, 0, err);
 	if (!rep)
 		return err->code;
 	if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 4)

@@ -1,11 +1,11 @@
-/* store_redis_outbox.h: the Redis store's outbox (store.h, outbox.h),
+/* store_redis.h: the Redis store's outbox (store.h, outbox.h),
  * between store_redis.c (the finish and re-notification scripts that
  * write the events, the ops table) and store_redis_outbox.c (the relay's
  * ops).  Events are entries of one stream, RS_OUTBOX_STREAM, read by the
  * consumer group RS_OUTBOX_GROUP, one consumer per relay process (its
  * lease holder token); the relay lease is the key RS_OUTBOX_LEASE. */
-#ifndef IK_STORE_REDIS_OUTBOX_H
-#define IK_STORE_REDIS_OUTBOX_H
+#ifndef IK_STORE_REDIS_H
+#define IK_STORE_REDIS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -18,6 +18,12 @@ struct ik_outbox_stats;
 
 #define RS_OUTBOX_STREAM "idemkit:outbox"
 #define RS_OUTBOX_LEASE "idemkit:outbox:relay"
+/* The count of events written and not yet acknowledged: the finish's
+ * script adds one with each event, the checkpoint takes off what XACK
+ * acknowledged.  Redis's own count (the group's lag) is lost when the
+ * server replays its append-only file or a replica takes over (7.0
+ * propagates the group's position without its entries-read). */
+#define RS_OUTBOX_WAITING "idemkit:outbox:waiting"
 #define RS_OUTBOX_GROUP "relay"
 
 /* For the finish and re-notification scripts (after LUA_PRELUDE: now, s):
@@ -45,6 +51,7 @@ struct ik_outbox_stats;
 	"    reason = v(r[3]), attempts = tonumber(r[4]) or 0, at = now})\n" \
 	"  redis.call('XADD', stream, '*', 'id', id, 'chargeId', ARGV[1], 'type', typ,\n" \
 	"    'body', body)\n" \
+	"  redis.call('INCR', '" RS_OUTBOX_WAITING "')\n" \
 	"end\n"
 
 /* The relay ops' scripts (their SHAs), kept per connection. */
