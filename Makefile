@@ -166,7 +166,8 @@ check: check-build $(NODE_STAMP)
 	  'IDEMKIT_TEST_BACKEND=redis tests/idemp-run.bats' \
 	  'IDEMKIT_TEST_BACKEND=sqlite-cache tests/idemp-run.bats' \
 	  'IDEMKIT_TEST_QUEUE_BACKEND=sqs tests/queue.bats' \
-	  'IDEMKIT_TEST_QUEUE_BACKEND=sqs tests/outbox.bats'
+	  'IDEMKIT_TEST_QUEUE_BACKEND=sqs tests/outbox.bats' \
+	  'IDEMKIT_TEST_BACKEND=redis tests/outbox.bats'
 
 # ASan + UBSan build of everything, then the whole suite against it but for
 # the suites that run none of our C (SAN_SKIP: the spin model, the set-up,
