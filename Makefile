@@ -229,7 +229,8 @@ faults: all $(NODE_STAMP)
 	@mkdir -p $(O); rm -f $(FAULTS_REPORT)
 	$(TEST_ENV) IDEMKIT_FAULTS_REPORT=$(FAULTS_REPORT) BATS_TEST_TIMEOUT=1200 \
 	  IDEMKIT_TEST_JOBS=2 IDEMKIT_TEST_FILE_JOBS=1 sh tests/run.sh tests/faults/ \
-	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/faults/crash.bats'
+	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/faults/crash.bats' \
+	  'IDEMKIT_TEST_BACKEND=redis tests/faults/outbox.bats'
 	@cat $(FAULTS_REPORT)
 
 # The fault campaign (tests/chaos/, docs/RELIABILITY.md): workers, store,
