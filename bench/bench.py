@@ -1069,7 +1069,7 @@ def outbox_cost_redis():
         for name in ("off", "on"):
             srv, port = redis_start(os.path.join(d, name))
             try:
-                extra = {"IDEMKIT_STORE": "redis://127.0.0.1:%d" % port, "IDEMKIT_LOG": "quiet"}
+                extra = {"IDEMKIT_STORE": "redis://127.0.0.1:%d" % port}
                 meter = None
                 if name == "on":
                     extra["IDEMKIT_OUTBOX"] = "sqlite:%s#events" % os.path.join(d, "events.db")
@@ -1085,6 +1085,7 @@ def outbox_cost_redis():
                 res[name]["aofTransactionsPerCharge"] = round(
                     (redis_aof_transactions(port) - tx0) / charges, 3)
                 res[name]["duplicatesDebited"] = w["duplicatesDebited"]
+                res[name]["workerExit"] = w["workerExit"]
                 if meter:
                     res["relay"] = w["relay"]
             finally:
