@@ -1,7 +1,8 @@
 /* redis.h: what the Redis store (store_redis.c) and the Redis cache
  * (store_cache.c) share: the URL, one connection with timeouts, and Lua
- * scripts run by SHA.  hiredis is called only from redis.c and those two,
- * through redis_dl.h (loaded on first use).
+ * scripts run by SHA.  hiredis is called only from redis.c and those two
+ * (and store_redis_outbox.c, the store's outbox half), through redis_dl.h
+ * (loaded on first use).
  *
  * Rules: the password is a secret: it is never part of a message or a log
  * line (messages name "redis HOST:PORT/DB"), and it is wiped on free.

@@ -495,9 +495,10 @@ open_store(const char *url, int must_exist, struct ik_store **out, ik_err *err)
 		/* The outbox asked for on a store that keeps none would finish
 		 * charges without their events, silently: refuse instead. */
 		if (ik_outbox_url() && !s->ops->outbox_lease) {
-			rc = ik_errf(err, IK_CONFIG, "IDEMKIT_OUTBOX is set but the %s store keeps "
-			    "no outbox in this version%s", s->ops->name,
-			    cache && *cache ? " (nor does the IDEMKIT_CACHE fast path)" : "");
+			/* behind the fast path the outbox is the store's (store_cache.c) */
+			rc = ik_errf(err, IK_CONFIG, "IDEMKIT_OUTBOX is set but the %s%s keeps "
+			    "no outbox in this version", cache && *cache ? "store behind " : s->ops->name,
+			    cache && *cache ? "IDEMKIT_CACHE" : " store");
 			ik_store_close(s);
 			return rc;
 		}

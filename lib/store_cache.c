@@ -29,6 +29,11 @@
  *    claim cannot overwrite a newer claim's entry.  A claim that could not
  *    read the generation writes nothing;
  *  - stats are the store's (idemp-stats, the metrics);
+ *  - the outbox is the store's (the store of record writes each event in
+ *    its finish's own write; the relay's ops go to it): the cache has the
+ *    outbox ops when that store has them.  With $IDEMKIT_OUTBOX set, a
+ *    store that cannot be opened now fails the open (it may pass: the
+ *    steps open again), since whether it keeps an outbox is not known;
  *  - get and list are the store's, so a record's history is the one the
  *    store keeps (store.h); the cache holds none.  A claim it answers is a
  *    refused claim, which adds no history on any store, so nothing is lost;
@@ -45,6 +50,7 @@
 #include <sodium.h>
 
 #include "log.h"
+#include "outbox.h"
 #include "outcome.h"
 #include "redis.h"
 #include "store.h"
@@ -508,6 +514,54 @@ ca_stats(struct ik_store *s, int64_t now_ms, struct ik_store_stats *st, ik_err *
 	return in->ops->stats(in, now_ms, st, err);
 }
 
+/* The outbox's ops: the store's (set only when it has them). */
+static int
+ca_outbox_lease(struct ik_store *s, const char *holder, int64_t now_ms, int64_t lease_ms,
+    int64_t *until, ik_err *err)
+{
+	struct ik_store *in = store(s->impl, err);
+
+	return in ? in->ops->outbox_lease(in, holder, now_ms, lease_ms, until, err) : err->code;
+}
+
+static int
+ca_outbox_read(struct ik_store *s, size_t max, struct ik_outbox_ev *ev, size_t *n,
+    ik_err *err)
+{
+	struct ik_store *in = store(s->impl, err);
+
+	*n = 0;
+	return in ? in->ops->outbox_read(in, max, ev, n, err) : err->code;
+}
+
+static int
+ca_outbox_ack(struct ik_store *s, const char *holder, const struct ik_outbox_ev *ev,
+    size_t n, int64_t now_ms, ik_err *err)
+{
+	struct ik_store *in = store(s->impl, err);
+
+	return in ? in->ops->outbox_ack(in, holder, ev, n, now_ms, err) : err->code;
+}
+
+static int
+ca_outbox_purge(struct ik_store *s, int64_t before_ms, size_t batch, int64_t *n,
+    ik_err *err)
+{
+	struct ik_store *in = store(s->impl, err);
+
+	*n = 0;
+	return in ? in->ops->outbox_purge(in, before_ms, batch, n, err) : err->code;
+}
+
+static int
+ca_outbox_stats(struct ik_store *s, int64_t now_ms, struct ik_outbox_stats *st,
+    ik_err *err)
+{
+	struct ik_store *in = store(s->impl, err);
+
+	return in ? in->ops->outbox_stats(in, now_ms, st, err) : err->code;
+}
+
 static int
 ca_begin(struct ik_store *s, ik_err *err)
 {
@@ -602,12 +656,20 @@ ik_store_cache_open(const char *url, int (*open)(const char *, struct ik_store *
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	}
 	/* A store that is only unreachable now is opened again on use; bad
-	 * configuration is still refused at once. */
-	if (!store(c, err) && err->code != IK_TEMPFAIL) {
+	 * configuration is still refused at once, and so is an unreachable one
+	 * when the outbox is asked for (it may keep none). */
+	if (!store(c, err) && (err->code != IK_TEMPFAIL || ik_outbox_url())) {
 		rc = err->code;
 		ca_close(s);
 		s->ops = NULL;
 		return rc;
+	}
+	if (c->inner && c->inner->ops->outbox_lease) {
+		c->ops.outbox_lease = ca_outbox_lease;
+		c->ops.outbox_read = ca_outbox_read;
+		c->ops.outbox_ack = ca_outbox_ack;
+		c->ops.outbox_purge = ca_outbox_purge;
+		c->ops.outbox_stats = ca_outbox_stats;
 	}
 	ik_errclear(err);
 	return IK_OK;

@@ -21,6 +21,11 @@
  * refuses (IK_CONFIG) unless the URL says durability=unsafe.  ?wait=N
  * sends WAIT N after every script in the same round trip.
  *
+ * Outbox (store.h): with $IDEMKIT_OUTBOX set, the finish and
+ * re-notification scripts XADD the transition's event to the stream
+ * idemkit:outbox in the same script (store_redis.h), and only when
+ * the transition happens; the relay's ops are store_redis_outbox.c.
+ *
  * Layout: idemkit:rec:CHARGEID is a hash of the record's fields (state,
  * owner, leaseUntil, attempts, fingerprint, event, debitRef, lastError,
  * createdAt, updatedAt, expiresAt); idemkit:idx:STATE the sorted sets.
@@ -32,9 +37,11 @@
 #include <string.h>
 
 #include "log.h"
+#include "outbox.h"
 #include "outcome.h"
 #include "redis.h"
 #include "store.h"
+#include "store_redis.h"
 #include "util.h"
 
 #define REC_PREFIX "idemkit:rec:"
@@ -105,9 +112,10 @@ static const char claim_lua[] = LUA_PRELUDE
 	"return {0, now, redis.call('HGETALL', KEYS[1])}\n";
 
 /* KEYS: record, IN_PROGRESS index, the new state's index, its live set
- * (FAILED and DNF: by expiry, for stats).  ARGV:
- * chargeId, token, state, has ref, ref, has error, error.  1 or 0. */
-static const char finish_lua[] = LUA_PRELUDE LUA_PRUNE
+ * (FAILED and DNF: by expiry, for stats), the outbox stream.  ARGV:
+ * chargeId, token, state, has ref, ref, has error, error, the event's
+ * eventId ('': the outbox is off).  1 or 0. */
+static const char finish_lua[] = LUA_PRELUDE LUA_PRUNE LUA_OUTBOX
 	"local r = redis.call('HMGET', KEYS[1], 'state', 'owner')\n"
 	"if r[1] ~= 'IN_PROGRESS' or r[2] ~= ARGV[2] then return 0 end\n"
 	"redis.call('HSET', KEYS[1], 'state', ARGV[3], 'updatedAt', s(now))\n"
@@ -125,12 +133,17 @@ static const char finish_lua[] = LUA_PRELUDE LUA_PRUNE
 	"local function opt(has, v) if has == '1' then return v end return cjson.null end\n"
 	"hpush({at = now, op = 'finish', state = ARGV[3], owner = ARGV[2],\n"
 	"  debitRef = opt(ARGV[4], ARGV[5]), error = opt(ARGV[6], ARGV[7])})\n"
+	"if ARGV[8] ~= '' then outbox(KEYS[5], ARGV[8], 'charge.finished') end\n"
 	"return 1\n";
 
-/* KEYS: record, DNF index, DONE index, DNF live set.  ARGV: chargeId.
- * 1 or 0. */
-static const char renotified_lua[] = LUA_PRELUDE LUA_PRUNE
-	"if redis.call('HGET', KEYS[1], 'state') ~= 'DEBITED_NOTIFICATION_FAILED' then return 0 end\n"
+/* KEYS: record, DNF index, DONE index, DNF live set, the outbox stream.
+ * ARGV: chargeId, the event's eventId ('': the outbox is off), the owner
+ * it was computed for.  1, 0, or 2 when the record's owner is not that
+ * one (the eventId is then another's: compute it again). */
+static const char renotified_lua[] = LUA_PRELUDE LUA_PRUNE LUA_OUTBOX
+	"local r = redis.call('HMGET', KEYS[1], 'state', 'owner')\n"
+	"if r[1] ~= 'DEBITED_NOTIFICATION_FAILED' then return 0 end\n"
+	"if ARGV[2] ~= '' and r[2] ~= ARGV[3] then return 2 end\n"
 	"redis.call('HSET', KEYS[1], 'state', 'DONE', 'updatedAt', s(now))\n"
 	"redis.call('HDEL', KEYS[1], 'lastError')\n"
 	"redis.call('ZREM', KEYS[2], ARGV[1])\n"
@@ -138,6 +151,7 @@ static const char renotified_lua[] = LUA_PRELUDE LUA_PRUNE
 	"prune(KEYS[3], 'DONE')\n"
 	"redis.call('ZREM', KEYS[4], ARGV[1])\n"
 	"hpush({at = now, op = 'renotified', state = 'DONE'})\n"
+	"if ARGV[2] ~= '' then outbox(KEYS[5], ARGV[2], 'charge.renotified') end\n"
 	"return 1\n";
 
 /* KEYS: record, IN_PROGRESS index.  ARGV: chargeId, token.  1 or 0. */
@@ -273,6 +287,8 @@ static const char backfill_lua[] =
 struct rs {
 	struct ik_redis r;
 	struct ik_redis_script sc[S_N];
+	int outbox;                  /* $IDEMKIT_OUTBOX set at open */
+	struct ik_rs_outbox ob;
 };
 
 static const struct ik_redis_script scripts[S_N] = {
@@ -487,18 +503,21 @@ static int
 rs_finish(struct ik_store *st, const struct ik_finish_req *req, ik_err *err)
 {
 	struct rs *q = st->impl;
-	char ip[64], to[64], live[64];
+	char ip[64], to[64], live[64], id[IK_EVENT_ID_HEX] = "";
 	char *rk = rec_key(req->key);
 	int rc;
 
 	if (!rk)
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
-	rc = run01(q, S_FINISH, 4, 11, (const char *[]){ rk,
+	/* the owner after a finish is its token (the fence) */
+	if (q->outbox)
+		ik_outbox_event_id("finish", req->key, req->token, id);
+	rc = run01(q, S_FINISH, 5, 13, (const char *[]){ rk,
 	    idx_key(IK_ST_IN_PROGRESS, ip, sizeof ip), idx_key(req->state, to, sizeof to),
-	    live_key(req->state, live, sizeof live),
+	    live_key(req->state, live, sizeof live), RS_OUTBOX_STREAM,
 	    req->key, req->token, ik_state_name(req->state),
 	    req->debit_ref ? "1" : "0", req->debit_ref ? req->debit_ref : "",
-	    req->last_error ? "1" : "0", req->last_error ? req->last_error : "" }, err);
+	    req->last_error ? "1" : "0", req->last_error ? req->last_error : "", id }, err);
 	free(rk);
 	return rc;
 }
@@ -525,15 +544,51 @@ static int
 rs_renotified(struct ik_store *st, const char *key, int64_t now_ms, ik_err *err)
 {
 	struct rs *q = st->impl;
-	char dnf[64], done[64], live[64];
-	char *rk = rec_key(key);
-	int rc;
+	char dnf[64], done[64], live[64], id[IK_EVENT_ID_HEX] = "";
+	char *rk = rec_key(key), *owner = NULL;
+	redisReply *rep;
+	int rc = IK_OK;
 
 	if (!rk)
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
-	rc = run01(q, S_RENOTIFIED, 4, 5, (const char *[]){ rk,
-	    idx_key(IK_ST_DNF, dnf, sizeof dnf), idx_key(IK_ST_DONE, done, sizeof done),
-	    live_key(IK_ST_DNF, live, sizeof live), key }, err);
+	/* The eventId hashes the record's owner, which only the server has: read
+	 * it, then the script re-notifies only if it is still that one (a DNF
+	 * record's owner never changes; a record claimed and finished again in
+	 * between is met again, bounded). */
+	for (int attempt = 0; attempt < 5; attempt++) {
+		if (q->outbox) {
+			rep = ik_redis_cmd(&q->r, "HGET", 3, (const char *[]){ "HGET", rk, "owner" },
+			    NULL, err);
+			if (!rep) {
+				rc = err->code;
+				break;
+			}
+			free(owner);
+			owner = dup_str(rep);
+			freeReplyObject(rep);
+			ik_outbox_event_id("renotified", key, owner, id);
+		}
+		rep = ik_redis_eval(&q->r, &q->sc[S_RENOTIFIED], 5, 8, (const char *[]){ rk,
+		    idx_key(IK_ST_DNF, dnf, sizeof dnf), idx_key(IK_ST_DONE, done, sizeof done),
+		    live_key(IK_ST_DNF, live, sizeof live), RS_OUTBOX_STREAM, key, id,
+		    owner ? owner : "" }, NULL, q->r.u.wait, err);
+		if (!rep) {
+			rc = err->code;
+			break;
+		}
+		if (rep->type != REDIS_REPLY_INTEGER) {
+			rc = bad_reply(q, "renotified", rep, err);
+			break;
+		}
+		rc = rep->integer == 1 ? IK_OK : rep->integer == 0 ? IK_LEASE_LOST : -1;
+		freeReplyObject(rep);
+		if (rc != -1)
+			break;
+	}
+	if (rc == -1)
+		rc = ik_errf(err, IK_TEMPFAIL, "%s: renotified: the record's owner kept changing",
+		    q->r.u.label);
+	free(owner);
 	free(rk);
 	return rc;
 }
@@ -689,6 +744,53 @@ rs_stats(struct ik_store *st, int64_t now_ms, struct ik_store_stats *out, ik_err
 	return IK_OK;
 }
 
+/* ---- the outbox's relay ops: store_redis_outbox.c --------------------- */
+
+static int
+rs_outbox_lease(struct ik_store *st, const char *holder, int64_t now_ms, int64_t lease_ms,
+    int64_t *until, ik_err *err)
+{
+	struct rs *q = st->impl;
+
+	return ik_rs_outbox_lease(&q->r, &q->ob, holder, lease_ms, until, err);
+}
+
+static int
+rs_outbox_read(struct ik_store *st, size_t max, struct ik_outbox_ev *ev, size_t *n,
+    ik_err *err)
+{
+	struct rs *q = st->impl;
+
+	return ik_rs_outbox_read(&q->r, &q->ob, max, ev, n, err);
+}
+
+static int
+rs_outbox_ack(struct ik_store *st, const char *holder, const struct ik_outbox_ev *ev,
+    size_t n, int64_t now_ms, ik_err *err)
+{
+	struct rs *q = st->impl;
+
+	return ik_rs_outbox_ack(&q->r, &q->ob, holder, ev, n, err);
+}
+
+static int
+rs_outbox_purge(struct ik_store *st, int64_t before_ms, size_t batch, int64_t *n,
+    ik_err *err)
+{
+	struct rs *q = st->impl;
+
+	return ik_rs_outbox_purge(&q->r, &q->ob, before_ms, batch, n, err);
+}
+
+static int
+rs_outbox_stats(struct ik_store *st, int64_t now_ms, struct ik_outbox_stats *out,
+    ik_err *err)
+{
+	struct rs *q = st->impl;
+
+	return ik_rs_outbox_stats(&q->r, &q->ob, out, err);
+}
+
 static void
 rs_close(struct ik_store *st)
 {
@@ -696,6 +798,7 @@ rs_close(struct ik_store *st)
 
 	if (!q)
 		return;
+	ik_rs_outbox_free(&q->ob);
 	ik_redis_close(&q->r);
 	free(q);
 	st->impl = NULL;
@@ -714,6 +817,11 @@ static const struct ik_store_ops redis_ops = {
 	.list = rs_list,
 	.close = rs_close,
 	.stats = rs_stats,
+	.outbox_lease = rs_outbox_lease,
+	.outbox_read = rs_outbox_read,
+	.outbox_ack = rs_outbox_ack,
+	.outbox_purge = rs_outbox_purge,
+	.outbox_stats = rs_outbox_stats,
 };
 
 /* CONFIG GET NAME's value, or NULL with err. */
@@ -790,6 +898,8 @@ ik_store_redis_open(const char *rest, struct ik_store *st, ik_err *err)
 		return rc;
 	}
 	memcpy(q->sc, scripts, sizeof q->sc);
+	ik_rs_outbox_init(&q->ob);
+	q->outbox = ik_outbox_url() != NULL;
 	q->r.on_connect = check_durability;
 	st->impl = q;
 	st->ops = &redis_ops;

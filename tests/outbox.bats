@@ -7,12 +7,16 @@
 # taken over, the purge, and the downstream consumer
 # (examples/outbox-consumer.sh) applying each event once.  The events go to
 # the embedded queue, or with IDEMKIT_TEST_QUEUE_BACKEND=sqs to SQS
-# (local-aws-sqs on loopback).
+# (local-aws-sqs on loopback).  The store is SQLite, or by
+# IDEMKIT_TEST_BACKEND redis (a redis-server per test: the counts are the
+# store's whole outbox); a test that needs SQLite's own file says so, and
+# each store's own tests are in tests/outbox-STORE.bats.
 
 bats_require_minimum_version 1.5.0
 load helper
 load queue_backend
 load bank_helper
+load outbox_helper
 
 setup_file() { queue_backend_setup_file; }
 teardown_file() { queue_backend_teardown_file; }
@@ -23,43 +27,41 @@ setup() {
 	export IDEMKIT_STORE=sqlite:$BATS_TEST_TMPDIR/store.db
 	export IDEMKIT_LOG=quiet
 	DB=$BATS_TEST_TMPDIR/store.db
+	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
+	sqlite) ;;
+	redis)
+		. "$IDEMKIT_SRC/tests/redis_helper.bash"
+		require_redis
+		redis_start
+		export IDEMKIT_STORE=redis://127.0.0.1:$REDIS_PORT
+		;;
+	*) echo "unknown IDEMKIT_TEST_BACKEND=$IDEMKIT_TEST_BACKEND" >&2; return 1 ;;
+	esac
 }
 teardown() {
 	for p in ${RELAYS:-}; do kill -KILL "$p" 2>/dev/null || true; done
 	bank_stop
+	[ -z "${REDIS_PID:-}" ] || redis_stop
 }
-
-# finish ID STATE [AMOUNT] [REASON]: claim, the results a worker's steps
-# would have written (the bank's reference, the reason), and idemp-done.
-finish() {
-	local extra
-	case $2 in
-	DONE) extra='{"debit":{"outcome":"OK","ref":"TXN-T1"},"notify":{"outcome":"OK"}}' ;;
-	FAILED) extra="{\"debit\":{\"outcome\":\"DECLINED\",\"error\":\"${4:-}\"}}" ;;
-	*) extra="{\"debit\":{\"outcome\":\"OK\",\"ref\":\"TXN-T3\"},\"notify\":{\"outcome\":\"NOTIFY_FAILED\",\"error\":\"${4:-}\"}}" ;;
+# sqlite_only: the test reaches into SQLite's file (its lock, its rows).
+sqlite_only() {
+	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
+	sqlite) ;;
+	*) skip "SQLite's own file; tests/outbox-$IDEMKIT_TEST_BACKEND.bats has this store's" ;;
 	esac
-	ev "$1" "${3:-2500}" | idemp-claim 2>/dev/null | envset "$extra" | idemp-done --state "$2" >/dev/null 2>&1
 }
-# events: every message now on the events queue, one JSON line each:
-# {"attr": eventId attribute, "body": the event}; received with a long
-# visibility so each copy is read once.
-events() {
-	local rc=0 out
-	while :; do
-		rc=0
-		out=$(sqs-recv --queue "$IDEMKIT_OUTBOX" --max 10 --visibility 600) || rc=$?
-		[ "$rc" -eq 1 ] && return 0
-		[ "$rc" -eq 0 ] || return "$rc"
-		printf '%s\n' "$out" | python3 -c 'import json, sys
-for l in sys.stdin:
-    e = json.loads(l)
-    print(json.dumps({"attr": e["attributes"]["eventId"], "body": json.loads(e["body"])}))'
-	done
+# republish_first N: the store forgets it published its first N events (a
+# relay that died before its checkpoint), so they go out again.  Redis:
+# the group reads the stream again from its start (every event waits).
+republish_first() {
+	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
+	redis)
+		rcli XGROUP SETID idemkit:outbox relay 0 >/dev/null
+		rcli SET idemkit:outbox:waiting "$(rcli XLEN idemkit:outbox)" >/dev/null
+		;;
+	*) sqlite3 -cmd ".timeout 10000" "$DB" "UPDATE outbox SET published_at = NULL WHERE seq <= $1" ;;
+	esac
 }
-waiting() { jget "$(idemp-outbox --stats)" waiting; }
-# ids FILE: the eventIds in an events() file, sorted, duplicates kept.
-ids() { python3 -c 'import json, sys
-print("\n".join(sorted(json.loads(l)["attr"] for l in open(sys.argv[1]) if l.strip())))' "$1"; }
 
 @test "--help, --version, usage errors; no queue is 78; off by default: a finish writes no event" {
 	run idemp-outbox --help
@@ -150,6 +152,7 @@ for l in sys.stdin:
 }
 
 @test "a rolled-back finish writes no event: the event and the record commit together" {
+	sqlite_only
 	k=$(uid rb)
 	env=$(ev "$k" | idemp-claim 2>/dev/null)
 	# A writer holds the store's write lock: the finish cannot commit
@@ -290,6 +293,7 @@ PY
 }
 
 @test "the purge: published events past the retention go, waiting ones stay" {
+	sqlite_only
 	finish "$(uid p1)" DONE
 	finish "$(uid p2)" DONE
 	run -0 idemp-outbox
@@ -305,6 +309,7 @@ PY
 }
 
 @test "the lag gauge: events waiting and the oldest one's age" {
+	sqlite_only
 	finish "$(uid g1)" DONE
 	sqlite3 -cmd ".timeout 10000" "$DB" "UPDATE outbox SET created_at = created_at - 90000"
 	finish "$(uid g2)" FAILED
@@ -332,7 +337,7 @@ PY
 	[ "$(wc -l < "$BATS_TEST_TMPDIR/relay")" -eq "$N" ]
 	# A duplicate on the events queue (a relay that died before its
 	# checkpoint): applied once all the same.
-	sqlite3 -cmd ".timeout 10000" "$DB" "UPDATE outbox SET published_at = NULL WHERE seq <= 7"
+	republish_first 7
 	for _ in $(seq 600); do [ "$(waiting)" = 0 ] && break; sleep 0.1; done
 	run -0 env CONSUMER_STORE="sqlite:$BATS_TEST_TMPDIR/consumer.db" \
 		"$IDEMKIT_SRC/examples/outbox-consumer.sh" -- sh -c "cat >> '$BATS_TEST_TMPDIR/ledger'"

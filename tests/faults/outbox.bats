@@ -7,6 +7,8 @@
 # example consumers apply the events.  Every finished charge has exactly one
 # event in the store, every event is on the queue at least once (a copy
 # only with the same eventId), and the consumer applies each exactly once.
+# IDEMKIT_TEST_BACKEND=redis: the same on the Redis store (a redis-server
+# per test, AOF with appendfsync always).
 
 load faults
 
@@ -16,6 +18,31 @@ setup() { bank_start; }
 teardown() {
 	[ -z "${RELAY:-}" ] || kill -KILL "$RELAY" 2>/dev/null || true
 	bank_stop
+	[ -z "${REDIS_PID:-}" ] || redis_stop
+}
+
+# the_store: the store the backend asks for, after embedded_queue.
+the_store() {
+	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
+	sqlite) ;;
+	redis)
+		load ../redis_helper
+		require_redis
+		redis_start
+		export IDEMKIT_STORE=redis://127.0.0.1:$REDIS_PORT
+		;;
+	*) echo "unknown IDEMKIT_TEST_BACKEND=$IDEMKIT_TEST_BACKEND" >&2; return 1 ;;
+	esac
+}
+# stored_events: "COUNT|DISTINCT CHARGES" of the events the store wrote.
+stored_events() {
+	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
+	redis) rcli XRANGE idemkit:outbox - + | python3 -c 'import sys
+l = sys.stdin.read().split("\n")
+c = [l[i + 1] for i in range(len(l) - 1) if l[i] == "chargeId"]
+print("%d|%d" % (len(c), len(set(c))))' ;;
+	*) sqlite3 "$BATS_TEST_TMPDIR/idem.db" 'SELECT count(*), count(DISTINCT charge_id) FROM outbox' ;;
+	esac
 }
 
 waiting() { idemp-outbox --stats | python3 -c 'import json,sys; print(json.load(sys.stdin)["waiting"])'; }
@@ -45,6 +72,7 @@ relay_chaos() {
 
 @test "outbox: $N charges x 1-5 deliveries, the relay killed -9 again and again: one event per charge, each applied once downstream" {
 	embedded_queue 5
+	the_store
 	export IDEMKIT_OUTBOX="sqlite:$BATS_TEST_TMPDIR/events.db#events"
 	charges "$N" "$BATS_TEST_TMPDIR/charges" OBX
 	deliveries "$BATS_TEST_TMPDIR/charges" "$BATS_TEST_TMPDIR/messages" 27
@@ -59,7 +87,7 @@ relay_chaos() {
 	took=$((SECONDS - start))
 	check_exactly_once "$BATS_TEST_TMPDIR/charges"
 	# one event per finished charge, in the store
-	[ "$(sqlite3 "$BATS_TEST_TMPDIR/idem.db" 'SELECT count(*), count(DISTINCT charge_id) FROM outbox')" = "$N|$N" ]
+	[ "$(stored_events)" = "$N|$N" ]
 	[ "$(waiting)" -eq 0 ]
 	copies=$(sqs-stat --queue "$IDEMKIT_OUTBOX" | python3 -c 'import json,sys; print(json.load(sys.stdin)["visible"])')
 	[ "$copies" -ge "$N" ]

@@ -1,0 +1,35 @@
+# tests/outbox_helper.bash: what the outbox suites share (tests/outbox.bats,
+# tests/outbox-STORE.bats; `load outbox_helper` after helper and
+# queue_backend): finish a charge, read the events queue, the lag gauge.
+
+# finish ID STATE [AMOUNT] [REASON]: claim, the results a worker's steps
+# would have written (the bank's reference, the reason), and idemp-done.
+finish() {
+	local extra
+	case $2 in
+	DONE) extra='{"debit":{"outcome":"OK","ref":"TXN-T1"},"notify":{"outcome":"OK"}}' ;;
+	FAILED) extra="{\"debit\":{\"outcome\":\"DECLINED\",\"error\":\"${4:-}\"}}" ;;
+	*) extra="{\"debit\":{\"outcome\":\"OK\",\"ref\":\"TXN-T3\"},\"notify\":{\"outcome\":\"NOTIFY_FAILED\",\"error\":\"${4:-}\"}}" ;;
+	esac
+	ev "$1" "${3:-2500}" | idemp-claim 2>/dev/null | envset "$extra" | idemp-done --state "$2" >/dev/null 2>&1
+}
+# events: every message now on the events queue, one JSON line each:
+# {"attr": eventId attribute, "body": the event}; received with a long
+# visibility so each copy is read once.
+events() {
+	local rc=0 out
+	while :; do
+		rc=0
+		out=$(sqs-recv --queue "$IDEMKIT_OUTBOX" --max 10 --visibility 600) || rc=$?
+		[ "$rc" -eq 1 ] && return 0
+		[ "$rc" -eq 0 ] || return "$rc"
+		printf '%s\n' "$out" | python3 -c 'import json, sys
+for l in sys.stdin:
+    e = json.loads(l)
+    print(json.dumps({"attr": e["attributes"]["eventId"], "body": json.loads(e["body"])}))'
+	done
+}
+waiting() { jget "$(idemp-outbox --stats)" waiting; }
+# ids FILE: the eventIds in an events() file, sorted, duplicates kept.
+ids() { python3 -c 'import json, sys
+print("\n".join(sorted(json.loads(l)["attr"] for l in open(sys.argv[1]) if l.strip())))' "$1"; }
