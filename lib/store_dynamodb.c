@@ -225,14 +225,20 @@ ddb_av_n(int64_t n)
 
 /* ---- the open index (store_dynamodb.h) --------------------------------- */
 
-const char *
-ddb_open_key(char buf[64], enum ik_state st, const char *key)
+unsigned
+ddb_shard(const char *key)
 {
 	uint32_t h = 2166136261u;   /* FNV-1a */
 
 	for (; *key; key++)
 		h = (h ^ (unsigned char)*key) * 16777619u;
-	snprintf(buf, 64, "%s#%u", ik_state_name(st), (unsigned)(h % DDB_OPEN_SHARDS));
+	return (unsigned)(h % DDB_OPEN_SHARDS);
+}
+
+const char *
+ddb_open_key(char buf[64], enum ik_state st, const char *key)
+{
+	snprintf(buf, 64, "%s#%u", ik_state_name(st), ddb_shard(key));
 	return buf;
 }
 
@@ -243,6 +249,9 @@ static const char *const names[][2] = {
 	{ "#dr", "debitRef" }, { "#le", "lastError" }, { "#ca", "createdAt" },
 	{ "#ua", "updatedAt" }, { "#xa", "expiresAt" }, { "#os", "openState" },
 	{ "#h", "history" },
+	/* the outbox (store_dynamodb_outbox.c) */
+	{ "#obf", "obFin" }, { "#obr", "obRen" }, { "#obt", "t" }, { "#obp", "obPend" },
+	{ "#oba", "obAt" }, { "#rh", "relayHolder" }, { "#ru", "relayUntil" },
 };
 
 /* ExpressionAttributeNames for exactly the placeholders the expressions
@@ -367,20 +376,30 @@ static int
 dd_forget_failed(struct ik_store *st, const char *key, ik_err *err)
 {
 	struct ddb *d = st->impl;
-	cJSON *r = ddb_new_req(d, key), *v, *resp = NULL;
+	cJSON *r = ddb_new_req(d, key), *v, *resp = NULL, *item;
 	int rc;
 
-	cJSON_AddStringToObject(r, "ConditionExpression", "#st = :failed");
+	/* Never the outbox's event with it: a FAILED record whose event waits
+	 * stays until the relay published it. */
+	cJSON_AddStringToObject(r, "ConditionExpression",
+	                        "#st = :failed AND attribute_not_exists(#obp)");
 	v = cJSON_AddObjectToObject(r, "ExpressionAttributeValues");
 	cJSON_AddItemToObject(v, ":failed", ddb_av_s("FAILED"));
-	ddb_add_names(d, r, "#st");
+	ddb_add_names(d, r, "#st #obp");
 	rc = ddb_call(d, "DeleteItem", r, "ConditionalCheckFailedException", &resp, err);
 	cJSON_Delete(resp);
 	cJSON_Delete(r);
-	if (rc == IK_AWS_ERROR) {
-		ik_errclear(err);
-		return IK_EMPTY;
-	}
+	if (rc != IK_AWS_ERROR)
+		return rc;
+	ik_errclear(err);
+	resp = NULL;
+	if ((rc = ddb_get_item(d, key, &resp, err)) != IK_OK)
+		return rc;
+	item = cJSON_GetObjectItemCaseSensitive(resp, "Item");
+	rc = ddb_attr_s(item, "obPend") && ik_state_parse(ddb_attr_s(item, "state")) == IK_ST_FAILED ?
+	     ik_errf(err, IK_TEMPFAIL, "dynamodb %s: %.128s: its outbox event is not yet "
+	             "published; run idemp-outbox first", d->table, key) : IK_EMPTY;
+	cJSON_Delete(resp);
 	return rc;
 }
 
@@ -435,6 +454,12 @@ static const struct ik_store_ops dynamodb_ops = {
 	.finish_start = ddb_finish_start,
 	.run = ddb_run,
 	.active = ddb_active,
+	.note = ddb_note,
+	.outbox_lease = ddb_outbox_lease,
+	.outbox_read = ddb_outbox_read,
+	.outbox_ack = ddb_outbox_ack,
+	.outbox_purge = ddb_outbox_purge,
+	.outbox_stats = ddb_outbox_stats,
 };
 
 int

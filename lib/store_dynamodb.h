@@ -101,6 +101,8 @@ int ddb_next_page(cJSON *req, cJSON *resp);
 #define DDB_OPEN_INDEX "idemkit-open"
 #define DDB_OPEN_SHARDS 8
 const char *ddb_open_key(char buf[64], enum ik_state st, const char *key);
+/* The shard of key, 0 to DDB_OPEN_SHARDS - 1 (the outbox index's too). */
+unsigned ddb_shard(const char *key);
 
 /* The port's ops, by part. */
 int ddb_init(struct ik_store *st, ik_err *err);                  /* _init.c */
@@ -126,8 +128,30 @@ size_t ddb_active(struct ik_store *st);
  * IK_OK, IK_LEASE_LOST, or an error. */
 int ddb_cond_update(struct ddb *d, cJSON *r, const char *cond, const char *upd,
                     ik_err *err);
+int ddb_note(struct ik_store *st, const char *key, const char *token, const char *reason,
+             ik_err *err);
 /* Frees the ops whose answers were never acted on (a closing store: the
  * calls still in flight die with the client). */
 void ddb_ops_drop(struct ddb *d);
+
+/* The outbox (store_dynamodb_outbox.c).  idemkit-outbox: HASH obPend (S,
+ * the item's shard), RANGE obAt (N), all attributes projected, only on
+ * the items with an event not yet published. */
+#define DDB_OUTBOX_INDEX "idemkit-outbox"
+/* The clause a finish's (a re-notification's) UpdateExpression SETs, its
+ * values added to vals: the event, inside that write; "" when the outbox
+ * is off. */
+const char *ddb_outbox_finish(cJSON *vals, const struct ik_finish_req *req);
+const char *ddb_outbox_renotified(cJSON *vals, const char *key, int64_t now_ms);
+int ddb_outbox_lease(struct ik_store *st, const char *holder, int64_t now_ms,
+                     int64_t lease_ms, int64_t *until, ik_err *err);
+int ddb_outbox_read(struct ik_store *st, size_t max, struct ik_outbox_ev *ev, size_t *n,
+                    ik_err *err);
+int ddb_outbox_ack(struct ik_store *st, const char *holder, const struct ik_outbox_ev *ev,
+                   size_t n, int64_t now_ms, ik_err *err);
+int ddb_outbox_purge(struct ik_store *st, int64_t before_ms, size_t batch, int64_t *n,
+                     ik_err *err);
+int ddb_outbox_stats(struct ik_store *st, int64_t now_ms, struct ik_outbox_stats *out,
+                     ik_err *err);
 
 #endif

@@ -11,6 +11,7 @@
 
 #include "aws.h"
 #include "log.h"
+#include "outbox.h"
 #include "outcome.h"
 #include "store.h"
 #include "store_dynamodb.h"
@@ -107,8 +108,8 @@ unsupported:
 	return IK_OK;
 }
 
-/* The open index's AttributeDefinitions entries and its definition
- * (KeySchema, Projection), for CreateTable and UpdateTable. */
+/* An index's AttributeDefinitions entries and its definition (KeySchema,
+ * Projection), for CreateTable and UpdateTable. */
 static void
 add_attr_def(cJSON *defs, const char *name, const char *type)
 {
@@ -119,19 +120,30 @@ add_attr_def(cJSON *defs, const char *name, const char *type)
 	cJSON_AddItemToArray(defs, t);
 }
 
+/* The table's indexes: the open index (store_dynamodb.h), and the
+ * outbox's (store_dynamodb_outbox.c), both sparse: an item is in one only
+ * while it carries the index's HASH attribute. */
+static const struct index {
+	const char *name, *hash, *range;
+} indexes[] = {
+	{ DDB_OPEN_INDEX, "openState", "updatedAt" },
+	{ DDB_OUTBOX_INDEX, "obPend", "obAt" },
+};
+#define NINDEX (sizeof indexes / sizeof indexes[0])
+
 static cJSON *
-open_index_def(const cJSON *throughput)
+index_def(const struct index *ix, const cJSON *throughput)
 {
 	cJSON *g = cJSON_CreateObject(), *ks, *k;
 
-	cJSON_AddStringToObject(g, "IndexName", DDB_OPEN_INDEX);
+	cJSON_AddStringToObject(g, "IndexName", ix->name);
 	ks = cJSON_AddArrayToObject(g, "KeySchema");
 	k = cJSON_CreateObject();
-	cJSON_AddStringToObject(k, "AttributeName", "openState");
+	cJSON_AddStringToObject(k, "AttributeName", ix->hash);
 	cJSON_AddStringToObject(k, "KeyType", "HASH");
 	cJSON_AddItemToArray(ks, k);
 	k = cJSON_CreateObject();
-	cJSON_AddStringToObject(k, "AttributeName", "updatedAt");
+	cJSON_AddStringToObject(k, "AttributeName", ix->range);
 	cJSON_AddStringToObject(k, "KeyType", "RANGE");
 	cJSON_AddItemToArray(ks, k);
 	cJSON_AddStringToObject(cJSON_AddObjectToObject(g, "Projection"), "ProjectionType", "ALL");
@@ -140,28 +152,28 @@ open_index_def(const cJSON *throughput)
 	return g;
 }
 
-/* The open index's IndexStatus in a DescribeTable "Table", or NULL when
- * the table has no such index. */
+/* The index's IndexStatus in a DescribeTable "Table", or NULL when the
+ * table has no such index. */
 static const char *
-open_index_status(const cJSON *table)
+index_status(const cJSON *table, const char *ix)
 {
 	const cJSON *g, *name, *status;
 
 	cJSON_ArrayForEach(g, cJSON_GetObjectItemCaseSensitive(table, "GlobalSecondaryIndexes")) {
 		name = cJSON_GetObjectItemCaseSensitive(g, "IndexName");
 		status = cJSON_GetObjectItemCaseSensitive(g, "IndexStatus");
-		if (cJSON_IsString(name) && strcmp(name->valuestring, DDB_OPEN_INDEX) == 0)
+		if (cJSON_IsString(name) && strcmp(name->valuestring, ix) == 0)
 			return cJSON_IsString(status) ? status->valuestring : "ACTIVE";
 	}
 	return NULL;
 }
 
-/* Adds the open index to a table made before it (UpdateTable).  On-demand
+/* Adds the index to a table made before it (UpdateTable).  On-demand
  * DynamoDB refuses ProvisionedThroughput for the index; a provisioned
  * table, and dynalite even on an on-demand one, insist on it: then the
  * index gets the table's own throughput (1/1 when the table shows none). */
 static int
-add_open_index(struct ddb *d, const cJSON *table, ik_err *err)
+add_index(struct ddb *d, const cJSON *table, const struct index *ix, ik_err *err)
 {
 	const cJSON *pt = cJSON_GetObjectItemCaseSensitive(table, "ProvisionedThroughput");
 	const cJSON *rcu = cJSON_GetObjectItemCaseSensitive(pt, "ReadCapacityUnits");
@@ -173,22 +185,22 @@ add_open_index(struct ddb *d, const cJSON *table, ik_err *err)
 		req = ddb_new_req(d, NULL);
 		defs = cJSON_AddArrayToObject(req, "AttributeDefinitions");
 		add_attr_def(defs, d->key, "S");
-		add_attr_def(defs, "openState", "S");
-		add_attr_def(defs, "updatedAt", "N");
+		add_attr_def(defs, ix->hash, "S");
+		add_attr_def(defs, ix->range, "N");
 		upd = cJSON_AddArrayToObject(req, "GlobalSecondaryIndexUpdates");
 		c = cJSON_CreateObject();
-		cJSON_AddItemToObject(c, "Create", open_index_def(tp));
+		cJSON_AddItemToObject(c, "Create", index_def(ix, tp));
 		cJSON_AddItemToArray(upd, c);
 		rc = ddb_call(d, "UpdateTable", req, "ValidationException", &resp, err);
 		cJSON_Delete(req);
 		/* An endpoint that takes the request and drops the index (dynalite
 		 * does) would leave us waiting for an index that never comes. */
-		if (rc == IK_OK && !open_index_status(cJSON_GetObjectItemCaseSensitive(resp,
-		                                      "TableDescription")))
+		if (rc == IK_OK && !index_status(cJSON_GetObjectItemCaseSensitive(resp,
+		                                 "TableDescription"), ix->name))
 			rc = ik_errf(err, IK_CONFIG, "dynamodb UpdateTable: table %s: the endpoint "
-			             "accepted the index " DDB_OPEN_INDEX " but did not add it (dynalite "
+			             "accepted the index %s but did not add it (dynalite "
 			             "cannot add an index to a table; recreate the table with "
-			             "idemp-init)", d->table);
+			             "idemp-init)", d->table, ix->name);
 		cJSON_Delete(resp);
 		resp = NULL;
 		if (rc != IK_AWS_ERROR || tp || !strstr(err->msg, "rovisionedThroughput"))
@@ -204,7 +216,7 @@ add_open_index(struct ddb *d, const cJSON *table, ik_err *err)
 	if (rc == IK_AWS_ERROR)
 		rc = err->code ? err->code : IK_SOFTWARE;
 	if (rc == IK_OK)
-		ik_log(IK_LOG_INFO, "adding index", "table", d->table, "index", DDB_OPEN_INDEX, NULL);
+		ik_log(IK_LOG_INFO, "adding index", "table", d->table, "index", ix->name, NULL);
 	return rc;
 }
 
@@ -274,7 +286,8 @@ ddb_init(struct ik_store *st, ik_err *err)
 	int64_t deadline = ik_mono_ms() + ACTIVE_WAIT_MS;
 	const char *ix;
 	long nap = 50;
-	int rc, created = 0, added = 0;
+	int rc, created = 0, added = 0, ready;
+	size_t i;
 
 	for (;;) {
 		rc = ddb_describe(d, &resp, err);
@@ -285,10 +298,13 @@ ddb_init(struct ik_store *st, ik_err *err)
 			req = ddb_new_req(d, NULL);
 			a = cJSON_AddArrayToObject(req, "AttributeDefinitions");
 			add_attr_def(a, d->key, "S");
-			add_attr_def(a, "openState", "S");
-			add_attr_def(a, "updatedAt", "N");
+			for (i = 0; i < NINDEX; i++) {
+				add_attr_def(a, indexes[i].hash, "S");
+				add_attr_def(a, indexes[i].range, "N");
+			}
 			a = cJSON_AddArrayToObject(req, "GlobalSecondaryIndexes");
-			cJSON_AddItemToArray(a, open_index_def(NULL));
+			for (i = 0; i < NINDEX; i++)
+				cJSON_AddItemToArray(a, index_def(&indexes[i], NULL));
 			a = cJSON_AddArrayToObject(req, "KeySchema");
 			t = cJSON_CreateObject();
 			cJSON_AddStringToObject(t, "AttributeName", d->key);
@@ -321,19 +337,26 @@ ddb_init(struct ik_store *st, ik_err *err)
 				cJSON_Delete(resp);
 				return rc;
 			}
-			ix = open_index_status(t);
-			if (cJSON_IsString(s) && strcmp(s->valuestring, "ACTIVE") == 0 && !ix &&
-			    !added) {
-				/* a table from before the index */
-				added = 1;
-				if ((rc = add_open_index(d, t, err)) != IK_OK) {
-					cJSON_Delete(resp);
-					return rc;
+			/* A table from before an index gets it, one at a time (an
+			 * UpdateTable adds one); the outbox's only when the outbox
+			 * is on (a table made since has it anyway). */
+			ready = cJSON_IsString(s) && strcmp(s->valuestring, "ACTIVE") == 0;
+			for (i = 0; ready && i < NINDEX; i++) {
+				if (strcmp(indexes[i].name, DDB_OUTBOX_INDEX) == 0 && !ik_outbox_url())
+					continue;
+				if ((ix = index_status(t, indexes[i].name)) && strcmp(ix, "ACTIVE") == 0)
+					continue;
+				ready = 0;
+				if (!ix && !(added & 1 << i)) {
+					added |= 1 << i;
+					if ((rc = add_index(d, t, &indexes[i], err)) != IK_OK) {
+						cJSON_Delete(resp);
+						return rc;
+					}
 				}
-			} else if (cJSON_IsString(s) && strcmp(s->valuestring, "ACTIVE") == 0 &&
-			           ix && strcmp(ix, "ACTIVE") == 0) {
-				break;
 			}
+			if (ready)
+				break;
 			if (cJSON_IsString(s) && strcmp(s->valuestring, "DELETING") == 0) {
 				cJSON_Delete(resp);
 				return ik_errf(err, IK_TEMPFAIL, "dynamodb table %s is being "

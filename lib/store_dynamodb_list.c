@@ -111,19 +111,18 @@ list_req(struct ddb *d, const struct ik_list_filter *f, int part, int shard)
 	}
 	req = ddb_new_req(d, NULL);
 	cJSON_AddTrueToObject(req, "ConsistentRead");
-	if (f->state != IK_ST_NONE)
-		strcat(filter, "#st = :st");
+	/* Records only: the outbox relay's lease item has no state. */
+	strcat(filter, f->state != IK_ST_NONE ? "#st = :st" : "attribute_exists(#st)");
 	if (f->older_than_ms > 0)
-		strcat(filter, *filter ? " AND #ua < :cut" : "#ua < :cut");
-	if (*filter) {
-		cJSON_AddStringToObject(req, "FilterExpression", filter);
-		ddb_add_names(d, req, filter);
+		strcat(filter, " AND #ua < :cut");
+	cJSON_AddStringToObject(req, "FilterExpression", filter);
+	ddb_add_names(d, req, filter);
+	if (f->state != IK_ST_NONE || f->older_than_ms > 0)
 		v = cJSON_AddObjectToObject(req, "ExpressionAttributeValues");
-		if (f->state != IK_ST_NONE)
-			cJSON_AddItemToObject(v, ":st", ddb_av_s(ik_state_name(f->state)));
-		if (f->older_than_ms > 0)
-			cJSON_AddItemToObject(v, ":cut", ddb_av_n(f->now_ms - f->older_than_ms));
-	}
+	if (f->state != IK_ST_NONE)
+		cJSON_AddItemToObject(v, ":st", ddb_av_s(ik_state_name(f->state)));
+	if (f->older_than_ms > 0)
+		cJSON_AddItemToObject(v, ":cut", ddb_av_n(f->now_ms - f->older_than_ms));
 	return req;
 }
 

@@ -17,6 +17,7 @@
 #include "outcome.h"
 #include "store.h"
 #include "store_dynamodb.h"
+#include "utf8.h"
 #include "util.h"
 
 /* ---- the history (see the header) --------------------------------------- */
@@ -564,17 +565,17 @@ finish_start(struct ddb *d, const struct ik_finish_req *req, ik_store_cb cb, voi
              int sync, ik_err *err)
 {
 	cJSON *r = ddb_new_req(d, req->key), *v;
-	char upd[256], os[64];
+	char upd[384], os[64];
 	int open = req->state != IK_ST_DONE;
 
 	/* A DONE record leaves the open index; FAILED and DNF stay in it,
-	 * under their own state. */
-	snprintf(upd, sizeof upd, "SET #st = :st, #ua = :now, " HIST_SET "%s%s%s%s",
+	 * under their own state.  The outbox's event is set by this write. */
+	v = cJSON_AddObjectToObject(r, "ExpressionAttributeValues");
+	snprintf(upd, sizeof upd, "SET #st = :st, #ua = :now, " HIST_SET "%s%s%s%s%s",
 	         req->debit_ref ? ", #dr = :ref" : "",
 	         req->last_error ? ", #le = :le" : "",
-	         open ? ", #os = :os" : "",
+	         open ? ", #os = :os" : "", ddb_outbox_finish(v, req),
 	         req->last_error ? (open ? "" : " REMOVE #os") : (open ? " REMOVE #le" : " REMOVE #le, #os"));
-	v = cJSON_AddObjectToObject(r, "ExpressionAttributeValues");
 	if (open)
 		cJSON_AddItemToObject(v, ":os", ddb_av_s(ddb_open_key(os, req->state, req->key)));
 	cJSON_AddItemToObject(v, ":ip", ddb_av_s("IN_PROGRESS"));
@@ -661,14 +662,41 @@ ddb_renotified(struct ik_store *st, const char *key, int64_t now_ms, ik_err *err
 {
 	struct ddb *d = st->impl;
 	cJSON *r = ddb_new_req(d, key), *v;
+	char upd[256];
 
 	v = cJSON_AddObjectToObject(r, "ExpressionAttributeValues");
 	cJSON_AddItemToObject(v, ":dnf", ddb_av_s("DEBITED_NOTIFICATION_FAILED"));
 	cJSON_AddItemToObject(v, ":done", ddb_av_s("DONE"));
 	cJSON_AddItemToObject(v, ":now", ddb_av_n(now_ms));
 	add_hist(v, &(struct ik_hist){ .op = "renotified", .at = now_ms, .state = IK_ST_DONE });
-	return ddb_cond_update(d, r, "#st = :dnf",
-	                   "SET #st = :done, #ua = :now, " HIST_SET " REMOVE #le, #os", err);
+	snprintf(upd, sizeof upd, "SET #st = :done, #ua = :now, " HIST_SET "%s REMOVE #le, #os",
+	         ddb_outbox_renotified(v, key, now_ms));
+	return ddb_cond_update(d, r, "#st = :dnf", upd, err);
+}
+
+/* The reason a TEMPFAIL or CONFIG debit left the claim (store.h): fenced
+ * as the finish is, lastError only, no history (so no trim). */
+int
+ddb_note(struct ik_store *st, const char *key, const char *token, const char *reason,
+         ik_err *err)
+{
+	struct ddb *d = st->impl;
+	const char *text;
+	char *copy = NULL;
+	cJSON *r, *v;
+	int rc;
+
+	/* What a bank said, raw: DynamoDB refuses a body that is not UTF-8. */
+	if (ik_utf8_clean(reason, &text, &copy) < 0)
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	r = ddb_new_req(d, key);
+	v = cJSON_AddObjectToObject(r, "ExpressionAttributeValues");
+	cJSON_AddItemToObject(v, ":ip", ddb_av_s("IN_PROGRESS"));
+	cJSON_AddItemToObject(v, ":tok", ddb_av_s(token));
+	cJSON_AddItemToObject(v, ":le", ddb_av_s(text ? text : ""));
+	rc = ddb_cond_update(d, r, "#st = :ip AND #ow = :tok", "SET #le = :le", err);
+	free(copy);
+	return rc;
 }
 
 int
