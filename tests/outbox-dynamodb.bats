@@ -230,3 +230,46 @@ PY
 	[ "$(sort -u "$BATS_TEST_TMPDIR/ev" | wc -l)" -eq 80 ]
 	[ "$(wc -l < "$BATS_TEST_TMPDIR/ev")" -eq 80 ]
 }
+
+# cpu_ms CMD...: CMD's user + system CPU in ms (its own and its children's),
+# on stderr as "cpu N"; stdin and stdout pass through.
+cpu_ms() {
+	python3 -c 'import os, subprocess, sys
+p = subprocess.Popen(sys.argv[1:])
+_, st, ru = os.wait4(p.pid, 0)
+print("cpu %d" % round((ru.ru_utime + ru.ru_stime) * 1000), file=sys.stderr)
+sys.exit(os.waitstatus_to_exitcode(st))' "$@"
+}
+
+@test "cost: the outbox adds no request to the pipeline (the same UpdateItem per finish, a few attributes more); client CPU and the relay's requests reported" {
+	N=${OUTBOX_COST_N:-200}
+	recproxy_start ddb "$AWS_ENDPOINT_URL_DYNAMODB"
+	export AWS_ENDPOINT_URL_DYNAMODB=$RECPROXY_URL
+	for mode in off on; do
+		[ "$mode" = on ] || export IDEMKIT_OUTBOX=
+		[ "$mode" = off ] || export IDEMKIT_OUTBOX="sqlite:$BATS_TEST_TMPDIR/events.db#events"
+		for i in $(seq 1 "$N"); do ev "$(uid "$mode$i")"; done | idemp-claim --stream 2>/dev/null \
+			| envset '{"debit":{"outcome":"OK","ref":"TXN-C"},"notify":{"outcome":"OK"}}' \
+			> "$BATS_TEST_TMPDIR/claimed.$mode"
+		: > "$BATS_TEST_TMPDIR/ddb.log"
+		start=$(date +%s%N)
+		cpu_ms idemp-done --stream < "$BATS_TEST_TMPDIR/claimed.$mode" \
+			> "$BATS_TEST_TMPDIR/done.$mode" 2> "$BATS_TEST_TMPDIR/cpu.$mode"
+		eval "wall_$mode=$((($(date +%s%N) - start) / 1000000))"
+		[ "$(grep -c '"outcome":"OK","state":"DONE"' "$BATS_TEST_TMPDIR/done.$mode")" -eq "$N" ]
+		ops ddb | sort | uniq -c > "$BATS_TEST_TMPDIR/ops.$mode"
+	done
+	# the finishes' requests: one UpdateItem per charge, with or without
+	diff "$BATS_TEST_TMPDIR/ops.off" "$BATS_TEST_TMPDIR/ops.on"
+	[ "$(ops ddb UpdateItem)" -eq "$N" ]
+	[ "$(ops ddb | wc -l)" -eq "$N" ]
+	off=$(sed -n 's/^cpu //p' "$BATS_TEST_TMPDIR/cpu.off") on=$(sed -n 's/^cpu //p' "$BATS_TEST_TMPDIR/cpu.on")
+	# the relay: its requests and CPU per event
+	: > "$BATS_TEST_TMPDIR/ddb.log"
+	start=$(date +%s%N)
+	cpu_ms idemp-outbox > "$BATS_TEST_TMPDIR/relay" 2> "$BATS_TEST_TMPDIR/cpu.relay"
+	ms=$((($(date +%s%N) - start) / 1000000))
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/relay")" -eq "$N" ]
+	relay=$(sed -n 's/^cpu //p' "$BATS_TEST_TMPDIR/cpu.relay")
+	echo "# outbox cost ($BACKEND, $N finishes, idemp-done --stream): requests per finish 1 UpdateItem without and with; finishes in ${wall_off} / ${wall_on} ms; client CPU ${off} ms without, ${on} ms with ($(python3 -c "print('%+.1f%%' % ((int('$on') - int('$off')) * 100 / max(1, int('$off'))))")); relay: $N events in ${ms} ms, $(ops ddb | wc -l) requests ($(ops ddb | sort | uniq -c | awk '{printf "%s %s, ", $1, $2}')), ${relay} ms CPU" >&3
+}
