@@ -191,17 +191,26 @@ PY
 	[ "${#lines[@]}" -eq 1 ]
 }
 
-@test "dynalite killed -9 mid-run and started again on its files: the relay --follow carries on, every event published once" {
-	[ "$BACKEND" = dynamodb ] || skip "DynamoDB Local runs in memory here (-inMemory)"
+@test "the store killed -9 mid-run and started again on its files: the relay --follow carries on, every event published once" {
 	port=$(free_port) dir=$BATS_TEST_TMPDIR/ddb
 	mkdir -p "$dir"
+	# the file's emulator runs in memory: this test's own keeps its data
+	# on disk (dynalite --path, DynamoDB Local -dbPath)
 	own_dynalite() {
-		node "$IDEMKIT_SRC/node_modules/dynalite/cli.js" --host 127.0.0.1 --port "$port" \
-			--path "$dir" --createTableMs 20 >>"$BATS_TEST_TMPDIR/dynalite.log" 2>&1 3>&- &
+		if [ "$BACKEND" = dynamodb-local ]; then
+			(cd "$DDBLOCAL_DIR" && exec java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+				-Djava.library.path=DynamoDBLocal_lib -jar DynamoDBLocal.jar \
+				-dbPath "$dir" -sharedDb -disableTelemetry -port "$port") \
+				>>"$BATS_TEST_TMPDIR/emulator.log" 2>&1 3>&- &
+		else
+			node "$IDEMKIT_SRC/node_modules/dynalite/cli.js" --host 127.0.0.1 --port "$port" \
+				--path "$dir" --createTableMs 20 >>"$BATS_TEST_TMPDIR/emulator.log" 2>&1 3>&- &
+		fi
 		OWN_DYNALITE=$!
-		for _ in $(seq 200); do
-			curl -s -o /dev/null "http://127.0.0.1:$port/" && return 0
-			sleep 0.05
+		for _ in $(seq 600); do
+			[ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:$port/")" = 000 ] ||
+				return 0
+			sleep 0.1
 		done
 		return 1
 	}
