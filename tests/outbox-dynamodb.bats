@@ -32,6 +32,7 @@ setup() {
 teardown() {
 	for p in ${RELAYS:-}; do kill -KILL "$p" 2>/dev/null || true; done
 	[ -z "${OWN_DYNALITE:-}" ] || kill -KILL "$OWN_DYNALITE" 2>/dev/null || true
+	recproxy_stop
 }
 
 # item ID: the stored item, raw (a GetItem through botocore's own client).
