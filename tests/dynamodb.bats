@@ -311,3 +311,27 @@ PY
 	[ "$(jget "$output" state)" = DONE ]
 	[ "$(jget "$output" owner)" = "$token" ]
 }
+
+@test "the reason a TEMPFAIL or CONFIG debit left a claim is noted in the record, fenced by the owner token: lease, updatedAt and history untouched (issue 29 item 1)" {
+	k=$(uid note)
+	env=$(ev "$k" | idemp-claim 2>/dev/null)
+	[ "$(jget "$env" claim.outcome)" = ACQUIRED ]
+	before=$(idemp-show --json "$k")
+	# a stale token's note changes nothing
+	printf '%s\n' "${env/\"token\":\"/\"token\":\"0}" |
+		sed 's/}$/,"debit":{"outcome":"TEMPFAIL","error":"HTTP 503 stale"}}/' | idemp-done >/dev/null 2>&1 || true
+	[ "$(jget "$(idemp-show --json "$k")" lastError)" = "" ]
+	# the bank's reason raw, cut inside a character: noted with U+FFFD
+	run --separate-stderr idemp-done < <(printf '%s\n' "$env" |
+		sed 's/}$/,"debit":{"outcome":"TEMPFAIL","error":"HTTP 503: d\xc3\xa9j\xe0 \xe2\x82"}}/')
+	[ "$(jget "$output" done.outcome)" != OK ]
+	after=$(idemp-show --json "$k")
+	[ "$(jget "$after" lastError)" = "TEMPFAIL from the bank: HTTP 503: déj� �� (the lease decides the retry)" ]
+	for f in state owner leaseUntil updatedAt attempts history; do
+		[ "$(jget "$after" "$f")" = "$(jget "$before" "$f")" ] || { echo "$f changed"; return 1; }
+	done
+	# the holder finishes as usual, and the finish's reason replaces it
+	run -0 idemp-done --state DONE < <(printf '%s\n' "$env" |
+		sed 's/}$/,"debit":{"outcome":"OK","ref":"TXN-N"},"notify":{"outcome":"OK"}}/')
+	[ "$(jget "$(idemp-show --json "$k")" lastError)" = "" ]
+}

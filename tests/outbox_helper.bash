@@ -3,7 +3,8 @@
 # queue_backend): finish a charge, read the events queue, the lag gauge.
 
 # finish ID STATE [AMOUNT] [REASON]: claim, the results a worker's steps
-# would have written (the bank's reference, the reason), and idemp-done.
+# would have written (the bank's reference, the reason), and idemp-done
+# (run under $SLOW when set: e.g. faketime for a finish on a slow clock).
 finish() {
 	local extra
 	case $2 in
@@ -11,7 +12,8 @@ finish() {
 	FAILED) extra="{\"debit\":{\"outcome\":\"DECLINED\",\"error\":\"${4:-}\"}}" ;;
 	*) extra="{\"debit\":{\"outcome\":\"OK\",\"ref\":\"TXN-T3\"},\"notify\":{\"outcome\":\"NOTIFY_FAILED\",\"error\":\"${4:-}\"}}" ;;
 	esac
-	ev "$1" "${3:-2500}" | idemp-claim 2>/dev/null | envset "$extra" | idemp-done --state "$2" >/dev/null 2>&1
+	ev "$1" "${3:-2500}" | idemp-claim 2>/dev/null | envset "$extra" |
+		${SLOW:-} idemp-done --state "$2" >/dev/null 2>&1
 }
 # events: every message now on the events queue, one JSON line each:
 # {"attr": eventId attribute, "body": the event}; received with a long

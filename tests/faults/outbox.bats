@@ -1,5 +1,7 @@
 #!/usr/bin/env bats
-# The outbox under load and crashes (issue 27), on the embedded default:
+# The outbox under load and crashes (issue 27), on the embedded default
+# (or the store IDEMKIT_TEST_BACKEND names: dynamodb on dynalite,
+# dynamodb-local; the queues stay embedded):
 # OUTBOX_N charges (default 800, what fits CI's faults step; OUTBOX_N=10000
 # by hand), each delivered 1-5 times, drained by
 # charge-worker --stream while the relay (idemp-outbox --follow) is killed
@@ -13,17 +15,20 @@
 load faults
 
 N=${OUTBOX_N:-800}
+BACKEND=${IDEMKIT_TEST_BACKEND:-sqlite}
 
 setup() { bank_start; }
 teardown() {
 	[ -z "${RELAY:-}" ] || kill -KILL "$RELAY" 2>/dev/null || true
 	bank_stop
 	[ -z "${REDIS_PID:-}" ] || redis_stop
+	case $BACKEND in dynamodb*) ddb_emulator_stop ;; esac
 }
 
-# the_store: the store the backend asks for, after embedded_queue.
+# the_store: the store the backend asks for, after embedded_queue (which
+# sets SQLite's).
 the_store() {
-	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
+	case $BACKEND in
 	sqlite) ;;
 	redis)
 		load ../redis_helper
@@ -31,12 +36,19 @@ the_store() {
 		redis_start
 		export IDEMKIT_STORE=redis://127.0.0.1:$REDIS_PORT
 		;;
+	dynamodb|dynamodb-local)
+		aws_test_env
+		ddb_emulator_start "$BACKEND" || return 1
+		export IDEMKIT_STORE=dynamodb:obx-$$-$RANDOM
+		idemp-init >/dev/null ;;
 	*) echo "unknown IDEMKIT_TEST_BACKEND=$IDEMKIT_TEST_BACKEND" >&2; return 1 ;;
 	esac
 }
-# stored_events: "COUNT|DISTINCT CHARGES" of the events the store wrote.
+# stored_events: "COUNT|DISTINCT CHARGES" of the events the store wrote
+# (DynamoDB keeps none once published: there the consumer's count is
+# the check).
 stored_events() {
-	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
+	case $BACKEND in
 	redis) rcli XRANGE idemkit:outbox - + | python3 -c 'import sys
 l = sys.stdin.read().split("\n")
 c = [l[i + 1] for i in range(len(l) - 1) if l[i] == "chargeId"]
@@ -87,7 +99,7 @@ relay_chaos() {
 	took=$((SECONDS - start))
 	check_exactly_once "$BATS_TEST_TMPDIR/charges"
 	# one event per finished charge, in the store
-	[ "$(stored_events)" = "$N|$N" ]
+	case $BACKEND in dynamodb*) ;; *) [ "$(stored_events)" = "$N|$N" ] ;; esac
 	[ "$(waiting)" -eq 0 ]
 	copies=$(sqs-stat --queue "$IDEMKIT_OUTBOX" | python3 -c 'import json,sys; print(json.load(sys.stdin)["visible"])')
 	[ "$copies" -ge "$N" ]
@@ -121,5 +133,5 @@ assert set(charges) == want and all(v == 1 for v in charges.values()), len(charg
 assert all(e["state"] == "DONE" and e["bankRef"] for e in ev)
 PY
 	[ "$(sqs-stat --queue "$IDEMKIT_OUTBOX")" = '{"visible":0,"inflight":0,"delayed":0}' ]
-	report "outbox: $N charges, $(wc -l < "$BATS_TEST_TMPDIR/messages") messages, relay killed -9 $KILLS times: drained and published in ${took}s; $copies event messages for $N events ($((copies - N)) same-eventId copies); consumer applied $N once each in $((SECONDS - cstart))s"
+	report "outbox ($BACKEND): $N charges, $(wc -l < "$BATS_TEST_TMPDIR/messages") messages, relay killed -9 $KILLS times: drained and published in ${took}s; $copies event messages for $N events ($((copies - N)) same-eventId copies); consumer applied $N once each in $((SECONDS - cstart))s"
 }
