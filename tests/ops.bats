@@ -1,0 +1,68 @@
+#!/usr/bin/env bats
+# What an operator or a packager meets (issue 29 items 6-9): the drivers
+# called by absolute path under cron's PATH, the installed layout, the help
+# and man pages against behaviour, a bank's replay made visible.
+
+bats_require_minimum_version 1.5.0
+load helper
+load bank_helper
+
+setup() {
+	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/q.db#charges?visibility=30"
+	export IDEMKIT_DLQ="sqlite:$BATS_TEST_TMPDIR/q.db#charges-dlq"
+	export IDEMKIT_STORE="sqlite:$BATS_TEST_TMPDIR/store.db"
+	export IDEMKIT_LOG=quiet
+}
+teardown() { bank_stop; }
+
+fast=(--debit-timeout 2 --notify-timeout 1 --notify-retries 1 --lease 15s)
+
+# cronpath CMD ARGS...: CMD by absolute path with cron's PATH, which holds
+# no idemkit command (the built ones are not under /usr/bin or /bin).
+cronpath() {
+	local c=$1; shift
+	PATH=/usr/bin:/bin "$IDEMKIT_BIN/$c" "$@"
+}
+
+@test "charge-worker and charge-recover by absolute path with PATH=/usr/bin:/bin find their sibling commands (item 6)" {
+	! PATH=/usr/bin:/bin command -v idemkit-code
+	bank_start
+	for i in 1 2; do ev "CHG-CRON$i"; done | sqs-send >/dev/null
+	run --separate-stderr cronpath charge-worker --drain "${fast[@]}"
+	[ "$status" -eq 0 ]
+	[[ "$stderr" == *'"received":2,"debited":2'* ]]
+	[ "$(jget "$(idemp-show --json CHG-CRON1)" state)" = DONE ]
+	run --separate-stderr cronpath charge-recover --renotify
+	[ "$status" -eq 1 ]
+	[[ "$stderr" != *"not found"* ]]
+	run --separate-stderr cronpath charge-recover --dlq
+	[ "$status" -eq 1 ]
+	[[ "$stderr" != *"not found"* ]]
+	# through a symlink elsewhere: beside the file it points at
+	mkdir -p "$BATS_TEST_TMPDIR/elsewhere"
+	ln -s "$IDEMKIT_BIN/charge-worker" "$BATS_TEST_TMPDIR/elsewhere/charge-worker"
+	run --separate-stderr env PATH=/usr/bin:/bin "$BATS_TEST_TMPDIR/elsewhere/charge-worker" --drain "${fast[@]}"
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *'"received":0'* ]]
+}
+
+@test "the drivers name an unknown option; --drain with --once is refused; --once on an empty queue is 1 as --help says (item 9)" {
+	for c in charge-worker charge-recover; do
+		run --separate-stderr "$c" --bogus
+		[ "$status" -eq 64 ]
+		[[ "$stderr" == "$c: unknown option '--bogus'"* ]]
+	done
+	run --separate-stderr charge-worker --drain --once
+	[ "$status" -eq 64 ]
+	[ "$stderr" = "charge-worker: --drain and --once: choose one" ]
+	bank_start
+	run --separate-stderr charge-worker --once "${fast[@]}"
+	[ "$status" -eq 1 ]
+	run charge-worker --help
+	[[ "$output" == *"1  EMPTY             nothing was received (with --once too)"* ]]
+	[[ "$output" != *"nothing to do with --once"* ]]
+	# a message given with its exit code: the code, not beside the message
+	IDEMKIT_BANK_URL= run --separate-stderr charge-worker --drain "${fast[@]}"
+	[ "$status" -eq 78 ]
+	[[ "$stderr" == *"charge-worker: charge-debit: configuration refused (above); nothing was received" ]]
+}
