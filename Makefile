@@ -10,6 +10,11 @@
 PREFIX  ?= /usr/local
 BINDIR  ?= $(PREFIX)/bin
 MANDIR  ?= $(PREFIX)/share/man
+DOCDIR  ?= $(PREFIX)/share/doc/idemkit
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+# /etc whatever the prefix: the units, the crontab and the man pages name
+# /etc/idemkit/idemkit.env.
+SYSCONFDIR ?= /etc
 DESTDIR ?=
 O       ?= build
 CC      ?= cc
@@ -238,14 +243,34 @@ demo-aws: all $(NODE_STAMP)
 demo-postgres: all
 	IDEMKIT_BIN=$(CURDIR)/$(O)/bin DEMO_BACKEND=postgres sh examples/demo.sh
 
+# What `make install` ships besides the commands and pages: the systemd
+# units of the worker and the cron-mode drain (not enabled), and the
+# examples (crontabs, the env file, alert rules, the other units) under
+# DOCDIR; the env file also as SYSCONFDIR/idemkit/idemkit.env unless one is
+# there (it is the operator's).  The demo and its simulator's files stay
+# out: bank-sim is not installed.  The examples name /usr/local/bin (the
+# default PREFIX) and /etc/idemkit; installed, they name where they went.
+SD_UNITS := examples/idemkit-worker.service examples/idemkit-drain.service examples/idemkit-drain.timer
+EXAMPLES := $(sort $(shell find examples -type f ! -name demo.sh ! -name bank-sim.env ! -name demo-client-secret))
+INSTALL_SUBST = sed -e 's|/usr/local/bin|$(BINDIR)|g' -e 's|/etc/idemkit|$(SYSCONFDIR)/idemkit|g'
+
 install: product
-	mkdir -p $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7
+	mkdir -p $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7 \
+	  $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/idemkit
 	for b in $(CMDS) $(SCRIPTS); do install -m 755 $(O)/bin/$$b $(DESTDIR)$(BINDIR)/$$b; done
 	for m in $(PROD_MANS); do s=$${m##*.}; install -m 644 $$m $(DESTDIR)$(MANDIR)/man$$s/; done
+	for f in $(SD_UNITS); do $(INSTALL_SUBST) $$f > $(DESTDIR)$(UNITDIR)/$${f##*/}; chmod 644 $(DESTDIR)$(UNITDIR)/$${f##*/}; done
+	for f in $(EXAMPLES); do d=$(DESTDIR)$(DOCDIR)/$${f%/*}; mkdir -p $$d; \
+	  $(INSTALL_SUBST) $$f > $$d/$${f##*/}; chmod 644 $$d/$${f##*/}; done
+	[ -e $(DESTDIR)$(SYSCONFDIR)/idemkit/idemkit.env ] || \
+	  install -m 644 $(DESTDIR)$(DOCDIR)/examples/idemkit.env $(DESTDIR)$(SYSCONFDIR)/idemkit/idemkit.env
 
+# The env file stays: it is the operator's configuration.
 uninstall:
 	for b in $(CMDS) $(SCRIPTS); do rm -f $(DESTDIR)$(BINDIR)/$$b; done
 	for m in $(PROD_MANS); do s=$${m##*.}; rm -f $(DESTDIR)$(MANDIR)/man$$s/$${m##*/}; done
+	for f in $(SD_UNITS); do rm -f $(DESTDIR)$(UNITDIR)/$${f##*/}; done
+	rm -rf $(DESTDIR)$(DOCDIR)
 
 # Installs the build and test dependencies on Debian (run as root).
 deps:

@@ -66,3 +66,50 @@ cronpath() {
 	[ "$status" -eq 78 ]
 	[[ "$stderr" == *"charge-worker: charge-debit: configuration refused (above); nothing was received" ]]
 }
+
+@test "make install: units name the installed charge-worker and env file, verify clean; examples, rules and env file under share/doc and /etc (item 6)" {
+	p=$BATS_TEST_TMPDIR/p
+	run make -s -C "$IDEMKIT_SRC" install PREFIX="$p" SYSCONFDIR="$p/etc"
+	[ "$status" -eq 0 ]
+	u=$p/lib/systemd/system
+	[ "$(grep '^ExecStart=' "$u/idemkit-worker.service")" = "ExecStart=$p/bin/charge-worker -j 4" ]
+	[ "$(grep '^ExecStart=' "$u/idemkit-drain.service")" = "ExecStart=$p/bin/charge-worker -j 4 --drain" ]
+	[ "$(grep '^EnvironmentFile=' "$u/idemkit-worker.service")" = "EnvironmentFile=$p/etc/idemkit/idemkit.env" ]
+	! grep -rn /usr/local/bin "$u" "$p/share/doc/idemkit"
+	[ -f "$u/idemkit-drain.timer" ]
+	for f in crontab idemkit.env idemp-run-fees.service prometheus/alerts.yml prometheus/alerts_test.yml \
+		prometheus/idemkit-drain.service.d/metrics.conf; do
+		[ -f "$p/share/doc/idemkit/examples/$f" ] || { echo "missing $f"; return 1; }
+	done
+	[ ! -e "$p/share/doc/idemkit/examples/demo.sh" ]
+	[ "$(head -1 "$p/etc/idemkit/idemkit.env")" = "# $p/etc/idemkit/idemkit.env: the worker's environment (systemd EnvironmentFile," ]
+	grep -q '^IDEMKIT_BANK_URL=' "$p/etc/idemkit/idemkit.env"
+	if command -v systemd-analyze >/dev/null; then
+		run systemd-analyze verify "$u/idemkit-worker.service" "$u/idemkit-drain.service" "$u/idemkit-drain.timer"
+		[ "$status" -eq 0 ]
+		[ -z "$output" ]
+	fi
+	# the operator's env file survives a reinstall and an uninstall
+	echo '# mine' >> "$p/etc/idemkit/idemkit.env"
+	make -s -C "$IDEMKIT_SRC" install PREFIX="$p" SYSCONFDIR="$p/etc"
+	make -s -C "$IDEMKIT_SRC" uninstall PREFIX="$p" SYSCONFDIR="$p/etc"
+	grep -q '^# mine$' "$p/etc/idemkit/idemkit.env"
+	[ ! -e "$u/idemkit-worker.service" ] && [ ! -e "$p/bin/charge-worker" ] && [ ! -e "$p/share/doc/idemkit" ]
+}
+
+@test "a stop of the long-running worker exits 143, which its unit counts as success (item 6)" {
+	bank_start
+	charge-worker "${fast[@]}" --wait 1 2>"$BATS_TEST_TMPDIR/err" 3>&- &
+	pid=$!
+	# started: it holds the lock (flock -n fails while it runs)
+	for i in $(seq 200); do
+		[ -f "$IDEMKIT_STATE_DIR/charge-worker.lock" ] && ! flock -n "$IDEMKIT_STATE_DIR/charge-worker.lock" true && break
+		sleep 0.05
+	done
+	kill -TERM "$pid"
+	rc=0; wait "$pid" || rc=$?
+	[ "$rc" -eq 143 ]
+	for unit in idemkit-worker idemkit-drain; do
+		grep -Eq "^SuccessExitStatus=(.* )?$rc( |$)" "$IDEMKIT_SRC/examples/$unit.service"
+	done
+}
