@@ -113,3 +113,26 @@ cronpath() {
 		grep -Eq "^SuccessExitStatus=(.* )?$rc( |$)" "$IDEMKIT_SRC/examples/$unit.service"
 	done
 }
+
+@test "man pages on a terminal: no \"BSD General Commands Manual\", the footer names idemkit, braces balanced; installed pages point at no bank-sim(1) (item 9)" {
+	command -v man >/dev/null && command -v script >/dev/null || skip "man or script not installed"
+	for page in "$IDEMKIT_SRC"/man/*.[1-8]; do
+		# man(1) on a pseudo-terminal, as an operator reads it (groff, not mandoc)
+		out=$(MANPAGER=cat MANWIDTH=80 script -qec "man -l '$page'" /dev/null | col -bx)
+		name=$(basename "$page"); name=${name%.*}; name=$(echo "$name" | tr a-z A-Z)
+		head=$(printf '%s\n' "$out" | grep -m1 "^$name(")
+		[[ "$head" == *"Manual"* ]] || { echo "$page: no header: $head"; return 1; }
+		[[ "$head" != *BSD* ]] || { echo "$page: $head"; return 1; }
+		printf '%s\n' "$out" | tail -3 | grep -q '^idemkit ' || { echo "$page: footer"; return 1; }
+	done
+	out=$(MANPAGER=cat MANWIDTH=200 man -l "$IDEMKIT_SRC/man/idemkit-metrics.1" 2>/dev/null | col -bx)
+	[[ "$out" == *"idemkit_records{state}, idemkit_stuck_records,"* ]]
+	while IFS= read -r l; do
+		o=${l//[^\{]/} c=${l//[^\}]/}
+		[ "${#o}" -eq "${#c}" ] || { echo "unbalanced: $l"; return 1; }
+	done <<<"$out"
+	for page in "$IDEMKIT_SRC"/man/*.[1-8]; do
+		[ "$(basename "$page")" != bank-sim.1 ] || continue
+		! grep -n '^\.Xr bank-sim' "$page" || { echo "$page points at bank-sim(1)"; return 1; }
+	done
+}
