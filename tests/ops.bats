@@ -136,3 +136,17 @@ cronpath() {
 		! grep -n '^\.Xr bank-sim' "$page" || { echo "$page points at bank-sim(1)"; return 1; }
 	done
 }
+
+@test "the embedded queue refuses a message SQS would (over 256 KiB with its attributes): 65, named; the others of the batch sent (item 9)" {
+	big=$(head -c 300000 /dev/zero | tr '\0' x)
+	edge=$(head -c 262144 /dev/zero | tr '\0' y)
+	run --separate-stderr sqs-send <<<"$(printf '%s\n%s\n{"small":1}\n' "$big" "$edge")"
+	[ "$status" -eq 65 ]
+	[ "$stderr" = "sqs-send: line 1 not sent: message of 300000 bytes (body and attributes): the largest a queue takes is 262144 (256 KiB, SQS's limit)" ]
+	[ "${#lines[@]}" -eq 2 ]
+	# the attributes count, as on SQS: name, type ("String") and value
+	run --separate-stderr sqs-send --attr k=v <<<"$edge"
+	[ "$status" -eq 65 ]
+	[[ "$stderr" == *"message of 262152 bytes"* ]]
+	[[ "$(sqs-stat)" == *'"visible":2,'* ]]
+}
