@@ -37,7 +37,8 @@ static const char options[] =
 	"  -t, --state STATE  record this state instead of deriving it from the envelope\n"
 	"  -r, --renotified   re-notify mode: a DEBITED_NOTIFICATION_FAILED record whose\n"
 	"                     notification now succeeded becomes DONE\n"
-	"  -S, --store URL    sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE)\n"
+	"  -S, --store URL    the store (default $IDEMKIT_STORE), one of\n"
+	"                     @STORES@\n"
 	"  -h, --help         this help\n"
 	"  -V, --version      print the version\n";
 static const int codes[] = {

@@ -150,3 +150,21 @@ cronpath() {
 	[[ "$stderr" == *"message of 262152 bytes"* ]]
 	[[ "$(sqs-stat)" == *'"visible":2,'* ]]
 }
+
+@test "every --store help lists the store forms of lib/store.c's table, the same as its refusal does (item 9)" {
+	run --separate-stderr idemp-show --store foo:x CHG-1
+	[ "$status" -eq 78 ]
+	forms=${stderr#*(want }; forms=${forms%)}
+	[ "$forms" = "sqlite:PATH, dynamodb:TABLE, postgres://..., redis://HOST:PORT or rediss://HOST:PORT" ]
+	n=0
+	for b in "$IDEMKIT_BIN"/*; do
+		help=$("$b" --help 2>/dev/null) || continue
+		[[ "$help" == *"--store URL"* ]] || continue
+		[[ "$help" != *"@STORES@"* ]]
+		# the list as help wraps it, joined again
+		got=$(printf '%s\n' "$help" | awk '/-S, --store URL/ { on = 1; next } on && /^  +[a-z]/ { sub(/^ +/, ""); printf "%s%s", sep, $0; sep = " " } on && /^  +-/ { exit }')
+		[[ "$got" == *"$forms"* ]] || { echo "$(basename "$b"): $got"; return 1; }
+		n=$((n + 1))
+	done
+	[ "$n" -ge 9 ]
+}
