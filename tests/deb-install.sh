@@ -42,6 +42,7 @@ inroot apt-get install -y -qq --no-install-recommends /tmp/idemkit.deb > "$work.
 # What the package put in place.
 inroot getent passwd idemkit | grep -q '^idemkit:x:[0-9]*:[0-9]*:.*:/var/lib/idemkit:/usr/sbin/nologin$' \
 	|| fail "no idemkit system user"
+# shellcheck disable=SC2016 # dpkg-query's own ${field}, not the shell's
 inroot dpkg-query -W -f='${Conffiles}\n' idemkit | grep -q '^ /etc/idemkit/idemkit.env ' \
 	|| fail "/etc/idemkit/idemkit.env is not a conffile"
 grep -qx 'ExecStart=/usr/bin/charge-worker -j 4' "$work/lib/systemd/system/idemkit-worker.service" \
