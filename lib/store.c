@@ -82,7 +82,12 @@ ik_record_json(const struct ik_record *r, int64_t now_ms)
 	add_str(o, "lastError", r->last_error);
 	cJSON_AddNumberToObject(o, "createdAt", (double)r->created_at);
 	cJSON_AddNumberToObject(o, "updatedAt", (double)r->updated_at);
+	/* expiresAt stays epoch seconds, the unit of DynamoDB's TTL attribute
+	 * and of every reader so far (codes and fields are API); expiresAtMs
+	 * is the same instant in the milliseconds of every other time here.
+	 * In double: no overflow for any number a store holds. */
 	cJSON_AddNumberToObject(o, "expiresAt", (double)r->expires_at);
+	cJSON_AddNumberToObject(o, "expiresAtMs", (double)r->expires_at * 1000.0);
 	add_str(o, "event", r->event);
 	cJSON *h = r->history ? cJSON_Parse(r->history) : NULL;
 	if (!cJSON_IsArray(h)) {

@@ -168,3 +168,18 @@ cronpath() {
 	done
 	[ "$n" -ge 9 ]
 }
+
+@test "idemp-show --json: expiresAt stays epoch seconds (API), expiresAtMs gives the same instant in ms like every other time (item 9)" {
+	ev CHG-EXP | idemp-claim >/dev/null
+	j=$(idemp-show --json CHG-EXP)
+	python3 - "$j" <<'PY'
+import json, sys, time
+r = json.loads(sys.argv[1])
+now = time.time()
+assert r["expiresAtMs"] == r["expiresAt"] * 1000, r
+assert abs(r["expiresAt"] - (now + 30 * 86400)) < 120, r          # seconds
+for k in ("createdAt", "updatedAt", "leaseUntil", "expiresAtMs"):  # milliseconds
+    assert r[k] > now * 1000 - 120000, (k, r[k])
+PY
+	grep -q 'expiresAtMs' "$IDEMKIT_SRC/man/idemp-show.1"
+}
