@@ -36,7 +36,7 @@
 #include "util.h"
 
 static const char usage[] =
-	"usage: charge-debit [--check] [--stream] [--url URL] [--key-header NAME]\n"
+	"usage: charge-debit [--check | --dry-run] [--stream] [--url URL] [--key-header NAME]\n"
 	"                    [--cacert FILE] [--connect-timeout DUR] [--timeout DUR]\n"
 	"                    [--declined-status LIST] [--retry-status LIST]\n"
 	"                    [--lease-margin DUR] [--request FILTER] [--ref FILTER]\n"
@@ -45,6 +45,9 @@ static const char usage[] =
 static const char options[] =
 	"  --check                  check the configuration (URL, files, status lists,\n"
 	"                           jq programs) with no network call: 0, or 78 and why\n"
+	"  --dry-run                print the request for the envelope or event on stdin\n"
+	"                           (method, URL, headers with secrets as ***, body)\n"
+	"                           without sending it: 0, or 65/78 and why\n"
 	"  -s, --stream             many envelopes in, one out per line\n"
 	"  --inflight N             with --stream: up to N requests in flight (1-1024,\n"
 	"                           default 64, $IDEMKIT_BANK_INFLIGHT); envelopes are\n"
@@ -350,6 +353,17 @@ main(int argc, char **argv)
 	}
 	if (c.cli.check) {   /* what charge-worker asks before it receives anything */
 		rc = ik_bankapi_open(&c.api, &c.cli.opts, &err) == IK_OK ? IK_OK : ik_fail(&err);
+		goto out;
+	}
+	if (c.cli.dry_run) {   /* mapping a new bank: what would be sent */
+		char *req;
+		if ((rc = ik_bankapi_cli_dry_run(&c.api, &c.cli, 0, "", &req, &err)) != IK_OK) {
+			rc = ik_fail(&err);
+			goto out;
+		}
+		fputs(req, stdout);
+		free(req);
+		rc = ik_finish(IK_OK);
 		goto out;
 	}
 	if ((rc = ik_bankapi_inflight("BANK", c.cli.inflight, &st.inflight)) != IK_OK)

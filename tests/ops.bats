@@ -183,3 +183,41 @@ for k in ("createdAt", "updatedAt", "leaseUntil", "expiresAtMs"):  # millisecond
 PY
 	grep -q 'expiresAtMs' "$IDEMKIT_SRC/man/idemp-show.1"
 }
+
+@test "charge-debit and charge-notify --dry-run: method, URL, headers with secrets masked, the body; nothing sent (item 7)" {
+	bank_start
+	key=$BATS_TEST_TMPDIR/hmac.key
+	printf 'k3y-material-xyz' > "$key"; chmod 600 "$key"
+	ev=$(ev CHG-DRY 2500)
+	run --separate-stderr env IDEMKIT_BANK_TOKEN=s3cr3t-t0ken IDEMKIT_BANK_HMAC_KEY_FILE="$key" \
+		charge-debit --dry-run --request '{ref: $key, amt: $amountMajor}' <<<"$ev"
+	[ "$status" -eq 0 ]
+	[ "${lines[0]}" = "POST $IDEMKIT_BANK_URL" ]
+	[ "${lines[1]}" = "Content-Type: application/json" ]
+	[ "${lines[3]}" = "Idempotency-Key: CHG-DRY" ]
+	[ "${lines[4]}" = "Authorization: Bearer ***" ]
+	[[ "${lines[5]}" =~ ^X-Idemkit-Timestamp:\ [0-9]+$ ]]
+	[ "${lines[6]}" = "X-Idemkit-Signature: v2=***" ]
+	[ "${lines[7]}" = '{"ref":"CHG-DRY","amt":"25.00"}' ]
+	[[ "$output" != *s3cr3t* && "$output" != *k3y-material* ]]
+	# the notification: its own key, the debit's ref from the envelope
+	env=$(printf '{"v":1,"body":%s,"debit":{"code":0,"name":"OK","ref":"TXN-9"}}' \
+		"$(python3 -c 'import json, sys; print(json.dumps(sys.argv[1]))' "$ev")")
+	run --separate-stderr charge-notify --dry-run --request '{k: $key, r: $ref}' <<<"$env"
+	[ "$status" -eq 0 ]
+	[ "${lines[0]}" = "POST $IDEMKIT_NOTIFY_URL" ]
+	[ "${lines[3]}" = "Idempotency-Key: CHG-DRY:notify" ]
+	[ "${lines[4]}" = '{"k":"CHG-DRY:notify","r":"TXN-9"}' ]
+	# nothing reached the bank
+	[ "$(bank_stat attempts)" = 0 ]
+	[ -z "$(bank_get /ledger)" ]
+	# the reasons, as the real run gives them
+	run --separate-stderr charge-debit --dry-run --request '.foo |' <<<"$ev"
+	[ "$status" -eq 78 ]
+	[[ "$stderr" == "charge-debit: --request: not a jq program: syntax error"* ]]
+	run --separate-stderr charge-debit --dry-run < /dev/null
+	[ "$status" -eq 65 ]
+	IDEMKIT_BANK_URL= run --separate-stderr charge-debit --dry-run <<<"$ev"
+	[ "$status" -eq 78 ]
+	[ "$stderr" = "charge-debit: no URL: set IDEMKIT_BANK_URL or --url" ]
+}
