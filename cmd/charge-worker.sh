@@ -549,10 +549,10 @@ if [ "$tty" -eq 1 ]; then
 	printf '\r\033[K' >&2
 	outcomes_table >&2
 fi
-printf '{"summary":true,"received":%d,"debited":%d,"debitedNotificationFailed":%d,"declined":%d,"dupDone":%d,"dupInProgress":%d,"dupFailed":%d,"payloadMismatch":%d,"invalid":%d,"staleEvent":%d,"leaseLost":%d,"toDlq":%d,"leftForRetry":%d,"ackFailed":%d,"config":%d}\n' \
+printf '{"summary":true,"received":%d,"debited":%d,"debitedNotificationFailed":%d,"declined":%d,"dupDone":%d,"dupInProgress":%d,"dupFailed":%d,"payloadMismatch":%d,"invalid":%d,"staleEvent":%d,"leaseLost":%d,"toDlq":%d,"leftForRetry":%d,"ackFailed":%d,"bankReplays":%d,"config":%d}\n' \
 	"$received" "$v_OK" "$v_NOTIFY_FAILED" "$v_DECLINED" "$v_DUP_DONE" \
 	"$v_DUP_IN_PROGRESS" "$v_DUP_FAILED" "$v_PAYLOAD_MISMATCH" "$v_DATAERR" "$v_STALE_EVENT" "$v_LEASE_LOST" \
-	"$dlq" "$left" "$ack_failed" "$config" | summary_line
+	"$dlq" "$left" "$ack_failed" "${v_BANK_REPLAYED:-0}" "$config" | summary_line
 [ -z "$metrics" ] || trap 'metrics_at_exit $?' EXIT
 
 [ "$stop" -ne 0 ] && exit $((128 + stop))

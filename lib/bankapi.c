@@ -222,6 +222,7 @@ ik_bankapi_cli_opt(struct ik_bankapi_cli *c, int ch, const char *arg)
 	case IK_BANKAPI_O_CKEY: c->opts.client_key = arg; break;
 	case IK_BANKAPI_O_INFLIGHT: c->inflight = arg; break;
 	case IK_BANKAPI_O_DRYRUN: c->dry_run = 1; break;
+	case IK_BANKAPI_O_REPLAY: c->opts.replay_header = arg; break;
 	default: return 0;
 	}
 	return 1;
@@ -378,6 +379,49 @@ open_proxy(struct ik_bankapi *a, ik_err *err)
 	return IK_OK;
 }
 
+/* The replay header, "NAME: VALUE" (or "NAME:VALUE"), banks differing in
+ * both. */
+static int
+open_replay(struct ik_bankapi *a, const struct ik_bankapi_opts *o, ik_err *err)
+{
+	char name[64];
+	const char *v = o->replay_header ? o->replay_header :
+	    ik_bankapi_env(a->prefix, "REPLAY_HEADER", name, sizeof name);
+	const char *colon, *val;
+
+	if (!v)
+		v = IK_BANKAPI_REPLAY_DEFAULT;
+	colon = strchr(v, ':');
+	for (val = colon ? colon + 1 : ""; *val == ' '; val++)
+		;
+	if (!colon || !*val || !(a->replay_name = strndup(v, (size_t)(colon - v))) ||
+	    !header_name_ok(a->replay_name) || !token_ok(val, strlen(val))) {
+		if (colon && *val && !a->replay_name)
+			return ik_errf(err, IK_SOFTWARE, "out of memory");
+		return ik_errf(err, IK_CONFIG, "replay header \"%s\": want NAME: VALUE "
+		    "(e.g. \"%s\"), the name letters, digits, '-' or '_'", v,
+		    IK_BANKAPI_REPLAY_DEFAULT);
+	}
+	if (!(a->replay_value = strdup(val)))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	return IK_OK;
+}
+
+int
+ik_bankapi_replayed(const struct ik_bankapi *a, const struct ik_http_res *res)
+{
+	const char *h = a->replay_name ? ik_http_header(res, a->replay_name) : NULL;
+	cJSON *ans;
+	int r;
+
+	if (h && strcasecmp(h, a->replay_value) == 0)
+		return 1;
+	ans = cJSON_ParseWithLength(res->body.p, res->body.len);
+	r = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ans, "replayed"));
+	cJSON_Delete(ans);
+	return r;
+}
+
 int
 ik_bankapi_open(struct ik_bankapi *a, const struct ik_bankapi_opts *o,
                 ik_err *err)
@@ -398,6 +442,8 @@ ik_bankapi_open(struct ik_bankapi *a, const struct ik_bankapi_opts *o,
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	if (!header_name_ok(a->key_header))
 		return ik_errf(err, IK_CONFIG, "key header name: letters, digits, '-' or '_' (1-64)");
+	if ((rc = open_replay(a, o, err)) != IK_OK)
+		return rc;
 	v = o->cacert ? o->cacert : ik_bankapi_env(a->prefix, "CACERT", name, sizeof name);
 	if (v && !(a->cacert = strdup(v)))
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
@@ -453,6 +499,9 @@ ik_bankapi_close(struct ik_bankapi *a)
 	a->http = NULL;
 	free(a->url);
 	free(a->key_header);
+	free(a->replay_name);
+	free(a->replay_value);
+	a->replay_name = a->replay_value = NULL;
 	free(a->cacert);
 	free(a->path);
 	free(a->client_cert);

@@ -50,6 +50,9 @@
 struct ik_bankapi_opts {
 	const char *url;           /* NULL: $IDEMKIT_<P>_URL */
 	const char *key_header;    /* NULL: $IDEMKIT_<P>_KEY_HEADER, else Idempotency-Key */
+	const char *replay_header; /* "NAME: VALUE" a 2xx carries when it answers a key
+	                              seen before; NULL: $IDEMKIT_<P>_REPLAY_HEADER,
+	                              else IK_BANKAPI_REPLAY_DEFAULT */
 	const char *cacert;        /* NULL: $IDEMKIT_<P>_CACERT, else the system's */
 	const char *client_cert;   /* mutual TLS; NULL: $IDEMKIT_<P>_CLIENT_CERT */
 	const char *client_key;    /* NULL: $IDEMKIT_<P>_CLIENT_KEY; never readable by
@@ -64,11 +67,13 @@ struct ik_bankapi_opts {
 };
 
 #define IK_BANKAPI_DECLINED_DEFAULT "402,422"
+#define IK_BANKAPI_REPLAY_DEFAULT   "Idempotent-Replayed: true"   /* Stripe's */
 #define IK_BANKAPI_RETRY_DEFAULT    "408,409,425,429,5xx"
 
 struct ik_bankapi {
 	const char *prefix;        /* "BANK", "NOTIFY" */
 	char *url, *key_header, *cacert, *client_cert, *client_key;
+	char *replay_name, *replay_value;   /* the replay header, split */
 	char *path;                /* the URL's path[?query], as signed */
 	long connect_timeout_ms, timeout_ms;
 	struct ik_buf auth;        /* "Authorization: Bearer …" or empty; secret */
@@ -155,6 +160,12 @@ int ik_bankapi_run(struct ik_bankapi *a, int fd, int timeout_ms, int *readable,
 int ik_bankapi_post(struct ik_bankapi *a, const char *key, const char *body,
                     struct ik_http_res *res, ik_err *err);
 
+/* 1 when a 2xx says it answers a request whose key the bank had seen (a
+ * replay: the first answer was lost, a crash window was hit): the replay
+ * header with its value (the value compared without case), or a JSON body
+ * whose "replayed" is true; else 0. */
+int ik_bankapi_replayed(const struct ik_bankapi *a, const struct ik_http_res *res);
+
 /* What status means: IK_OK (2xx), IK_DECLINED, IK_TEMPFAIL or IK_CONFIG,
  * from the lists given to ik_bankapi_open. */
 int ik_bankapi_classify(const struct ik_bankapi *a, long status);
@@ -196,7 +207,7 @@ enum {
 	IK_BANKAPI_O_CONNECT = 256, IK_BANKAPI_O_TIMEOUT, IK_BANKAPI_O_DECLINED,
 	IK_BANKAPI_O_RETRY, IK_BANKAPI_O_MARGIN, IK_BANKAPI_O_CHECK, IK_BANKAPI_O_REQUEST,
 	IK_BANKAPI_O_REF, IK_BANKAPI_O_REASON, IK_BANKAPI_O_CCERT, IK_BANKAPI_O_CKEY,
-	IK_BANKAPI_O_INFLIGHT, IK_BANKAPI_O_DRYRUN,
+	IK_BANKAPI_O_INFLIGHT, IK_BANKAPI_O_DRYRUN, IK_BANKAPI_O_REPLAY,
 	IK_BANKAPI_O_END      /* a command's own options start here */
 };
 #define IK_BANKAPI_SHORTOPTS "u:k:c:"
@@ -217,6 +228,7 @@ enum {
 	{ "inflight", required_argument, NULL, IK_BANKAPI_O_INFLIGHT }, \
 	{ "dry-run", no_argument, NULL, IK_BANKAPI_O_DRYRUN }
 #define IK_BANKAPI_LONGOPT_REF { "ref", required_argument, NULL, IK_BANKAPI_O_REF }
+#define IK_BANKAPI_LONGOPT_REPLAY { "replay-header", required_argument, NULL, IK_BANKAPI_O_REPLAY }
 
 struct ik_bankapi_cli {
 	struct ik_bankapi_opts opts;

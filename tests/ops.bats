@@ -13,7 +13,7 @@ setup() {
 	export IDEMKIT_STORE="sqlite:$BATS_TEST_TMPDIR/store.db"
 	export IDEMKIT_LOG=quiet
 }
-teardown() { bank_stop; }
+teardown() { stubs_stop; bank_stop; }
 
 fast=(--debit-timeout 2 --notify-timeout 1 --notify-retries 1 --lease 15s)
 
@@ -220,4 +220,42 @@ PY
 	IDEMKIT_BANK_URL= run --separate-stderr charge-debit --dry-run <<<"$ev"
 	[ "$status" -eq 78 ]
 	[ "$stderr" = "charge-debit: no URL: set IDEMKIT_BANK_URL or --url" ]
+}
+
+@test "a bank's replay, by its own configurable header, is in the debit result, the run's summary (bankReplays) and the metrics (item 8)" {
+	# A bank whose replay header is its own (tests/bankstub.py replay=):
+	# bank-sim sends the Stripe-style default, so it cannot show the option.
+	stub_start replay bankstub.py 'replay=X-Replay-Of: original'
+	export IDEMKIT_BANK_URL=http://127.0.0.1:$STUB_PORT/debits
+	export IDEMKIT_NOTIFY_URL=http://127.0.0.1:$STUB_PORT/notifications
+	env1=$(ev CHG-REPL1 | idemp-claim)
+	run --separate-stderr charge-debit <<<"$env1"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" debit.replayed)" = "" ]
+	# the same key again: the default header does not know this bank's
+	run --separate-stderr charge-debit <<<"$env1"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" debit.replayed)" = "" ]
+	IDEMKIT_BANK_REPLAY_HEADER='X-Replay-Of: original' run --separate-stderr charge-debit <<<"$env1"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" debit.replayed)" = True ]
+	[ "$(jget "$output" debit.ref)" = TXN-CHG-REPL1 ]
+	run --separate-stderr charge-debit --replay-header 'x-replay-of:ORIGINAL' <<<"$env1"
+	[ "$(jget "$output" debit.replayed)" = True ]
+	# refused before any call when it is not NAME: VALUE
+	IDEMKIT_BANK_REPLAY_HEADER='X-Replay-Of' run --separate-stderr charge-debit --check
+	[ "$status" -eq 78 ]
+	[[ "$stderr" == *'replay header "X-Replay-Of": want NAME: VALUE'* ]]
+
+	# A run that meets a replay: the first debit of CHG-REPL2 reached the
+	# bank and its answer was lost (a crash window); the worker's debit is
+	# answered as a replay, counted in the summary and the metrics.
+	curl -fsS -o /dev/null -H 'Idempotency-Key: CHG-REPL2' --data-binary '{}' "$IDEMKIT_BANK_URL"
+	ev CHG-REPL2 | sqs-send >/dev/null
+	export IDEMKIT_BANK_REPLAY_HEADER='X-Replay-Of: original'
+	run --separate-stderr charge-worker --drain "${fast[@]}" --metrics "$BATS_TEST_TMPDIR/m.prom"
+	[ "$status" -eq 0 ]
+	[[ "$stderr" == *'"debited":1,'*'"bankReplays":1,'* ]]
+	grep -qx 'idemkit_worker_bank_replays_total{idemkit_job="worker"} 1' "$BATS_TEST_TMPDIR/m.prom"
+	[ "$(jget "$(idemp-show --json CHG-REPL2)" state)" = DONE ]
 }
