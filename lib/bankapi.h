@@ -67,7 +67,6 @@ struct ik_bankapi_opts {
 };
 
 #define IK_BANKAPI_DECLINED_DEFAULT "402,422"
-#define IK_BANKAPI_REPLAY_DEFAULT   "Idempotent-Replayed: true"   /* Stripe's */
 #define IK_BANKAPI_RETRY_DEFAULT    "408,409,425,429,5xx"
 
 struct ik_bankapi {
@@ -165,6 +164,7 @@ int ik_bankapi_post(struct ik_bankapi *a, const char *key, const char *body,
  * header with its value (the value compared without case), or a JSON body
  * whose "replayed" is true; else 0. */
 int ik_bankapi_replayed(const struct ik_bankapi *a, const struct ik_http_res *res);
+#define IK_BANKAPI_REPLAY_DEFAULT "Idempotent-Replayed: true"   /* Stripe's */
 
 /* What status means: IK_OK (2xx), IK_DECLINED, IK_TEMPFAIL or IK_CONFIG,
  * from the lists given to ik_bankapi_open. */
