@@ -44,7 +44,8 @@ static const char options[] =
 	"                     good: record its IN_PROGRESS claim, lease ended, FAILED with\n"
 	"                     --reason; its next delivery goes to the DLQ (DUP_FAILED)\n"
 	"  -R, --reason TEXT  why, recorded as the record's last error\n"
-	"  -S, --store URL    sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE)\n"
+	"  -S, --store URL    the store (default $IDEMKIT_STORE), one of\n"
+	"                     @STORES@\n"
 	"  -h, --help         this help\n"
 	"  -V, --version      print the version\n";
 static const int codes[] = {

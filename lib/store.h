@@ -322,6 +322,10 @@ int ik_store_open(const char *url, struct ik_store **out, ik_err *err);
  * variables that choose it, never created empty. */
 int ik_store_open_existing(const char *url, struct ik_store **out, ik_err *err);
 void ik_store_close(struct ik_store *s);
+/* The URL forms ik_store_open takes, from its table ("sqlite:PATH,
+ * dynamodb:TABLE, ... or rediss://HOST:PORT"), for help and messages;
+ * malloc'd, NULL when out of memory. */
+char *ik_store_forms(void);
 
 /* A store the envelope steps open on first use.  A failure to open is kept
  * and recorded in every envelope (a stream goes on, sqs-ack leaves the
