@@ -223,6 +223,7 @@ prepare(struct job *j, int *out)
 		.key = key, .token = token, .state = state,
 		.debit_ref = field(env, "debit", "ref"),
 		.last_error = ik_settle_last_error(env),
+		.bank_replayed = ik_settle_bank_replayed(env),
 		.now_ms = ik_now_ms(),
 	};
 	return 1;

@@ -99,8 +99,12 @@ timeline(const struct ik_record *r)
 			sep = ", ";
 		}
 		if (op && strcmp(op, "finish") == 0) {
-			printf("%sbank ref %s, error %s", sep,
+			/* A replay: the bank had made this debit already and
+			 * its first answer was lost (a crash window). */
+			printf("%sbank ref %s%s, error %s", sep,
 			    ik_env_str(e, "debitRef") ? ik_env_str(e, "debitRef") : "-",
+			    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "bankReplayed")) ?
+			    " (replayed by the bank)" : "",
 			    ik_env_str(e, "error") ? ik_env_str(e, "error") : "-");
 			sep = ", ";
 		}

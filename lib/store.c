@@ -124,6 +124,8 @@ ik_history_entry(const struct ik_hist *h)
 	if (strcmp(h->op, "finish") == 0) {
 		add_str(o, "debitRef", h->debit_ref);
 		add_str(o, "error", h->error);
+		if (h->bank_replayed)
+			cJSON_AddTrueToObject(o, "bankReplayed");
 	}
 	s = cJSON_PrintUnformatted(o);
 	cJSON_Delete(o);

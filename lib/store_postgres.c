@@ -131,9 +131,10 @@ static const char *const sql_fmt[2][Q_N] = {
 		    " history =" HPUSH("r.history", CLAIM_ENTRY("excluded.updated_at",
 		        "r.attempts + 1", "excluded.lease_until", "excluded.owner")) ","),
 		[Q_GET] = GET_SQL("history::text"),
-		[Q_FINISH] = FINISH_SQL(" history =" HPUSH("r.history", "jsonb_build_object("
+		[Q_FINISH] = FINISH_SQL(" history =" HPUSH("r.history", "(jsonb_build_object("
 		    "'at', n.ms, 'op', 'finish', 'state', $3::text, 'owner', $2::text,"
-		    " 'debitRef', $4::text, 'error', $5::text)") ","),
+		    " 'debitRef', $4::text, 'error', $5::text) || CASE WHEN $6 THEN"
+		    " '{\"bankReplayed\": true}'::jsonb ELSE '{}'::jsonb END)") ","),
 		[Q_RENOTIFIED] = RENOTIFIED_SQL(" history =" HPUSH("r.history", "jsonb_build_object("
 		    "'at', n.ms, 'op', 'renotified', 'state', 'DONE')") ","),
 		[Q_RELEASE] = RELEASE_SQL(" history =" HPUSH("r.history", "jsonb_build_object("
@@ -359,6 +360,11 @@ conn_ok(struct pg *p, ik_err *err)
  * Outside a transaction, serialization failures and deadlocks are retried. */
 /* Statement which prepared on this connection (connected, history
  * known), its name in name[16]. */
+/* The finish's $6 (the bank's replay, for the history entry) typed here:
+ * a table without the history column does not use it, and the server
+ * refuses a parameter it cannot type from the statement.  0: inferred. */
+static const Oid finish_types[6] = { 0, 0, 0, 0, 0, 16 /* BOOLOID */ };
+
 int
 ik_pg_prepare(struct pg *p, int which, int n, const char *doing, char *name, ik_err *err)
 {
@@ -370,7 +376,8 @@ ik_pg_prepare(struct pg *p, int which, int n, const char *doing, char *name, ik_
 	bit = which + Q_N * p->has_history;
 	snprintf(name, 16, "ik%d", bit);
 	if (!(p->prepared & (1u << bit))) {
-		r = PQprepare(p->conn, name, p->sql[p->has_history][which], n, NULL);
+		r = PQprepare(p->conn, name, p->sql[p->has_history][which], n,
+		    which == Q_FINISH ? finish_types : NULL);
 		if (PQresultStatus(r) != PGRES_COMMAND_OK) {
 			rc = ik_pg_err(p, r, doing, err);
 			PQclear(r);
@@ -642,9 +649,10 @@ static int
 pg_finish(struct ik_store *st, const struct ik_finish_req *req, ik_err *err)
 {
 	const char *params[] = { req->key, req->token, ik_state_name(req->state),
-	                         req->debit_ref, req->last_error };
+	                         req->debit_ref, req->last_error,
+	                         req->bank_replayed ? "true" : "false" };
 
-	return changed(st->impl, Q_FINISH, 5, params, "finish", err);
+	return changed(st->impl, Q_FINISH, 6, params, "finish", err);
 }
 
 static int

@@ -106,7 +106,8 @@ static const char claim_lua[] = LUA_PRELUDE
 
 /* KEYS: record, IN_PROGRESS index, the new state's index, its live set
  * (FAILED and DNF: by expiry, for stats).  ARGV:
- * chargeId, token, state, has ref, ref, has error, error.  1 or 0. */
+ * chargeId, token, state, has ref, ref, has error, error, bank replayed
+ * ("1": the history entry says so).  1 or 0. */
 static const char finish_lua[] = LUA_PRELUDE LUA_PRUNE
 	"local r = redis.call('HMGET', KEYS[1], 'state', 'owner')\n"
 	"if r[1] ~= 'IN_PROGRESS' or r[2] ~= ARGV[2] then return 0 end\n"
@@ -124,7 +125,8 @@ static const char finish_lua[] = LUA_PRELUDE LUA_PRUNE
 	"end\n"
 	"local function opt(has, v) if has == '1' then return v end return cjson.null end\n"
 	"hpush({at = now, op = 'finish', state = ARGV[3], owner = ARGV[2],\n"
-	"  debitRef = opt(ARGV[4], ARGV[5]), error = opt(ARGV[6], ARGV[7])})\n"
+	"  debitRef = opt(ARGV[4], ARGV[5]), error = opt(ARGV[6], ARGV[7]),\n"
+	"  bankReplayed = ARGV[8] == '1' or nil})\n"
 	"return 1\n";
 
 /* KEYS: record, DNF index, DONE index, DNF live set.  ARGV: chargeId.
@@ -493,12 +495,13 @@ rs_finish(struct ik_store *st, const struct ik_finish_req *req, ik_err *err)
 
 	if (!rk)
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
-	rc = run01(q, S_FINISH, 4, 11, (const char *[]){ rk,
+	rc = run01(q, S_FINISH, 4, 12, (const char *[]){ rk,
 	    idx_key(IK_ST_IN_PROGRESS, ip, sizeof ip), idx_key(req->state, to, sizeof to),
 	    live_key(req->state, live, sizeof live),
 	    req->key, req->token, ik_state_name(req->state),
 	    req->debit_ref ? "1" : "0", req->debit_ref ? req->debit_ref : "",
-	    req->last_error ? "1" : "0", req->last_error ? req->last_error : "" }, err);
+	    req->last_error ? "1" : "0", req->last_error ? req->last_error : "",
+	    req->bank_replayed ? "1" : "0" }, err);
 	free(rk);
 	return rc;
 }
