@@ -130,6 +130,8 @@ hist_from_item(const cJSON *item, int64_t attempts, char **out)
 		h.state = ik_state_parse(attr_s(m, "state"));
 		h.debit_ref = attr_s(m, "debitRef");
 		h.error = attr_s(m, "error");
+		h.bank_replayed = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+		    cJSON_GetObjectItemCaseSensitive(m, "bankReplayed"), "BOOL"));
 		if (strcmp(h.op, "claim") == 0) {
 			h.lease_until = attr_n(m, "leaseUntil");
 			h.attempt = attempts - --claims;
@@ -265,6 +267,8 @@ add_hist(cJSON *vals, const struct ik_hist *h)
 		cJSON_AddItemToObject(m, "debitRef", av_s(h->debit_ref));
 	if (h->error)
 		cJSON_AddItemToObject(m, "error", av_s(h->error));
+	if (h->bank_replayed)
+		cJSON_AddBoolToObject(cJSON_AddObjectToObject(m, "bankReplayed"), "BOOL", 1);
 	cJSON_AddItemToArray(cJSON_AddArrayToObject(l, "L"), e);
 	cJSON_AddItemToObject(vals, ":h", l);
 	cJSON_AddArrayToObject(cJSON_AddObjectToObject(vals, ":hnil"), "L");
@@ -959,7 +963,8 @@ finish_start(struct ddb *d, const struct ik_finish_req *req, ik_store_cb cb, voi
 	if (req->last_error)
 		cJSON_AddItemToObject(v, ":le", av_s(req->last_error));
 	add_hist(v, &(struct ik_hist){ .op = "finish", .at = req->now_ms, .owner = req->token,
-	         .state = req->state, .debit_ref = req->debit_ref, .error = req->last_error });
+	         .state = req->state, .debit_ref = req->debit_ref, .error = req->last_error,
+	         .bank_replayed = req->bank_replayed });
 	cJSON_AddStringToObject(r, "ReturnValuesOnConditionCheckFailure", "ALL_OLD");
 	return cond_start(d, r, "#st = :ip AND #ow = :tok", upd, req, cb, arg, sync, err);
 }
