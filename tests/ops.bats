@@ -28,7 +28,8 @@ cronpath() {
 	! PATH=/usr/bin:/bin command -v idemkit-code
 	bank_start
 	for i in 1 2; do ev "CHG-CRON$i"; done | sqs-send >/dev/null
-	run --separate-stderr cronpath charge-worker --drain "${fast[@]}"
+	# not quiet: a quiet run that succeeds writes no summary line
+	IDEMKIT_LOG=warn run --separate-stderr cronpath charge-worker --drain "${fast[@]}"
 	[ "$status" -eq 0 ]
 	[[ "$stderr" == *'"received":2,"debited":2'* ]]
 	[ "$(jget "$(idemp-show --json CHG-CRON1)" state)" = DONE ]
@@ -41,7 +42,7 @@ cronpath() {
 	# through a symlink elsewhere: beside the file it points at
 	mkdir -p "$BATS_TEST_TMPDIR/elsewhere"
 	ln -s "$IDEMKIT_BIN/charge-worker" "$BATS_TEST_TMPDIR/elsewhere/charge-worker"
-	run --separate-stderr env PATH=/usr/bin:/bin "$BATS_TEST_TMPDIR/elsewhere/charge-worker" --drain "${fast[@]}"
+	IDEMKIT_LOG=warn run --separate-stderr env PATH=/usr/bin:/bin "$BATS_TEST_TMPDIR/elsewhere/charge-worker" --drain "${fast[@]}"
 	[ "$status" -eq 1 ]
 	[[ "$stderr" == *'"received":0'* ]]
 }
@@ -253,7 +254,7 @@ PY
 	curl -fsS -o /dev/null -H 'Idempotency-Key: CHG-REPL2' --data-binary '{}' "$IDEMKIT_BANK_URL"
 	ev CHG-REPL2 | sqs-send >/dev/null
 	export IDEMKIT_BANK_REPLAY_HEADER='X-Replay-Of: original'
-	run --separate-stderr charge-worker --drain "${fast[@]}" --metrics "$BATS_TEST_TMPDIR/m.prom"
+	IDEMKIT_LOG=warn run --separate-stderr charge-worker --drain "${fast[@]}" --metrics "$BATS_TEST_TMPDIR/m.prom"
 	[ "$status" -eq 0 ]
 	[[ "$stderr" == *'"debited":1,'*'"bankReplays":1,'* ]]
 	grep -qx 'idemkit_worker_bank_replays_total{idemkit_job="worker"} 1' "$BATS_TEST_TMPDIR/m.prom"
