@@ -24,6 +24,7 @@
 #include "settle.h"
 #include "step.h"
 #include "store.h"
+#include "utf8.h"
 #include "util.h"
 
 static const char usage[] =
@@ -146,6 +147,8 @@ note(cJSON *env, struct ctx *c, const char *key, const char *token, int debit)
 	ik_err err = { 0 };
 	const char *why = field(env, "debit", "error");
 	struct ik_buf reason = { 0 };
+	const char *text;
+	char *copy = NULL;
 	int rc;
 
 	if (!(store = ik_store_lazy_get(&c->db, &err)) || !store->ops->note)
@@ -157,7 +160,14 @@ note(cJSON *env, struct ctx *c, const char *key, const char *token, int debit)
 		ik_buf_free(&reason);
 		return;
 	}
-	rc = store->ops->note(store, key, token, reason.p, &err);
+	/* The bank's text, valid UTF-8 as a finish's is (store.c): PostgreSQL
+	 * and DynamoDB refuse other text, and the reason would be lost. */
+	if (ik_utf8_clean(reason.p, &text, &copy) < 0) {
+		ik_buf_free(&reason);
+		return;
+	}
+	rc = store->ops->note(store, key, token, text, &err);
+	free(copy);
 	ik_log(rc == IK_OK ? IK_LOG_DEBUG : IK_LOG_WARN, "reason noted", "step", "done",
 	    "chargeId", key, "messageId", ik_env_str(env, "messageId"),
 	    "outcome", ik_code_name(rc), "error", rc == IK_OK || rc == IK_LEASE_LOST ? NULL :

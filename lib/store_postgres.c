@@ -93,6 +93,11 @@
 	"UPDATE %1$s SET lease_until = " NOW_MS " + $3::bigint" \
 	" WHERE key = $1 AND state = 'IN_PROGRESS' AND owner = $2"
 #define FORGET_SQL "DELETE FROM %1$s WHERE key = $1 AND state = 'FAILED'"
+/* The reason a claim is left (store.h's note): fenced as the finish is,
+ * and nothing else; no history. */
+#define NOTE_SQL \
+	"UPDATE %1$s SET last_error = $3" \
+	" WHERE key = $1 AND state = 'IN_PROGRESS' AND owner = $2"
 /* One statement, one snapshot: the unfinished states from the partial
  * index (their literal states let the planner prove it covers them), and
  * DONE estimated as the planner does (reltuples scaled to the table's
@@ -124,6 +129,7 @@ static const char *const sql_fmt[2][Q_N] = {
 		[Q_FORGET] = FORGET_SQL,
 		[Q_STATS] = STATS_SQL,
 		[Q_RENEW] = RENEW_SQL,
+		[Q_NOTE] = NOTE_SQL,
 	},
 	{
 		[Q_CLAIM] = CLAIM_SQL(", history",
@@ -142,6 +148,7 @@ static const char *const sql_fmt[2][Q_N] = {
 		[Q_FORGET] = FORGET_SQL,
 		[Q_STATS] = STATS_SQL,
 		[Q_RENEW] = RENEW_SQL,
+		[Q_NOTE] = NOTE_SQL,
 	},
 };
 
@@ -684,6 +691,15 @@ pg_release(struct ik_store *st, const char *key, const char *token, int64_t now_
 }
 
 static int
+pg_note(struct ik_store *st, const char *key, const char *token, const char *reason,
+    ik_err *err)
+{
+	const char *params[] = { key, token, reason };
+
+	return changed(st->impl, Q_NOTE, 3, params, "note", err);
+}
+
+static int
 pg_forget_failed(struct ik_store *st, const char *key, ik_err *err)
 {
 	const char *params[] = { key };
@@ -944,6 +960,7 @@ static const struct ik_store_ops postgres_ops = {
 	.renew = pg_renew,
 	.renotified = pg_renotified,
 	.release = pg_release,
+	.note = pg_note,
 	.forget_failed = pg_forget_failed,
 	.get = pg_get,
 	.list = pg_list,

@@ -73,7 +73,7 @@
 	"end\n"
 
 enum { S_CLAIM, S_FINISH, S_RENOTIFIED, S_RELEASE, S_FORGET, S_LIST, S_STATS, S_BACKFILL,
-       S_RENEW, S_N };
+       S_RENEW, S_NOTE, S_N };
 
 /* KEYS: record, IN_PROGRESS index.  ARGV: chargeId, token, lease ms,
  * fingerprint, event, expiresAt (epoch s).  {1, attempts, leaseUntil,
@@ -149,6 +149,15 @@ static const char release_lua[] = LUA_PRELUDE
 	"redis.call('HSET', KEYS[1], 'leaseUntil', '0', 'updatedAt', s(now))\n"
 	"redis.call('ZADD', KEYS[2], '0', ARGV[1])\n"
 	"hpush({at = now, op = 'release', owner = ARGV[2]})\n"
+	"return 1\n";
+
+/* KEYS: record.  ARGV: token, reason.  1 or 0.  The reason a claim is
+ * left (store.h's note), fenced as the finish is; nothing else changes, no
+ * history. */
+static const char note_lua[] =
+	"local r = redis.call('HMGET', KEYS[1], 'state', 'owner')\n"
+	"if r[1] ~= 'IN_PROGRESS' or r[2] ~= ARGV[1] then return 0 end\n"
+	"redis.call('HSET', KEYS[1], 'lastError', ARGV[2])\n"
 	"return 1\n";
 
 /* KEYS: record, IN_PROGRESS index (by lease end).  ARGV: chargeId, token,
@@ -287,6 +296,7 @@ static const struct ik_redis_script scripts[S_N] = {
 	[S_STATS] = { "stats", stats_lua, "" },
 	[S_BACKFILL] = { "backfill", backfill_lua, "" },
 	[S_RENEW] = { "renew", renew_lua, "" },
+	[S_NOTE] = { "note", note_lua, "" },
 };
 
 /* ---- records ----------------------------------------------------------- */
@@ -559,6 +569,21 @@ rs_release(struct ik_store *st, const char *key, const char *token, int64_t now_
 }
 
 static int
+rs_note(struct ik_store *st, const char *key, const char *token, const char *reason,
+    ik_err *err)
+{
+	struct rs *q = st->impl;
+	char *rk = rec_key(key);
+	int rc;
+
+	if (!rk)
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	rc = run01(q, S_NOTE, 1, 3, (const char *[]){ rk, token, reason }, err);
+	free(rk);
+	return rc;
+}
+
+static int
 rs_forget_failed(struct ik_store *st, const char *key, ik_err *err)
 {
 	struct rs *q = st->impl;
@@ -712,6 +737,7 @@ static const struct ik_store_ops redis_ops = {
 	.renew = rs_renew,
 	.renotified = rs_renotified,
 	.release = rs_release,
+	.note = rs_note,
 	.forget_failed = rs_forget_failed,
 	.get = rs_get,
 	.list = rs_list,
