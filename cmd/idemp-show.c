@@ -122,8 +122,14 @@ debited(const struct ik_record *r)
 	case IK_ST_DONE: return "yes";
 	case IK_ST_DNF: return "yes (customer not notified)";
 	case IK_ST_FAILED: return "no (declined)";
-	default: return "unknown: a claim is in progress or died mid-way; "
-	    "the bank's ledger for this chargeId decides";
+	default:
+		/* A noted reason (idemp-done's note) means the run did not die:
+		 * it met the bank's TEMPFAIL or CONFIG and left the message. */
+		if (r->last_error)
+			return "unknown: the last run left it after the bank's answer "
+			    "(last error); the bank's ledger for this chargeId decides";
+		return "unknown: a claim is in progress or died mid-way; "
+		    "the bank's ledger for this chargeId decides";
 	}
 }
 

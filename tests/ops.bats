@@ -260,3 +260,31 @@ PY
 	grep -qx 'idemkit_worker_bank_replays_total{idemkit_job="worker"} 1' "$BATS_TEST_TMPDIR/m.prom"
 	[ "$(jget "$(idemp-show --json CHG-REPL2)" state)" = DONE ]
 }
+
+@test "the closing note: a charge stuck behind a bank outage (503) shows its holder (host, pid, exited), the 503 as its last error, and no dead-worker diagnosis (issue 29 items 1, 4)" {
+	bank_start
+	bank_post /control '{"errorRate":1,"errorStatus":503}' >/dev/null
+	ev CHG-OUTAGE | sqs-send >/dev/null
+	IDEMKIT_LOG=warn run --separate-stderr charge-worker --once --debit-timeout 2 \
+		--notify-timeout 1 --notify-retries 1 --lease 60s
+	[ "$status" -eq 75 ]
+	[[ "$stderr" == *'"received":1,"debited":0,'*'"leftForRetry":1,'* ]]
+	[ "$(bank_stat debits)" -eq 0 ]
+	owner=$(jget "$(idemp-show --json CHG-OUTAGE)" owner)
+	pid=${owner##*:}
+	host=$(hostname | cut -c1-63 | tr -c 'A-Za-z0-9._\n-' _)
+	[[ "$owner" == *"@$host:$pid" ]]
+	run --separate-stderr idemp-show CHG-OUTAGE
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"state        IN_PROGRESS"* ]]
+	[[ "$output" == *"debited      unknown: the last run left it after the bank's answer (last error)"* ]]
+	[[ "$output" == *"lease        held by $host pid $pid (token ${owner:0:8}), "*"s left"* ]]
+	[[ "$output" == *"holder       exited: no process with that pid on this host"* ]]
+	[[ "$output" == *"last error   TEMPFAIL from the bank: "*"503"*"(the lease decides the retry)"* ]]
+	[[ "$output" != *died* ]]
+	[[ "$output" != *dead* ]]
+	# the message is left for the retry (in flight, its backoff), none dead-lettered
+	[[ "$(sqs-stat)" == *'"visible":0,"inflight":1,'* ]]
+	[[ "$(sqs-stat --queue "$IDEMKIT_DLQ")" == *'"visible":0,"inflight":0,'* ]]
+}
