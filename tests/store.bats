@@ -334,7 +334,7 @@ PY
 	[ "$(jget "$(idemp-show --json "$id")" lastError)" = "CONFIG from the bank: HTTP 401 (the lease decides the retry)" ]
 	# fenced: once another run holds the charge, the first run's note
 	# changes nothing (the new claim cleared the reason)
-	for _ in $(seq 1 100); do
+	for _ in $(seq 1 200); do
 		idemp-list --expired 2>/dev/null | grep -qF "\"$id\"" && break
 		sleep 0.1
 	done
@@ -355,10 +355,12 @@ PY
 	export IDEMKIT_BANK_REPLAY_HEADER='Idempotent-Replayed: true'
 	id=$(uid repl)
 	# The crash window: the debit reached the bank, the worker died before
-	# idemp-done (its envelope is dropped here), the 1 s lease runs out.
-	ev "$id" | idemp-claim --lease 1s 2>/dev/null | charge-debit --timeout 500ms --lease-margin 0 >/dev/null
+	# idemp-done (its envelope is dropped here), the 2 s lease runs out
+	# (a second and a half of it for the call: a loaded machine or a
+	# sanitizer build starts charge-debit slowly).
+	ev "$id" | idemp-claim --lease 2s 2>/dev/null | charge-debit --timeout 500ms --lease-margin 0 >/dev/null
 	[ "$(bank_stat debits)" -eq 1 ]
-	for _ in $(seq 1 100); do
+	for _ in $(seq 1 200); do
 		idemp-list --expired 2>/dev/null | grep -qF "\"$id\"" && break
 		sleep 0.1
 	done
