@@ -27,6 +27,14 @@ if [ ! -x "$pristine/bin/sh" ]; then
 fi
 rm -rf "$work"
 cp -a "$pristine" "$work"
+# What apt downloads is kept beside the pristine root and put in each
+# copy's archive directory: apt still resolves, checks (by the index's
+# hashes: a file that does not match is fetched again) and installs every
+# package, only the download is saved on the next run.
+cache=$pristine.apt-archives
+mkdir -p "$cache"
+find "$cache" -maxdepth 1 -name '*.deb' -exec cp -t "$work/var/cache/apt/archives/" {} +
+keep_debs() { find "$work/var/cache/apt/archives" -maxdepth 1 -name '*.deb' -exec cp -u -t "$cache" {} +; }
 trap 'umount "$work/proc" 2>/dev/null || true' EXIT
 mount -t proc proc "$work/proc"
 cp /etc/resolv.conf "$work/etc/resolv.conf"
@@ -60,6 +68,7 @@ inroot charge-worker --version | grep -q '^charge-worker (idemkit) ' || fail "ch
 say "the demo as the idemkit user"
 inroot apt-get install -y -qq --no-install-recommends curl libmicrohttpd12 > "$work.apt2.log" 2>&1 \
 	|| { tail -20 "$work.apt2.log" >&2; fail "apt-get install curl libmicrohttpd12"; }
+keep_debs
 install -m 755 "$sim" "$work/usr/local/bin/bank-sim"
 install -m 755 "$(dirname "$0")/../examples/demo.sh" "$work/tmp/demo.sh"
 ids=$(inroot id -u idemkit):$(inroot id -g idemkit)
