@@ -36,15 +36,19 @@
 #include "util.h"
 
 static const char usage[] =
-	"usage: charge-debit [--check] [--stream] [--url URL] [--key-header NAME]\n"
+	"usage: charge-debit [--check | --dry-run] [--stream] [--url URL] [--key-header NAME]\n"
 	"                    [--cacert FILE] [--connect-timeout DUR] [--timeout DUR]\n"
 	"                    [--declined-status LIST] [--retry-status LIST]\n"
 	"                    [--lease-margin DUR] [--request FILTER] [--ref FILTER]\n"
-	"                    [--reason FILTER] [--inflight N]\n"
+	"                    [--reason FILTER] [--replay-header 'NAME: VALUE']\n"
+	"                    [--inflight N]\n"
 	"                    [--client-cert FILE --client-key FILE] < envelope\n";
 static const char options[] =
 	"  --check                  check the configuration (URL, files, status lists,\n"
 	"                           jq programs) with no network call: 0, or 78 and why\n"
+	"  --dry-run                print the request for the envelope or event on stdin\n"
+	"                           (method, URL, headers with secrets as ***, body)\n"
+	"                           without sending it: 0, or 65/78 and why\n"
 	"  -s, --stream             many envelopes in, one out per line\n"
 	"  --inflight N             with --stream: up to N requests in flight (1-1024,\n"
 	"                           default 64, $IDEMKIT_BANK_INFLIGHT); envelopes are\n"
@@ -52,6 +56,10 @@ static const char options[] =
 	"  -u, --url URL            the debit endpoint (default $IDEMKIT_BANK_URL)\n"
 	"  -k, --key-header NAME    idempotency-key header (default Idempotency-Key,\n"
 	"                           $IDEMKIT_BANK_KEY_HEADER)\n"
+	"  --replay-header 'NAME: VALUE'\n"
+	"                           what a 2xx carries when it answers a key the bank\n"
+	"                           had seen (default 'Idempotent-Replayed: true',\n"
+	"                           $IDEMKIT_BANK_REPLAY_HEADER): debit.replayed\n"
 	"  -c, --cacert FILE        CA bundle to verify the bank (default the system's,\n"
 	"                           $IDEMKIT_BANK_CACERT)\n"
 	"  --connect-timeout DUR    default 3s\n"
@@ -124,8 +132,6 @@ debited(struct ctx *c, cJSON *env, const struct ik_event *ev,
         const struct ik_http_res *res, const ik_err *lost)
 {
 	char warn[sizeof(ik_err){0}.msg + 64], *ref = NULL;
-	cJSON *ans;
-	const char *h;
 	int replayed, rc;
 
 	if (lost)
@@ -133,11 +139,7 @@ debited(struct ctx *c, cJSON *env, const struct ik_event *ev,
 		         "arrive whole (%s)", res->status, lost->msg);
 	else if (ik_bankapi_ref(&c->api, res, &ref, warn, sizeof warn) < 0)
 		return record(env, ev, IK_SOFTWARE, "out of memory", NULL, 0, 0, NULL);
-	ans = cJSON_ParseWithLength(res->body.p, res->body.len);
-	h = ik_http_header(res, "Idempotent-Replayed");
-	replayed = (h && strcasecmp(h, "true") == 0) ||
-	           cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ans, "replayed"));
-	cJSON_Delete(ans);
+	replayed = ik_bankapi_replayed(&c->api, res);
 	rc = record(env, ev, IK_OK, NULL, ref, replayed, ref ? 0 : res->status,
 	            warn[0] ? warn : NULL);
 	free(ref);
@@ -317,6 +319,7 @@ main(int argc, char **argv)
 		{ "stream", no_argument, NULL, 's' },
 		IK_BANKAPI_LONGOPTS,
 		IK_BANKAPI_LONGOPT_REF,
+		IK_BANKAPI_LONGOPT_REPLAY,
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -350,6 +353,17 @@ main(int argc, char **argv)
 	}
 	if (c.cli.check) {   /* what charge-worker asks before it receives anything */
 		rc = ik_bankapi_open(&c.api, &c.cli.opts, &err) == IK_OK ? IK_OK : ik_fail(&err);
+		goto out;
+	}
+	if (c.cli.dry_run) {   /* mapping a new bank: what would be sent */
+		char *req;
+		if ((rc = ik_bankapi_cli_dry_run(&c.api, &c.cli, 0, "", &req, &err)) != IK_OK) {
+			rc = ik_fail(&err);
+			goto out;
+		}
+		fputs(req, stdout);
+		free(req);
+		rc = ik_finish(IK_OK);
 		goto out;
 	}
 	if ((rc = ik_bankapi_inflight("BANK", c.cli.inflight, &st.inflight)) != IK_OK)

@@ -30,7 +30,7 @@
 #include "util.h"
 
 static const char usage[] =
-	"usage: charge-notify [--check] [--stream] [--url URL] [--key-header NAME]\n"
+	"usage: charge-notify [--check | --dry-run] [--stream] [--url URL] [--key-header NAME]\n"
 	"                     [--cacert FILE] [--connect-timeout DUR] [--timeout DUR]\n"
 	"                     [--retries N] [--backoff DUR] [--declined-status LIST]\n"
 	"                     [--retry-status LIST] [--lease-margin DUR]\n"
@@ -39,6 +39,9 @@ static const char usage[] =
 static const char options[] =
 	"  --check                  check the configuration (URL, files, status lists,\n"
 	"                           jq programs) with no network call: 0, or 78 and why\n"
+	"  --dry-run                print the request for the envelope or event on stdin\n"
+	"                           (method, URL, headers with secrets as ***, body)\n"
+	"                           without sending it: 0, or 65/78 and why\n"
 	"  -s, --stream             many envelopes in, one out per line\n"
 	"  --inflight N             with --stream: up to N notifications in flight,\n"
 	"                           retries included (1-1024, default 64,\n"
@@ -456,6 +459,17 @@ main(int argc, char **argv)
 	}
 	if (c.cli.check) {   /* what charge-worker asks before it receives anything */
 		rc = ik_bankapi_open(&c.api, &c.cli.opts, &err) == IK_OK ? IK_OK : ik_fail(&err);
+		goto out;
+	}
+	if (c.cli.dry_run) {   /* mapping a new bank: what would be sent */
+		char *req;
+		if ((rc = ik_bankapi_cli_dry_run(&c.api, &c.cli, 0, ":notify", &req, &err)) != IK_OK) {
+			rc = ik_fail(&err);
+			goto out;
+		}
+		fputs(req, stdout);
+		free(req);
+		rc = ik_finish(IK_OK);
 		goto out;
 	}
 	if ((rc = ik_bankapi_inflight("NOTIFY", c.cli.inflight, &st.inflight)) != IK_OK)

@@ -17,6 +17,14 @@
 # shellcheck disable=SC2086
 
 set -u
+# The sibling commands are the ones installed beside this script, found
+# first whatever PATH the caller has (cron's /usr/bin:/bin, a unit's, a call
+# by absolute path): a step of another idemkit on PATH, or none, would not
+# do.  Through a symlink, beside the file it points at.
+case $0 in
+*/*) _self=$(readlink -f -- "$0" 2>/dev/null) || _self=$0
+     PATH=$(cd -- "${_self%/*}" && pwd -P):$PATH; export PATH ;;
+esac
 VERSION=@VERSION@
 PROG=charge-recover
 USAGE="usage: charge-recover --renotify [--older-than DUR] [--notify-timeout SECS]
@@ -27,7 +35,7 @@ USAGE="usage: charge-recover --renotify [--older-than DUR] [--notify-timeout SEC
 "
 
 usage() { printf '%s' "$USAGE" >&2; echo "Try '$PROG --help' for more information." >&2; exit 64; }
-die() { echo "$PROG: $*" >&2; exit "${2:-64}"; }
+die() { echo "$PROG: $1" >&2; exit "${2:-64}"; }
 
 help() {
 	printf '%s' "$USAGE"
@@ -77,7 +85,7 @@ while [ $# -gt 0 ]; do
 	--metrics) need "$@"; metrics=$2; shift ;;
 	-h|--help) help ;;
 	-V|--version) echo "$PROG (idemkit) $VERSION"; exit 0 ;;
-	*) usage ;;
+	*) echo "$PROG: unknown option '$1'" >&2; usage ;;
 	esac
 	shift
 done

@@ -14,6 +14,14 @@
 # shellcheck disable=SC2086,SC2154,SC2317
 
 set -u
+# The sibling commands are the ones installed beside this script, found
+# first whatever PATH the caller has (cron's /usr/bin:/bin, a unit's, a call
+# by absolute path): a step of another idemkit on PATH, or none, would not
+# do.  Through a symlink, beside the file it points at.
+case $0 in
+*/*) _self=$(readlink -f -- "$0" 2>/dev/null) || _self=$0
+     PATH=$(cd -- "${_self%/*}" && pwd -P):$PATH; export PATH ;;
+esac
 
 VERSION=@VERSION@
 PROG=charge-worker
@@ -26,7 +34,7 @@ USAGE="usage: charge-worker [-j N] [--drain | --once] [--stream] [--lease DUR]
 "
 
 usage() { printf '%s' "$USAGE" >&2; echo "Try '$PROG --help' for more information." >&2; exit 64; }
-die() { echo "$PROG: $*" >&2; exit "${2:-64}"; }
+die() { echo "$PROG: $1" >&2; exit "${2:-64}"; }
 
 help() {
 	printf '%s' "$USAGE"
@@ -72,8 +80,9 @@ when the run succeeds, status 0 or 1); step overrides SQS_RECV_CMD,
 IDEMP_CLAIM_CMD, CHARGE_DEBIT_CMD, CHARGE_NOTIFY_CMD, IDEMP_DONE_CMD, SQS_ACK_CMD.
 
 Exit status:
-    0  OK                every message received was finished (or nothing to do with --once)
-    1  EMPTY             nothing was received; or another run holds the lock
+    0  OK                every message received was settled
+    1  EMPTY             nothing was received (with --once too); or another run
+                         holds the lock
    64  USAGE             bad command line
    70  SOFTWARE          internal error
    75  TEMPFAIL          some messages were left for a retry (transient trouble)
@@ -112,11 +121,13 @@ while [ $# -gt 0 ]; do
 	-t|--trace) trace=1 ;;
 	-h|--help) help ;;
 	-V|--version) echo "$PROG (idemkit) $VERSION"; exit 0 ;;
-	*) usage ;;
+	*) echo "$PROG: unknown option '$1'" >&2; usage ;;
 	esac
 	shift
 done
 
+# Both stop the loop, on different conditions: one of them, not a guess.
+[ "$drain" -eq 0 ] || [ "$once" -eq 0 ] || die "--drain and --once: choose one"
 isnum() { case $1 in ''|*[!0-9]*) return 1 ;; esac; }
 if ! isnum "$jobs" || [ "$jobs" -lt 1 ] || [ "$jobs" -gt 256 ]; then
 	die "--jobs: want 1 to 256, got '$jobs'"
@@ -381,10 +392,10 @@ totals() {
 	received=$((v_RECEIVED + t_unacked))
 }
 summary_json() {
-	printf '{"summary":true,"received":%d,"debited":%d,"debitedNotificationFailed":%d,"declined":%d,"dupDone":%d,"dupInProgress":%d,"dupFailed":%d,"payloadMismatch":%d,"invalid":%d,"staleEvent":%d,"leaseLost":%d,"toDlq":%d,"leftForRetry":%d,"ackFailed":%d,"config":%d}\n' \
+	printf '{"summary":true,"received":%d,"debited":%d,"debitedNotificationFailed":%d,"declined":%d,"dupDone":%d,"dupInProgress":%d,"dupFailed":%d,"payloadMismatch":%d,"invalid":%d,"staleEvent":%d,"leaseLost":%d,"toDlq":%d,"leftForRetry":%d,"ackFailed":%d,"bankReplays":%d,"config":%d}\n' \
 		"$received" "$v_OK" "$v_NOTIFY_FAILED" "$v_DECLINED" "$v_DUP_DONE" \
 		"$v_DUP_IN_PROGRESS" "$v_DUP_FAILED" "$v_PAYLOAD_MISMATCH" "$v_DATAERR" "$v_STALE_EVENT" "$v_LEASE_LOST" \
-		"$dlq" "$left" "$ack_failed" "$config"
+		"$dlq" "$left" "$ack_failed" "${v_BANK_REPLAYED:-0}" "$config"
 }
 # tally_delta OLD NEW: NEW's counts less OLD's (both idemkit-code --tally).
 tally_delta() {

@@ -90,7 +90,8 @@ tally(void)
 {
 	int n;
 	const struct ik_outcome *t = ik_outcomes(&n);
-	long long *count = calloc((size_t)n, sizeof *count), received = 0, failed = 0;
+	long long *count = calloc((size_t)n, sizeof *count), received = 0, failed = 0,
+	    replayed = 0;
 	struct ik_lines in;
 	char *line;
 	size_t len;
@@ -119,6 +120,10 @@ tally(void)
 			count[v - t]++;
 		if (!v || ik_env_step_code(env, "ack") != IK_OK)
 			failed++;
+		/* the bank answered our debit as a replay: a crash window was hit */
+		if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ik_env_result(env, "debit"),
+		    "replayed")))
+			replayed++;
 		if (nseen == capseen) {
 			struct seen *p = realloc(seen, (capseen = capseen ? capseen * 2 : 256) * sizeof *p);
 			if (!p) {
@@ -144,8 +149,8 @@ tally(void)
 	}
 	for (int i = 0; i < n; i++)
 		printf("%s\t%lld\n", t[i].name, count[i]);
-	printf("RECEIVED\t%lld\nACK_FAILED\t%lld\nUNSETTLED\t%lld\n", received, failed,
-	    unsettled(seen, nseen));
+	printf("BANK_REPLAYED\t%lld\nRECEIVED\t%lld\nACK_FAILED\t%lld\nUNSETTLED\t%lld\n",
+	    replayed, received, failed, unsettled(seen, nseen));
 	for (size_t i = 0; i < nseen; i++)
 		free(seen[i].id);
 	free(seen);

@@ -62,8 +62,9 @@ static const char options[] =
 	"  -n, --inflight N   with --stream on DynamoDB or PostgreSQL: up to N claims in\n"
 	"                     flight (1-1024, default 32, $IDEMKIT_STORE_INFLIGHT);\n"
 	"                     envelopes then leave in the order the answers come\n"
-	"  -S, --store URL    sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE,\n"
-	"                     else sqlite:$IDEMKIT_STATE_DIR/idempotency.db)\n"
+	"  -S, --store URL    the store (default $IDEMKIT_STORE, else\n"
+	"                     sqlite:$IDEMKIT_STATE_DIR/idempotency.db), one of\n"
+	"                     @STORES@\n"
 	"  -h, --help         this help\n"
 	"  -V, --version      print the version\n";
 static const int codes[] = { IK_OK, IK_DUP_DONE, IK_DUP_IN_PROGRESS,

@@ -24,6 +24,7 @@
 #include "settle.h"
 #include "step.h"
 #include "store.h"
+#include "utf8.h"
 #include "util.h"
 
 static const char usage[] =
@@ -44,7 +45,8 @@ static const char options[] =
 	"                     good: record its IN_PROGRESS claim, lease ended, FAILED with\n"
 	"                     --reason; its next delivery goes to the DLQ (DUP_FAILED)\n"
 	"  -R, --reason TEXT  why, recorded as the record's last error\n"
-	"  -S, --store URL    sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE)\n"
+	"  -S, --store URL    the store (default $IDEMKIT_STORE), one of\n"
+	"                     @STORES@\n"
 	"  -h, --help         this help\n"
 	"  -V, --version      print the version\n";
 static const int codes[] = {
@@ -145,6 +147,8 @@ note(cJSON *env, struct ctx *c, const char *key, const char *token, int debit)
 	ik_err err = { 0 };
 	const char *why = field(env, "debit", "error");
 	struct ik_buf reason = { 0 };
+	const char *text;
+	char *copy = NULL;
 	int rc;
 
 	if (!(store = ik_store_lazy_get(&c->db, &err)) || !store->ops->note)
@@ -156,7 +160,14 @@ note(cJSON *env, struct ctx *c, const char *key, const char *token, int debit)
 		ik_buf_free(&reason);
 		return;
 	}
-	rc = store->ops->note(store, key, token, reason.p, &err);
+	/* The bank's text, valid UTF-8 as a finish's is (store.c): PostgreSQL
+	 * and DynamoDB refuse other text, and the reason would be lost. */
+	if (ik_utf8_clean(reason.p, &text, &copy) < 0) {
+		ik_buf_free(&reason);
+		return;
+	}
+	rc = store->ops->note(store, key, token, text, &err);
+	free(copy);
 	ik_log(rc == IK_OK ? IK_LOG_DEBUG : IK_LOG_WARN, "reason noted", "step", "done",
 	    "chargeId", key, "messageId", ik_env_str(env, "messageId"),
 	    "outcome", ik_code_name(rc), "error", rc == IK_OK || rc == IK_LEASE_LOST ? NULL :
@@ -222,6 +233,7 @@ prepare(struct job *j, int *out)
 		.key = key, .token = token, .state = state,
 		.debit_ref = field(env, "debit", "ref"),
 		.last_error = ik_settle_last_error(env),
+		.bank_replayed = ik_settle_bank_replayed(env),
 		.now_ms = ik_now_ms(),
 	};
 	return 1;

@@ -15,7 +15,8 @@
 static const char usage[] =
 	"usage: idemp-forget [--store URL] [CHARGEID ...]\n";
 static const char options[] =
-	"  -S, --store URL    sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE)\n"
+	"  -S, --store URL    the store (default $IDEMKIT_STORE), one of\n"
+	"                     @STORES@\n"
 	"  -h, --help         this help\n"
 	"  -V, --version      print the version\n"
 	"With no CHARGEID, chargeIds are read from stdin, one per line; \"-\" reads\n"

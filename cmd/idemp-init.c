@@ -19,8 +19,8 @@
 static const char usage[] =
 	"usage: idemp-init [--store URL]\n";
 static const char options[] =
-	"  -S, --store URL    sqlite:PATH, dynamodb:TABLE or postgres://... (default\n"
-	"                     $IDEMKIT_STORE)\n"
+	"  -S, --store URL    the store (default $IDEMKIT_STORE), one of\n"
+	"                     @STORES@\n"
 	"  -h, --help         this help\n"
 	"  -V, --version      print the version\n";
 static const int codes[] = {

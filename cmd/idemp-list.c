@@ -28,7 +28,8 @@ static const char options[] =
 	"                         envelope: an envelope of the stored event with the\n"
 	"                         debit as recorded (OK only for DONE and\n"
 	"                         DEBITED_NOTIFICATION_FAILED), for charge-notify\n"
-	"  -S, --store URL        sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE)\n"
+	"  -S, --store URL        the store (default $IDEMKIT_STORE), one of\n"
+	"                         @STORES@\n"
 	"  -h, --help             this help\n"
 	"  -V, --version          print the version\n";
 static const int codes[] = {

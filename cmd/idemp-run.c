@@ -67,8 +67,8 @@ static const char options[] =
 	"  -P, --jobs N           with --each: N keys at once (default 1, at most 256)\n"
 	"  -c, --check            exit 0 if this run's claim still holds KEY, else 13\n"
 	"                         (from inside the command: $IDEMP_KEY, $IDEMP_TOKEN)\n"
-	"  -S, --store URL        sqlite:PATH, dynamodb:TABLE, postgres://... or\n"
-	"                         redis://... (default $IDEMKIT_STORE)\n"
+	"  -S, --store URL        the store (default $IDEMKIT_STORE), one of\n"
+	"                         @STORES@\n"
 	"  -h, --help             this help\n"
 	"  -V, --version          print the version\n";
 static const int codes[] = {

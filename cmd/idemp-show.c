@@ -23,7 +23,8 @@ static const char usage[] =
 	"usage: idemp-show [--json] [--store URL] [CHARGEID ...]\n";
 static const char options[] =
 	"  -j, --json         one JSON object per record instead of the human view\n"
-	"  -S, --store URL    sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE)\n"
+	"  -S, --store URL    the store (default $IDEMKIT_STORE), one of\n"
+	"                     @STORES@\n"
 	"  -h, --help         this help\n"
 	"  -V, --version      print the version\n"
 	"With no CHARGEID, chargeIds are read from stdin, one per line; \"-\" reads\n"
@@ -98,8 +99,12 @@ timeline(const struct ik_record *r)
 			sep = ", ";
 		}
 		if (op && strcmp(op, "finish") == 0) {
-			printf("%sbank ref %s, error %s", sep,
+			/* A replay: the bank had made this debit already and
+			 * its first answer was lost (a crash window). */
+			printf("%sbank ref %s%s, error %s", sep,
 			    ik_env_str(e, "debitRef") ? ik_env_str(e, "debitRef") : "-",
+			    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "bankReplayed")) ?
+			    " (replayed by the bank)" : "",
 			    ik_env_str(e, "error") ? ik_env_str(e, "error") : "-");
 			sep = ", ";
 		}
@@ -117,8 +122,14 @@ debited(const struct ik_record *r)
 	case IK_ST_DONE: return "yes";
 	case IK_ST_DNF: return "yes (customer not notified)";
 	case IK_ST_FAILED: return "no (declined)";
-	default: return "unknown: a claim is in progress or died mid-way; "
-	    "the bank's ledger for this chargeId decides";
+	default:
+		/* A noted reason (idemp-done's note) means the run did not die:
+		 * it met the bank's TEMPFAIL or CONFIG and left the message. */
+		if (r->last_error)
+			return "unknown: the last run left it after the bank's answer "
+			    "(last error); the bank's ledger for this chargeId decides";
+		return "unknown: a claim is in progress or died mid-way; "
+		    "the bank's ledger for this chargeId decides";
 	}
 }
 

@@ -16,7 +16,8 @@ static const char usage[] =
 	"usage: idemp-stats [--json] [--store URL]\n";
 static const char options[] =
 	"  -j, --json         one JSON object (the default when stdout is not a terminal)\n"
-	"  -S, --store URL    sqlite:PATH or dynamodb:TABLE (default $IDEMKIT_STORE)\n"
+	"  -S, --store URL    the store (default $IDEMKIT_STORE), one of\n"
+	"                     @STORES@\n"
 	"  -h, --help         this help\n"
 	"  -V, --version      print the version\n";
 static const int codes[] = {

@@ -221,6 +221,8 @@ ik_bankapi_cli_opt(struct ik_bankapi_cli *c, int ch, const char *arg)
 	case IK_BANKAPI_O_CCERT: c->opts.client_cert = arg; break;
 	case IK_BANKAPI_O_CKEY: c->opts.client_key = arg; break;
 	case IK_BANKAPI_O_INFLIGHT: c->inflight = arg; break;
+	case IK_BANKAPI_O_DRYRUN: c->dry_run = 1; break;
+	case IK_BANKAPI_O_REPLAY: c->opts.replay_header = arg; break;
 	default: return 0;
 	}
 	return 1;
@@ -377,6 +379,49 @@ open_proxy(struct ik_bankapi *a, ik_err *err)
 	return IK_OK;
 }
 
+/* The replay header, "NAME: VALUE" (or "NAME:VALUE"), banks differing in
+ * both. */
+static int
+open_replay(struct ik_bankapi *a, const struct ik_bankapi_opts *o, ik_err *err)
+{
+	char name[64];
+	const char *v = o->replay_header ? o->replay_header :
+	    ik_bankapi_env(a->prefix, "REPLAY_HEADER", name, sizeof name);
+	const char *colon, *val;
+
+	if (!v)
+		v = IK_BANKAPI_REPLAY_DEFAULT;
+	colon = strchr(v, ':');
+	for (val = colon ? colon + 1 : ""; *val == ' '; val++)
+		;
+	if (!colon || !*val || !(a->replay_name = strndup(v, (size_t)(colon - v))) ||
+	    !header_name_ok(a->replay_name) || !token_ok(val, strlen(val))) {
+		if (colon && *val && !a->replay_name)
+			return ik_errf(err, IK_SOFTWARE, "out of memory");
+		return ik_errf(err, IK_CONFIG, "replay header \"%s\": want NAME: VALUE "
+		    "(e.g. \"%s\"), the name letters, digits, '-' or '_'", v,
+		    IK_BANKAPI_REPLAY_DEFAULT);
+	}
+	if (!(a->replay_value = strdup(val)))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	return IK_OK;
+}
+
+int
+ik_bankapi_replayed(const struct ik_bankapi *a, const struct ik_http_res *res)
+{
+	const char *h = a->replay_name ? ik_http_header(res, a->replay_name) : NULL;
+	cJSON *ans;
+	int r;
+
+	if (h && strcasecmp(h, a->replay_value) == 0)
+		return 1;
+	ans = cJSON_ParseWithLength(res->body.p, res->body.len);
+	r = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ans, "replayed"));
+	cJSON_Delete(ans);
+	return r;
+}
+
 int
 ik_bankapi_open(struct ik_bankapi *a, const struct ik_bankapi_opts *o,
                 ik_err *err)
@@ -397,6 +442,8 @@ ik_bankapi_open(struct ik_bankapi *a, const struct ik_bankapi_opts *o,
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	if (!header_name_ok(a->key_header))
 		return ik_errf(err, IK_CONFIG, "key header name: letters, digits, '-' or '_' (1-64)");
+	if ((rc = open_replay(a, o, err)) != IK_OK)
+		return rc;
 	v = o->cacert ? o->cacert : ik_bankapi_env(a->prefix, "CACERT", name, sizeof name);
 	if (v && !(a->cacert = strdup(v)))
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
@@ -452,6 +499,9 @@ ik_bankapi_close(struct ik_bankapi *a)
 	a->http = NULL;
 	free(a->url);
 	free(a->key_header);
+	free(a->replay_name);
+	free(a->replay_value);
+	a->replay_name = a->replay_value = NULL;
 	free(a->cacert);
 	free(a->path);
 	free(a->client_cert);
@@ -510,18 +560,71 @@ ik_bankapi_sign(const unsigned char *key, size_t keylen, const char *method,
  * when it is in flight. */
 static void on_answer(void *arg, int rc, struct ik_http_res *res, const ik_err *err);
 
+/* The request's headers, built in one place for the request sent and for
+ * --dry-run's view of it (masked: the bearer token and the signature as
+ * ***, an OAuth2 token not fetched).  hdrs holds up to 6 and a NULL; the
+ * buffers hold what they point at (hdrs_free). */
+struct hdrs { const char *h[8]; struct ik_buf keyh, tsh, sigh; };
+
+static void
+hdrs_free(struct hdrs *b)
+{
+	ik_buf_free(&b->keyh);
+	ik_buf_free(&b->tsh);
+	ik_buf_wipe_free(&b->sigh);
+}
+
+static int
+make_headers(struct ik_bankapi *a, const char *key, const char *body, size_t len,
+             int masked, struct hdrs *b, ik_err *err)
+{
+	char sig[IK_BANKAPI_SIG_HEX], ts[24];
+	long long t;
+	int n = 0;
+
+	if (ik_buf_addstr(&b->keyh, a->key_header) < 0 || ik_buf_addstr(&b->keyh, ": ") < 0 ||
+	    ik_buf_addstr(&b->keyh, key) < 0)
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	b->h[n++] = "Content-Type: application/json";
+	b->h[n++] = "Accept: application/json";
+	b->h[n++] = b->keyh.p;
+	if (masked && (a->auth.len || a->oauth_url))
+		b->h[n++] = a->oauth_url ? "Authorization: Bearer *** (OAuth2, not fetched)" :
+		    "Authorization: Bearer ***";
+	else if (a->auth.len)
+		b->h[n++] = a->auth.p;
+	if (a->hmac_key.len) {
+		t = (long long)(ik_now_ms() / 1000);
+		snprintf(ts, sizeof ts, "%lld", t);
+		if (masked)
+			snprintf(sig, sizeof sig, "***");
+		else
+			ik_bankapi_sign((const unsigned char *)a->hmac_key.p, a->hmac_key.len,
+			                "POST", a->path, key, t, body, len, sig);
+		if (ik_buf_addstr(&b->tsh, "X-Idemkit-Timestamp: ") < 0 ||
+		    ik_buf_addstr(&b->tsh, ts) < 0 ||
+		    ik_buf_addstr(&b->sigh, "X-Idemkit-Signature: v2=") < 0 ||
+		    ik_buf_addstr(&b->sigh, sig) < 0) {
+			sodium_memzero(sig, sizeof sig);
+			return ik_errf(err, IK_SOFTWARE, "out of memory");
+		}
+		sodium_memzero(sig, sizeof sig);
+		b->h[n++] = b->tsh.p;
+		b->h[n++] = b->sigh.p;
+	}
+	b->h[n] = NULL;
+	return IK_OK;
+}
+
 static int
 send_call(struct ik_bankapi_call *k, ik_err *err)
 {
 	struct ik_bankapi *a = k->api;
-	struct ik_buf keyh = {0}, sigh = {0}, tsh = {0};
-	const char *hdrs[8];
-	char sig[IK_BANKAPI_SIG_HEX], ts[24];
+	struct hdrs b = {0};
 	size_t len = strlen(k->body);
-	long long t;
-	int n = 0, rc = IK_OK;
+	int rc = IK_OK;
 	struct ik_http_req req = {
-		.method = "POST", .url = a->url, .headers = hdrs,
+		.method = "POST", .url = a->url, .headers = b.h,
 		.body = k->body, .body_len = len,
 		.connect_timeout_ms = a->connect_timeout_ms, .timeout_ms = a->timeout_ms,
 		.max_body = 1u << 20, .cacert = a->cacert,
@@ -536,40 +639,40 @@ send_call(struct ik_bankapi_call *k, ik_err *err)
 	if (k->env && (rc = ik_bankapi_lease_check(k->env, k->need_ms, k->margin_ms,
 	                                           err)) != IK_OK)
 		return rc;
-	if (ik_buf_addstr(&keyh, a->key_header) < 0 || ik_buf_addstr(&keyh, ": ") < 0 ||
-	    ik_buf_addstr(&keyh, k->key) < 0) {
-		rc = ik_errf(err, IK_SOFTWARE, "out of memory");
-		goto out;
+	if ((rc = make_headers(a, k->key, k->body, len, 0, &b, err)) == IK_OK) {
+		k->token_gen = a->token_gen;
+		rc = ik_http_submit(a->http, &req, k->res, on_answer, k, err);
 	}
-	hdrs[n++] = "Content-Type: application/json";
-	hdrs[n++] = "Accept: application/json";
-	hdrs[n++] = keyh.p;
-	if (a->auth.len)
-		hdrs[n++] = a->auth.p;
-	if (a->hmac_key.len) {
-		t = (long long)(ik_now_ms() / 1000);
-		snprintf(ts, sizeof ts, "%lld", t);
-		ik_bankapi_sign((const unsigned char *)a->hmac_key.p, a->hmac_key.len,
-		                req.method, a->path, k->key, t, k->body, len, sig);
-		if (ik_buf_addstr(&tsh, "X-Idemkit-Timestamp: ") < 0 ||
-		    ik_buf_addstr(&tsh, ts) < 0 ||
-		    ik_buf_addstr(&sigh, "X-Idemkit-Signature: v2=") < 0 ||
-		    ik_buf_addstr(&sigh, sig) < 0) {
-			rc = ik_errf(err, IK_SOFTWARE, "out of memory");
-			goto out;
-		}
-		hdrs[n++] = tsh.p;
-		hdrs[n++] = sigh.p;
-	}
-	hdrs[n] = NULL;
-	k->token_gen = a->token_gen;
-	rc = ik_http_submit(a->http, &req, k->res, on_answer, k, err);
-out:
-	ik_buf_free(&keyh);
-	ik_buf_free(&tsh);
-	ik_buf_wipe_free(&sigh);
-	sodium_memzero(sig, sizeof sig);
+	hdrs_free(&b);
 	return rc;
+}
+
+int
+ik_bankapi_dry_run(struct ik_bankapi *a, const char *key, const char *body, char **out,
+                   ik_err *err)
+{
+	struct hdrs b = {0};
+	struct ik_buf t = {0};
+	int rc, nomem = 0;
+
+	*out = NULL;
+	if ((rc = make_headers(a, key, body, strlen(body), 1, &b, err)) != IK_OK) {
+		hdrs_free(&b);
+		return rc;
+	}
+	nomem |= ik_buf_addstr(&t, "POST ") | ik_buf_addstr(&t, a->url) |
+	    ik_buf_addstr(&t, "\n");
+	for (const char *const *h = b.h; *h; h++)
+		nomem |= ik_buf_addstr(&t, *h) | ik_buf_addstr(&t, "\n");
+	nomem |= ik_buf_addstr(&t, "\n") | ik_buf_addstr(&t, body) | ik_buf_addstr(&t, "\n");
+	if (nomem) {
+		ik_buf_free(&t);
+		hdrs_free(&b);
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	}
+	hdrs_free(&b);
+	*out = t.p;
+	return IK_OK;
 }
 
 /* A 401 with OAuth2: the token was revoked or expired early.  One new

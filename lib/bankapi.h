@@ -50,6 +50,9 @@
 struct ik_bankapi_opts {
 	const char *url;           /* NULL: $IDEMKIT_<P>_URL */
 	const char *key_header;    /* NULL: $IDEMKIT_<P>_KEY_HEADER, else Idempotency-Key */
+	const char *replay_header; /* "NAME: VALUE" a 2xx carries when it answers a key
+	                              seen before; NULL: $IDEMKIT_<P>_REPLAY_HEADER,
+	                              else IK_BANKAPI_REPLAY_DEFAULT */
 	const char *cacert;        /* NULL: $IDEMKIT_<P>_CACERT, else the system's */
 	const char *client_cert;   /* mutual TLS; NULL: $IDEMKIT_<P>_CLIENT_CERT */
 	const char *client_key;    /* NULL: $IDEMKIT_<P>_CLIENT_KEY; never readable by
@@ -69,6 +72,7 @@ struct ik_bankapi_opts {
 struct ik_bankapi {
 	const char *prefix;        /* "BANK", "NOTIFY" */
 	char *url, *key_header, *cacert, *client_cert, *client_key;
+	char *replay_name, *replay_value;   /* the replay header, split */
 	char *path;                /* the URL's path[?query], as signed */
 	long connect_timeout_ms, timeout_ms;
 	struct ik_buf auth;        /* "Authorization: Bearer …" or empty; secret */
@@ -132,6 +136,14 @@ void ik_bankapi_close(struct ik_bankapi *a);
  * codes) and done is not called. */
 int ik_bankapi_submit(struct ik_bankapi_call *k, ik_err *err);
 
+/* --dry-run: the request ik_bankapi_submit would send for key and body,
+ * as text for a person, without sending anything: "POST URL", the headers
+ * with the secrets masked (the bearer token and the signature as ***; an
+ * OAuth2 token is not fetched), a blank line, the body.  *out malloc'd.
+ * IK_OK or IK_SOFTWARE. */
+int ik_bankapi_dry_run(struct ik_bankapi *a, const char *key, const char *body, char **out,
+                       ik_err *err);
+
 /* Moves the calls in flight on, running done for each one answered; waits
  * up to timeout_ms (-1: no limit) when none is, or until fd (>= 0, e.g.
  * stdin) is readable: *readable says so.  IK_OK or IK_SOFTWARE. */
@@ -146,6 +158,13 @@ int ik_bankapi_run(struct ik_bankapi *a, int fd, int timeout_ms, int *readable,
  * and a wait for that call. */
 int ik_bankapi_post(struct ik_bankapi *a, const char *key, const char *body,
                     struct ik_http_res *res, ik_err *err);
+
+/* 1 when a 2xx says it answers a request whose key the bank had seen (a
+ * replay: the first answer was lost, a crash window was hit): the replay
+ * header with its value (the value compared without case), or a JSON body
+ * whose "replayed" is true; else 0. */
+int ik_bankapi_replayed(const struct ik_bankapi *a, const struct ik_http_res *res);
+#define IK_BANKAPI_REPLAY_DEFAULT "Idempotent-Replayed: true"   /* Stripe's */
 
 /* What status means: IK_OK (2xx), IK_DECLINED, IK_TEMPFAIL or IK_CONFIG,
  * from the lists given to ik_bankapi_open. */
@@ -188,7 +207,7 @@ enum {
 	IK_BANKAPI_O_CONNECT = 256, IK_BANKAPI_O_TIMEOUT, IK_BANKAPI_O_DECLINED,
 	IK_BANKAPI_O_RETRY, IK_BANKAPI_O_MARGIN, IK_BANKAPI_O_CHECK, IK_BANKAPI_O_REQUEST,
 	IK_BANKAPI_O_REF, IK_BANKAPI_O_REASON, IK_BANKAPI_O_CCERT, IK_BANKAPI_O_CKEY,
-	IK_BANKAPI_O_INFLIGHT,
+	IK_BANKAPI_O_INFLIGHT, IK_BANKAPI_O_DRYRUN, IK_BANKAPI_O_REPLAY,
 	IK_BANKAPI_O_END      /* a command's own options start here */
 };
 #define IK_BANKAPI_SHORTOPTS "u:k:c:"
@@ -206,14 +225,17 @@ enum {
 	{ "reason", required_argument, NULL, IK_BANKAPI_O_REASON }, \
 	{ "client-cert", required_argument, NULL, IK_BANKAPI_O_CCERT }, \
 	{ "client-key", required_argument, NULL, IK_BANKAPI_O_CKEY }, \
-	{ "inflight", required_argument, NULL, IK_BANKAPI_O_INFLIGHT }
+	{ "inflight", required_argument, NULL, IK_BANKAPI_O_INFLIGHT }, \
+	{ "dry-run", no_argument, NULL, IK_BANKAPI_O_DRYRUN }
 #define IK_BANKAPI_LONGOPT_REF { "ref", required_argument, NULL, IK_BANKAPI_O_REF }
+#define IK_BANKAPI_LONGOPT_REPLAY { "replay-header", required_argument, NULL, IK_BANKAPI_O_REPLAY }
 
 struct ik_bankapi_cli {
 	struct ik_bankapi_opts opts;
 	int64_t lease_margin_ms;
 	const char *inflight;      /* --inflight's value, or NULL */
 	int check;                 /* --check */
+	int dry_run;               /* --dry-run */
 	/* the bank API opened on first use (ik_bankapi_cli_open) */
 	int opened;
 	ik_err open_err;
@@ -227,6 +249,15 @@ int ik_bankapi_cli_opt(struct ik_bankapi_cli *c, int ch, const char *arg);
 /* Opens a with c's options the first time it is asked (a failure is said
  * once on stderr and kept): IK_OK, or the kept failure's code with *why. */
 int ik_bankapi_cli_open(struct ik_bankapi *a, struct ik_bankapi_cli *c, const ik_err **why);
+
+/* --dry-run: reads one envelope or bare event from fd and builds the
+ * request the command would send for it (the key the chargeId plus
+ * suffix: "" for the debit, ":notify" with the debit's ref for the
+ * notification), as ik_bankapi_dry_run's text in *out.  Nothing is sent,
+ * no store is opened, no lease is checked.  IK_OK, or IK_DATAERR (no or a
+ * bad event), IK_CONFIG (the configuration, the jq program), IK_SOFTWARE. */
+int ik_bankapi_cli_dry_run(struct ik_bankapi *a, struct ik_bankapi_cli *c, int fd,
+                           const char *suffix, char **out, ik_err *err);
 
 /* An option's status list, as ik_opt_duration: 0, or -1 after a one-line
  * complaint naming the option (the command then exits 64). */

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -78,12 +79,53 @@ ik_usage(const char *usage)
 	return IK_USAGE;
 }
 
+/* Weak: a command that opens no store does not link store.c (and its
+ * adapters) for its help; one that has an @STORES@ in its help does. */
+extern char *ik_store_forms(void) __attribute__((weak));
+
+/* The options text with each @STORES@ replaced by the store URL forms of
+ * lib/store.c's table (one fact, one place), wrapped at 79 columns under
+ * the column where it stood. */
+static void
+print_options(const char *options)
+{
+	static const char mark[] = "@STORES@";
+	const char *s = options, *p, *bol;
+	char *forms;
+	size_t indent, col, len;
+
+	while ((p = strstr(s, mark))) {
+		fwrite(s, 1, (size_t)(p - s), stdout);
+		for (bol = p; bol > options && bol[-1] != '\n'; bol--)
+			;
+		indent = col = (size_t)(p - bol);
+		forms = ik_store_forms ? ik_store_forms() : NULL;
+		for (const char *w = forms ? forms : "sqlite:PATH"; *w; w += len + (w[len] == ' ')) {
+			len = strcspn(w, " ");
+			if (col > indent && col + 1 + len > 79) {
+				printf("\n%*s", (int)indent, "");
+				col = indent;
+			} else if (col > indent) {
+				putchar(' ');
+				col++;
+			}
+			fwrite(w, 1, len, stdout);
+			col += len;
+		}
+		free(forms);
+		s = p + sizeof mark - 1;
+	}
+	fputs(s, stdout);
+}
+
 int
 ik_help(const char *usage, const char *options, const int *codes)
 {
 	printf("%s", usage);
-	if (options && *options)
-		printf("\nOptions:\n%s", options);
+	if (options && *options) {
+		printf("\nOptions:\n");
+		print_options(options);
+	}
 	printf("\nExit status:\n");
 	for (; *codes >= 0; codes++) {
 		const struct ik_outcome *o = ik_outcome_by_code(*codes);

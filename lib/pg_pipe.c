@@ -85,7 +85,7 @@ pop_stage(struct pop *o, int which)
 {
 	o->which = which;
 	o->tries = 0;
-	o->n = which == Q_CLAIM ? 6 : which == Q_GET ? 1 : 5;
+	o->n = which == Q_GET ? 1 : 6;   /* a claim and a finish: 6 */
 }
 
 /* Sends what is queued as one batch, then its sync.  Ops that cannot be
@@ -104,7 +104,7 @@ send_batch(struct pg *p)
 	 * prepare as the blocking path does. */
 	if ((rc = ik_pg_prepare(p, Q_CLAIM, 6, "claim", name, &err)) == IK_OK &&
 	    (rc = ik_pg_prepare(p, Q_GET, 1, "read record", name, &err)) == IK_OK &&
-	    (rc = ik_pg_prepare(p, Q_FINISH, 5, "finish", name, &err)) == IK_OK &&
+	    (rc = ik_pg_prepare(p, Q_FINISH, 6, "finish", name, &err)) == IK_OK &&
 	    PQenterPipelineMode(p->conn) != 1)
 		rc = ik_pg_err(p, NULL, "pipeline mode", &err);
 	while (rc == IK_OK && (o = pop_take(&p->queued, &p->queued_last))) {
@@ -416,6 +416,7 @@ ik_pg_finish_start(struct ik_store *st, const struct ik_finish_req *req, ik_stor
 	o->params[2] = ik_state_name(req->state);
 	o->params[3] = req->debit_ref;
 	o->params[4] = req->last_error;
+	o->params[5] = req->bank_replayed ? "true" : "false";
 	pop_stage(o, Q_FINISH);
 	pop_queue(&p->queued, &p->queued_last, o);
 	p->active++;

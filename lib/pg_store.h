@@ -13,7 +13,8 @@
 
 #define MAX_RETRIES 5          /* serialization failures / deadlocks */
 
-enum { Q_CLAIM, Q_GET, Q_FINISH, Q_RENOTIFIED, Q_RELEASE, Q_FORGET, Q_STATS, Q_RENEW, Q_N };
+enum { Q_CLAIM, Q_GET, Q_FINISH, Q_RENOTIFIED, Q_RELEASE, Q_FORGET, Q_STATS, Q_RENEW, Q_NOTE,
+       Q_N };
 
 struct pop;
 

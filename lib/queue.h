@@ -29,6 +29,10 @@
 #define IK_QUEUE_MAX_VISIBILITY 43200
 #define IK_QUEUE_MAX_DELAY 900
 #define IK_QUEUE_MAX_WAIT 20
+/* SQS's largest message, 256 KiB: the body plus each attribute's name,
+ * type ("String") and value.  The embedded queue refuses what SQS would,
+ * so a message that passes a test on it is one SQS takes. */
+#define IK_QUEUE_MAX_BYTES 262144
 /* The redrive policy a queue has unless told otherwise: a message is
  * delivered at most this many times, then dead-lettered (the embedded
  * queue's default maxReceiveCount; on SQS, what sqs-ack assumes the

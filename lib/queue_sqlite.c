@@ -615,8 +615,17 @@ send_one(struct sqlite_queue *s, struct ik_qsend *m, int64_t now, ik_err *err)
 static int
 check_send(const struct ik_qsend *m, ik_err *err)
 {
+	size_t bytes;
+
 	if (!m->body || !*m->body)
 		return ik_errf(err, IK_DATAERR, "empty message body");
+	bytes = strlen(m->body);
+	for (size_t i = 0; i < m->nattrs; i++)
+		bytes += strlen(m->attrs[i].name) + strlen("String") + strlen(m->attrs[i].value);
+	if (bytes > IK_QUEUE_MAX_BYTES)
+		return ik_errf(err, IK_DATAERR, "message of %zu bytes (body and attributes): "
+		    "the largest a queue takes is %d (256 KiB, SQS's limit)", bytes,
+		    IK_QUEUE_MAX_BYTES);
 	if (m->delay_s < 0 || m->delay_s > IK_QUEUE_MAX_DELAY)
 		return ik_errf(err, IK_DATAERR, "delay %d: expected 0..%d",
 		               m->delay_s, IK_QUEUE_MAX_DELAY);

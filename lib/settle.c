@@ -35,6 +35,13 @@ ik_settle_last_error(const cJSON *env)
 }
 
 int
+ik_settle_bank_replayed(const cJSON *env)
+{
+	return ik_env_step_code(env, "debit") == IK_OK && cJSON_IsTrue(
+	    cJSON_GetObjectItemCaseSensitive(ik_env_result(env, "debit"), "replayed"));
+}
+
+int
 ik_settle(cJSON *env, void *lazy)
 {
 	const char *key = field(env, "claim", "chargeId");
@@ -55,7 +62,8 @@ ik_settle(cJSON *env, void *lazy)
 	else
 		rc = store->ops->finish(store, &(struct ik_finish_req){ .key = key,
 		    .token = token, .state = state, .debit_ref = field(env, "debit", "ref"),
-		    .last_error = ik_settle_last_error(env), .now_ms = ik_now_ms() }, &err);
+		    .last_error = ik_settle_last_error(env),
+		    .bank_replayed = ik_settle_bank_replayed(env), .now_ms = ik_now_ms() }, &err);
 	ik_log(rc == IK_OK ? IK_LOG_WARN : IK_LOG_ERROR,
 	    "envelope not written: recorded in the store instead", "chargeId", key,
 	    "messageId", ik_env_str(env, "messageId"),

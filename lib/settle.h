@@ -20,6 +20,11 @@ enum ik_state ik_settle_state(const cJSON *env);
 /* Why the record is what it is, for lastError (NULL: nothing to say). */
 const char *ik_settle_last_error(const cJSON *env);
 
+/* Whether the bank answered the envelope's debit as a replay of one it
+ * had made already (charge-debit's debit.replayed): for the finish's
+ * history entry (store.h). */
+int ik_settle_bank_replayed(const cJSON *env);
+
 /* step.h's settle over a struct ik_store_lazy (lazy): records env's
  * answers in the store instead of passing them on, fenced by the claim's
  * token.  A claim we hold whose debit was never sent (no debit result yet,

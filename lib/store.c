@@ -87,7 +87,12 @@ ik_record_json(const struct ik_record *r, int64_t now_ms)
 	add_str(o, "lastError", r->last_error);
 	cJSON_AddNumberToObject(o, "createdAt", (double)r->created_at);
 	cJSON_AddNumberToObject(o, "updatedAt", (double)r->updated_at);
+	/* expiresAt stays epoch seconds, the unit of DynamoDB's TTL attribute
+	 * and of every reader so far (codes and fields are API); expiresAtMs
+	 * is the same instant in the milliseconds of every other time here.
+	 * In double: no overflow for any number a store holds. */
 	cJSON_AddNumberToObject(o, "expiresAt", (double)r->expires_at);
+	cJSON_AddNumberToObject(o, "expiresAtMs", (double)r->expires_at * 1000.0);
 	add_str(o, "event", r->event);
 	cJSON *h = r->history ? cJSON_Parse(r->history) : NULL;
 	if (!cJSON_IsArray(h)) {
@@ -119,6 +124,8 @@ ik_history_entry(const struct ik_hist *h)
 	if (strcmp(h->op, "finish") == 0) {
 		add_str(o, "debitRef", h->debit_ref);
 		add_str(o, "error", h->error);
+		if (h->bank_replayed)
+			cJSON_AddTrueToObject(o, "bankReplayed");
 	}
 	s = cJSON_PrintUnformatted(o);
 	cJSON_Delete(o);
@@ -365,6 +372,7 @@ ik_store_retention(int64_t lease_ms, int64_t *ms, ik_err *err)
 
 struct adapter {
 	const char *scheme;   /* "sqlite:" */
+	const char *form;     /* as help shows it: "sqlite:PATH"; NULL: an alias */
 	int (*open)(const char *rest, struct ik_store *s, ik_err *err);
 	int whole;            /* open gets the whole URL, which may end at the scheme */
 	/* The URL as messages may show it, and whether it holds a secret,
@@ -373,13 +381,33 @@ struct adapter {
 };
 
 static const struct adapter adapters[] = {
-	{ "sqlite:", ik_store_sqlite_open, 0, NULL },
-	{ "dynamodb:", ik_store_dynamodb_open, 0, NULL },
-	{ "postgres:", ik_store_postgres_open, 1, ik_store_postgres_display },
-	{ "postgresql:", ik_store_postgres_open, 1, ik_store_postgres_display },
-	{ "redis://", ik_store_redis_open, 0, NULL },
-	{ "rediss://", ik_store_rediss_open, 0, NULL },
+	{ "sqlite:", "sqlite:PATH", ik_store_sqlite_open, 0, NULL },
+	{ "dynamodb:", "dynamodb:TABLE", ik_store_dynamodb_open, 0, NULL },
+	{ "postgres:", "postgres://...", ik_store_postgres_open, 1, ik_store_postgres_display },
+	{ "postgresql:", NULL, ik_store_postgres_open, 1, ik_store_postgres_display },
+	{ "redis://", "redis://HOST:PORT", ik_store_redis_open, 0, NULL },
+	{ "rediss://", "rediss://HOST:PORT", ik_store_rediss_open, 0, NULL },
 };
+
+char *
+ik_store_forms(void)
+{
+	struct ik_buf b = { 0 };
+	size_t n = sizeof adapters / sizeof adapters[0], last = 0, first = 1;
+
+	for (size_t i = 0; i < n; i++)
+		if (adapters[i].form)
+			last = i;
+	for (size_t i = 0; i < n; i++) {
+		if (!adapters[i].form)
+			continue;
+		if (!first)
+			ik_buf_addstr(&b, i == last ? " or " : ", ");
+		ik_buf_addstr(&b, adapters[i].form);
+		first = 0;
+	}
+	return b.p;
+}
 
 /* The URL as messages and logs may show it: a password in the authority
  * (scheme://user:PASSWORD@host) or in a password= parameter becomes ***.
@@ -508,9 +536,11 @@ open_store(const char *url, int must_exist, struct ik_store **out, ik_err *err)
 	/* Only the scheme: the rest may hold a password, and so may a URL
 	 * without one. */
 	n = strcspn(url, ":");
-	rc = ik_errf(err, IK_CONFIG, "store: %s%.*s%s (want sqlite:PATH, dynamodb:TABLE or "
-	    "postgres://... or redis://HOST:PORT)", url[n] ? "unknown scheme \"" : "no scheme",
-	    url[n] && n <= 32 ? (int)n : 0, url, url[n] ? "\"" : "");
+	dir = ik_store_forms();
+	rc = ik_errf(err, IK_CONFIG, "store: %s%.*s%s (want %s)", url[n] ? "unknown scheme \"" :
+	    "no scheme", url[n] && n <= 32 ? (int)n : 0, url, url[n] ? "\"" : "",
+	    dir ? dir : "sqlite:PATH");
+	free(dir);
 	free(def);
 	return rc;
 }

@@ -101,10 +101,13 @@ struct ik_record {
  *   {"at":ms,"op":"claim","attempt":n,"leaseUntil":ms,"owner":token}
  *   {"at":ms,"op":"release","owner":token}
  *   {"at":ms,"op":"finish","state":"DONE","owner":token,
- *    "debitRef":ref|null,"error":text|null}
+ *    "debitRef":ref|null,"error":text|null[,"bankReplayed":true]}
  *   {"at":ms,"op":"renotified","state":"DONE"}
- * A refused claim, a LEASE_LOST finish or release change nothing and add
- * nothing. */
+ * bankReplayed is there only when the bank answered the debit as a replay
+ * of one it had already made (ik_bankapi_replayed): the first answer was
+ * lost, a crash window was hit, and the record is where an operator looks
+ * for it afterwards.  A refused claim, a LEASE_LOST finish or release
+ * change nothing and add nothing. */
 #define IK_HISTORY_MAX 20
 struct ik_hist {
 	const char *op;           /* "claim", "release", "finish", "renotified" */
@@ -113,6 +116,7 @@ struct ik_hist {
 	const char *owner;              /* claim, release, finish */
 	enum ik_state state;            /* finish, renotified */
 	const char *debit_ref, *error;  /* finish; NULL = null */
+	int bank_replayed;              /* finish: "bankReplayed":true */
 };
 /* The entry as JSON object text; NULL when out of memory.  Caller frees. */
 char *ik_history_entry(const struct ik_hist *h);
@@ -148,6 +152,8 @@ struct ik_finish_req {
 	enum ik_state state;      /* DONE, FAILED or DNF */
 	const char *debit_ref;    /* may be NULL */
 	const char *last_error;   /* may be NULL */
+	int bank_replayed;        /* the bank answered the debit as a replay: the
+	                           * history entry says so (above) */
 	int64_t now_ms;
 };
 
@@ -322,6 +328,10 @@ int ik_store_open(const char *url, struct ik_store **out, ik_err *err);
  * variables that choose it, never created empty. */
 int ik_store_open_existing(const char *url, struct ik_store **out, ik_err *err);
 void ik_store_close(struct ik_store *s);
+/* The URL forms ik_store_open takes, from its table ("sqlite:PATH,
+ * dynamodb:TABLE, ... or rediss://HOST:PORT"), for help and messages;
+ * malloc'd, NULL when out of memory. */
+char *ik_store_forms(void);
 
 /* A store the envelope steps open on first use.  A failure to open is kept
  * and recorded in every envelope (a stream goes on, sqs-ack leaves the

@@ -113,6 +113,8 @@ hist_from_item(const cJSON *item, int64_t attempts, char **out)
 		h.state = ik_state_parse(ddb_attr_s(m, "state"));
 		h.debit_ref = ddb_attr_s(m, "debitRef");
 		h.error = ddb_attr_s(m, "error");
+		h.bank_replayed = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+		    cJSON_GetObjectItemCaseSensitive(m, "bankReplayed"), "BOOL"));
 		if (strcmp(h.op, "claim") == 0) {
 			h.lease_until = ddb_attr_n(m, "leaseUntil");
 			h.attempt = attempts - --claims;

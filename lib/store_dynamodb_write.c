@@ -45,6 +45,8 @@ add_hist(cJSON *vals, const struct ik_hist *h)
 		cJSON_AddItemToObject(m, "debitRef", ddb_av_s(h->debit_ref));
 	if (h->error)
 		cJSON_AddItemToObject(m, "error", ddb_av_s(h->error));
+	if (h->bank_replayed)
+		cJSON_AddBoolToObject(cJSON_AddObjectToObject(m, "bankReplayed"), "BOOL", 1);
 	cJSON_AddItemToArray(cJSON_AddArrayToObject(l, "L"), e);
 	cJSON_AddItemToObject(vals, ":h", l);
 	cJSON_AddArrayToObject(cJSON_AddObjectToObject(vals, ":hnil"), "L");
@@ -587,7 +589,8 @@ finish_start(struct ddb *d, const struct ik_finish_req *req, ik_store_cb cb, voi
 	if (req->last_error)
 		cJSON_AddItemToObject(v, ":le", ddb_av_s(req->last_error));
 	add_hist(v, &(struct ik_hist){ .op = "finish", .at = req->now_ms, .owner = req->token,
-	         .state = req->state, .debit_ref = req->debit_ref, .error = req->last_error });
+	         .state = req->state, .debit_ref = req->debit_ref, .error = req->last_error,
+	         .bank_replayed = req->bank_replayed });
 	cJSON_AddStringToObject(r, "ReturnValuesOnConditionCheckFailure", "ALL_OLD");
 	return cond_start(d, r, "#st = :ip AND #ow = :tok", upd, req, cb, arg, sync, err);
 }

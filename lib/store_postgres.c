@@ -93,6 +93,11 @@
 	"UPDATE %1$s SET lease_until = " NOW_MS " + $3::bigint" \
 	" WHERE key = $1 AND state = 'IN_PROGRESS' AND owner = $2"
 #define FORGET_SQL "DELETE FROM %1$s WHERE key = $1 AND state = 'FAILED'"
+/* The reason a claim is left (store.h's note): fenced as the finish is,
+ * and nothing else; no history. */
+#define NOTE_SQL \
+	"UPDATE %1$s SET last_error = $3" \
+	" WHERE key = $1 AND state = 'IN_PROGRESS' AND owner = $2"
 /* One statement, one snapshot: the unfinished states from the partial
  * index (their literal states let the planner prove it covers them), and
  * DONE estimated as the planner does (reltuples scaled to the table's
@@ -124,6 +129,7 @@ static const char *const sql_fmt[2][Q_N] = {
 		[Q_FORGET] = FORGET_SQL,
 		[Q_STATS] = STATS_SQL,
 		[Q_RENEW] = RENEW_SQL,
+		[Q_NOTE] = NOTE_SQL,
 	},
 	{
 		[Q_CLAIM] = CLAIM_SQL(", history",
@@ -131,9 +137,10 @@ static const char *const sql_fmt[2][Q_N] = {
 		    " history =" HPUSH("r.history", CLAIM_ENTRY("excluded.updated_at",
 		        "r.attempts + 1", "excluded.lease_until", "excluded.owner")) ","),
 		[Q_GET] = GET_SQL("history::text"),
-		[Q_FINISH] = FINISH_SQL(" history =" HPUSH("r.history", "jsonb_build_object("
+		[Q_FINISH] = FINISH_SQL(" history =" HPUSH("r.history", "(jsonb_build_object("
 		    "'at', n.ms, 'op', 'finish', 'state', $3::text, 'owner', $2::text,"
-		    " 'debitRef', $4::text, 'error', $5::text)") ","),
+		    " 'debitRef', $4::text, 'error', $5::text) || CASE WHEN $6 THEN"
+		    " '{\"bankReplayed\": true}'::jsonb ELSE '{}'::jsonb END)") ","),
 		[Q_RENOTIFIED] = RENOTIFIED_SQL(" history =" HPUSH("r.history", "jsonb_build_object("
 		    "'at', n.ms, 'op', 'renotified', 'state', 'DONE')") ","),
 		[Q_RELEASE] = RELEASE_SQL(" history =" HPUSH("r.history", "jsonb_build_object("
@@ -141,6 +148,7 @@ static const char *const sql_fmt[2][Q_N] = {
 		[Q_FORGET] = FORGET_SQL,
 		[Q_STATS] = STATS_SQL,
 		[Q_RENEW] = RENEW_SQL,
+		[Q_NOTE] = NOTE_SQL,
 	},
 };
 
@@ -359,6 +367,11 @@ conn_ok(struct pg *p, ik_err *err)
  * Outside a transaction, serialization failures and deadlocks are retried. */
 /* Statement which prepared on this connection (connected, history
  * known), its name in name[16]. */
+/* The finish's $6 (the bank's replay, for the history entry) typed here:
+ * a table without the history column does not use it, and the server
+ * refuses a parameter it cannot type from the statement.  0: inferred. */
+static const Oid finish_types[6] = { 0, 0, 0, 0, 0, 16 /* BOOLOID */ };
+
 int
 ik_pg_prepare(struct pg *p, int which, int n, const char *doing, char *name, ik_err *err)
 {
@@ -370,7 +383,8 @@ ik_pg_prepare(struct pg *p, int which, int n, const char *doing, char *name, ik_
 	bit = which + Q_N * p->has_history;
 	snprintf(name, 16, "ik%d", bit);
 	if (!(p->prepared & (1u << bit))) {
-		r = PQprepare(p->conn, name, p->sql[p->has_history][which], n, NULL);
+		r = PQprepare(p->conn, name, p->sql[p->has_history][which], n,
+		    which == Q_FINISH ? finish_types : NULL);
 		if (PQresultStatus(r) != PGRES_COMMAND_OK) {
 			rc = ik_pg_err(p, r, doing, err);
 			PQclear(r);
@@ -642,9 +656,10 @@ static int
 pg_finish(struct ik_store *st, const struct ik_finish_req *req, ik_err *err)
 {
 	const char *params[] = { req->key, req->token, ik_state_name(req->state),
-	                         req->debit_ref, req->last_error };
+	                         req->debit_ref, req->last_error,
+	                         req->bank_replayed ? "true" : "false" };
 
-	return changed(st->impl, Q_FINISH, 5, params, "finish", err);
+	return changed(st->impl, Q_FINISH, 6, params, "finish", err);
 }
 
 static int
@@ -673,6 +688,15 @@ pg_release(struct ik_store *st, const char *key, const char *token, int64_t now_
 	const char *params[] = { key, token };
 
 	return changed(st->impl, Q_RELEASE, 2, params, "release", err);
+}
+
+static int
+pg_note(struct ik_store *st, const char *key, const char *token, const char *reason,
+    ik_err *err)
+{
+	const char *params[] = { key, token, reason };
+
+	return changed(st->impl, Q_NOTE, 3, params, "note", err);
 }
 
 static int
@@ -936,6 +960,7 @@ static const struct ik_store_ops postgres_ops = {
 	.renew = pg_renew,
 	.renotified = pg_renotified,
 	.release = pg_release,
+	.note = pg_note,
 	.forget_failed = pg_forget_failed,
 	.get = pg_get,
 	.list = pg_list,

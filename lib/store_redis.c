@@ -80,7 +80,7 @@
 	"end\n"
 
 enum { S_CLAIM, S_FINISH, S_RENOTIFIED, S_RELEASE, S_FORGET, S_LIST, S_STATS, S_BACKFILL,
-       S_RENEW, S_N };
+       S_RENEW, S_NOTE, S_N };
 
 /* KEYS: record, IN_PROGRESS index.  ARGV: chargeId, token, lease ms,
  * fingerprint, event, expiresAt (epoch s).  {1, attempts, leaseUntil,
@@ -114,7 +114,8 @@ static const char claim_lua[] = LUA_PRELUDE
 /* KEYS: record, IN_PROGRESS index, the new state's index, its live set
  * (FAILED and DNF: by expiry, for stats), the outbox stream.  ARGV:
  * chargeId, token, state, has ref, ref, has error, error, the event's
- * eventId ('': the outbox is off).  1 or 0. */
+ * eventId ('': the outbox is off), bank replayed ("1": the history entry
+ * says so).  1 or 0. */
 static const char finish_lua[] = LUA_PRELUDE LUA_PRUNE LUA_OUTBOX
 	"local r = redis.call('HMGET', KEYS[1], 'state', 'owner')\n"
 	"if r[1] ~= 'IN_PROGRESS' or r[2] ~= ARGV[2] then return 0 end\n"
@@ -132,7 +133,8 @@ static const char finish_lua[] = LUA_PRELUDE LUA_PRUNE LUA_OUTBOX
 	"end\n"
 	"local function opt(has, v) if has == '1' then return v end return cjson.null end\n"
 	"hpush({at = now, op = 'finish', state = ARGV[3], owner = ARGV[2],\n"
-	"  debitRef = opt(ARGV[4], ARGV[5]), error = opt(ARGV[6], ARGV[7])})\n"
+	"  debitRef = opt(ARGV[4], ARGV[5]), error = opt(ARGV[6], ARGV[7]),\n"
+	"  bankReplayed = ARGV[9] == '1' or nil})\n"
 	"if ARGV[8] ~= '' then outbox(KEYS[5], ARGV[8], 'charge.finished') end\n"
 	"return 1\n";
 
@@ -161,6 +163,15 @@ static const char release_lua[] = LUA_PRELUDE
 	"redis.call('HSET', KEYS[1], 'leaseUntil', '0', 'updatedAt', s(now))\n"
 	"redis.call('ZADD', KEYS[2], '0', ARGV[1])\n"
 	"hpush({at = now, op = 'release', owner = ARGV[2]})\n"
+	"return 1\n";
+
+/* KEYS: record.  ARGV: token, reason.  1 or 0.  The reason a claim is
+ * left (store.h's note), fenced as the finish is; nothing else changes, no
+ * history. */
+static const char note_lua[] =
+	"local r = redis.call('HMGET', KEYS[1], 'state', 'owner')\n"
+	"if r[1] ~= 'IN_PROGRESS' or r[2] ~= ARGV[1] then return 0 end\n"
+	"redis.call('HSET', KEYS[1], 'lastError', ARGV[2])\n"
 	"return 1\n";
 
 /* KEYS: record, IN_PROGRESS index (by lease end).  ARGV: chargeId, token,
@@ -301,6 +312,7 @@ static const struct ik_redis_script scripts[S_N] = {
 	[S_STATS] = { "stats", stats_lua, "" },
 	[S_BACKFILL] = { "backfill", backfill_lua, "" },
 	[S_RENEW] = { "renew", renew_lua, "" },
+	[S_NOTE] = { "note", note_lua, "" },
 };
 
 /* ---- records ----------------------------------------------------------- */
@@ -512,12 +524,13 @@ rs_finish(struct ik_store *st, const struct ik_finish_req *req, ik_err *err)
 	/* the owner after a finish is its token (the fence) */
 	if (q->outbox)
 		ik_outbox_event_id("finish", req->key, req->token, id);
-	rc = run01(q, S_FINISH, 5, 13, (const char *[]){ rk,
+	rc = run01(q, S_FINISH, 5, 14, (const char *[]){ rk,
 	    idx_key(IK_ST_IN_PROGRESS, ip, sizeof ip), idx_key(req->state, to, sizeof to),
 	    live_key(req->state, live, sizeof live), RS_OUTBOX_STREAM,
 	    req->key, req->token, ik_state_name(req->state),
 	    req->debit_ref ? "1" : "0", req->debit_ref ? req->debit_ref : "",
-	    req->last_error ? "1" : "0", req->last_error ? req->last_error : "", id }, err);
+	    req->last_error ? "1" : "0", req->last_error ? req->last_error : "", id,
+	    req->bank_replayed ? "1" : "0" }, err);
 	free(rk);
 	return rc;
 }
@@ -606,6 +619,21 @@ rs_release(struct ik_store *st, const char *key, const char *token, int64_t now_
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	rc = run01(q, S_RELEASE, 2, 4, (const char *[]){ rk,
 	    idx_key(IK_ST_IN_PROGRESS, ip, sizeof ip), key, token }, err);
+	free(rk);
+	return rc;
+}
+
+static int
+rs_note(struct ik_store *st, const char *key, const char *token, const char *reason,
+    ik_err *err)
+{
+	struct rs *q = st->impl;
+	char *rk = rec_key(key);
+	int rc;
+
+	if (!rk)
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	rc = run01(q, S_NOTE, 1, 3, (const char *[]){ rk, token, reason }, err);
 	free(rk);
 	return rc;
 }
@@ -812,6 +840,7 @@ static const struct ik_store_ops redis_ops = {
 	.renew = rs_renew,
 	.renotified = rs_renotified,
 	.release = rs_release,
+	.note = rs_note,
 	.forget_failed = rs_forget_failed,
 	.get = rs_get,
 	.list = rs_list,

@@ -481,7 +481,7 @@ sq_finish(struct ik_store *st, const struct ik_finish_req *req, ik_err *err)
 	sqlite3_bind_int64(s, 6, req->now_ms);
 	if (bind_entry(s, 7, &(struct ik_hist){ .op = "finish", .at = req->now_ms,
 	    .owner = req->token, .state = req->state, .debit_ref = req->debit_ref,
-	    .error = req->last_error }, err))
+	    .error = req->last_error, .bank_replayed = req->bank_replayed }, err))
 		return err->code;
 	return changed(q, s, "finish", err);
 }

@@ -7,6 +7,10 @@ well-behaved one) never does.  Each POST is logged as one JSON line
   short      201 whose Content-Length promises 4096 bytes; 20 are sent,
              then the connection is closed
   ref=JSON   201 with the body {"ref": JSON} (JSON as given, verbatim)
+  replay=H  201 {"ref":"TXN-KEY"} the first time a key (the Idempotency-Key
+             header) is seen; 200 with the same body and header H
+             ("Name: value") every time after: a bank whose replay header
+             is its own, not the Stripe-style one bank-sim sends
   oauth=JSON an OAuth2 token endpoint at /token answering
              {"access_token":"tok-N","expires_in":JSON} (JSON verbatim,
              "-" leaves expires_in out), and everywhere else, after 600 ms,
@@ -23,6 +27,7 @@ import time
 
 d, mode = sys.argv[1], sys.argv[2]
 count = itertools.count(1)
+seen = set()
 
 
 class H(http.server.BaseHTTPRequestHandler):
@@ -44,6 +49,19 @@ class H(http.server.BaseHTTPRequestHandler):
         elif mode.startswith("oauth="):
             time.sleep(0.6)
             out = b'{"ref":"TXN-%d"}' % next(count)
+        elif mode.startswith("replay="):
+            key = self.headers.get("Idempotency-Key", "")
+            out = b'{"ref":"TXN-' + key.encode() + b'"}'
+            if key in seen:
+                name, value = mode[len("replay="):].split(":", 1)
+                self.send_response(200)
+                self.send_header(name.strip(), value.strip())
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+                return
+            seen.add(key)
         elif mode == "big":
             out = b'{"ref":"TXN-BIG","pad":"' + b"x" * (2 << 20) + b'"}'
         elif mode == "short":
