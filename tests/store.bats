@@ -305,9 +305,6 @@ PY
 }
 
 @test "note: a TEMPFAIL or CONFIG debit's reason is kept in the record, fenced by the owner token, lease and history untouched (issue 29 item 1)" {
-	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
-	dynamodb*) skip "DynamoDB's note comes with the split of store_dynamodb.c (another branch)" ;;
-	esac
 	id=$(uid note)
 	env1=$(ev "$id" | idemp-claim --lease 1s 2>/dev/null)
 	before=$(idemp-show --json "$id")
