@@ -23,7 +23,9 @@
  * Group commit (begin/commit) as in store_sqlite.c: the group's first
  * write opens one transaction; a failure rolls it back at once and fails
  * the rest of the group (store.h).  Claims and finishes in flight, the
- * same statements in libpq's pipeline mode, are pg_pipe.c's.
+ * same statements in libpq's pipeline mode, are pg_pipe.c's; the outbox
+ * (the event emitted by the finish's own statement, the relay's ops) is
+ * store_postgres_outbox.c's.
  */
 #include <poll.h>
 #include <stdlib.h>
@@ -238,6 +240,8 @@ history_column(struct pg *p, ik_err *err)
 		    "table", p->u.table, NULL);
 	}
 	PQclear(r);
+	if (rc == IK_OK && ik_pgo_on())
+		rc = ik_pgo_check(p, err);     /* the outbox's slot, on this connection too */
 	p->checked = rc == IK_OK;
 	return rc;
 }
@@ -562,7 +566,7 @@ pg_claim(struct ik_store *st, const struct ik_claim_req *req, struct ik_claim_re
     ik_err *err)
 {
 	struct pg *p = st->impl;
-	char lease[24], exp[24];
+	char lease[24], exp[24], name[16];
 	const char *params[] = { req->key, req->token, lease, req->fingerprint,
 	                         req->event ? req->event : "", exp };
 	PGresult *r;
@@ -573,6 +577,10 @@ pg_claim(struct ik_store *st, const struct ik_claim_req *req, struct ik_claim_re
 	snprintf(exp, sizeof exp, "%lld", (long long)req->expires_at);
 	if ((rc = group_write(p, err)))
 		return rc;
+	/* The outbox's slot is known once the claim is prepared. */
+	if (ik_pgo_on() && ((rc = ik_pg_prepare(p, Q_CLAIM, 6, "claim", name, err)) ||
+	    (rc = ik_pgo_claim_gate(p, err))))
+		goto fail;
 	/* A lease that ran out between our two statements lets the claim
 	 * through on the next try; bounded, since every round means another
 	 * holder's lease ended. */
@@ -903,7 +911,8 @@ pg_init(struct ik_store *st, ik_err *err)
 	struct pg *p = st->impl;
 	int rc;
 
-	if ((rc = conn_ok(p, err)) || (rc = migrate(p, err)) || (rc = history_column(p, err)))
+	if ((rc = conn_ok(p, err)) || (rc = migrate(p, err)) || (rc = history_column(p, err)) ||
+	    (ik_pgo_on() && (rc = ik_pgo_init(p, err))))
 		return rc;
 	return purge(p, err);
 }
@@ -947,6 +956,11 @@ static const struct ik_store_ops postgres_ops = {
 	.finish_start = ik_pg_finish_start,
 	.run = ik_pg_run,
 	.active = ik_pg_active,
+	.outbox_lease = ik_pgo_lease,
+	.outbox_read = ik_pgo_read,
+	.outbox_ack = ik_pgo_ack,
+	.outbox_purge = ik_pgo_purge,
+	.outbox_stats = ik_pgo_stats,
 };
 
 /* url is the whole store URL: postgres://..., postgresql://..., postgres:. */
@@ -971,6 +985,12 @@ ik_store_postgres_open(const char *url, struct ik_store *st, ik_err *err)
 				rc = ik_errf(err, IK_SOFTWARE, "out of memory");
 				goto fail;
 			}
+	/* The outbox: the finish and the re-notification emit their event
+	 * in their own statement (store_postgres_outbox.c). */
+	for (int v = 0; ik_pgo_on() && v < 2; v++)
+		if ((rc = ik_pgo_wrap(p, Q_FINISH, &p->sql[v][Q_FINISH], err)) ||
+		    (rc = ik_pgo_wrap(p, Q_RENOTIFIED, &p->sql[v][Q_RENOTIFIED], err)))
+			goto fail;
 	return IK_OK;
 fail:
 	pg_close(st);

@@ -1,5 +1,7 @@
 #!/usr/bin/env bats
-# idemp-outbox and the transactional outbox (issue 27) on the SQLite store:
+# idemp-outbox and the transactional outbox (issue 27), on the store
+# IDEMKIT_TEST_BACKEND picks (helper.bash; each test its own outbox: a
+# file, a table and its slot), the SQLite-specific cases skipped elsewhere:
 # the event written by the finish's own statement (alone and in a group),
 # its format (docs/outbox-event.schema.json), the relay's checkpoint after
 # the queue accepted, kill -9 of the relay at every boundary, a worker that
@@ -14,20 +16,39 @@ load helper
 load queue_backend
 load bank_helper
 
-setup_file() { queue_backend_setup_file; }
-teardown_file() { queue_backend_teardown_file; }
+setup_file() { queue_backend_setup_file; store_backend_setup_file; }
+teardown_file() { queue_backend_teardown_file; store_backend_teardown_file; }
 setup() {
 	queue_backend_setup
 	unset IDEMKIT_QUEUE IDEMKIT_DLQ
 	export IDEMKIT_OUTBOX=$QUEUE
-	export IDEMKIT_STORE=sqlite:$BATS_TEST_TMPDIR/store.db
+	store_backend_setup
+	outbox_store_setup
 	export IDEMKIT_LOG=quiet
 	DB=$BATS_TEST_TMPDIR/store.db
 }
 teardown() {
 	for p in ${RELAYS:-}; do kill -KILL "$p" 2>/dev/null || true; done
 	bank_stop
+	outbox_store_teardown
 }
+# A fresh outbox per test on a shared server: postgres, a table (and so
+# its own replication slot, made by idemp-init with IDEMKIT_OUTBOX set).
+outbox_store_setup() {
+	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
+	postgres)
+		OB_TABLE=ob_$$_$RANDOM$RANDOM
+		export IDEMKIT_STORE=$PG_URL?table=$OB_TABLE
+		idemp-init >/dev/null 2>&1
+		;;
+	esac
+}
+outbox_store_teardown() {
+	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
+	postgres) pg_sql "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'idemkit_$OB_TABLE'" >/dev/null 2>&1 || true ;;
+	esac
+}
+sqlite_only() { [ "${IDEMKIT_TEST_BACKEND:-sqlite}" = sqlite ] || skip "the SQLite store's own"; }
 
 # finish ID STATE [AMOUNT] [REASON]: claim, the results a worker's steps
 # would have written (the bank's reference, the reason), and idemp-done.
@@ -150,6 +171,7 @@ for l in sys.stdin:
 }
 
 @test "a rolled-back finish writes no event: the event and the record commit together" {
+	sqlite_only
 	k=$(uid rb)
 	env=$(ev "$k" | idemp-claim 2>/dev/null)
 	# A writer holds the store's write lock: the finish cannot commit
@@ -290,6 +312,7 @@ PY
 }
 
 @test "the purge: published events past the retention go, waiting ones stay" {
+	sqlite_only
 	finish "$(uid p1)" DONE
 	finish "$(uid p2)" DONE
 	run -0 idemp-outbox
@@ -305,6 +328,7 @@ PY
 }
 
 @test "the lag gauge: events waiting and the oldest one's age" {
+	sqlite_only
 	finish "$(uid g1)" DONE
 	sqlite3 -cmd ".timeout 10000" "$DB" "UPDATE outbox SET created_at = created_at - 90000"
 	finish "$(uid g2)" FAILED
@@ -332,8 +356,10 @@ PY
 	[ "$(wc -l < "$BATS_TEST_TMPDIR/relay")" -eq "$N" ]
 	# A duplicate on the events queue (a relay that died before its
 	# checkpoint): applied once all the same.
-	sqlite3 -cmd ".timeout 10000" "$DB" "UPDATE outbox SET published_at = NULL WHERE seq <= 7"
-	for _ in $(seq 600); do [ "$(waiting)" = 0 ] && break; sleep 0.1; done
+	if [ "${IDEMKIT_TEST_BACKEND:-sqlite}" = sqlite ]; then
+		sqlite3 -cmd ".timeout 10000" "$DB" "UPDATE outbox SET published_at = NULL WHERE seq <= 7"
+		for _ in $(seq 600); do [ "$(waiting)" = 0 ] && break; sleep 0.1; done
+	fi
 	run -0 env CONSUMER_STORE="sqlite:$BATS_TEST_TMPDIR/consumer.db" \
 		"$IDEMKIT_SRC/examples/outbox-consumer.sh" -- sh -c "cat >> '$BATS_TEST_TMPDIR/ledger'"
 	[ "$(wc -l < "$BATS_TEST_TMPDIR/ledger")" -eq "$N" ]
