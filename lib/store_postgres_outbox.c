@@ -45,6 +45,8 @@
 #define PG_EPOCH_MS 946684800000LL     /* 2000-01-01, PostgreSQL's timestamps' zero */
 #define PEEK_FIRST 64                  /* changes a read peeks at first */
 #define PEEK_MAX (1 << 22)             /* and at most, doubling */
+#define SLOT_BUSY_TRIES 100            /* a slot another backend holds: */
+#define SLOT_BUSY_WAIT_MS 20           /* waited for this long at most */
 
 /* The event of a finish's (or re-notification's) row u, built by the
  * statement itself from what it wrote (idemkit(7) OUTBOX, the schema under
@@ -354,9 +356,25 @@ peek(struct pg *p, int upto, uint64_t ck_commit, uint64_t ck_msg,
 	slot_name(p, slot);
 	snprintf(lim, sizeof lim, "%d", upto);
 	plen = (size_t)snprintf(prefix, sizeof prefix, "idemkit.outbox.%s", p->u.table) + 1;
-	if ((rc = q(p, "SELECT data FROM pg_logical_slot_peek_binary_changes($1, NULL, $2::int,"
-	    " 'proto_version', '1', 'publication_names', '" PUBLICATION "', 'messages', 'true')",
-	    2, params, 1, "outbox read", &r, err))) {
+	/* A slot serves one backend at a time: a gauge's peek and the relay's,
+	 * or its advance, meet (55006); each is short, so wait a little. */
+	for (int tries = 0;; tries++) {
+		r = PQexecParams(p->conn, "SELECT data FROM pg_logical_slot_peek_binary_changes($1,"
+		    " NULL, $2::int, 'proto_version', '1', 'publication_names', '" PUBLICATION "',"
+		    " 'messages', 'true')", 2, NULL, params, NULL, NULL, 1);
+		const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+		if (PQresultStatus(r) == PGRES_TUPLES_OK || !st || strcmp(st, "55006") != 0 ||
+		    tries >= SLOT_BUSY_TRIES)
+			break;
+		PQclear(r);
+		ik_sleep_ms(SLOT_BUSY_WAIT_MS);
+	}
+	rc = PQresultStatus(r) == PGRES_TUPLES_OK ? IK_OK : ik_pg_err(p, r, "outbox read", err);
+	if (rc) {
+		const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+		if (st && strcmp(st, "55006") == 0)
+			err->code = rc = IK_TEMPFAIL;
+		PQclear(r);
 		if (rc == IK_SOFTWARE && strstr(err->msg, "does not exist"))
 			return ik_errf(err, IK_CONFIG, "postgres %s: the outbox's replication slot %s "
 			    "does not exist: run idemp-init with IDEMKIT_OUTBOX set (after a "
