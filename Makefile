@@ -166,7 +166,8 @@ check: check-build $(NODE_STAMP)
 	  'IDEMKIT_TEST_BACKEND=redis tests/idemp-run.bats' \
 	  'IDEMKIT_TEST_BACKEND=sqlite-cache tests/idemp-run.bats' \
 	  'IDEMKIT_TEST_QUEUE_BACKEND=sqs tests/queue.bats' \
-	  'IDEMKIT_TEST_QUEUE_BACKEND=sqs tests/outbox.bats'
+	  'IDEMKIT_TEST_QUEUE_BACKEND=sqs tests/outbox.bats' \
+	  'IDEMKIT_TEST_BACKEND=postgres tests/outbox.bats'
 
 # ASan + UBSan build of everything, then the whole suite against it but for
 # the suites that run none of our C (SAN_SKIP: the spin model, the set-up,
@@ -228,7 +229,8 @@ faults: all $(NODE_STAMP)
 	@mkdir -p $(O); rm -f $(FAULTS_REPORT)
 	$(TEST_ENV) IDEMKIT_FAULTS_REPORT=$(FAULTS_REPORT) BATS_TEST_TIMEOUT=1200 \
 	  IDEMKIT_TEST_JOBS=2 IDEMKIT_TEST_FILE_JOBS=1 sh tests/run.sh tests/faults/ \
-	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/faults/crash.bats'
+	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/faults/crash.bats' \
+	  'IDEMKIT_TEST_BACKEND=postgres tests/faults/outbox.bats'
 	@cat $(FAULTS_REPORT)
 
 # The fault campaign (tests/chaos/, docs/RELIABILITY.md): workers, store,

@@ -48,24 +48,61 @@
 #define SLOT_BUSY_TRIES 100            /* a slot another backend holds: */
 #define SLOT_BUSY_WAIT_MS 20           /* waited for this long at most */
 
+/* An event (idemkit(7) OUTBOX, the schema under docs/) as JSON text, from
+ * SQL expressions for its parts; EV is the claim's event as json.  Its
+ * eventId is ik_outbox_event_id (outbox.c) written in SQL, byte for byte:
+ * SHA-256 over each part with its NUL, the first 128 bits in hex
+ * (tests/outbox-postgres.bats checks that the two agree).  Both users
+ * below are printf formats ('%%'). */
+#define EVENT_JSON(TYPE, ID, KEY, EV, REF, STATE, REASON, ATTEMPTS, AT) \
+	"json_build_object('v', 1, 'type', " TYPE ", 'eventId', " ID ", 'chargeId', " KEY "," \
+	" 'accountId', " EV "->'accountId', 'amount', " EV "->'amount'," \
+	" 'currency', " EV "->'currency', 'chargeType', " EV "->'chargeType'," \
+	" 'bankRef', " REF ", 'state', " STATE ", 'reason', " REASON "," \
+	" 'attempts', " ATTEMPTS ", 'at', " AT ")::text"
+#define EVENT_ID(OP, KEY, OWNER) \
+	"substr(encode(sha256('idemkit.outbox.v1'::bytea || '\\x00'::bytea" \
+	" || convert_to(" OP ", 'UTF8') || '\\x00'::bytea || convert_to(" KEY ", 'UTF8')" \
+	" || '\\x00'::bytea || convert_to(COALESCE(" OWNER ", ''), 'UTF8') || '\\x00'::bytea)," \
+	" 'hex'), 1, 32)"
+/* A record's event column as json; text that is not an object (never one
+ * idemp-claim accepted) gives null fields, never a failed finish. */
+#define EVENT_EV(COL) "CASE WHEN " COL " LIKE '{%%' THEN " COL "::json ELSE '{}'::json END"
+
 /* The event of a finish's (or re-notification's) row u, built by the
- * statement itself from what it wrote (idemkit(7) OUTBOX, the schema under
- * docs/).  The eventId is ik_outbox_event_id (outbox.c) written in SQL,
- * byte for byte: SHA-256 over each part with its NUL, the first 128 bits
- * in hex (tests/outbox-postgres.bats checks the two agree).  idemp-run's
- * records (no charge) emit nothing but still count as the row changed. */
+ * statement itself from what it wrote.  idemp-run's records (no charge)
+ * emit nothing but still count as the row changed. */
 #define EMIT(OP, TYPE) \
 	" SELECT CASE WHEN x.ev->'idempRun' IS NULL THEN pg_logical_emit_message(true," \
-	"  'idemkit.outbox.%s', json_build_object('v', 1, 'type', '" TYPE "'," \
-	"  'eventId', x.id, 'chargeId', u.key, 'accountId', x.ev->'accountId'," \
-	"  'amount', x.ev->'amount', 'currency', x.ev->'currency'," \
-	"  'chargeType', x.ev->'chargeType', 'bankRef', u.debit_ref, 'state', u.state," \
-	"  'reason', u.last_error, 'attempts', u.attempts, 'at', u.updated_at)::text) END" \
-	" FROM u, LATERAL (SELECT substr(encode(sha256('idemkit.outbox.v1'::bytea" \
-	"  || '\\x00'::bytea || '" OP "'::bytea || '\\x00'::bytea" \
-	"  || convert_to(u.key, 'UTF8') || '\\x00'::bytea" \
-	"  || convert_to(COALESCE(u.owner, ''), 'UTF8') || '\\x00'::bytea), 'hex'), 1, 32) AS id," \
-	"  CASE WHEN u.event LIKE '{%%' THEN u.event::json ELSE '{}'::json END AS ev) AS x"
+	"  'idemkit.outbox.%s', " EVENT_JSON("'" TYPE "'", "x.id", "u.key", "x.ev", \
+	    "u.debit_ref", "u.state", "u.last_error", "u.attempts", "u.updated_at") ") END" \
+	" FROM u, LATERAL (SELECT " EVENT_ID("'" OP "'", "u.key", "u.owner") " AS id, " \
+	    EVENT_EV("u.event") " AS ev) AS x"
+
+/* After a new slot replaced one that was lost (a failover, or
+ * max_slot_wal_keep_size), the events of the window the WAL can no longer
+ * give, from the records' history (store_postgres.c writes each finish's
+ * state, owner, reference and reason there, and each re-notification): the
+ * same events, the same eventIds.  $1-$3: where the relay is in the window
+ * (time, op, key), $4 its end, $5 how many.  A scan of the table: rare. */
+#define RESYNC_SQL \
+	"SELECT h.at, h.op, r.key, " EVENT_JSON( \
+	    "CASE h.op WHEN 'finish' THEN 'charge.finished' ELSE 'charge.renotified' END", \
+	    EVENT_ID("h.op", "r.key", "CASE h.op WHEN 'finish' THEN h.e->>'owner' ELSE r.owner END"), \
+	    "r.key", "x.ev", \
+	    "CASE h.op WHEN 'finish' THEN COALESCE(h.e->>'debitRef', r.debit_ref) ELSE r.debit_ref END", \
+	    "CASE h.op WHEN 'finish' THEN h.e->>'state' ELSE 'DONE' END", \
+	    "CASE h.op WHEN 'finish' THEN h.e->>'error' END", "r.attempts", "h.at") \
+	" FROM %s AS r," \
+	" LATERAL (SELECT (e->>'at')::bigint AS at, e->>'op' AS op, e" \
+	"  FROM jsonb_array_elements(r.history) AS e) AS h," \
+	" LATERAL (SELECT " EVENT_EV("r.event") " AS ev) AS x" \
+	" WHERE r.updated_at >= $1::bigint AND h.op IN ('finish', 'renotified')" \
+	"  AND (h.at, h.op, r.key) > ($1::bigint, $2::text, $3::text) AND h.at <= $4::bigint" \
+	"  AND x.ev->'idempRun' IS NULL" \
+	" ORDER BY h.at, h.op, r.key LIMIT $5::int"
+#define RESYNC_MARGIN_MS "60000"   /* before the last checkpoint: a finish's
+                                    * statement runs before its commit */
 #define RETURNING " RETURNING r.key, r.owner, r.state, r.debit_ref, r.last_error," \
 	" r.attempts, r.updated_at, r.event)"
 
@@ -76,7 +113,12 @@ static const char relay_table[] =
 	" lease_until bigint NOT NULL,"
 	" ckpt_commit pg_lsn NOT NULL DEFAULT '0/0',"
 	" ckpt_msg pg_lsn NOT NULL DEFAULT '0/0',"
-	" ckpt_at bigint NOT NULL DEFAULT 0)";
+	" ckpt_at bigint NOT NULL DEFAULT 0,"
+	/* a window to re-publish from the records (RESYNC_SQL): to 0 = none */
+	" resync_from bigint NOT NULL DEFAULT 0,"
+	" resync_op text NOT NULL DEFAULT '',"
+	" resync_key text NOT NULL DEFAULT '',"
+	" resync_to bigint NOT NULL DEFAULT 0)";
 
 int
 ik_pgo_on(void)
@@ -175,6 +217,31 @@ ik_pgo_claim_gate(struct pg *p, ik_err *err)
 	    p->u.table, slot);
 }
 
+/* A new slot where a relay worked before (its row is there: a failover
+ * brought it across, or the old slot was lost): what was finished from a
+ * little before its last checkpoint until now is re-published from the
+ * records, once, before what the new slot decodes.  Copies of what was
+ * published already carry the same eventIds. */
+static int
+resync_mark(struct pg *p, ik_err *err)
+{
+	const char *params[] = { p->u.table };
+	PGresult *r;
+	int rc;
+
+	if ((rc = q(p, "UPDATE idemkit_outbox_relay SET resync_from = ckpt_at - " RESYNC_MARGIN_MS
+	    ", resync_op = '', resync_key = '', resync_to = " NOW_MS " WHERE tbl = $1"
+	    " RETURNING resync_from, resync_to", 1, params, 0, "outbox resync", &r, err)))
+		return rc;
+	if (PQntuples(r) == 1)
+		ik_log(IK_LOG_WARN, "a new outbox slot where a relay worked before (a failover, or "
+		    "a lost slot): the relay re-publishes from the records what finished from a "
+		    "minute before its last checkpoint until now", "table", p->u.table,
+		    "fromMs", PQgetvalue(r, 0, 0), "toMs", PQgetvalue(r, 0, 1), NULL);
+	PQclear(r);
+	return IK_OK;
+}
+
 /* idemp-init with the outbox on: wal_level, the relay's table, the empty
  * publication pgoutput wants, the slot.  Each idempotent; a concurrent
  * creator's duplicate is no error. */
@@ -184,7 +251,7 @@ ik_pgo_init(struct pg *p, ik_err *err)
 	char slot[IK_PG_TABLE_MAX + 16];
 	const char *params[] = { slot };
 	PGresult *r;
-	int rc, have;
+	int rc, have, lost;
 
 	slot_name(p, slot);
 	if ((rc = q(p, "SELECT current_setting('wal_level')", 0, NULL, 0, "wal_level", &r, err)))
@@ -218,11 +285,22 @@ ik_pgo_init(struct pg *p, ik_err *err)
 		}
 		PQclear(r);
 	}
-	if ((rc = q(p, "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1", 1, params, 0,
-	    "outbox slot", &r, err)))
+	if ((rc = q(p, "SELECT wal_status = 'lost' FROM pg_replication_slots WHERE slot_name = $1",
+	    1, params, 0, "outbox slot", &r, err)))
 		return rc;
 	have = PQntuples(r) == 1;
+	lost = have && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
 	PQclear(r);
+	if (lost) {
+		/* invalidated (max_slot_wal_keep_size): it can decode nothing */
+		ik_log(IK_LOG_WARN, "the outbox's replication slot lost its WAL; making it again",
+		    "slot", slot, NULL);
+		if ((rc = q(p, "SELECT pg_drop_replication_slot($1)", 1, params, 0,
+		    "drop the lost outbox slot", &r, err)))
+			return rc;
+		PQclear(r);
+		have = 0;
+	}
 	if (!have) {
 		r = PQexecParams(p->conn, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
 		    1, NULL, params, NULL, NULL, 0);
@@ -237,6 +315,8 @@ ik_pgo_init(struct pg *p, ik_err *err)
 		}
 		PQclear(r);
 		ik_log(IK_LOG_INFO, "created the outbox's replication slot", "slot", slot, NULL);
+		if ((rc = resync_mark(p, err)))
+			return rc;
 	}
 	return ik_pgo_check(p, err);
 }
@@ -426,34 +506,136 @@ jstr(cJSON *o, const char *k)
 	return strdup(cJSON_IsString(v) ? v->valuestring : "");
 }
 
+/* e from an event's JSON text; -1 when out of memory (e to be freed). */
+static int
+fill(struct ik_outbox_ev *e, const char *body, size_t len, int64_t seq, int64_t at,
+    const char *pos)
+{
+	cJSON *o = cJSON_ParseWithLength(body, len);
+
+	e->seq = seq;
+	e->at = at;
+	e->pos = strdup(pos);
+	e->body = strndup(body, len);
+	e->id = jstr(o, "eventId");
+	e->charge_id = jstr(o, "chargeId");
+	e->type = jstr(o, "type");
+	cJSON_Delete(o);
+	return e->pos && e->body && e->id && e->charge_id && e->type ? 0 : -1;
+}
+
 static int
 take(const struct dec *d, void *arg)
 {
 	struct rd *x = arg;
-	struct ik_outbox_ev *e = &x->ev[*x->n];
 	char pos[64], a[24], b[24];
-	cJSON *o;
 
 	if (*x->n >= x->max)
 		return 1;
 	lsn_fmt(d->commit, a);
 	lsn_fmt(d->lsn, b);
 	snprintf(pos, sizeof pos, "%s %s", a, b);
-	o = cJSON_ParseWithLength(d->body, d->len);
-	e->seq = (int64_t)d->lsn;
-	e->at = d->at;
-	e->pos = strdup(pos);
-	e->body = strndup(d->body, d->len);
-	e->id = jstr(o, "eventId");
-	e->charge_id = jstr(o, "chargeId");
-	e->type = jstr(o, "type");
-	cJSON_Delete(o);
-	(*x->n)++;
-	if (!e->pos || !e->body || !e->id || !e->charge_id || !e->type) {
+	if (fill(&x->ev[(*x->n)++], d->body, d->len, (int64_t)d->lsn, d->at, pos)) {
 		x->oom = 1;
 		return 1;
 	}
 	return *x->n >= x->max;
+}
+
+/* RESYNC_SQL with the table's name, wrapped in outer (a printf format of
+ * one %s: the query) when not NULL; malloc'd, NULL when out of memory. */
+static char *
+resync_sql(const struct pg *p, const char *outer)
+{
+	size_t n = sizeof RESYNC_SQL + sizeof p->qtable;
+	char *a = malloc(n), *b;
+
+	if (!a)
+		return NULL;
+	snprintf(a, n, RESYNC_SQL, p->qtable);
+	if (!outer)
+		return a;
+	n = strlen(a) + strlen(outer) + 1;
+	if ((b = malloc(n)))
+		snprintf(b, n, outer, a);
+	free(a);
+	return b;
+}
+
+/* The window to re-publish from the records, when one is open: from[0..2]
+ * where the relay is in it (time, op, key), *to its end (0: none). */
+static int
+resync_window(struct pg *p, char from[3][160], char to[24], ik_err *err)
+{
+	const char *params[] = { p->u.table };
+	PGresult *r;
+	int rc;
+
+	strcpy(to, "0");
+	if ((rc = q(p, "SELECT resync_from, resync_op, resync_key, resync_to"
+	    " FROM idemkit_outbox_relay WHERE tbl = $1 AND resync_to > 0", 1, params, 0,
+	    "outbox resync", &r, err)))
+		return rc;
+	if (PQntuples(r) == 1) {
+		for (int i = 0; i < 3; i++)
+			snprintf(from[i], 160, "%s", PQgetvalue(r, 0, i));
+		snprintf(to, 24, "%s", PQgetvalue(r, 0, 3));
+	}
+	PQclear(r);
+	if (strcmp(to, "0") != 0 && !p->has_history) {
+		ik_log(IK_LOG_ERROR, "the table has no history column (run idemp-init): the "
+		    "events of the window the lost slot held cannot be re-published",
+		    "table", p->u.table, NULL);
+		strcpy(to, "0");
+	}
+	return IK_OK;
+}
+
+/* The next events of an open resync window into ev; when it has none
+ * left the window is closed (whoever sees it so: it only moves forward). */
+static int
+resync_read(struct pg *p, size_t max, struct ik_outbox_ev *ev, size_t *n, ik_err *err)
+{
+	char from[3][160], to[24], lim[16], pos[224];
+	const char *params[] = { from[0], from[1], from[2], to, lim };
+	const char *cparams[] = { p->u.table, to };
+	char *sql;
+	PGresult *r;
+	int rc, rows;
+
+	*n = 0;
+	if ((rc = resync_window(p, from, to, err)) || strcmp(to, "0") == 0)
+		return rc;
+	snprintf(lim, sizeof lim, "%zu", max);
+	if (!(sql = resync_sql(p, NULL)))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	rc = q(p, sql, 5, params, 0, "outbox resync", &r, err);
+	free(sql);
+	if (rc)
+		return rc;
+	rows = PQntuples(r);
+	for (int i = 0; i < rows && (size_t)i < max; i++) {
+		snprintf(pos, sizeof pos, "R %s %s %s", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
+		    PQgetvalue(r, i, 2));
+		if (fill(&ev[(*n)++], PQgetvalue(r, i, 3), (size_t)PQgetlength(r, i, 3),
+		    ik_pg_col_i64(r, i, 0), ik_pg_col_i64(r, i, 0), pos)) {
+			PQclear(r);
+			for (size_t j = 0; j < *n; j++)
+				ik_outbox_ev_free(&ev[j]);
+			*n = 0;
+			return ik_errf(err, IK_SOFTWARE, "out of memory");
+		}
+	}
+	PQclear(r);
+	if (rows)
+		return IK_OK;
+	if ((rc = q(p, "UPDATE idemkit_outbox_relay SET resync_to = 0 WHERE tbl = $1"
+	    " AND resync_to = $2::bigint", 2, cparams, 0, "outbox resync", &r, err)))
+		return rc;
+	PQclear(r);
+	ik_log(IK_LOG_INFO, "the outbox's resync from the records is done", "table",
+	    p->u.table, NULL);
+	return IK_OK;
 }
 
 int
@@ -465,7 +647,10 @@ ik_pgo_read(struct ik_store *st, size_t max, struct ik_outbox_ev *ev, size_t *n,
 	int rc, rows = 0, upto = PEEK_FIRST;
 
 	*n = 0;
-	if ((rc = ready(p, err)) || (rc = checkpoint(p, &ck_commit, &ck_msg, err)))
+	/* An open resync window first: those events were written before what
+	 * the slot decodes (per chargeId, in order). */
+	if ((rc = ready(p, err)) || (rc = resync_read(p, max, ev, n, err)) || *n > 0 ||
+	    (rc = checkpoint(p, &ck_commit, &ck_msg, err)))
 		return rc;
 	/* A peek stops after the transaction that reached upto changes; one
 	 * that gave only published events (a big group's, decoded again) and
@@ -487,6 +672,32 @@ ik_pgo_read(struct ik_store *st, size_t max, struct ik_outbox_ev *ev, size_t *n,
 	return rc;
 }
 
+/* The checkpoint inside a resync window: pos "TIME OP KEY", fenced as
+ * the slot's. */
+static int
+resync_ack(struct pg *p, const char *holder, const char *pos, ik_err *err)
+{
+	char at[24], op[16];
+	const char *key;
+	const char *params[] = { p->u.table, holder, at, op, NULL };
+	PGresult *r;
+	int rc, held;
+
+	if (sscanf(pos, "%23s %15s", at, op) != 2 || !(key = strchr(pos, ' ')) ||
+	    !(key = strchr(key + 1, ' ')))
+		return ik_errf(err, IK_SOFTWARE, "postgres: outbox: a resync event without its "
+		    "position");
+	params[4] = key + 1;
+	if ((rc = q(p, "UPDATE idemkit_outbox_relay SET resync_from = $3::bigint,"
+	    " resync_op = $4, resync_key = $5"
+	    " WHERE tbl = $1 AND holder = $2 AND lease_until > " NOW_MS, 5, params, 0,
+	    "outbox resync checkpoint", &r, err)))
+		return rc;
+	held = strcmp(PQcmdTuples(r), "1") == 0;
+	PQclear(r);
+	return held ? IK_OK : IK_LEASE_LOST;
+}
+
 int
 ik_pgo_ack(struct ik_store *st, const char *holder, const struct ik_outbox_ev *ev, size_t n,
     int64_t now_ms, ik_err *err)
@@ -500,10 +711,12 @@ ik_pgo_ack(struct ik_store *st, const char *holder, const struct ik_outbox_ev *e
 
 	if (n == 0)
 		return IK_OK;
-	if (!ev[n - 1].pos || sscanf(ev[n - 1].pos, "%23s %23s", commit, msg) != 2)
-		return ik_errf(err, IK_SOFTWARE, "postgres: outbox: an event without its position");
 	if ((rc = ready(p, err)))
 		return rc;
+	if (ev[n - 1].pos && strncmp(ev[n - 1].pos, "R ", 2) == 0)
+		return resync_ack(p, holder, ev[n - 1].pos + 2, err);
+	if (!ev[n - 1].pos || sscanf(ev[n - 1].pos, "%23s %23s", commit, msg) != 2)
+		return ik_errf(err, IK_SOFTWARE, "postgres: outbox: an event without its position");
 	/* The fence and the checkpoint in one statement; never backwards. */
 	if ((rc = q(p, "UPDATE idemkit_outbox_relay SET"
 	    " ckpt_msg = CASE WHEN ($3::pg_lsn, $4::pg_lsn) > (ckpt_commit, ckpt_msg)"
@@ -556,6 +769,30 @@ count(const struct dec *d, void *arg)
 	return 0;
 }
 
+/* An open resync window's events, counted first (the oldest). */
+static int
+resync_stats(struct pg *p, struct cnt *c, ik_err *err)
+{
+	char from[3][160], to[24];
+	const char *params[] = { from[0], from[1], from[2], to, "2147483647" };
+	char *sql;
+	PGresult *r;
+	int rc;
+
+	if ((rc = resync_window(p, from, to, err)) || strcmp(to, "0") == 0)
+		return rc;
+	if (!(sql = resync_sql(p, "SELECT count(*), min(at) FROM (%s) AS w")))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	rc = q(p, sql, 5, params, 0, "outbox resync", &r, err);
+	free(sql);
+	if (rc)
+		return rc;
+	c->n = ik_pg_col_i64(r, 0, 0);
+	c->oldest = ik_pg_col_i64(r, 0, 1);
+	PQclear(r);
+	return IK_OK;
+}
+
 /* The lag gauge: every waiting event decoded and counted (the whole
  * backlog: its cost grows with the lag it measures). */
 int
@@ -567,7 +804,8 @@ ik_pgo_stats(struct ik_store *st, int64_t now_ms, struct ik_outbox_stats *out, i
 	int rc, rows;
 
 	memset(out, 0, sizeof *out);
-	if ((rc = ready(p, err)) || (rc = checkpoint(p, &ck_commit, &ck_msg, err)) ||
+	if ((rc = ready(p, err)) || (rc = resync_stats(p, &c, err)) ||
+	    (rc = checkpoint(p, &ck_commit, &ck_msg, err)) ||
 	    (rc = peek(p, 0, ck_commit, ck_msg, count, &c, &rows, err)))
 		return rc;
 	out->waiting = c.n;
