@@ -217,11 +217,13 @@ ik_pgo_claim_gate(struct pg *p, ik_err *err)
 	    p->u.table, slot);
 }
 
-/* A new slot where a relay worked before (its row is there: a failover
- * brought it across, or the old slot was lost): what was finished from a
- * little before its last checkpoint until now is re-published from the
- * records, once, before what the new slot decodes.  Copies of what was
- * published already carry the same eventIds. */
+/* A new slot where one was before (the relay's row has a time: the last
+ * checkpoint's, else the first slot's; a failover brought it across, or
+ * the old slot was lost): what was finished from a little before that
+ * until now is re-published from the records, once, before what the new
+ * slot decodes.  Copies of what was published already carry the same
+ * eventIds.  The first slot writes its time there instead: nothing
+ * finished before it had an outbox. */
 static int
 resync_mark(struct pg *p, ik_err *err)
 {
@@ -231,13 +233,20 @@ resync_mark(struct pg *p, ik_err *err)
 
 	if ((rc = q(p, "UPDATE idemkit_outbox_relay SET resync_from = ckpt_at - " RESYNC_MARGIN_MS
 	    ", resync_op = '', resync_key = '', resync_to = " NOW_MS " WHERE tbl = $1"
-	    " RETURNING resync_from, resync_to", 1, params, 0, "outbox resync", &r, err)))
+	    " AND ckpt_at > 0 RETURNING resync_from, resync_to", 1, params, 0, "outbox resync",
+	    &r, err)))
 		return rc;
 	if (PQntuples(r) == 1)
 		ik_log(IK_LOG_WARN, "a new outbox slot where a relay worked before (a failover, or "
 		    "a lost slot): the relay re-publishes from the records what finished from a "
 		    "minute before its last checkpoint until now", "table", p->u.table,
 		    "fromMs", PQgetvalue(r, 0, 0), "toMs", PQgetvalue(r, 0, 1), NULL);
+	PQclear(r);
+	if ((rc = q(p, "INSERT INTO idemkit_outbox_relay AS o (tbl, holder, lease_until, ckpt_at)"
+	    " VALUES ($1, '', 0, " NOW_MS ") ON CONFLICT (tbl) DO UPDATE"
+	    " SET ckpt_at = excluded.ckpt_at WHERE o.ckpt_at = 0", 1, params, 0, "outbox slot time",
+	    &r, err)))
+		return rc;
 	PQclear(r);
 	return IK_OK;
 }
