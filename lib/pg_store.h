@@ -29,6 +29,10 @@ struct pg {
 	int waited;           /* waited for this outage already */
 	int group, in_tx, failed;
 	int obx_slot;         /* the outbox's slot exists (checked per connection) */
+	/* the relay's read-ahead from the slot (store_postgres_outbox.c) */
+	struct ik_outbox_ev *obx_ahead;
+	size_t obx_n, obx_head;
+	uint64_t obx_advanced;
 	/* in flight (pipeline mode): ops queued for the next batch, the one
 	 * batch sent and not yet answered, and those answered whose callback
 	 * is still to come; active counts every op started and not called
@@ -63,6 +67,7 @@ int ik_pgo_wrap(struct pg *p, int which, char **sql, ik_err *err);
 int ik_pgo_check(struct pg *p, ik_err *err);
 int ik_pgo_claim_gate(struct pg *p, ik_err *err);
 int ik_pgo_init(struct pg *p, ik_err *err);
+void ik_pgo_close(struct pg *p);
 int ik_pgo_lease(struct ik_store *st, const char *holder, int64_t now_ms, int64_t lease_ms,
     int64_t *until, ik_err *err);
 int ik_pgo_read(struct ik_store *st, size_t max, struct ik_outbox_ev *ev, size_t *n,

@@ -927,6 +927,7 @@ pg_close(struct ik_store *st)
 	ik_pg_pops_free(p->queued);
 	ik_pg_pops_free(p->batch);
 	ik_pg_pops_free(p->done);
+	ik_pgo_close(p);
 	if (p->conn)
 		PQfinish(p->conn);
 	ik_pg_url_free(&p->u);

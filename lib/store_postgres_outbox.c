@@ -15,10 +15,12 @@
  * is (its transaction's commit LSN, its own LSN): commit order first, as
  * decoding hands them out.  The checkpoint is that position written in
  * the relay's row (idemkit_outbox_relay) by ONE statement that also checks
- * the lease (the fence: a statement reads the row it locks), and only
- * then the slot is advanced to the checkpoint's commit LSN, outside any
- * transaction (pg_replication_slot_advance cannot run in one): the slot
- * frees WAL, the row says what was published.  The slot is never ahead of
+ * the lease (the fence: a statement reads the row it locks); the slot is
+ * advanced to the checkpoint's commit LSN later, before the relay's next
+ * peek, outside any transaction (pg_replication_slot_advance cannot run in
+ * one): the slot frees WAL, the row says what was published.  One peek
+ * reads ahead up to AHEAD_MAX events (a peek decodes from the slot on: per
+ * batch of 10 it would be most of the relay's time).  The slot is never ahead of
  * the row, so events decoded again after a crash (the checkpoint's own
  * transaction) are skipped by position, and a stale relay's late advance
  * moves nothing the row has not passed.  Leases on the server's clock,
@@ -43,7 +45,8 @@
 #define NOW_MS "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 #define PUBLICATION "idemkit_outbox"
 #define PG_EPOCH_MS 946684800000LL     /* 2000-01-01, PostgreSQL's timestamps' zero */
-#define PEEK_FIRST 64                  /* changes a read peeks at first */
+#define PEEK_FIRST 2048                /* changes a read peeks at first */
+#define AHEAD_MAX 1024                 /* events read ahead from one peek */
 #define PEEK_MAX (1 << 22)             /* and at most, doubling */
 #define SLOT_BUSY_TRIES 100            /* a slot another backend holds: */
 #define SLOT_BUSY_WAIT_MS 20           /* waited for this long at most */
@@ -192,6 +195,9 @@ ik_pgo_check(struct pg *p, ik_err *err)
 	PGresult *r;
 	int rc;
 
+	/* What was read ahead on another connection may be another server's
+	 * (a failover: its last transactions may never have reached this one). */
+	ik_pgo_close(p);
 	slot_name(p, slot);
 	if ((rc = q(p, "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1"
 	    " AND database = current_database() AND wal_status IS DISTINCT FROM 'lost')",
@@ -647,20 +653,66 @@ resync_read(struct pg *p, size_t max, struct ik_outbox_ev *ev, size_t *n, ik_err
 	return IK_OK;
 }
 
-int
-ik_pgo_read(struct ik_store *st, size_t max, struct ik_outbox_ev *ev, size_t *n, ik_err *err)
+static void
+pos_parse(const char *pos, uint64_t *commit, uint64_t *lsn)
 {
-	struct pg *p = st->impl;
-	struct rd x = { ev, max, n, 0 };
-	uint64_t ck_commit, ck_msg;
+	const char *sp = strchr(pos, ' ');
+
+	*commit = lsn_parse(pos);
+	*lsn = sp ? lsn_parse(sp + 1) : 0;
+}
+
+void
+ik_pgo_close(struct pg *p)
+{
+	for (size_t i = p->obx_head; i < p->obx_n; i++)
+		ik_outbox_ev_free(&p->obx_ahead[i]);
+	free(p->obx_ahead);
+	p->obx_ahead = NULL;
+	p->obx_n = p->obx_head = 0;
+}
+
+/* The slot follows the checkpoint's commit (that transaction is decoded
+ * again, its published events skipped by position), so the server
+ * recycles the WAL before it; before each peek, so the peek decodes less.
+ * Best effort: the row is what counts, and a slot busy with another
+ * relay's peek is advanced next time. */
+static void
+advance(struct pg *p, uint64_t commit)
+{
+	char slot[IK_PG_TABLE_MAX + 16], lsn[24];
+	const char *params[] = { slot, lsn };
+	PGresult *r;
+
+	if (commit <= p->obx_advanced)
+		return;
+	slot_name(p, slot);
+	lsn_fmt(commit, lsn);
+	r = PQexecParams(p->conn, "SELECT pg_replication_slot_advance(slot_name, $2::pg_lsn)"
+	    " FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn < $2::pg_lsn",
+	    2, NULL, params, NULL, NULL, 0);
+	if (PQresultStatus(r) == PGRES_TUPLES_OK) {
+		p->obx_advanced = commit;
+	} else {
+		ik_err e = { 0 };
+		ik_pg_err(p, r, "advance the outbox's slot", &e);
+		ik_log(IK_LOG_WARN, e.msg, NULL);
+	}
+	PQclear(r);
+}
+
+/* Fills the read-ahead from one peek past the checkpoint. */
+static int
+read_ahead(struct pg *p, uint64_t ck_commit, uint64_t ck_msg, ik_err *err)
+{
+	size_t n = 0;
+	struct rd x = { NULL, AHEAD_MAX, &n, 0 };
 	int rc, rows = 0, upto = PEEK_FIRST;
 
-	*n = 0;
-	/* An open resync window first: those events were written before what
-	 * the slot decodes (per chargeId, in order). */
-	if ((rc = ready(p, err)) || (rc = resync_read(p, max, ev, n, err)) || *n > 0 ||
-	    (rc = checkpoint(p, &ck_commit, &ck_msg, err)))
-		return rc;
+	ik_pgo_close(p);
+	advance(p, ck_commit);
+	if (!(x.ev = calloc(AHEAD_MAX, sizeof *x.ev)))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	/* A peek stops after the transaction that reached upto changes; one
 	 * that gave only published events (a big group's, decoded again) and
 	 * may have more behind is asked again for more. */
@@ -671,14 +723,50 @@ ik_pgo_read(struct ik_store *st, size_t max, struct ik_outbox_ev *ev, size_t *n,
 			rc = ik_errf(err, IK_SOFTWARE, "out of memory");
 			break;
 		}
-		if (*n > 0 || rows < upto || upto >= PEEK_MAX)
+		if (n > 0 || rows < upto || upto >= PEEK_MAX) {
+			p->obx_ahead = x.ev;
+			p->obx_n = n;
 			return IK_OK;
+		}
 		upto *= 2;
 	}
-	for (size_t i = 0; i < *n; i++)
-		ik_outbox_ev_free(&ev[i]);
-	*n = 0;
+	for (size_t i = 0; i < n; i++)
+		ik_outbox_ev_free(&x.ev[i]);
+	free(x.ev);
 	return rc;
+}
+
+/* The next events past the checkpoint: an open resync window's first,
+ * then the slot's, from what was read ahead (one peek decodes the WAL
+ * from the slot's position on: done per batch it would be most of the
+ * relay's time); what the checkpoint has passed meanwhile (another relay
+ * held the lease) is dropped. */
+int
+ik_pgo_read(struct ik_store *st, size_t max, struct ik_outbox_ev *ev, size_t *n, ik_err *err)
+{
+	struct pg *p = st->impl;
+	uint64_t ck_commit, ck_msg, c, l;
+	int rc;
+
+	*n = 0;
+	/* An open resync window first: those events were written before what
+	 * the slot decodes (per chargeId, in order). */
+	if ((rc = ready(p, err)) || (rc = resync_read(p, max, ev, n, err)) || *n > 0 ||
+	    (rc = checkpoint(p, &ck_commit, &ck_msg, err)))
+		return rc;
+	while (p->obx_head < p->obx_n) {
+		pos_parse(p->obx_ahead[p->obx_head].pos, &c, &l);
+		if (c > ck_commit || (c == ck_commit && l > ck_msg))
+			break;
+		ik_outbox_ev_free(&p->obx_ahead[p->obx_head++]);
+	}
+	if (p->obx_head == p->obx_n && (rc = read_ahead(p, ck_commit, ck_msg, err)))
+		return rc;
+	while (*n < max && p->obx_head < p->obx_n) {
+		ev[(*n)++] = p->obx_ahead[p->obx_head];
+		memset(&p->obx_ahead[p->obx_head++], 0, sizeof *ev);
+	}
+	return IK_OK;
 }
 
 /* The checkpoint inside a resync window: pos "TIME OP KEY", fenced as
@@ -712,9 +800,8 @@ ik_pgo_ack(struct ik_store *st, const char *holder, const struct ik_outbox_ev *e
     int64_t now_ms, ik_err *err)
 {
 	struct pg *p = st->impl;
-	char commit[24], msg[24], slot[IK_PG_TABLE_MAX + 16];
+	char commit[24], msg[24];
 	const char *params[] = { p->u.table, holder, commit, msg };
-	const char *aparams[] = { slot, commit };
 	PGresult *r;
 	int rc, held;
 
@@ -738,20 +825,6 @@ ik_pgo_ack(struct ik_store *st, const char *holder, const struct ik_outbox_ev *e
 	PQclear(r);
 	if (!held)
 		return IK_LEASE_LOST;
-	/* The slot follows the row, to frees WAL: up to the checkpoint's
-	 * commit (that transaction is decoded again, its published events
-	 * skipped by position).  Best effort: the row is what counts, and a
-	 * slot busy with another relay's peek is advanced next time. */
-	slot_name(p, slot);
-	r = PQexecParams(p->conn, "SELECT pg_replication_slot_advance(slot_name, $2::pg_lsn)"
-	    " FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn < $2::pg_lsn",
-	    2, NULL, aparams, NULL, NULL, 0);
-	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-		ik_err e = { 0 };
-		ik_pg_err(p, r, "advance the outbox's slot", &e);
-		ik_log(IK_LOG_WARN, e.msg, NULL);
-	}
-	PQclear(r);
 	return IK_OK;
 }
 
