@@ -602,6 +602,11 @@ resync_window(struct pg *p, char from[3][160], char to[24], ik_err *err)
 		    "events of the window the lost slot held cannot be re-published",
 		    "table", p->u.table, NULL);
 		strcpy(to, "0");
+		/* said once: the window is closed */
+		if ((rc = q(p, "UPDATE idemkit_outbox_relay SET resync_to = 0 WHERE tbl = $1",
+		    1, params, 0, "outbox resync", &r, err)))
+			return rc;
+		PQclear(r);
 	}
 	return IK_OK;
 }
