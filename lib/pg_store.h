@@ -1,7 +1,8 @@
-/* pg_store.h: what the PostgreSQL store's two files share
+/* pg_store.h: what the PostgreSQL store's files share
  * (store_postgres.c: the store and its blocking statements; pg_pipe.c: its
- * claims and finishes in flight, libpq's pipeline mode).  Nothing else
- * includes it; store_postgres_outbox.c is the outbox's part). */
+ * claims and finishes in flight, libpq's pipeline mode; pg_err.c: its
+ * errors as outcomes; store_postgres_outbox.c: its outbox).  Nothing else
+ * includes it. */
 #ifndef IK_PG_STORE_H
 #define IK_PG_STORE_H
 
@@ -41,8 +42,12 @@ struct pg {
 	size_t active;
 };
 
-/* store_postgres.c */
+/* pg_err.c */
 int ik_pg_err(struct pg *p, PGresult *r, const char *doing, ik_err *err);
+void ik_pg_trim(char *s);
+int ik_pg_connect_config(const char *msg);
+
+/* store_postgres.c */
 int ik_pg_prepare(struct pg *p, int which, int n, const char *doing, char *name, ik_err *err);
 int64_t ik_pg_col_i64(PGresult *r, int row, int col);
 void ik_pg_read_record(PGresult *r, int row, struct ik_record *rec);
