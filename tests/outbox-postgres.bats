@@ -80,6 +80,13 @@ print(hashlib.sha256(b"".join(p.encode() + b"\0" for p in ["idemkit.outbox.v1"] 
 	[ "$(jget "${lines[1]}" type)" = charge.renotified ]
 }
 
+@test "idemp-run's records (no charge) write no event, and their finish is not refused for it" {
+	run -0 idemp-run --key "$(uid run)" -- true
+	run -10 idemp-run --key "$(uid run)" -- true      # done: once
+	[ "$(waiting)" = 0 ]
+	run -1 idemp-outbox
+}
+
 @test "finishes in flight carry their events in the batch's own transaction: no commit added, none for a claim" {
 	charges w 50                # warm: the table and the slot in use
 	idemp-outbox >/dev/null
