@@ -176,7 +176,8 @@ check: check-build $(NODE_STAMP)
 	  'IDEMKIT_TEST_BACKEND=redis tests/outbox.bats' \
 	  'IDEMKIT_TEST_BACKEND=dynamodb tests/outbox.bats' \
 	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/outbox.bats' \
-	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/outbox-dynamodb.bats'
+	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/outbox-dynamodb.bats' \
+	  'IDEMKIT_TEST_BACKEND=postgres tests/outbox.bats'
 
 # ASan + UBSan build of everything, then the whole suite against it but for
 # the suites that run none of our C (SAN_SKIP: the spin model, the set-up,
@@ -240,7 +241,8 @@ faults: all $(NODE_STAMP)
 	  IDEMKIT_TEST_JOBS=2 IDEMKIT_TEST_FILE_JOBS=1 sh tests/run.sh tests/faults/ \
 	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/faults/crash.bats' \
 	  'IDEMKIT_TEST_BACKEND=redis tests/faults/outbox.bats' \
-	  'IDEMKIT_TEST_BACKEND=dynamodb tests/faults/outbox.bats'
+	  'IDEMKIT_TEST_BACKEND=dynamodb tests/faults/outbox.bats' \
+	  'IDEMKIT_TEST_BACKEND=postgres tests/faults/outbox.bats'
 	@cat $(FAULTS_REPORT)
 
 # The fault campaign (tests/chaos/, docs/RELIABILITY.md): workers, store,

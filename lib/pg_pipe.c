@@ -108,6 +108,14 @@ send_batch(struct pg *p)
 	    PQenterPipelineMode(p->conn) != 1)
 		rc = ik_pg_err(p, NULL, "pipeline mode", &err);
 	while (rc == IK_OK && (o = pop_take(&p->queued, &p->queued_last))) {
+		ik_err gerr;
+		if (o->which == Q_CLAIM && ik_pgo_claim_gate(p, &gerr)) {
+			/* no claim while a finish's event would be lost; the
+			 * finishes still go (the money moved) */
+			o->err = gerr;
+			pop_done(p, o, gerr.code);
+			continue;
+		}
 		snprintf(name, sizeof name, "ik%d", o->which + Q_N * p->has_history);
 		o->got = o->aborted = o->failed_state = 0;
 		o->tries++;

@@ -1,6 +1,7 @@
-/* pg_store.h: what the PostgreSQL store's two files share
+/* pg_store.h: what the PostgreSQL store's files share
  * (store_postgres.c: the store and its blocking statements; pg_pipe.c: its
- * claims and finishes in flight, libpq's pipeline mode).  Nothing else
+ * claims and finishes in flight, libpq's pipeline mode; pg_err.c: its
+ * errors as outcomes; store_postgres_outbox.c: its outbox).  Nothing else
  * includes it. */
 #ifndef IK_PG_STORE_H
 #define IK_PG_STORE_H
@@ -29,6 +30,11 @@ struct pg {
 	int warned;           /* that it has not, once */
 	int waited;           /* waited for this outage already */
 	int group, in_tx, failed;
+	int obx_slot;         /* the outbox's slot exists (checked per connection) */
+	/* the relay's read-ahead from the slot (store_postgres_outbox.c) */
+	struct ik_outbox_ev *obx_ahead;
+	size_t obx_n, obx_head;
+	uint64_t obx_advanced;
 	/* in flight (pipeline mode): ops queued for the next batch, the one
 	 * batch sent and not yet answered, and those answered whose callback
 	 * is still to come; active counts every op started and not called
@@ -37,8 +43,12 @@ struct pg {
 	size_t active;
 };
 
-/* store_postgres.c */
+/* pg_err.c */
 int ik_pg_err(struct pg *p, PGresult *r, const char *doing, ik_err *err);
+void ik_pg_trim(char *s);
+int ik_pg_connect_config(const char *msg);
+
+/* store_postgres.c */
 int ik_pg_prepare(struct pg *p, int which, int n, const char *doing, char *name, ik_err *err);
 int64_t ik_pg_col_i64(PGresult *r, int row, int col);
 void ik_pg_read_record(PGresult *r, int row, struct ik_record *rec);
@@ -53,5 +63,26 @@ int ik_pg_run(struct ik_store *st, int fd, int *readable, int timeout_ms, ik_err
 size_t ik_pg_active(struct ik_store *st);
 void ik_pg_drain(struct pg *p);
 void ik_pg_pops_free(struct pop *o);
+
+/* store_postgres_outbox.c: with $IDEMKIT_OUTBOX set, the finish and
+ * re-notification statements made to emit their event (wrap, at open),
+ * the slot checked per connection (check) and claims refused without it
+ * (claim_gate), idemp-init's part (init), and the outbox ops. */
+int ik_pgo_on(void);
+int ik_pgo_wrap(struct pg *p, int which, char **sql, ik_err *err);
+int ik_pgo_check(struct pg *p, ik_err *err);
+int ik_pgo_claim_gate(struct pg *p, ik_err *err);
+int ik_pgo_init(struct pg *p, ik_err *err);
+void ik_pgo_close(struct pg *p);
+int ik_pgo_lease(struct ik_store *st, const char *holder, int64_t now_ms, int64_t lease_ms,
+    int64_t *until, ik_err *err);
+int ik_pgo_read(struct ik_store *st, size_t max, struct ik_outbox_ev *ev, size_t *n,
+    ik_err *err);
+int ik_pgo_ack(struct ik_store *st, const char *holder, const struct ik_outbox_ev *ev,
+    size_t n, int64_t now_ms, ik_err *err);
+int ik_pgo_purge(struct ik_store *st, int64_t before_ms, size_t batch, int64_t *n,
+    ik_err *err);
+int ik_pgo_stats(struct ik_store *st, int64_t now_ms, struct ik_outbox_stats *out,
+    ik_err *err);
 
 #endif

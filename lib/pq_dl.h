@@ -23,7 +23,7 @@
 #define IK_PQ_FUNCS(X) \
 	X(PQclear) X(PQcmdTuples) X(PQconnectdbParams) X(PQconnectionNeedsPassword) \
 	X(PQconninfoFree) X(PQconninfoParse) X(PQerrorMessage) X(PQexec) \
-	X(PQexecParams) X(PQexecPrepared) X(PQfinish) X(PQfreemem) X(PQgetisnull) \
+	X(PQexecParams) X(PQexecPrepared) X(PQfinish) X(PQfreemem) X(PQgetisnull) X(PQgetlength) \
 	X(PQgetvalue) X(PQntuples) X(PQparameterStatus) X(PQprepare) X(PQreset) \
 	X(PQresultErrorField) \
 	X(PQresultStatus) X(PQsetNoticeProcessor) X(PQstatus) \
@@ -53,6 +53,7 @@ int ik_pq_load(ik_err *err);
 #define PQfinish                  (ik_pq.PQfinish)
 #define PQfreemem                 (ik_pq.PQfreemem)
 #define PQgetisnull               (ik_pq.PQgetisnull)
+#define PQgetlength               (ik_pq.PQgetlength)
 #define PQgetvalue                (ik_pq.PQgetvalue)
 #define PQntuples                 (ik_pq.PQntuples)
 #define PQparameterStatus         (ik_pq.PQparameterStatus)

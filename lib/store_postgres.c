@@ -23,7 +23,9 @@
  * Group commit (begin/commit) as in store_sqlite.c: the group's first
  * write opens one transaction; a failure rolls it back at once and fails
  * the rest of the group (store.h).  Claims and finishes in flight, the
- * same statements in libpq's pipeline mode, are pg_pipe.c's.
+ * same statements in libpq's pipeline mode, are pg_pipe.c's; the outbox
+ * (the event emitted by the finish's own statement, the relay's ops) is
+ * store_postgres_outbox.c's; its errors' classification pg_err.c's.
  */
 #include <poll.h>
 #include <stdlib.h>
@@ -184,46 +186,6 @@ static const char *const migrations[SCHEMA_VERSION + 1] = {
 };
 
 
-static void
-trim(char *s)
-{
-	size_t n = strlen(s);
-
-	while (n && (s[n - 1] == '\n' || s[n - 1] == ' '))
-		s[--n] = 0;
-	for (char *c = s; *c; c++)
-		if (*c == '\n')
-			*c = ' ';
-}
-
-/* A failed result (r may be NULL: no answer at all) as an outcome. */
-int
-ik_pg_err(struct pg *p, PGresult *r, const char *doing, ik_err *err)
-{
-	const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
-	const char *m = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
-	char msg[512];
-	int code = IK_SOFTWARE;
-
-	snprintf(msg, sizeof msg, "%s", m ? m : p->conn ? PQerrorMessage(p->conn) : "no connection");
-	trim(msg);
-	if (!state || PQstatus(p->conn) != CONNECTION_OK || strncmp(state, "08", 2) == 0 ||
-	    strncmp(state, "57P", 3) == 0 || strncmp(state, "53", 2) == 0 ||
-	    strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0 ||
-	    strcmp(state, "55P03") == 0 || strcmp(state, "57014") == 0)
-		code = IK_TEMPFAIL;
-	else if (strncmp(state, "28", 2) == 0 || strncmp(state, "42501", 5) == 0 ||
-	    strcmp(state, "3D000") == 0)
-		code = IK_CONFIG;
-	else if (strncmp(state, "22", 2) == 0)
-		code = IK_DATAERR;     /* the event cannot be stored (not UTF-8, ...) */
-	else if (strcmp(state, "42P01") == 0)
-		return ik_errf(err, IK_CONFIG, "postgres %s: %s: %s (run idemp-init)",
-		    p->u.table, doing, msg);
-	return ik_errf(err, code, "postgres %s: %s: %s%s%s", p->u.table, doing, msg,
-	    state ? " " : "", state ? state : "");
-}
-
 /* Whether the table has the history column, before the first statement
  * on each connection (an idemp-init elsewhere may have added it).  Without it (a table from
  * before schema version 3) the statements without history are used and a
@@ -246,41 +208,12 @@ history_column(struct pg *p, ik_err *err)
 		    "table", p->u.table, NULL);
 	}
 	PQclear(r);
+	if (rc == IK_OK && ik_pgo_on())
+		rc = ik_pgo_check(p, err);     /* the outbox's slot, on this connection too */
 	p->checked = rc == IK_OK;
 	return rc;
 }
 
-/* A connect failure's message says a configuration error (CONFIG: leave
- * the message, alarm), not trouble that passes (TEMPFAIL).  libpq gives
- * connect failures no code, only text; this is the one list of what in
- * that text is configuration.  TLS that was asked for and cannot be had
- * is configuration: the server offers none, the CA file is missing or
- * unreadable, the certificate does not verify or names another host, our
- * client certificate or key cannot be read, the server refused our
- * certificate.  An end of file in the middle of the handshake is not (a
- * server restarting). */
-static int
-connect_config(const char *msg)
-{
-	static const char *const config[] = {
-		"authentication failed", "does not exist", "no pg_hba.conf entry",
-		"invalid", "could not translate host name",
-		"SSL was required",     /* sslmode=require or verify-*: the server has no TLS */
-		"certificate",          /* the CA file missing or unreadable, a verification
-		                         * or host name failure, our certificate refused or
-		                         * unreadable */
-		"private key",          /* ours, unreadable or too open */
-		"alert",                /* the server's TLS alert: unknown CA, bad certificate,
-		                         * no shared protocol */
-		"unsupported protocol", "wrong version number", "no protocols available",
-		NULL,
-	};
-
-	for (size_t i = 0; config[i]; i++)
-		if (strstr(msg, config[i]))
-			return 1;
-	return 0;
-}
 
 /* The server's notices (CREATE ... IF NOT EXISTS skipping) are not ours
  * to print: libpq would write them to stderr, outside the log's format. */
@@ -354,11 +287,11 @@ conn_ok(struct pg *p, ik_err *err)
 		return IK_OK;
 	}
 	snprintf(msg, sizeof msg, "%s", PQerrorMessage(p->conn));
-	trim(msg);
+	ik_pg_trim(msg);
 	if (PQconnectionNeedsPassword(p->conn))
 		return ik_errf(err, IK_CONFIG, "postgres %s: connect: a password is needed "
 		    "(PGPASSWORD, PGPASSFILE or ~/.pgpass): %s", p->u.table, msg);
-	return ik_errf(err, connect_config(msg) ? IK_CONFIG : IK_TEMPFAIL,
+	return ik_errf(err, ik_pg_connect_config(msg) ? IK_CONFIG : IK_TEMPFAIL,
 	    "postgres %s: connect: %s", p->u.table, msg);
 }
 
@@ -576,7 +509,7 @@ pg_claim(struct ik_store *st, const struct ik_claim_req *req, struct ik_claim_re
     ik_err *err)
 {
 	struct pg *p = st->impl;
-	char lease[24], exp[24];
+	char lease[24], exp[24], name[16];
 	const char *params[] = { req->key, req->token, lease, req->fingerprint,
 	                         req->event ? req->event : "", exp };
 	PGresult *r;
@@ -587,6 +520,10 @@ pg_claim(struct ik_store *st, const struct ik_claim_req *req, struct ik_claim_re
 	snprintf(exp, sizeof exp, "%lld", (long long)req->expires_at);
 	if ((rc = group_write(p, err)))
 		return rc;
+	/* The outbox's slot is known once the claim is prepared. */
+	if (ik_pgo_on() && ((rc = ik_pg_prepare(p, Q_CLAIM, 6, "claim", name, err)) ||
+	    (rc = ik_pgo_claim_gate(p, err))))
+		goto fail;
 	/* A lease that ran out between our two statements lets the claim
 	 * through on the next try; bounded, since every round means another
 	 * holder's lease ended. */
@@ -927,7 +864,8 @@ pg_init(struct ik_store *st, ik_err *err)
 	struct pg *p = st->impl;
 	int rc;
 
-	if ((rc = conn_ok(p, err)) || (rc = migrate(p, err)) || (rc = history_column(p, err)))
+	if ((rc = conn_ok(p, err)) || (rc = migrate(p, err)) || (rc = history_column(p, err)) ||
+	    (ik_pgo_on() && (rc = ik_pgo_init(p, err))))
 		return rc;
 	return purge(p, err);
 }
@@ -942,6 +880,7 @@ pg_close(struct ik_store *st)
 	ik_pg_pops_free(p->queued);
 	ik_pg_pops_free(p->batch);
 	ik_pg_pops_free(p->done);
+	ik_pgo_close(p);
 	if (p->conn)
 		PQfinish(p->conn);
 	ik_pg_url_free(&p->u);
@@ -972,6 +911,11 @@ static const struct ik_store_ops postgres_ops = {
 	.finish_start = ik_pg_finish_start,
 	.run = ik_pg_run,
 	.active = ik_pg_active,
+	.outbox_lease = ik_pgo_lease,
+	.outbox_read = ik_pgo_read,
+	.outbox_ack = ik_pgo_ack,
+	.outbox_purge = ik_pgo_purge,
+	.outbox_stats = ik_pgo_stats,
 };
 
 /* url is the whole store URL: postgres://..., postgresql://..., postgres:. */
@@ -996,6 +940,12 @@ ik_store_postgres_open(const char *url, struct ik_store *st, ik_err *err)
 				rc = ik_errf(err, IK_SOFTWARE, "out of memory");
 				goto fail;
 			}
+	/* The outbox: the finish and the re-notification emit their event
+	 * in their own statement (store_postgres_outbox.c). */
+	for (int v = 0; ik_pgo_on() && v < 2; v++)
+		if ((rc = ik_pgo_wrap(p, Q_FINISH, &p->sql[v][Q_FINISH], err)) ||
+		    (rc = ik_pgo_wrap(p, Q_RENOTIFIED, &p->sql[v][Q_RENOTIFIED], err)))
+			goto fail;
 	return IK_OK;
 fail:
 	pg_close(st);

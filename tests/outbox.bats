@@ -12,7 +12,7 @@
 # (local-aws-sqs on loopback).  The store is SQLite, or by
 # IDEMKIT_TEST_BACKEND redis (a redis-server per test: the counts are the
 # store's whole outbox), dynamodb (dynalite) or dynamodb-local (a table per
-# test); a test that needs SQLite's own file says so, and each store's own
+# test), postgres (a table and its slot per test, one server per file); a test that needs SQLite's own file says so, and each store's own
 # tests are in tests/outbox-STORE.bats.
 
 bats_require_minimum_version 1.5.0
@@ -40,6 +40,13 @@ setup() {
 	dynamodb|dynamodb-local)
 		export IDEMKIT_STORE=dynamodb:ob-$BATS_TEST_NUMBER-$$-$RANDOM
 		idemp-init >/dev/null ;;
+	postgres)
+		# a table (and so its own replication slot, made by idemp-init
+		# with IDEMKIT_OUTBOX set) on the file's server
+		OB_TABLE=ob_$$_$RANDOM$RANDOM
+		export IDEMKIT_STORE=$PG_URL?table=$OB_TABLE
+		idemp-init >/dev/null 2>&1
+		;;
 	*) echo "unknown IDEMKIT_TEST_BACKEND=$IDEMKIT_TEST_BACKEND" >&2; return 1 ;;
 	esac
 }
@@ -50,6 +57,7 @@ teardown() {
 	for p in ${RELAYS:-}; do kill -KILL "$p" 2>/dev/null || true; done
 	bank_stop
 	[ -z "${REDIS_PID:-}" ] || redis_stop
+	[ -z "${OB_TABLE:-}" ] || pg_sql "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'idemkit_$OB_TABLE'" >/dev/null 2>&1 || true
 }
 # sqlite_only: the test reaches into SQLite's file (its lock, its rows).
 sqlite_only() {
@@ -68,8 +76,9 @@ republish_first() {
 		rcli SET idemkit:outbox:waiting "$(rcli XLEN idemkit:outbox)" >/dev/null
 		;;
 	# DynamoDB keeps nothing published (the checkpoint removes the event
-	# from the item): tests/outbox-dynamodb.bats kills the relay instead
-	dynamodb*) ;;
+	# from the item), PostgreSQL's slot has passed it: their own suites
+	# kill the relay instead
+	dynamodb*|postgres) ;;
 	*) sqlite3 -cmd ".timeout 10000" "$DB" "UPDATE outbox SET published_at = NULL WHERE seq <= $1" ;;
 	esac
 }

@@ -4,6 +4,8 @@
 # that directory, password (SCRAM) authentication over TCP, and creates a
 # role and database `idemkit` with a random password.  It exports PG_PORT,
 # PG_DIR, PG_PASSWORD and PG_URL (postgres://idemkit:PASSWORD@127.0.0.1:PORT/idemkit);
+# wal_level is logical and the role has REPLICATION, as the outbox wants
+# (a slot per table: store_postgres_outbox.c);
 # pg_stop ends it and removes the directory; pg_restart / pg_halt / pg_resume
 # stop and start the same cluster (data kept).  pg_sql runs SQL as the
 # superuser over the socket.
@@ -49,6 +51,8 @@ pg_start() {
 	session_preload_libraries = 'auto_explain'
 	auto_explain.log_min_duration = -1
 	log_connections = on
+	wal_level = logical
+	max_replication_slots = 100
 	${PG_EXTRA_CONF:-}
 	EOF
 	for _try in 1 2 3 4 5; do
@@ -61,7 +65,7 @@ pg_start() {
 	done
 	[ -n "$PG_PORT" ] || { tail -20 "$PG_DIR/server.log" >&2; return 1; }
 	export PG_DIR PG_PORT PG_PASSWORD
-	pg_sql "CREATE ROLE idemkit LOGIN PASSWORD '$PG_PASSWORD'" postgres >/dev/null &&
+	pg_sql "CREATE ROLE idemkit LOGIN REPLICATION PASSWORD '$PG_PASSWORD'" postgres >/dev/null &&
 	pg_sql "CREATE DATABASE idemkit OWNER idemkit" postgres >/dev/null || return 1
 	export PG_URL=postgres://idemkit:$PG_PASSWORD@127.0.0.1:$PG_PORT/idemkit
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
 # The outbox under load and crashes (issue 27), on the embedded default
 # (or the store IDEMKIT_TEST_BACKEND names: dynamodb on dynalite,
-# dynamodb-local; the queues stay embedded):
+# dynamodb-local, redis, postgres (a throwaway server, pg_helper.bash); the
+# queues stay embedded):
 # OUTBOX_N charges (default 800, what fits CI's faults step; OUTBOX_N=10000
 # by hand), each delivered 1-5 times, drained by
 # charge-worker --stream while the relay (idemp-outbox --follow) is killed
@@ -16,6 +17,17 @@ load faults
 
 N=${OUTBOX_N:-800}
 BACKEND=${IDEMKIT_TEST_BACKEND:-sqlite}
+
+setup_file() {
+	case $BACKEND in
+	postgres) . "$IDEMKIT_SRC/tests/pg_helper.bash"; pg_start ;;
+	esac
+}
+teardown_file() {
+	case $BACKEND in
+	postgres) . "$IDEMKIT_SRC/tests/pg_helper.bash"; pg_stop ;;
+	esac
+}
 
 setup() { bank_start; }
 teardown() {
@@ -41,12 +53,15 @@ the_store() {
 		ddb_emulator_start "$BACKEND" || return 1
 		export IDEMKIT_STORE=dynamodb:obx-$$-$RANDOM
 		idemp-init >/dev/null ;;
+	postgres)
+		export IDEMKIT_STORE="$PG_URL?table=fo_$$_$RANDOM"
+		idemp-init >/dev/null ;;
 	*) echo "unknown IDEMKIT_TEST_BACKEND=$IDEMKIT_TEST_BACKEND" >&2; return 1 ;;
 	esac
 }
 # stored_events: "COUNT|DISTINCT CHARGES" of the events the store wrote
-# (DynamoDB keeps none once published: there the consumer's count is
-# the check).
+# (DynamoDB keeps none once published, PostgreSQL's are WAL messages:
+# there the consumer's count is the check).
 stored_events() {
 	case $BACKEND in
 	redis) rcli XRANGE idemkit:outbox - + | python3 -c 'import sys
@@ -99,7 +114,7 @@ relay_chaos() {
 	took=$((SECONDS - start))
 	check_exactly_once "$BATS_TEST_TMPDIR/charges"
 	# one event per finished charge, in the store
-	case $BACKEND in dynamodb*) ;; *) [ "$(stored_events)" = "$N|$N" ] ;; esac
+	case $BACKEND in dynamodb*|postgres) ;; *) [ "$(stored_events)" = "$N|$N" ] ;; esac
 	[ "$(waiting)" -eq 0 ]
 	copies=$(sqs-stat --queue "$IDEMKIT_OUTBOX" | python3 -c 'import json,sys; print(json.load(sys.stdin)["visible"])')
 	[ "$copies" -ge "$N" ]
