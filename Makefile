@@ -194,6 +194,9 @@ sanitize:
 	sh tests/run.sh --list $(CHECK_RUNS) > build/san/all-runs
 	$(if $(SAN_ALL),cp build/san/all-runs,python3 tests/sancover.py select $(SAN_COVER) build/san/all-runs >) build/san/runs
 	@echo "sanitize: $$(wc -l < build/san/runs) of $$(wc -l < build/san/all-runs) runs (make test runs them all)"
+	@# a fresh clone: the slowest first by the coverage run's times
+	@[ -s build/san/test-times ] || awk '$$1 == "run" { t = $$3; sub(/^run [0-9]+ [0-9]+ /, ""); print t, $$0 }' \
+	  $(SAN_COVER) | sort -nr > build/san/test-times
 	ASAN_OPTIONS=log_path=$(SAN_LOG):detect_leaks=1 \
 	UBSAN_OPTIONS=log_path=$(SAN_LOG):print_stacktrace=1 \
 	IDEMKIT_TEST_ONLY=$(CURDIR)/build/san/runs \
