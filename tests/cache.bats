@@ -195,7 +195,7 @@ while True:
     threading.Thread(target=serve, args=(c,), daemon=True).start()
 PY
 	PROXY_PID=$!
-	for _ in $(seq 100); do [ -s "$1" ] && break; sleep 0.05; done
+	for _ in $(seq 600); do [ -s "$1" ] && break; sleep 0.05; done
 	[ -s "$1" ]
 }
 
@@ -210,13 +210,13 @@ PY
 	# cache write of that record is held on the way
 	IDEMKIT_CACHE=redis://127.0.0.1:$(cat "$d/port") run --separate-stderr idemp-claim < <(ev "$id")
 	[ "$status" -eq 12 ]
-	for _ in $(seq 100); do [ -e "$d/held" ] && break; sleep 0.05; done
+	for _ in $(seq 600); do [ -e "$d/held" ] && break; sleep 0.05; done
 	[ -e "$d/held" ]
 	[ ! -e "$d/released" ]
 	# meanwhile the operator forgets the declined charge after a fix
 	run --separate-stderr idemp-forget "$id"
 	[ "$status" -eq 0 ]
-	for _ in $(seq 100); do [ -e "$d/released" ] && break; sleep 0.05; done
+	for _ in $(seq 600); do [ -e "$d/released" ] && break; sleep 0.05; done
 	[ -e "$d/released" ]                                # the late write reached the server
 	kill "$PROXY_PID"; wait "$PROXY_PID" 2>/dev/null || true
 	[ -z "$(rcli cache HGET "idemkit:cache:$id" state)" ]
@@ -234,13 +234,13 @@ PY
 	# declined: recorded FAILED in the store; its cache write is held
 	IDEMKIT_CACHE=redis://127.0.0.1:$(cat "$d/port") run --separate-stderr idemp-done --state FAILED <<<"$old"
 	[ "$status" -eq 0 ]
-	for _ in $(seq 100); do [ -e "$d/held" ] && break; sleep 0.05; done
+	for _ in $(seq 600); do [ -e "$d/held" ] && break; sleep 0.05; done
 	[ -e "$d/held" ]
 	# forgotten after a fix, and claimed again by the redelivery
 	idemp-forget "$id" >/dev/null 2>&1
 	new=$(ev "$id" | idemp-claim 2>/dev/null)
 	[ "$(jget "$new" claim.outcome)" = ACQUIRED ]
-	for _ in $(seq 100); do [ -e "$d/released" ] && break; sleep 0.05; done
+	for _ in $(seq 600); do [ -e "$d/released" ] && break; sleep 0.05; done
 	[ -e "$d/released" ]                                # the old finish reached the server
 	kill "$PROXY_PID"; wait "$PROXY_PID" 2>/dev/null || true
 	[ "$(rcli cache HGET "idemkit:cache:$id" state)" = IN_PROGRESS ]

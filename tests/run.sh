@@ -20,8 +20,13 @@
 # (IDEMKIT_TEST_TIMES, a file of "SECONDS RUN" lines, kept up to date),
 # else in the order given, runs named one by one before the files of a
 # directory (a file both named and in a directory runs once).
-# IDEMKIT_TEST_SKIP: files left out (words, as named).  IDEMKIT_BATS_OPTS:
-# more bats options (e.g. --timing).
+# IDEMKIT_TEST_SKIP: files left out (words, as named).  IDEMKIT_TEST_ONLY:
+# a file of runs, one a line as --list prints them: only those of the runs
+# asked for run (make sanitize's selection).  IDEMKIT_BATS_OPTS: more bats
+# options (e.g. --timing).  IDEMKIT_TEST_GCOV=DIR: each run's gcov data
+# under DIR/N (GCOV_PREFIX), its run in DIR/N/run and its seconds in
+# DIR/N/time (make san-cover, on a --coverage build).
+# run.sh --list RUN...: prints the runs, one a line, and runs none.
 set -u
 # A test that hangs (a receive loop that never ends, a server that never
 # answers) is a red test with its name, not a stuck run: bats ends it after
@@ -40,6 +45,11 @@ one() {
 	local_vars=
 	while [ $# -gt 1 ]; do local_vars="$local_vars $1"; shift; done
 	local_start=$(date +%s)
+	if [ -n "${IDEMKIT_TEST_GCOV:-}" ]; then
+		mkdir -p "$IDEMKIT_TEST_GCOV/$local_n"
+		echo "$local_run" > "$IDEMKIT_TEST_GCOV/$local_n/run"
+		local_vars="$local_vars GCOV_PREFIX=$IDEMKIT_TEST_GCOV/$local_n GCOV_PREFIX_STRIP=0"
+	fi
 	{
 		echo "== bats $local_run"
 		# shellcheck disable=SC2086
@@ -47,6 +57,7 @@ one() {
 		echo $? > "$dir/$local_n.rc"
 	} | if [ -n "$local_stream" ]; then tee "$dir/$local_n.out"; else cat > "$dir/$local_n.out"; fi
 	echo "$(( $(date +%s) - local_start )) $local_run" > "$dir/$local_n.time"
+	[ -z "${IDEMKIT_TEST_GCOV:-}" ] || cut -d' ' -f1 "$dir/$local_n.time" > "$IDEMKIT_TEST_GCOV/$local_n/time"
 	[ -n "$local_stream" ] || cat "$dir/$local_n.out"
 }
 # (how GNU parallel runs one: sh run.sh --one DIR N RUN)
@@ -56,6 +67,8 @@ if [ "${1:-}" = --one ]; then
 	exit 0
 fi
 
+list=
+[ "${1:-}" = --list ] && { list=y; shift; }
 jobs=${IDEMKIT_TEST_JOBS:-4}
 file_jobs=${IDEMKIT_TEST_FILE_JOBS:-2}
 if ! command -v parallel >/dev/null 2>&1; then
@@ -87,6 +100,14 @@ for run in "$@"; do
 done | cat "$dir/named" - > "$dir/all"
 for run in ${IDEMKIT_TEST_SKIP:-}; do echo "$run"; done > "$dir/skip"
 grep -Fvx -f "$dir/skip" "$dir/all" > "$dir/runs"
+if [ -n "${IDEMKIT_TEST_ONLY:-}" ]; then
+	[ -r "$IDEMKIT_TEST_ONLY" ] || { echo "run.sh: cannot read $IDEMKIT_TEST_ONLY" >&2; exit 64; }
+	grep -Fvx -f "$IDEMKIT_TEST_ONLY" "$dir/runs" > "$dir/left"
+	grep -Fx -f "$IDEMKIT_TEST_ONLY" "$dir/runs" > "$dir/only"
+	mv "$dir/only" "$dir/runs"
+	[ -s "$dir/left" ] && echo "not run here (not in $IDEMKIT_TEST_ONLY): $(tr '\n' ' ' < "$dir/left")"
+fi
+[ -n "$list" ] && { cat "$dir/runs"; exit 0; }
 [ -s "$dir/skip" ] && echo "not run here (IDEMKIT_TEST_SKIP): $(tr '\n' ' ' < "$dir/skip")"
 if [ -s "${IDEMKIT_TEST_TIMES:-}" ]; then
 	# the slowest first by the last measure; runs it has not seen first of

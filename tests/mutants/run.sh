@@ -13,16 +13,23 @@
 # whose names match REGEX when -f is given (the test that guards the code:
 # the whole of a long suite per mutant would not fit CI's time).
 #
+# Mutants go MUTANTS_JOBS at a time (default 2), each worker in its own
+# scratch tree (a copy of the first, built once), every other patch to the
+# next worker: a mutant's time is a rebuild of what the patch touches
+# (CPU) and then its runs, which mostly wait on servers, leases and
+# timeouts, so two at a time keep both cores of a CI machine busy.
+#
 # usage: tests/mutants/run.sh [NAME ...]    (default: every patch)
 # env:   MUTANTS_DIR (scratch, default build/mutants), MAKE (default make),
 #        MUTANTS_TEST_TIMEOUT (seconds a test may take, default 60: a mutant
-#        that makes a loop never end is caught by the limit, quickly)
+#        that makes a loop never end is caught by the limit, quickly),
+#        MUTANTS_JOBS (workers, default 2; 1: one at a time, as before)
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
 dir=${MUTANTS_DIR:-$src/build/mutants}
-tree=$dir/tree
 make=${MAKE:-make}
-log=$dir/log
+jobs=${MUTANTS_JOBS:-2}
+case $jobs in ''|*[!0-9]*|0) echo "mutants: MUTANTS_JOBS must be a count" >&2; exit 64 ;; esac
 
 if [ $# -eq 0 ]; then
 	set -- $(cd "$src/tests/mutants" && ls ./*.patch | sed 's#^\./##; s#\.patch$##')
@@ -30,7 +37,8 @@ fi
 [ $# -gt 0 ] || { echo "mutants: no patches in tests/mutants" >&2; exit 1; }
 
 # The scratch copy: what git tracks, plus what it would (new files).
-rm -rf "$tree"
+tree=$dir/tree
+rm -rf "$dir"
 mkdir -p "$tree"
 (cd "$src" && git ls-files -co --exclude-standard | while IFS= read -r f; do
 	[ -e "$f" ] && printf '%s\n' "$f"; done | tar cf - -T -) | (cd "$tree" && tar xf -)
@@ -42,65 +50,109 @@ if ! "$make" -s -C "$tree" -j2 check-build >"$dir/build.log" 2>&1; then
 	exit 1
 fi
 
-killed=0 survived=0 broken=0 bad=
-for name in "$@"; do
-	p=$src/tests/mutants/$name.patch
-	if [ ! -f "$p" ]; then
-		echo "BROKEN $name: no such patch"; broken=$((broken + 1)); bad="$bad $name"; continue
-	fi
-	defect=$(sed -n 's/^# defect: //p' "$p" | head -1)
-	runs=$(sed -n 's/^# run: //p' "$p")
-	if [ -z "$runs" ] || [ -z "$defect" ]; then
-		echo "BROKEN $name: the patch names no '# defect:' or no '# run:'"
-		broken=$((broken + 1)); bad="$bad $name"; continue
-	fi
-	if ! patch -d "$tree" -p1 --dry-run -s -f <"$p" >"$log" 2>&1; then
-		echo "BROKEN $name: does not apply any more; update it with the code it guards:"
-		sed 's/^/    /' "$log"
-		broken=$((broken + 1)); bad="$bad $name"; continue
-	fi
-	patch -d "$tree" -p1 -s -f <"$p" >/dev/null
-	if ! "$make" -s -C "$tree" -j2 check-build >"$log" 2>&1; then
-		echo "BROKEN $name: does not build once applied:"
-		tail -5 "$log" | sed 's/^/    /'
-		broken=$((broken + 1)); bad="$bad $name"
-	else
-		# The "# run:" lines in turn, against the mutated build; the first
-		# one that fails has caught the mutant (the rest need not run).
-		caught= norun=
-		while IFS= read -r r; do
-			[ -n "$r" ] || continue
-			filter=
-			case $r in *" -f "*) filter=${r#* -f }; r=${r%% -f *} ;; esac
-			# shellcheck disable=SC2086
-			if ! (cd "$tree" && set -- $r && vars= &&
-			    while [ $# -gt 1 ]; do vars="$vars $1"; shift; done &&
-			    env $vars IDEMKIT_BIN="$tree/build/bin" IDEMKIT_TEST_BIN="$tree/build/test" \
-			    IDEMKIT_SRC="$tree" BATS_TEST_TIMEOUT="${MUTANTS_TEST_TIMEOUT:-60}" \
-			    bats --tap ${filter:+-f "$filter"} "$1") >"$log" 2>&1 </dev/null; then
-				caught=$(grep -a -m1 '^not ok' "$log" || echo "(the run failed)")
-				caught="$r${filter:+ -f $filter}: $caught"
-				break
-			fi
-			if ! grep -aq '^ok ' "$log"; then   # a filter that matches nothing proves nothing
-				norun="$r${filter:+ -f $filter}"
-				break
-			fi
-		done <<-RUNS
-		$runs
-		RUNS
-		if [ -n "$norun" ]; then
-			echo "BROKEN $name: '$norun' ran no test"
-			broken=$((broken + 1)); bad="$bad $name"
-		elif [ -z "$caught" ]; then
-			echo "SURVIVED $name: $defect"
-			survived=$((survived + 1)); bad="$bad $name"
-		else
-			echo "killed $name by $caught"
-			killed=$((killed + 1))
+# worker K NAME...: the mutants NAME in turn in scratch tree K; its tally
+# ("killed survived broken names...") in $dir/tally.K at the end.
+worker() {
+	k=$1; shift
+	tree=$dir/tree.$k log=$dir/log.$k
+	killed=0 survived=0 broken=0 bad=
+	for name in "$@"; do
+		p=$src/tests/mutants/$name.patch
+		if [ ! -f "$p" ]; then
+			echo "BROKEN $name: no such patch"; broken=$((broken + 1)); bad="$bad $name"; continue
 		fi
+		defect=$(sed -n 's/^# defect: //p' "$p" | head -1)
+		runs=$(sed -n 's/^# run: //p' "$p")
+		if [ -z "$runs" ] || [ -z "$defect" ]; then
+			echo "BROKEN $name: the patch names no '# defect:' or no '# run:'"
+			broken=$((broken + 1)); bad="$bad $name"; continue
+		fi
+		if ! patch -d "$tree" -p1 --dry-run -s -f <"$p" >"$log" 2>&1; then
+			echo "BROKEN $name: does not apply any more; update it with the code it guards:"
+			sed 's/^/    /' "$log"
+			broken=$((broken + 1)); bad="$bad $name"; continue
+		fi
+		patch -d "$tree" -p1 -s -f <"$p" >/dev/null
+		if ! "$make" -s -C "$tree" -j2 check-build >"$log" 2>&1; then
+			echo "BROKEN $name: does not build once applied:"
+			tail -5 "$log" | sed 's/^/    /'
+			broken=$((broken + 1)); bad="$bad $name"
+		else
+			# The "# run:" lines in turn, against the mutated build; the first
+			# one that fails has caught the mutant (the rest need not run).
+			caught= norun=
+			while IFS= read -r r; do
+				[ -n "$r" ] || continue
+				filter=
+				case $r in *" -f "*) filter=${r#* -f }; r=${r%% -f *} ;; esac
+				# shellcheck disable=SC2086
+				if ! (cd "$tree" && set -- $r && vars= &&
+				    while [ $# -gt 1 ]; do vars="$vars $1"; shift; done &&
+				    env $vars IDEMKIT_BIN="$tree/build/bin" IDEMKIT_TEST_BIN="$tree/build/test" \
+				    IDEMKIT_SRC="$tree" BATS_TEST_TIMEOUT="${MUTANTS_TEST_TIMEOUT:-60}" \
+				    bats --tap ${filter:+-f "$filter"} "$1") >"$log" 2>&1 </dev/null; then
+					caught=$(grep -a -m1 '^not ok' "$log" || echo "(the run failed)")
+					caught="$r${filter:+ -f $filter}: $caught"
+					break
+				fi
+				if ! grep -aq '^ok ' "$log"; then   # a filter that matches nothing proves nothing
+					norun="$r${filter:+ -f $filter}"
+					break
+				fi
+			done <<-RUNS
+			$runs
+			RUNS
+			if [ -n "$norun" ]; then
+				echo "BROKEN $name: '$norun' ran no test"
+				broken=$((broken + 1)); bad="$bad $name"
+			elif [ -z "$caught" ]; then
+				echo "SURVIVED $name: $defect"
+				survived=$((survived + 1)); bad="$bad $name"
+			else
+				echo "killed $name by $caught"
+				killed=$((killed + 1))
+			fi
+		fi
+		patch -d "$tree" -p1 -R -s -f <"$p" >/dev/null
+	done
+	echo "$killed $survived $broken$bad" > "$dir/tally.$k"
+}
+
+# Worker k takes every jobs-th patch from the k-th on.  Each one's lines
+# are whole lines (one echo each), so they interleave but do not mix.
+[ "$jobs" -le $# ] || jobs=$#
+k=1
+while [ "$k" -lt "$jobs" ]; do
+	rm -rf "$dir/tree.$k"
+	cp -a "$tree" "$dir/tree.$k"   # the built copy: times kept, no rebuild
+	k=$((k + 1))
+done
+mv "$tree" "$dir/tree.0"
+pids='' k=0
+while [ "$k" -lt "$jobs" ]; do
+	i=0 mine=
+	for name in "$@"; do
+		[ $((i % jobs)) -eq "$k" ] && mine="$mine $name"
+		i=$((i + 1))
+	done
+	# shellcheck disable=SC2086
+	worker "$k" $mine &
+	pids="$pids $!"
+	k=$((k + 1))
+done
+trap 'kill $pids 2>/dev/null; exit 130' INT TERM
+for pid in $pids; do wait "$pid"; done
+killed=0 survived=0 broken=0 bad=
+k=0
+while [ "$k" -lt "$jobs" ]; do
+	if [ -r "$dir/tally.$k" ]; then
+		read -r a b c names < "$dir/tally.$k"
+		killed=$((killed + a)) survived=$((survived + b)) broken=$((broken + c))
+		[ -z "${names:-}" ] || bad="$bad $names"
+	else
+		echo "mutants: worker $k left no tally"; broken=$((broken + 1)); bad="$bad (worker $k)"
 	fi
-	patch -d "$tree" -p1 -R -s -f <"$p" >/dev/null
+	k=$((k + 1))
 done
 [ -z "$bad" ] || echo "mutants not killed:$bad"
 echo "$killed killed, $survived survived, $broken broken"

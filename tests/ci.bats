@@ -1,0 +1,106 @@
+#!/usr/bin/env bats
+# CI's own machinery: make sanitize's choice of runs (tests/sancover.py and
+# the committed tests/san-cover.txt), tests/run.sh's --list and
+# IDEMKIT_TEST_ONLY, and tests/mutants/run.sh's workers.
+bats_require_minimum_version 1.5.0
+load helper
+
+inner() {
+	# (PATH without bats' own libexec, whose "bats" is not the front end)
+	env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$HOME" TMPDIR="$BATS_TEST_TMPDIR" "$@"
+}
+
+@test "tests/san-cover.txt is not stale: every run it leans on is still made, it has seen every C source" {
+	cd "$IDEMKIT_SRC"
+	make -s check-runs > "$BATS_TEST_TMPDIR/runs"
+	grep -Fqx 'IDEMKIT_TEST_BACKEND=postgres tests/store.bats' "$BATS_TEST_TMPDIR/runs"
+	grep -Fqx 'tests/ci.bats' "$BATS_TEST_TMPDIR/runs"
+	run python3 tests/sancover.py check tests/san-cover.txt "$BATS_TEST_TMPDIR/runs"
+	[ "$status" -eq 0 ]
+	[[ "$output" != *stale* ]]
+}
+
+@test "a coverage list that misses a C source, or leans on a run gone, is stale and says which; a new run is named, not stale" {
+	cd "$IDEMKIT_SRC"
+	make -s check-runs > "$BATS_TEST_TMPDIR/runs"
+	grep -v '^run [0-9]* [0-9]* tests/idemp-claim.bats$' tests/san-cover.txt |
+		grep -v '^source lib/envelope.c$' > "$BATS_TEST_TMPDIR/old.txt"
+	run python3 tests/sancover.py check "$BATS_TEST_TMPDIR/old.txt" "$BATS_TEST_TMPDIR/runs"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"unseen, sanitized in full: tests/idemp-claim.bats"* ]]
+	[[ "$output" == *"stale: a C source it has not seen: lib/envelope.c"* ]]
+	[[ "$output" == *"is stale: make san-cover renews it" ]]
+	# a new run alone: named, not stale (select gives it in full)
+	grep -v '^run [0-9]* [0-9]* tests/idemp-claim.bats$' tests/san-cover.txt > "$BATS_TEST_TMPDIR/new.txt"
+	run python3 tests/sancover.py check "$BATS_TEST_TMPDIR/new.txt" "$BATS_TEST_TMPDIR/runs"
+	[ "$status" -eq 0 ]
+	[ "$output" = "unseen, sanitized in full: tests/idemp-claim.bats" ]
+	python3 tests/sancover.py select "$BATS_TEST_TMPDIR/new.txt" "$BATS_TEST_TMPDIR/runs" | grep -Fqx tests/idemp-claim.bats
+	# a run make check no longer has
+	echo 'tests/gone.bats' > "$BATS_TEST_TMPDIR/one"
+	run python3 tests/sancover.py check tests/san-cover.txt "$BATS_TEST_TMPDIR/one"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"unseen, sanitized in full: tests/gone.bats"* ]]
+	[[ "$output" == *"stale: a run make check no longer has: tests/store.bats"* ]]
+}
+
+@test "the sanitizer's runs cover every line the whole suite covers, cheapest first, and runs it has not seen" {
+	# A: 10 lines in 100 s; B: 8 of them in 2 s; C: the other 2 in 1 s.
+	cat > "$BATS_TEST_TMPDIR/list" <<-'EOF'
+	run 0 100 tests/a.bats
+	run 1 2 tests/b.bats
+	run 2 1 X=1 tests/c.bats
+	lines 8 0,1
+	lines 2 0,2
+	EOF
+	printf '%s\n' tests/a.bats tests/b.bats 'X=1 tests/c.bats' tests/new.bats > "$BATS_TEST_TMPDIR/runs"
+	run python3 "$IDEMKIT_SRC/tests/sancover.py" select "$BATS_TEST_TMPDIR/list" "$BATS_TEST_TMPDIR/runs"
+	[ "$status" -eq 0 ]
+	[ "$output" = "$(printf '%s\n' tests/b.bats 'X=1 tests/c.bats' tests/new.bats)" ]
+	# the committed list: what it selects covers every set of lines in it
+	cd "$IDEMKIT_SRC"
+	make -s check-runs > "$BATS_TEST_TMPDIR/runs"
+	python3 tests/sancover.py select tests/san-cover.txt "$BATS_TEST_TMPDIR/runs" > "$BATS_TEST_TMPDIR/sel"
+	[ -s "$BATS_TEST_TMPDIR/sel" ]
+	run awk 'NR == FNR { sel[$0] = 1; next }
+	    $1 == "run" { id = $2; $1 = $2 = $3 = ""; sub(/^ +/, ""); if ($0 in sel) chosen[id] = 1; next }
+	    $1 == "lines" { n = split($3, ids, ","); hit = 0
+	        for (i = 1; i <= n; i++) if (ids[i] in chosen) hit = 1
+	        if (!hit) missed += $2; total += $2 }
+	    END { print missed + 0, total + 0 }' "$BATS_TEST_TMPDIR/sel" tests/san-cover.txt
+	[ "$status" -eq 0 ]
+	[[ "$output" == "0 "* ]]
+	[ "${output#0 }" -gt 1000 ]
+}
+
+@test "run.sh --list prints the runs and runs none; IDEMKIT_TEST_ONLY runs only the runs it names" {
+	d=$BATS_TEST_TMPDIR/suite
+	mkdir -p "$d"
+	for n in a b c; do
+		printf '@test "%s" { echo ran > "%s/%s.ran"; }\n' "$n" "$d" "$n" > "$d/$n.bats"
+	done
+	run inner sh "$IDEMKIT_SRC/tests/run.sh" --list "$d/b.bats" "X=1 $d/c.bats" "$d"
+	[ "$status" -eq 0 ]
+	[ "$output" = "$(printf '%s\n' "$d/b.bats" "X=1 $d/c.bats" "$d/a.bats" "$d/c.bats")" ]
+	[ ! -e "$d/a.ran" ]
+	printf '%s\n' "$d/b.bats" "X=1 $d/c.bats" > "$BATS_TEST_TMPDIR/only"
+	run inner IDEMKIT_TEST_ONLY="$BATS_TEST_TMPDIR/only" sh "$IDEMKIT_SRC/tests/run.sh" "$d/b.bats" "X=1 $d/c.bats" "$d"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"not run here (not in $BATS_TEST_TMPDIR/only): $d/a.bats $d/c.bats "* ]]
+	[ "${lines[${#lines[@]}-1]}" = "2 passed, 0 failed, 0 skipped" ]
+	[ ! -e "$d/a.ran" ]
+	[ -e "$d/b.ran" ]
+	[ -e "$d/c.ran" ]
+	run inner IDEMKIT_TEST_ONLY="$BATS_TEST_TMPDIR/none" sh "$IDEMKIT_SRC/tests/run.sh" "$d"
+	[ "$status" -eq 64 ]
+	[[ "$output" == *"cannot read $BATS_TEST_TMPDIR/none"* ]]
+}
+
+@test "mutants: MUTANTS_JOBS must be a count" {
+	run inner MUTANTS_JOBS=0 MUTANTS_DIR="$BATS_TEST_TMPDIR/m" sh "$IDEMKIT_SRC/tests/mutants/run.sh"
+	[ "$status" -eq 64 ]
+	[ "$output" = "mutants: MUTANTS_JOBS must be a count" ]
+	run inner MUTANTS_JOBS=two MUTANTS_DIR="$BATS_TEST_TMPDIR/m" sh "$IDEMKIT_SRC/tests/mutants/run.sh"
+	[ "$status" -eq 64 ]
+	[ ! -e "$BATS_TEST_TMPDIR/m" ]
+}
