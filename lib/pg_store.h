@@ -1,7 +1,8 @@
-/* pg_store.h: what the PostgreSQL store's two files share
+/* pg_store.h: what the PostgreSQL store's files share
  * (store_postgres.c: the store and its blocking statements; pg_pipe.c: its
- * claims and finishes in flight, libpq's pipeline mode).  Nothing else
- * includes it. */
+ * claims and finishes in flight, libpq's pipeline mode; pg_repl.c:
+ * idemp-init's look at the server's replication).  Nothing else includes
+ * it. */
 #ifndef IK_PG_STORE_H
 #define IK_PG_STORE_H
 
@@ -52,5 +53,9 @@ int ik_pg_run(struct ik_store *st, int fd, int *readable, int timeout_ms, ik_err
 size_t ik_pg_active(struct ik_store *st);
 void ik_pg_drain(struct pg *p);
 void ik_pg_pops_free(struct pop *o);
+
+/* pg_repl.c: warns (stderr) when the server's replication would lose
+ * finished records on a failover; never fails. */
+void ik_pg_replication_check(struct pg *p);
 
 #endif
