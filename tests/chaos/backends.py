@@ -14,6 +14,10 @@ import servers
 
 SQS_PORT = 9324
 DDB_PORT = 8000
+# The workers reach each store and queue server through a Link (proxy.py,
+# tcp) on the server's host, on the server's port plus this: the nemesis's
+# store-link and queue-link faults land there.
+LINK_OFFSET = 1
 
 
 def start(w):
@@ -29,21 +33,37 @@ def start(w):
     if w.backend == "postgres":
         pg = servers.Postgres(w.procs, "store", "store2")
         pg.start()
-        env["IDEMKIT_STORE"] = pg.url()
+        for h in pg.hosts:
+            link(w, "store", h, w.net.addr(h), pg.PORT)
+        env["IDEMKIT_STORE"] = pg.url(LINK_OFFSET)
         sec.append(("store password", pg.password))
         return pg, env, sec
     if w.backend == "redis":
         rd = Redis(w.procs, "store", "store2")
         rd.start()
-        env["IDEMKIT_STORE"] = rd.url()
+        for h in rd.hosts:
+            # on every address: the service address moves on failover
+            link(w, "store", h, "0.0.0.0", rd.PORT, w.net.addr(h))
+        env["IDEMKIT_STORE"] = rd.url(LINK_OFFSET)
         sec.append(("store password", rd.password))
         return rd, env, sec
     if w.backend == "dynamodb":
         ddb_local(w)
-        env["AWS_ENDPOINT_URL_DYNAMODB"] = "http://%s:%d" % (w.net.addr("store"), DDB_PORT)
+        link(w, "store", "store", w.net.addr("store"), DDB_PORT)
+        env["AWS_ENDPOINT_URL_DYNAMODB"] = "http://%s:%d" % (w.net.addr("store"),
+                                                             DDB_PORT + LINK_OFFSET)
         env["IDEMKIT_STORE"] = "dynamodb:chaos"
         return None, env, sec
     raise ValueError(w.backend)
+
+
+def link(w, kind, host, listen, port, upstream=None):
+    """A Link to the server on host:port, listening on port + LINK_OFFSET
+    (kind: "store" or "queue", as the nemesis names them)."""
+    up = "%s:%d" % (upstream or w.net.addr(host), port)
+    lk = servers.Link(w.procs, host, "%s-link-%s" % (kind, host), listen, port + LINK_OFFSET,
+                      up, w.a.seed)
+    w.links.setdefault(kind, []).append(lk)
 
 
 def stop(w):
@@ -61,6 +81,7 @@ def sqs(w):
         w.a_src, "node_modules")), cwd=w.a_src)
     servers.wait_for(lambda: "listening" in open(w.procs.log("sqs")).read(), 30, "local-aws-sqs")
     base = "http://%s:%d" % (addr, SQS_PORT)
+    link(w, "queue", "queue", addr, SQS_PORT)
     urls = {}
     for name in ("charges-dlq", "charges"):
         req = urllib.request.Request(base + "/", data=json.dumps({"QueueName": name}).encode(),
@@ -74,7 +95,8 @@ def sqs(w):
            "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
            "AWS_CONFIG_FILE": os.path.join(home, "no-aws-config"),
            "AWS_SHARED_CREDENTIALS_FILE": os.path.join(home, "no-aws-credentials"),
-           "AWS_ENDPOINT_URL_SQS": base, "IDEMKIT_AWS_MAX_BACKOFF": "200ms",
+           "AWS_ENDPOINT_URL_SQS": "http://%s:%d" % (addr, SQS_PORT + LINK_OFFSET),
+           "IDEMKIT_AWS_MAX_BACKOFF": "200ms",
            "IDEMKIT_QUEUE": urls["charges"], "IDEMKIT_DLQ": urls["charges-dlq"]}
     return env, [("AWS secret key", secret)]
 
@@ -156,8 +178,8 @@ class Redis:
         for h in self.hosts:
             self.launch(h)
 
-    def url(self):
-        return "redis://:%s@%s:%d/0" % (self.password, self.vip, self.PORT)
+    def url(self, offset=0):
+        return "redis://:%s@%s:%d/0" % (self.password, self.vip, self.PORT + offset)
 
     def restart(self):
         self.p.stop("redis-" + self.primary)

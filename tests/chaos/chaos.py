@@ -81,6 +81,7 @@ class World:
         self.secrets = []
         self.bank = None
         self.store = None
+        self.links = {}            # "store"/"queue": [servers.Link]
         self.slots = []            # (host, name, stream, jobs)
         self.stopping = threading.Event()
         self.clock_files = {}

@@ -99,6 +99,34 @@ class Procs:
             self.stop(name, wait=3)
 
 
+# ---- a link to a store or queue server, with faults ------------------
+
+class Link:
+    """proxy.py in tcp mode on a server's host, in front of its port: the
+    workers reach the server through it, so the nemesis can put latency,
+    jitter (reordering across connections), loss (a chunk held for a
+    retransmission time) and resets on the store and queue links as it
+    does on the bank's.  listen is the address the proxy binds ("0.0.0.0"
+    where a service address may move to this host)."""
+
+    def __init__(self, procs, host, name, listen, port, upstream, seed):
+        self.p, self.host, self.name = procs, host, name
+        self.control = os.path.join(procs.run, "logs", name + "-control.json")
+        self.ctl({})
+        procs.spawn(host, name, ["python3", os.path.join(os.path.dirname(
+            os.path.abspath(__file__)), "proxy.py"), "--mode", "tcp",
+            "--listen", "%s:%d" % (listen, port), "--upstream", upstream,
+            "--control", self.control, "--log", os.path.join(procs.run, "logs", name + ".req.log"),
+            "--seed", str(seed)])
+        wait_for(lambda: "listening" in open(procs.log(name)).read(), 20, name)
+
+    def ctl(self, ctl):
+        tmp = self.control + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(ctl, f)
+        os.replace(tmp, self.control)
+
+
 # ---- the bank and the notification gateway ---------------------------
 
 class Bank:
@@ -276,10 +304,11 @@ class Postgres:
         wait_for(lambda: "sync" in self.sql(a, "SELECT sync_state FROM pg_stat_replication",
                                              db="postgres"), 30, "the synchronous replica")
 
-    def url(self):
+    def url(self, offset=0):
         a, b = (self.p.net.addr(h) for h in self.hosts)
+        port = self.PORT + offset
         return ("postgres://idemkit:%s@%s:%d,%s:%d/idemkit?target_session_attrs=read-write"
-                "&connect_timeout=3" % (self.password, a, self.PORT, b, self.PORT))
+                "&connect_timeout=3" % (self.password, a, port, b, port))
 
     def pid(self, host):
         try:
