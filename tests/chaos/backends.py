@@ -31,7 +31,7 @@ def start(w):
                       "IDEMKIT_DLQ": "sqlite:%s#charges-dlq" % q}, []
     env, sec = sqs(w)
     if w.backend == "postgres":
-        pg = servers.Postgres(w.procs, "store", "store2")
+        pg = servers.Postgres(w.procs, "store", "store2", sync=not w.a.pg_async)
         pg.start()
         for h in pg.hosts:
             link(w, "store", h, w.net.addr(h), pg.PORT)

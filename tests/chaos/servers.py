@@ -244,9 +244,10 @@ class Bank:
 class Postgres:
     PORT = 5432
 
-    def __init__(self, procs, primary, replica):
+    def __init__(self, procs, primary, replica, sync=True):
         self.p = procs
         self.hosts = [primary, replica]
+        self.sync = sync                # False: the replica streams asynchronously
         self.primary = primary          # the host that takes writes now
         self.dirs = {h: os.path.join(procs.run, "pg-" + h) for h in self.hosts}
         self.password = "pg-" + secrets.token_hex(12)
@@ -298,6 +299,11 @@ class Postgres:
             f.write("listen_addresses = '%s'\nunix_socket_directories = '%s'\n"
                     "synchronous_standby_names = ''\n" % (net.addr(b), self.dirs[b]))
         self.ctl(b, "-w", "-t", "60", "start")
+        if not self.sync:
+            # --pg-async: what a failover costs without it (docs/RELIABILITY.md)
+            wait_for(lambda: "async" in self.sql(a, "SELECT sync_state FROM pg_stat_replication",
+                                                  db="postgres"), 30, "the asynchronous replica")
+            return
         # Synchronous: a commit returns once the replica has flushed it.
         self.sql(a, "ALTER SYSTEM SET synchronous_standby_names = '*'", db="postgres")
         self.sql(a, "SELECT pg_reload_conf()", db="postgres")
