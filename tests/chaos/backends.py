@@ -14,10 +14,6 @@ import servers
 
 SQS_PORT = 9324
 DDB_PORT = 8000
-# The workers reach each store and queue server through a Link (proxy.py,
-# tcp) on the server's host, on the server's port plus this: the nemesis's
-# store-link and queue-link faults land there.
-LINK_OFFSET = 1
 
 
 def start(w):
@@ -35,7 +31,7 @@ def start(w):
         pg.start()
         for h in pg.hosts:
             link(w, "store", h, w.net.addr(h), pg.PORT)
-        env["IDEMKIT_STORE"] = pg.url(LINK_OFFSET)
+        env["IDEMKIT_STORE"] = pg.url()
         sec.append(("store password", pg.password))
         return pg, env, sec
     if w.backend == "redis":
@@ -44,25 +40,23 @@ def start(w):
         for h in rd.hosts:
             # on every address: the service address moves on failover
             link(w, "store", h, "0.0.0.0", rd.PORT, w.net.addr(h))
-        env["IDEMKIT_STORE"] = rd.url(LINK_OFFSET)
+        env["IDEMKIT_STORE"] = rd.url()
         sec.append(("store password", rd.password))
         return rd, env, sec
     if w.backend == "dynamodb":
         ddb_local(w)
         link(w, "store", "store", w.net.addr("store"), DDB_PORT)
-        env["AWS_ENDPOINT_URL_DYNAMODB"] = "http://%s:%d" % (w.net.addr("store"),
-                                                             DDB_PORT + LINK_OFFSET)
+        env["AWS_ENDPOINT_URL_DYNAMODB"] = "http://%s:%d" % (w.net.addr("store"), DDB_PORT)
         env["IDEMKIT_STORE"] = "dynamodb:chaos"
         return None, env, sec
     raise ValueError(w.backend)
 
 
 def link(w, kind, host, listen, port, upstream=None):
-    """A Link to the server on host:port, listening on port + LINK_OFFSET
-    (kind: "store" or "queue", as the nemesis names them)."""
+    """A Link on host in front of the server's port (kind: "store" or
+    "queue", as the nemesis names them)."""
     up = "%s:%d" % (upstream or w.net.addr(host), port)
-    lk = servers.Link(w.procs, host, "%s-link-%s" % (kind, host), listen, port + LINK_OFFSET,
-                      up, w.a.seed)
+    lk = servers.Link(w.procs, host, "%s-link-%s" % (kind, host), listen, port, up, w.a.seed)
     w.links.setdefault(kind, []).append(lk)
 
 
@@ -95,8 +89,7 @@ def sqs(w):
            "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
            "AWS_CONFIG_FILE": os.path.join(home, "no-aws-config"),
            "AWS_SHARED_CREDENTIALS_FILE": os.path.join(home, "no-aws-credentials"),
-           "AWS_ENDPOINT_URL_SQS": "http://%s:%d" % (addr, SQS_PORT + LINK_OFFSET),
-           "IDEMKIT_AWS_MAX_BACKOFF": "200ms",
+           "AWS_ENDPOINT_URL_SQS": base, "IDEMKIT_AWS_MAX_BACKOFF": "200ms",
            "IDEMKIT_QUEUE": urls["charges"], "IDEMKIT_DLQ": urls["charges-dlq"]}
     return env, [("AWS secret key", secret)]
 
@@ -178,8 +171,8 @@ class Redis:
         for h in self.hosts:
             self.launch(h)
 
-    def url(self, offset=0):
-        return "redis://:%s@%s:%d/0" % (self.password, self.vip, self.PORT + offset)
+    def url(self):
+        return "redis://:%s@%s:%d/0" % (self.password, self.vip, self.PORT)
 
     def restart(self):
         self.p.stop("redis-" + self.primary)

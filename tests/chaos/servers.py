@@ -102,20 +102,30 @@ class Procs:
 # ---- a link to a store or queue server, with faults ------------------
 
 class Link:
-    """proxy.py in tcp mode on a server's host, in front of its port: the
-    workers reach the server through it, so the nemesis can put latency,
-    jitter (reordering across connections), loss (a chunk held for a
-    retransmission time) and resets on the store and queue links as it
-    does on the bank's.  listen is the address the proxy binds ("0.0.0.0"
-    where a service address may move to this host)."""
+    """proxy.py in tcp mode on a server's host, on the server's port + 1,
+    and an nftables redirect there that sends the server's port to it only
+    while a fault is on: latency, jitter (reordering across connections),
+    loss (a chunk held for a retransmission time) and resets on the store
+    and queue links, as on the bank's.  Between faults the workers reach
+    the server itself, so a server that is down refuses the connection as
+    it would (a proxy always in front would accept and then close it,
+    which libpq's multi-host failover does not skip: measured).
+    Connections made during a fault stay on the proxy (conntrack), with no
+    fault once it is healed.  listen is the address the proxy binds
+    ("0.0.0.0" where a service address may move to this host)."""
 
     def __init__(self, procs, host, name, listen, port, upstream, seed):
-        self.p, self.host, self.name = procs, host, name
+        self.p, self.host, self.name, self.port = procs, host, name, port
         self.control = os.path.join(procs.run, "logs", name + "-control.json")
+        self.chain = "p%d" % port
+        self.on = None
+        procs.net.nft(host, "add table ip chaoslink")
+        procs.net.nft(host, "add chain ip chaoslink %s { type nat hook prerouting priority -100 ; }"
+                      % self.chain)
         self.ctl({})
         procs.spawn(host, name, ["python3", os.path.join(os.path.dirname(
             os.path.abspath(__file__)), "proxy.py"), "--mode", "tcp",
-            "--listen", "%s:%d" % (listen, port), "--upstream", upstream,
+            "--listen", "%s:%d" % (listen, port + 1), "--upstream", upstream,
             "--control", self.control, "--log", os.path.join(procs.run, "logs", name + ".req.log"),
             "--seed", str(seed)])
         wait_for(lambda: "listening" in open(procs.log(name)).read(), 20, name)
@@ -125,6 +135,13 @@ class Link:
         with open(tmp, "w") as f:
             json.dump(ctl, f)
         os.replace(tmp, self.control)
+        on = bool(ctl)
+        if on != self.on:
+            self.p.net.nft(self.host, "flush chain ip chaoslink %s" % self.chain)
+            if on:
+                self.p.net.nft(self.host, "add rule ip chaoslink %s tcp dport %d redirect to :%d"
+                               % (self.chain, self.port, self.port + 1))
+            self.on = on
 
 
 # ---- the bank and the notification gateway ---------------------------
@@ -310,11 +327,10 @@ class Postgres:
         wait_for(lambda: "sync" in self.sql(a, "SELECT sync_state FROM pg_stat_replication",
                                              db="postgres"), 30, "the synchronous replica")
 
-    def url(self, offset=0):
+    def url(self):
         a, b = (self.p.net.addr(h) for h in self.hosts)
-        port = self.PORT + offset
         return ("postgres://idemkit:%s@%s:%d,%s:%d/idemkit?target_session_attrs=read-write"
-                "&connect_timeout=3" % (self.password, a, port, b, port))
+                "&connect_timeout=3" % (self.password, a, self.PORT, b, self.PORT))
 
     def pid(self, host):
         try:
