@@ -1,8 +1,9 @@
 /* pg_store.h: what the PostgreSQL store's files share
  * (store_postgres.c: the store and its blocking statements; pg_pipe.c: its
  * claims and finishes in flight, libpq's pipeline mode; pg_err.c: its
- * errors as outcomes; store_postgres_outbox.c: its outbox).  Nothing else
- * includes it. */
+ * errors as outcomes; store_postgres_outbox.c: its outbox; pg_repl.c:
+ * idemp-init's look at the server's replication).  Nothing else includes
+ * it. */
 #ifndef IK_PG_STORE_H
 #define IK_PG_STORE_H
 
@@ -84,5 +85,9 @@ int ik_pgo_purge(struct ik_store *st, int64_t before_ms, size_t batch, int64_t *
     ik_err *err);
 int ik_pgo_stats(struct ik_store *st, int64_t now_ms, struct ik_outbox_stats *out,
     ik_err *err);
+
+/* pg_repl.c: warns (stderr) when the server's replication would lose
+ * finished records on a failover; never fails. */
+void ik_pg_replication_check(struct pg *p);
 
 #endif

@@ -867,6 +867,7 @@ pg_init(struct ik_store *st, ik_err *err)
 	if ((rc = conn_ok(p, err)) || (rc = migrate(p, err)) || (rc = history_column(p, err)) ||
 	    (ik_pgo_on() && (rc = ik_pgo_init(p, err))))
 		return rc;
+	ik_pg_replication_check(p);
 	return purge(p, err);
 }
 

@@ -95,7 +95,39 @@ setup() {
 	export TBL=t_${BATS_TEST_NUMBER}_$RANDOM
 	export IDEMKIT_STORE="$PG_URL?table=$TBL"
 }
-teardown() { reason_stub_stop; }
+teardown() {
+	reason_stub_stop
+	standby_stop
+}
+
+# standby_start: a streaming standby of the file's server (pg_basebackup
+# over the socket, -R), in $PG_DIR/standby on a free loopback port, and
+# waits until the primary lists it in pg_stat_replication.  standby_stop
+# makes the primary asynchronous again first (with '*' named and no
+# standby, every later commit would wait), then stops and removes it.
+standby_start() {
+	local _i
+	pg_as "$PG_BIN/pg_basebackup" -h "$PG_DIR" -p "$PG_PORT" -U postgres \
+		-D "$PG_DIR/standby" -R -X stream >"$PG_DIR/basebackup.log" 2>&1 ||
+		{ cat "$PG_DIR/basebackup.log" >&2; return 1; }
+	STANDBY_PORT=$(free_port)
+	pg_as "$PG_BIN/pg_ctl" -D "$PG_DIR/standby" -l "$PG_DIR/standby.log" \
+		-o "-p $STANDBY_PORT" -w -t 30 start >/dev/null || { tail "$PG_DIR/standby.log" >&2; return 1; }
+	for _i in $(seq 300); do
+		[ "$(pg_sql "SELECT count(*) FROM pg_stat_replication" postgres)" = 1 ] && return 0
+		sleep 0.1
+	done
+	echo "the standby never streamed" >&2
+	return 1
+}
+standby_stop() {
+	[ -d "${PG_DIR:-}/standby" ] || return 0
+	pg_sql "ALTER SYSTEM RESET synchronous_standby_names" postgres >/dev/null
+	pg_sql "SELECT pg_reload_conf()" postgres >/dev/null
+	pg_sql "ALTER ROLE idemkit RESET synchronous_commit" postgres >/dev/null
+	pg_as "$PG_BIN/pg_ctl" -D "$PG_DIR/standby" -m immediate -w stop >/dev/null 2>&1 || true
+	rm -rf "$PG_DIR/standby"
+}
 
 @test "idemp-init creates the table, prints the URL with the password as ***, and is idempotent" {
 	run --separate-stderr idemp-init
@@ -113,6 +145,44 @@ teardown() { reason_stub_stop; }
 	run --separate-stderr idemp-claim < <(ev "$(uid a)")
 	[ "$status" -eq 0 ]
 	[ "$(jget "$output" claim.outcome)" = ACQUIRED ]
+}
+
+@test "idemp-init warns, exit 0, when a failover (or a crash) could lose finished records: synchronous_standby_names empty with a standby streaming, synchronous_commit off, local or remote_write" {
+	# no standby, synchronous_commit on: nothing to say
+	run --separate-stderr idemp-init
+	[ "$status" -eq 0 ]
+	[[ $stderr != *synchronous_* ]]
+	# synchronous_commit off for idemkit's role: a crash loses the last commits
+	pg_sql "ALTER ROLE idemkit SET synchronous_commit = off" postgres
+	run --separate-stderr idemp-init
+	pg_sql "ALTER ROLE idemkit RESET synchronous_commit" postgres
+	[ "$status" -eq 0 ]
+	[ "$output" = "postgres://idemkit:***@127.0.0.1:$PG_PORT/idemkit?table=$TBL" ]
+	[[ $stderr == *'"level":"warn"'*'"setting":"synchronous_commit","value":"off"'* ]]
+	[[ $stderr != *synchronous_standby_names* ]]
+	# a standby streaming asynchronously (the default: no names)
+	standby_start
+	run --separate-stderr idemp-init
+	[ "$status" -eq 0 ]
+	[[ $stderr == *'"level":"warn"'*'"setting":"synchronous_standby_names","standbys":"1"'* ]]
+	[[ $stderr != *'"setting":"synchronous_commit"'* ]]
+	[[ $stderr != *"$PG_PASSWORD"* ]]
+	# named, and synchronous: nothing to say
+	pg_sql "ALTER SYSTEM SET synchronous_standby_names = '*'" postgres
+	pg_sql "SELECT pg_reload_conf()" postgres
+	for _ in $(seq 300); do
+		[ "$(pg_sql "SELECT sync_state FROM pg_stat_replication" postgres)" = sync ] && break
+		sleep 0.1
+	done
+	run --separate-stderr idemp-init
+	[ "$status" -eq 0 ]
+	[[ $stderr != *synchronous_* ]]
+	# named, but a commit returns once the standby has it in memory
+	pg_sql "ALTER ROLE idemkit SET synchronous_commit = remote_write" postgres
+	run --separate-stderr idemp-init
+	[ "$status" -eq 0 ]
+	[[ $stderr == *'"setting":"synchronous_commit","value":"remote_write","standbys":"1"'* ]]
+	[[ $stderr != *'"setting":"synchronous_standby_names"'* ]]
 }
 
 @test "postgresql:// and a bare postgres: with the PG* environment and a password file" {

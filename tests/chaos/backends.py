@@ -27,23 +27,37 @@ def start(w):
                       "IDEMKIT_DLQ": "sqlite:%s#charges-dlq" % q}, []
     env, sec = sqs(w)
     if w.backend == "postgres":
-        pg = servers.Postgres(w.procs, "store", "store2")
+        pg = servers.Postgres(w.procs, "store", "store2", sync=not w.a.pg_async)
         pg.start()
+        for h in pg.hosts:
+            link(w, "store", h, w.net.addr(h), pg.PORT)
         env["IDEMKIT_STORE"] = pg.url()
         sec.append(("store password", pg.password))
         return pg, env, sec
     if w.backend == "redis":
         rd = Redis(w.procs, "store", "store2")
         rd.start()
+        for h in rd.hosts:
+            # on every address: the service address moves on failover
+            link(w, "store", h, "0.0.0.0", rd.PORT, w.net.addr(h))
         env["IDEMKIT_STORE"] = rd.url()
         sec.append(("store password", rd.password))
         return rd, env, sec
     if w.backend == "dynamodb":
         ddb_local(w)
+        link(w, "store", "store", w.net.addr("store"), DDB_PORT)
         env["AWS_ENDPOINT_URL_DYNAMODB"] = "http://%s:%d" % (w.net.addr("store"), DDB_PORT)
         env["IDEMKIT_STORE"] = "dynamodb:chaos"
         return None, env, sec
     raise ValueError(w.backend)
+
+
+def link(w, kind, host, listen, port, upstream=None):
+    """A Link on host in front of the server's port (kind: "store" or
+    "queue", as the nemesis names them)."""
+    up = "%s:%d" % (upstream or w.net.addr(host), port)
+    lk = servers.Link(w.procs, host, "%s-link-%s" % (kind, host), listen, port, up, w.a.seed)
+    w.links.setdefault(kind, []).append(lk)
 
 
 def stop(w):
@@ -61,6 +75,7 @@ def sqs(w):
         w.a_src, "node_modules")), cwd=w.a_src)
     servers.wait_for(lambda: "listening" in open(w.procs.log("sqs")).read(), 30, "local-aws-sqs")
     base = "http://%s:%d" % (addr, SQS_PORT)
+    link(w, "queue", "queue", addr, SQS_PORT)
     urls = {}
     for name in ("charges-dlq", "charges"):
         req = urllib.request.Request(base + "/", data=json.dumps({"QueueName": name}).encode(),

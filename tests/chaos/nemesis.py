@@ -20,6 +20,9 @@ STEPS = ("idemp-claim", "charge-debit", "charge-notify", "idemp-done", "sqs-ack"
 KINDS = {
     "partition":     (4, None),
     "link":          (3, None),
+    # the same on a worker's links to the store and to the queue (tcp)
+    "store-link":    (2, ("postgres", "redis", "dynamodb")),
+    "queue-link":    (2, ("postgres", "redis", "dynamodb")),
     "bank-errors":   (3, None),
     "bank-slow":     (1, None),
     "bank-401":      (1, None),
@@ -67,6 +70,10 @@ def schedule(seed, duration, backend, hosts, workers, lease_s, only=None):
                 "latency_ms": (0, 300), "jitter_ms": (0, 400), "loss": (0, 0.2),
                 "reorder": (0, 0.3), "dup": (0, 0.3), "reset_mid_body": (0, 0.15),
                 "truncate": (0, 0.1), "huge": (0, 0.1)}.items() if rng.random() < 0.6}
+        elif k in ("store-link", "queue-link"):
+            e["ctl"] = {f: round(rng.uniform(*r), 3) for f, r in {
+                "latency_ms": (0, 300), "jitter_ms": (0, 400), "loss": (0, 0.2),
+                "reset": (0, 0.3)}.items() if rng.random() < 0.6} or {"latency_ms": 100.0}
         elif k == "bank-errors":
             # a flaky bank answers a mix: the status changes every second
             e["statuses"] = rng.sample([500, 502, 503, 504, 429, 409, 408], rng.randint(1, 4))
@@ -102,6 +109,12 @@ def schedule(seed, duration, backend, hosts, workers, lease_s, only=None):
         e["d"] = round(min(d, max(0.0, end - t)), 2)
         ev.append(e)
     return ev
+
+
+def statuses(e):
+    """A bank-errors fault's statuses: a schedule kept before the mix
+    (tests/chaos/schedules/dynamodb-seed5-stuck.json) names one "status"."""
+    return e.get("statuses") or [e["status"]]
 
 
 class Nemesis:
@@ -148,7 +161,7 @@ class Nemesis:
                     if n != e["tick"]:
                         e["tick"] = n
                         try:
-                            w = e["statuses"]
+                            w = statuses(e)
                             self.w.bank.bank_ctl(errorStatus=w[n % len(w)])
                         except Exception:
                             pass
@@ -180,8 +193,14 @@ class Nemesis:
             w.net.partition(e["a"], e["b"], e["both"])
         elif k == "link":
             w.bank.proxy_ctl(e["ctl"])
+        elif k in ("store-link", "queue-link"):
+            links = w.links.get(k.split("-")[0], [])
+            if not links:
+                return "no link"
+            for lk in links:
+                lk.ctl(e["ctl"])
         elif k == "bank-errors":
-            w.bank.bank_ctl(errorRate=e["rate"], errorStatus=e["statuses"][0])
+            w.bank.bank_ctl(errorRate=e["rate"], errorStatus=statuses(e)[0])
             e["tick"] = 0
         elif k == "bank-slow":
             w.bank.bank_ctl(latencyMs=e["latency_ms"])
@@ -237,6 +256,9 @@ class Nemesis:
                 w.net.heal(e["a"], e["b"])
             elif k in ("link", "token-down", "bank-401"):
                 w.bank.proxy_ctl({})
+            elif k in ("store-link", "queue-link"):
+                for lk in w.links.get(k.split("-")[0], []):
+                    lk.ctl({})
             elif k == "bank-errors":
                 w.bank.bank_ctl(errorRate=0)
             elif k == "bank-slow":
@@ -274,6 +296,9 @@ class Nemesis:
         w = self.w
         w.net.heal()
         w.bank.proxy_ctl({})
+        for links in w.links.values():
+            for lk in links:
+                lk.ctl({})
         if w.procs.procs.get("bank-sim") is None or w.procs.procs["bank-sim"].poll() is not None:
             w.bank.start_sim()
         w.bank.bank_ctl(errorRate=0, latencyMs=0, notifyFailRate=0)

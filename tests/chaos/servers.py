@@ -99,6 +99,51 @@ class Procs:
             self.stop(name, wait=3)
 
 
+# ---- a link to a store or queue server, with faults ------------------
+
+class Link:
+    """proxy.py in tcp mode on a server's host, on the server's port + 1,
+    and an nftables redirect there that sends the server's port to it only
+    while a fault is on: latency, jitter (reordering across connections),
+    loss (a chunk held for a retransmission time) and resets on the store
+    and queue links, as on the bank's.  Between faults the workers reach
+    the server itself, so a server that is down refuses the connection as
+    it would (a proxy always in front would accept and then close it,
+    which libpq's multi-host failover does not skip: measured).
+    Connections made during a fault stay on the proxy (conntrack), with no
+    fault once it is healed.  listen is the address the proxy binds
+    ("0.0.0.0" where a service address may move to this host)."""
+
+    def __init__(self, procs, host, name, listen, port, upstream, seed):
+        self.p, self.host, self.name, self.port = procs, host, name, port
+        self.control = os.path.join(procs.run, "logs", name + "-control.json")
+        self.chain = "p%d" % port
+        self.on = None
+        procs.net.nft(host, "add table ip chaoslink")
+        procs.net.nft(host, "add chain ip chaoslink %s { type nat hook prerouting priority -100 ; }"
+                      % self.chain)
+        self.ctl({})
+        procs.spawn(host, name, ["python3", os.path.join(os.path.dirname(
+            os.path.abspath(__file__)), "proxy.py"), "--mode", "tcp",
+            "--listen", "%s:%d" % (listen, port + 1), "--upstream", upstream,
+            "--control", self.control, "--log", os.path.join(procs.run, "logs", name + ".req.log"),
+            "--seed", str(seed)])
+        wait_for(lambda: "listening" in open(procs.log(name)).read(), 20, name)
+
+    def ctl(self, ctl):
+        tmp = self.control + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(ctl, f)
+        os.replace(tmp, self.control)
+        on = bool(ctl)
+        if on != self.on:
+            self.p.net.nft(self.host, "flush chain ip chaoslink %s" % self.chain)
+            if on:
+                self.p.net.nft(self.host, "add rule ip chaoslink %s tcp dport %d redirect to :%d"
+                               % (self.chain, self.port, self.port + 1))
+            self.on = on
+
+
 # ---- the bank and the notification gateway ---------------------------
 
 class Bank:
@@ -216,9 +261,10 @@ class Bank:
 class Postgres:
     PORT = 5432
 
-    def __init__(self, procs, primary, replica):
+    def __init__(self, procs, primary, replica, sync=True):
         self.p = procs
         self.hosts = [primary, replica]
+        self.sync = sync                # False: the replica streams asynchronously
         self.primary = primary          # the host that takes writes now
         self.dirs = {h: os.path.join(procs.run, "pg-" + h) for h in self.hosts}
         self.password = "pg-" + secrets.token_hex(12)
@@ -270,6 +316,11 @@ class Postgres:
             f.write("listen_addresses = '%s'\nunix_socket_directories = '%s'\n"
                     "synchronous_standby_names = ''\n" % (net.addr(b), self.dirs[b]))
         self.ctl(b, "-w", "-t", "60", "start")
+        if not self.sync:
+            # --pg-async: what a failover costs without it (docs/RELIABILITY.md)
+            wait_for(lambda: "async" in self.sql(a, "SELECT sync_state FROM pg_stat_replication",
+                                                  db="postgres"), 30, "the asynchronous replica")
+            return
         # Synchronous: a commit returns once the replica has flushed it.
         self.sql(a, "ALTER SYSTEM SET synchronous_standby_names = '*'", db="postgres")
         self.sql(a, "SELECT pg_reload_conf()", db="postgres")
