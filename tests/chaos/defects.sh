@@ -62,7 +62,7 @@ for spec in "$@"; do
 			out=$dir/run-$name-$s
 			rm -rf "$out"
 			t0=$(date +%s)
-			python3 "$src/tests/chaos/chaos.py" --backend "$backend" --seed "$s" \
+			python3 "$tree/tests/chaos/chaos.py" --backend "$backend" --seed "$s" \
 				--duration "$duration" --bin "$tree/build/bin" --out "$out" \
 				>"$dir/$name-$s.log" 2>&1
 			rc=$?
