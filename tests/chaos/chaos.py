@@ -39,6 +39,7 @@ import servers              # noqa: E402
 import backends             # noqa: E402
 from nemesis import Nemesis, schedule   # noqa: E402
 import checker              # noqa: E402
+import outbox as outboxmod  # noqa: E402
 
 SRC = os.path.dirname(os.path.dirname(HERE))
 LEASE_S = 16
@@ -81,6 +82,7 @@ class World:
         self.secrets = []
         self.bank = None
         self.store = None
+        self.outbox = None         # outbox.Outbox with --outbox
         self.slots = []            # (host, name, stream, jobs)
         self.stopping = threading.Event()
         self.clock_files = {}
@@ -95,6 +97,9 @@ class World:
         self.bank.worker_env(env)
         self.store, extra, secrets_ = backends.start(self)
         env.update(extra)
+        if self.a.outbox:
+            self.outbox = outboxmod.Outbox(self)
+            env.update(self.outbox.env())
         self.secrets.extend(secrets_)
         for k in OVERRIDES:
             if os.environ.get(k):
@@ -364,6 +369,8 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--only", default=None, help="fault kinds, comma-separated")
     ap.add_argument("--charges", type=int, default=None)
+    ap.add_argument("--outbox", action="store_true",
+                    help="the outbox on, its relay killed now and then, checked (outbox.py)")
     ap.add_argument("--schedule", default=None,
                     help="replay a run's schedule.json instead of drawing one from the seed")
     a = ap.parse_args()
@@ -391,12 +398,13 @@ def main():
         n = a.charges or max(40, int(a.duration * 1.5))
         wl, sends = workload(a.seed, a.duration, n)
         only = set(a.only.split(",")) if a.only else None
-        ev = schedule(a.seed, a.duration, a.backend, sorted(w.net.hosts), w.workers, LEASE_S, only)
+        ev = schedule(a.seed, a.duration, a.backend, sorted(w.net.hosts), w.workers, LEASE_S, only,
+                      outbox=a.outbox)
         if a.schedule:
             with open(a.schedule) as f:
                 ev = json.load(f)
         with open(os.path.join(run, "workload.json"), "w") as f:
-            json.dump(dict(wl, seed=a.seed, backend=a.backend, duration=a.duration,
+            json.dump(dict(wl, seed=a.seed, backend=a.backend, duration=a.duration, outbox=a.outbox,
                            lease_s=LEASE_S, declined=DECLINED,
                            slots=[list(s) for s in w.slots]), f)
         with open(os.path.join(run, "schedule.json"), "w") as f:
@@ -411,6 +419,8 @@ def main():
         threads.append(prod)
         for t in threads:
             t.start()
+        if w.outbox:
+            w.outbox.start()
         while time.monotonic() - t0 < a.duration:
             w.sample_cmdlines()
             time.sleep(2)
@@ -447,10 +457,12 @@ def main():
         if drained is None:
             w.snapshot("stuck")
         w.stop_workers()
+        outbox_drained = w.outbox.finish() if w.outbox else None
         w.collect()
         w.sample_cmdlines()
         facts = {"drained_s": drained, "drain_bound_s": DRAIN_BOUND_S,
-                 "faults": len(ev), "elapsed_s": round(time.monotonic() - t0, 1)}
+                 "faults": len(ev), "elapsed_s": round(time.monotonic() - t0, 1),
+                 "outbox_drained": outbox_drained}
         v = checker.check(run, w.secrets, facts)
         rc = 0 if v["ok"] else 1
     except KeyboardInterrupt:

@@ -32,6 +32,7 @@ INVARIANTS = [
     (7, "a debit a worker had the bank's yes for is recorded, never sent to the bank again"),
     (8, "each debit's outcome is what the contract says of the bank's answer"),
     (9, "no bank call outside a live lease; no call refused on a live one"),
+    (10, "outbox: one event applied downstream per finish and re-notification, none other"),
 ]
 # Faults that open the crash window (an answer held by a process that
 # dies or stops past its lease, or a store it cannot reach): after one of
@@ -326,6 +327,9 @@ def check(run, planted, facts):
             % (facts["drained_s"], facts["drain_bound_s"]))
 
     money_checks(run, wl, records, reqs, bad)
+    judged = {i for i, _ in INVARIANTS}
+    if not outbox_checks(run, records, bad):
+        judged.discard(10)
 
     # replays absorbed by the key, per fault kind around them
     windows = fault_windows(run, lease_ms)
@@ -368,7 +372,7 @@ def check(run, planted, facts):
         "notifications": sum(notes.values()), "notification_retries_absorbed": note_replays,
         "facts": facts,
         "invariants": [{"n": i, "name": name, "ok": not viol[i], "violations": viol[i][:50],
-                        "count": len(viol[i])} for i, name in INVARIANTS],
+                        "count": len(viol[i])} for i, name in INVARIANTS if i in judged],
         "evidence": evidence[:10],
     }
     with open(os.path.join(run, "verdict.json"), "w") as f:
@@ -414,6 +418,7 @@ def money_checks(run, wl, records, reqs, bad):
                 (x["kind"] in STORE_KINDS or b >= t - 3000 and
                  (x["kind"] in CRASH_KINDS or
                   (x["kind"] == "partition" and {x.get("a"), x.get("b")} & set(STORE_HOSTS)) or
+                  x["kind"] == "store-link" or
                   (x["kind"] == "clock" and wl["backend"] == "dynamodb")))]
 
     def resent(cid, t, how):
@@ -511,6 +516,43 @@ def money_checks(run, wl, records, reqs, bad):
                 bad(9, cid, "a request reached the bank %d ms after the hold of the claim "
                     "of %d ended (%s)" % (late, c[0], "finished or released" if c[2] < c[1]
                                           else "lease over"))
+
+
+def outbox_checks(run, records, bad):
+    """Check 10, when the run had the outbox on (RUN/outbox, outbox.py):
+    the events the downstream consumer applied (applied.ndjson, one per
+    application) against the records' histories, whatever store wrote
+    them.  Each finish and each re-notification is one event, applied
+    once (the consumer keys on eventId: an event published twice with the
+    same eventId is absorbed, with another one it is applied twice); no
+    event for a charge whose record is not finished."""
+    if not os.path.isdir(os.path.join(run, "outbox")):
+        return False
+    by_id, by_charge = {}, {}
+    for ev in jlines(os.path.join(run, "outbox", "applied.ndjson")):
+        by_id.setdefault(ev.get("eventId"), []).append(ev)
+    for eid, evs in by_id.items():
+        cid = evs[0].get("chargeId") or "-"
+        if len(evs) > 1:
+            bad(10, cid, "event %s applied %d times downstream" % (eid, len(evs)))
+        by_charge.setdefault(cid, []).append(evs[0])
+    for cid, rec in records.items():
+        hist = rec.get("history", [])
+        got = by_charge.pop(cid, [])
+        if rec.get("state") not in TERMINAL:
+            if got:
+                bad(10, cid, "%d events applied for a charge whose record is %s"
+                    % (len(got), rec.get("state")))
+            continue
+        for typ, op in (("charge.finished", "finish"), ("charge.renotified", "renotified")):
+            want = sorted(h.get("state") or "DONE" for h in hist if h.get("op") == op)
+            have = sorted(e.get("state") or "DONE" for e in got if e.get("type") == typ)
+            if want != have and not (len(hist) >= 20 and len(have) > len(want)):
+                bad(10, cid, "%s: the record's history says %s, downstream applied %s"
+                    % (typ, want, have))
+    for cid, evs in by_charge.items():
+        bad(10, cid, "%d events applied for a charge with no record" % len(evs))
+    return True
 
 
 def print_table(v, run):

@@ -1,15 +1,20 @@
 #!/bin/sh
 # tests/chaos/defects.sh: proves the campaign finds defects.  Each seeded
-# defect (a tests/mutants/*.patch, a realistic money bug) is applied to a
-# scratch copy of the tree, as tests/mutants/run.sh does, built, and put
-# under the campaign unchanged: its build/bin first on PATH, the full fault
-# mix, the backend it lives in, seeds 1, 2, ... until the checker reports a
-# violation.  Nothing tells the campaign where the defect is.  Prints, per
-# defect, the shortest seed and the time to the verdict that found it, and
-# the share found; exits 1 under CHAOS_DEFECTS_MIN percent (default 80).
+# defect (a realistic money bug: this round's fixes reverted one at a
+# time, and mutants of tests/mutants/; the list and what each breaks in
+# tests/chaos/defects/set) is applied to a scratch copy of the tree, as
+# tests/mutants/run.sh does, built, and put under the campaign unchanged:
+# its build/bin first on PATH, the full fault mix, the backend it lives
+# in, seeds 1, 2, ... until the checker reports a violation.  Nothing tells
+# the campaign where the defect is.  The campaign itself (tests/chaos/)
+# runs from the scratch copy, so editing the tree meanwhile changes no run
+# under way.  Prints, per defect, the shortest seed and the time to the
+# verdict that found it, and the share found; exits 1 under
+# CHAOS_DEFECTS_MIN percent (default 80).
 #
-# usage: tests/chaos/defects.sh [NAME[:BACKEND] ...]   (default: the list below)
+# usage: tests/chaos/defects.sh [NAME[:BACKEND] ...]   (default: tests/chaos/defects/set)
 # env:   CHAOS_DEFECT_SEEDS (seeds tried per defect, default 5),
+#        CHAOS_DEFECT_FIRST (the first seed, default 1),
 #        CHAOS_DEFECT_DURATION (seconds of faults per run, default 45),
 #        CHAOS_DIR (scratch, default build/chaos), MAKE
 set -u
@@ -21,13 +26,9 @@ seeds=${CHAOS_DEFECT_SEEDS:-5}
 duration=${CHAOS_DEFECT_DURATION:-45}
 min=${CHAOS_DEFECTS_MIN:-80}
 
-# NAME:BACKEND, the backend whose code the patch touches.
+# NAME:BACKEND; by default tests/chaos/defects/set (what each one is).
 if [ $# -eq 0 ]; then
-	set -- sqlite-claim-finished:embedded pg-claim-finished:postgres \
-		redis-claim-finished:redis done-dnf-as-done:embedded \
-		done-declined-dnf:embedded acker-dlq-skipped:embedded \
-		acker-dup-in-progress-deleted:embedded bank-409-declined:embedded \
-		event-zero-amount:embedded sqlite-finish-unfenced:embedded
+	set -- $(sed 's/#.*//' "$src/tests/chaos/defects/set" | awk 'NF == 2 { print $1 ":" $2 }')
 fi
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -48,7 +49,8 @@ found=0 total=0 table=$dir/defects.txt
 for spec in "$@"; do
 	name=${spec%%:*} backend=${spec#*:}
 	[ "$backend" = "$spec" ] && backend=embedded
-	p=$src/tests/mutants/$name.patch
+	p=$src/tests/chaos/defects/$name.patch
+	[ -f "$p" ] || p=$src/tests/mutants/$name.patch
 	total=$((total + 1))
 	if ! patch -d "$tree" -p1 -s -f <"$p" >"$dir/patch.log" 2>&1; then
 		echo "BROKEN $name: the patch does not apply"; cat "$dir/patch.log"
@@ -57,8 +59,8 @@ for spec in "$@"; do
 	fi
 	res="not found in $seeds seeds"
 	if "$make" -s -C "$tree" -j2 all >"$dir/build.log" 2>&1; then
-		s=1
-		while [ "$s" -le "$seeds" ]; do
+		s=${CHAOS_DEFECT_FIRST:-1}
+		while [ "$s" -lt $(( ${CHAOS_DEFECT_FIRST:-1} + seeds )) ]; do
 			out=$dir/run-$name-$s
 			rm -rf "$out"
 			t0=$(date +%s)

@@ -28,20 +28,21 @@ KINDS = {
     "bank-restart":  (1, None),
     "stop-step":     (2, None),
     "kill-step":     (2, None),
-    "term-worker":   (1, None),
+    "term-worker":   (3, None),     # every deploy and systemd stop signals the group
     "kill-worker":   (2, None),
     "clock":         (2, ("postgres", "redis", "dynamodb")),
     "store-restart": (1, ("postgres", "redis")),
     "store-kill9":   (1, ("postgres", "redis")),
     "failover":      (1, ("postgres", "redis")),
+    "kill-relay":    (2, None),     # the outbox relay killed -9 (--outbox only)
 }
 
 
-def schedule(seed, duration, backend, hosts, workers, lease_s, only=None):
+def schedule(seed, duration, backend, hosts, workers, lease_s, only=None, outbox=False):
     """hosts: every host name; workers: the worker hosts."""
     rng = random.Random("nemesis-%d" % seed)
     kinds = [k for k, (w, b) in KINDS.items() if (b is None or backend in b)
-             and (only is None or k in only)]
+             and (only is None or k in only) and (outbox or k != "kill-relay")]
     weights = [KINDS[k][0] for k in kinds]
     ev, t, failover = [], 2.0, False
     end = duration - 5
@@ -222,6 +223,8 @@ class Nemesis:
             return "pgid %d" % g
         elif k == "clock":
             w.set_clock(e["host"], e["skew_s"])
+        elif k == "kill-relay":
+            return w.outbox.kill_relay()
         elif k == "store-restart":
             w.store.restart()
         elif k == "store-kill9":
