@@ -12,7 +12,8 @@
 # verdict that found it, and the share found; exits 1 under
 # CHAOS_DEFECTS_MIN percent (default 80).
 #
-# usage: tests/chaos/defects.sh [NAME[:BACKEND] ...]   (default: tests/chaos/defects/set)
+# usage: tests/chaos/defects.sh [NAME[:BACKEND[:outbox]] ...]
+#        (default: tests/chaos/defects/set; outbox: the run with --outbox)
 # env:   CHAOS_DEFECT_SEEDS (seeds tried per defect, default 5),
 #        CHAOS_DEFECT_FIRST (the first seed, default 1),
 #        CHAOS_DEFECT_DURATION (seconds of faults per run, default 45),
@@ -28,7 +29,8 @@ min=${CHAOS_DEFECTS_MIN:-80}
 
 # NAME:BACKEND; by default tests/chaos/defects/set (what each one is).
 if [ $# -eq 0 ]; then
-	set -- $(sed 's/#.*//' "$src/tests/chaos/defects/set" | awk 'NF == 2 { print $1 ":" $2 }')
+	set -- $(sed 's/#.*//' "$src/tests/chaos/defects/set" |
+		awk 'NF == 2 { print $1 ":" $2 } NF == 3 { print $1 ":" $2 ":" $3 }')
 fi
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -47,8 +49,9 @@ echo "== chaos defects: building the scratch tree $tree"
 found=0 total=0 table=$dir/defects.txt
 : >"$table"
 for spec in "$@"; do
-	name=${spec%%:*} backend=${spec#*:}
+	name=${spec%%:*} backend=${spec#*:} extra=
 	[ "$backend" = "$spec" ] && backend=embedded
+	case $backend in *:outbox) backend=${backend%:outbox} extra=--outbox ;; esac
 	p=$src/tests/chaos/defects/$name.patch
 	[ -f "$p" ] || p=$src/tests/mutants/$name.patch
 	total=$((total + 1))
@@ -65,7 +68,7 @@ for spec in "$@"; do
 			rm -rf "$out"
 			t0=$(date +%s)
 			python3 "$tree/tests/chaos/chaos.py" --backend "$backend" --seed "$s" \
-				--duration "$duration" --bin "$tree/build/bin" --out "$out" \
+				--duration "$duration" --bin "$tree/build/bin" --out "$out" $extra \
 				>"$dir/$name-$s.log" 2>&1
 			rc=$?
 			t=$(( $(date +%s) - t0 ))
@@ -85,7 +88,7 @@ print(",".join(str(i["n"]) for i in v["invariants"] if not i["ok"]))' "$out/verd
 		res="BROKEN (does not build)"
 	fi
 	echo "$name ($backend): $res"
-	printf '%-32s %-9s %s\n' "$name" "$backend" "$res" >>"$table"
+	printf '%-32s %-9s %s\n' "$name" "$backend${extra:+ (outbox)}" "$res" >>"$table"
 	patch -d "$tree" -p1 -R -s -f <"$p" >/dev/null
 done
 echo "== chaos defects: $found of $total found"
