@@ -23,7 +23,8 @@ Two modes:
         /oauth/token answered 503 without reaching the bank), unauthorized
         (a 401 storm: every other request answered 401).  Always: one
         refusal's reason in four re-encoded in ISO-8859-1 (a legacy core
-        system's; logged as the fault latin1).
+        system's; logged as the fault latin1), and every answer 50-250 ms
+        on its way back.
 Every request and the fault applied to it is logged as one JSON line.
 
 usage: proxy.py --listen HOST:PORT --upstream HOST:PORT --control FILE
@@ -65,6 +66,9 @@ async def watch_control(path):
 # The bank is a legacy core system: the reason of one refusal in four
 # comes in ISO-8859-1, not UTF-8 (always, not a fault the nemesis draws).
 LEGACY = 0.25
+# And not instant: every answer 50-250 ms on its way back (bank-sim's own
+# answers take a millisecond), so a stop or a crash can find one in flight.
+ANSWER_MS = (50, 250)
 
 
 def legacy(body):
@@ -224,6 +228,9 @@ class Proxy:
                     abort(cw)
                     return
                 status = rhead.split(b" ", 2)[1].decode("latin-1") if b" " in rhead else "?"
+                # the way back from a real core system takes time: an
+                # answer is on the wire while the step waits for it
+                await asyncio.sleep(rng.uniform(*ANSWER_MS) / 1000)
                 if status[:1] in "45" and "/oauth/" not in line and rng.random() < LEGACY:
                     faults.append("latin1")
                     rbody = legacy(rbody)
