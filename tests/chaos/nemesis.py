@@ -19,7 +19,7 @@ STEPS = ("idemp-claim", "charge-debit", "charge-notify", "idemp-done", "sqs-ack"
 # kind: (weight, backends it applies to or None for all)
 KINDS = {
     "partition":     (4, None),
-    "link":          (3, None),
+    "link":          (4, None),
     "bank-errors":   (3, None),
     "bank-slow":     (1, None),
     "bank-401":      (1, None),
@@ -66,8 +66,8 @@ def schedule(seed, duration, backend, hosts, workers, lease_s, only=None, outbox
         elif k == "link":
             e["ctl"] = {f: round(rng.uniform(*r), 3) for f, r in {
                 "latency_ms": (0, 300), "jitter_ms": (0, 400), "loss": (0, 0.2),
-                "reorder": (0, 0.3), "dup": (0, 0.3), "reset_mid_body": (0, 0.15),
-                "truncate": (0, 0.1), "huge": (0, 0.1)}.items() if rng.random() < 0.6}
+                "reorder": (0, 0.3), "dup": (0, 0.3), "reset_mid_body": (0, 0.3),
+                "truncate": (0, 0.3), "huge": (0, 0.3)}.items() if rng.random() < 0.6}
         elif k == "bank-errors":
             # a flaky bank answers a mix: the status changes every second
             e["statuses"] = rng.sample([500, 502, 503, 504, 429, 409, 408], rng.randint(1, 4))
