@@ -469,11 +469,11 @@ def money_checks(run, wl, records, reqs, bad):
                 bad(8, cid, "the bank answered %d (transient) and the debit step said DECLINED"
                     % st)
         # 8: ... and against the status the link delivered just before it
-        # (a step that gave up waiting says it timed out, and the status
-        # arrived after it)
+        # (logged as it is written, so within the same millisecond; a step
+        # that gave up waiting says it timed out, and is not judged)
         elif o not in ("OK", "DECLINED", "LEASE_SHORT") and \
                 "timed out" not in str(e.get("error", "")):
-            got = [n for n in notes.get(cid, []) if t - 2500 <= n[0] <= t - 20
+            got = [n for n in notes.get(cid, []) if t - 2500 <= n[0] <= t + 5
                    and 200 <= n[1] < 300]
             if got:
                 bad(8, cid, "the link delivered the bank's %d (faults %s) and the debit step "
