@@ -30,7 +30,7 @@ KINDS = {
     "kill-step":     (2, None),
     "term-worker":   (3, None),     # every deploy and systemd stop signals the group
     "kill-worker":   (2, None),
-    "clock":         (2, ("postgres", "redis", "dynamodb")),
+    "clock":         (4, ("postgres", "redis", "dynamodb")),   # NTP is not a given
     "store-restart": (1, ("postgres", "redis")),
     "store-kill9":   (1, ("postgres", "redis")),
     "failover":      (1, ("postgres", "redis")),
