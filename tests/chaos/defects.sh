@@ -17,7 +17,9 @@
 # env:   CHAOS_DEFECT_SEEDS (seeds tried per defect, default 5),
 #        CHAOS_DEFECT_FIRST (the first seed, default 1),
 #        CHAOS_DEFECT_DURATION (seconds of faults per run, default 45),
-#        CHAOS_DIR (scratch, default build/chaos), MAKE
+#        CHAOS_DIR (scratch, default build/chaos), MAKE,
+#        CHAOS_REUSE_TREE (set: keep CHAOS_DIR/tree as it is, unmutated, and
+#        only bring its build up to date)
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
 dir=${CHAOS_DIR:-$src/build/chaos}
@@ -37,11 +39,13 @@ if [ "$(id -u)" -ne 0 ]; then
 	echo "chaos defects: SKIP: needs root (network namespaces)" >&2
 	exit 77
 fi
-rm -rf "$tree"
-mkdir -p "$tree"
-(cd "$src" && git ls-files -co --exclude-standard | while IFS= read -r f; do
-	[ -e "$f" ] && printf '%s\n' "$f"; done | tar cf - -T -) | (cd "$tree" && tar xf -)
-[ -d "$src/node_modules" ] && ln -s "$src/node_modules" "$tree/node_modules"
+if [ -z "${CHAOS_REUSE_TREE:-}" ] || [ ! -d "$tree" ]; then
+	rm -rf "$tree"
+	mkdir -p "$tree"
+	(cd "$src" && git ls-files -co --exclude-standard | while IFS= read -r f; do
+		[ -e "$f" ] && printf '%s\n' "$f"; done | tar cf - -T -) | (cd "$tree" && tar xf -)
+	[ -d "$src/node_modules" ] && ln -s "$src/node_modules" "$tree/node_modules"
+fi
 echo "== chaos defects: building the scratch tree $tree"
 "$make" -s -C "$tree" -j2 all >"$dir/build.log" 2>&1 || {
 	tail -20 "$dir/build.log"; echo "chaos defects: the unmutated tree does not build" >&2; exit 2; }
