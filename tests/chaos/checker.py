@@ -411,11 +411,12 @@ def money_checks(run, wl, records, reqs, bad):
         return recent[0] if len(recent) == 1 else None
 
     def crash_window(t, until):
-        # a store that restarted, died or failed over at any time before
-        # may still fail a step's first write after it (its connection
-        # gone): the finish is left for a retry, as it should be
+        # a store that restarted, died or failed over shortly before may
+        # still fail a step's first write after it (its connection gone,
+        # a failed open retried within 5 s): the finish is left for a
+        # retry, as it should be; 15 s after the store is back, no longer
         return [x for a, b, x in sp if a <= until and
-                (x["kind"] in STORE_KINDS or b >= t - 3000 and
+                (x["kind"] in STORE_KINDS and b >= t - 15000 or b >= t - 3000 and
                  (x["kind"] in CRASH_KINDS or
                   (x["kind"] == "partition" and {x.get("a"), x.get("b")} & set(STORE_HOSTS)) or
                   x["kind"] == "store-link" or
