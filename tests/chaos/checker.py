@@ -118,10 +118,13 @@ def real_clock(sp):
     clocks = {}
     for a, b, e in sp:
         if e["kind"] == "clock":
-            clocks.setdefault(e["host"], []).append((a, b, int(e["skew_s"] * 1000)))
+            # set_clock writes whole seconds
+            clocks.setdefault(e["host"], []).append((a, b, int(e["skew_s"]) * 1000))
 
-    def real(host, ts):
+    def real(host, ts, candidates=False):
         fs = clocks.get(host, ())
+        if candidates:      # every time ts may have been logged at
+            return [ts] + [ts - k for a, b, k in fs if a - 1000 <= ts - k <= b + 1000]
         for a, b, k in fs:
             if a + 1500 <= ts - k <= b - 1500:
                 return ts - k
@@ -165,25 +168,29 @@ def worker_lines(run, real, msgs):
             t = real(host, e["ts"])
             if t is not None:
                 out.append(dict(e, real=t, host=host, file=path, line=i))
+            elif e.get("outcome") == "LEASE_SHORT":
+                out.append(dict(e, real=None, maybe=real(host, e["ts"], True), host=host,
+                                file=path, line=i))
     return out
 
 
 def claims_of(rec):
-    """A record's claims, (at, leaseUntil, end of its hold): the hold ends
-    at the lease's end or at the first finish or release after it."""
+    """A record's claims, (at, leaseUntil, end of its hold, what ended it):
+    the hold ends at the lease's end or at the first finish or release
+    after it."""
     out = []
     hist = (rec or {}).get("history", [])
     for i, h in enumerate(hist):
         if h.get("op") != "claim":
             continue
-        end = h.get("leaseUntil") or h["at"]
+        end, how = h.get("leaseUntil") or h["at"], None
         for x in hist[i + 1:]:
             if x.get("op") == "claim":
                 break
             if x.get("op") in ("finish", "release"):
-                end = min(end, x["at"])
+                end, how = min(end, x["at"]), x["op"]
                 break
-        out.append((h["at"], h.get("leaseUntil") or h["at"], end))
+        out.append((h["at"], h.get("leaseUntil") or h["at"], end, how))
     return out
 
 
@@ -398,7 +405,8 @@ def money_checks(run, wl, records, reqs, bad):
             notes.setdefault(e.get("key"), []).append((e["ts"], int(e["status"]), e.get("faults")))
     lines_of = {}
     for e in debits:
-        lines_of.setdefault(e["chargeId"], []).append(e)
+        if e["real"] is not None:
+            lines_of.setdefault(e["chargeId"], []).append(e)
     wanted = {c["chargeId"] for c in wl["charges"]}
 
     def held(cid, t):
@@ -455,9 +463,27 @@ def money_checks(run, wl, records, reqs, bad):
                                                      "clock")):
                 resent(cid, ts, "the link delivered the bank's %d to a worker that "
                        "wrote nothing of it" % status)
+    def lease_refusal(e, cid, t, c):
+        """9: a refusal for want of lease, with the lease in fact live."""
+        m = re.search(r"needs (\d+)ms plus a (\d+)ms margin", str(e.get("error", "")))
+        if m and c:
+            left = c[1] - t
+            if left > int(m.group(1)) + int(m.group(2)) + 3000 + tol:
+                bad(9, cid, "the debit step refused for want of lease (%s) with %d ms of "
+                    "it left (leaseUntil %d on the store's clock)" % (e.get("error"), left, c[1]))
+
     for e in debits:
         cid, o, t = e["chargeId"], e.get("outcome"), e["real"]
         if cid not in wanted:
+            continue
+        if t is None:
+            # logged as a clock changed: the time at which the claim it
+            # ran under was released right after it (a refusal releases)
+            for t in e["maybe"]:
+                c = held(cid, t)
+                if c and c[3] == "release" and 0 <= c[2] - t <= 3000:
+                    lease_refusal(e, cid, t, c)
+                    break
             continue
         st = e.get("status")
         got = []
@@ -479,17 +505,8 @@ def money_checks(run, wl, records, reqs, bad):
             if got:
                 bad(8, cid, "the link delivered the bank's %d (faults %s) and the debit step "
                     "said %s (%s)" % (got[-1][1], got[-1][2], o, e.get("error")))
-        # 9: a refusal for want of lease, with the lease in fact live
         if o == "LEASE_SHORT":
-            m = re.search(r"needs (\d+)ms plus a (\d+)ms margin", str(e.get("error", "")))
-            c = held(cid, t)
-            if m and c:
-                left = c[1] - t
-                need = int(m.group(1)) + int(m.group(2))
-                if left > need + 3000 + tol:
-                    bad(9, cid, "the debit step refused for want of lease (%s) with %d ms of "
-                        "it left (leaseUntil %d on the store's clock)"
-                        % (e.get("error"), left, c[1]))
+            lease_refusal(e, cid, t, held(cid, t))
         # 7: the worker had the bank's yes
         if o == "OK":
             resent(cid, t, "the debit step had the bank's yes (%s) on %s" % (e.get("ref"), e["host"]))
