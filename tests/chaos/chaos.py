@@ -39,6 +39,7 @@ import servers              # noqa: E402
 import backends             # noqa: E402
 from nemesis import Nemesis, schedule   # noqa: E402
 import checker              # noqa: E402
+import outbox as outboxmod  # noqa: E402
 
 SRC = os.path.dirname(os.path.dirname(HERE))
 LEASE_S = 16
@@ -93,6 +94,7 @@ class World:
         self.bank = None
         self.store = None
         self.links = {}            # "store"/"queue": [servers.Link]
+        self.outbox = None         # outbox.Outbox with --outbox
         self.slots = []            # (host, name, stream, jobs)
         self.stopping = threading.Event()
         self.clock_files = {}
@@ -107,6 +109,9 @@ class World:
         self.bank.worker_env(env)
         self.store, extra, secrets_ = backends.start(self)
         env.update(extra)
+        if self.a.outbox:
+            self.outbox = outboxmod.Outbox(self)
+            env.update(self.outbox.env())
         self.secrets.extend(secrets_)
         for k in OVERRIDES:
             if os.environ.get(k):
@@ -378,6 +383,8 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--only", default=None, help="fault kinds, comma-separated")
     ap.add_argument("--charges", type=int, default=None)
+    ap.add_argument("--outbox", action="store_true",
+                    help="the outbox on, its relay killed now and then, checked (outbox.py)")
     ap.add_argument("--schedule", default=None,
                     help="replay a run's schedule.json instead of drawing one from the seed")
     ap.add_argument("--pg-async", action="store_true",
@@ -408,12 +415,13 @@ def main():
         n = a.charges or max(40, int(a.duration * 1.5))
         wl, sends = workload(a.seed, a.duration, n)
         only = set(a.only.split(",")) if a.only else None
-        ev = schedule(a.seed, a.duration, a.backend, sorted(w.net.hosts), w.workers, LEASE_S, only)
+        ev = schedule(a.seed, a.duration, a.backend, sorted(w.net.hosts), w.workers, LEASE_S, only,
+                      outbox=a.outbox)
         if a.schedule:
             with open(a.schedule) as f:
                 ev = json.load(f)
         with open(os.path.join(run, "workload.json"), "w") as f:
-            json.dump(dict(wl, seed=a.seed, backend=a.backend, duration=a.duration,
+            json.dump(dict(wl, seed=a.seed, backend=a.backend, duration=a.duration, outbox=a.outbox,
                            lease_s=LEASE_S, declined=DECLINED,
                            slots=[list(s) for s in w.slots]), f)
         with open(os.path.join(run, "schedule.json"), "w") as f:
@@ -428,6 +436,8 @@ def main():
         threads.append(prod)
         for t in threads:
             t.start()
+        if w.outbox:
+            w.outbox.start()
         while time.monotonic() - t0 < a.duration:
             w.sample_cmdlines()
             time.sleep(2)
@@ -466,11 +476,13 @@ def main():
         if drained is None:
             w.snapshot("stuck")
         w.stop_workers()
+        outbox_drained = w.outbox.finish() if w.outbox else None
         w.collect()
         w.sample_cmdlines()
         bound, per_cpu = drain_bound(loads)
         facts = {"drained_s": drained, "drain_bound_s": bound, "load_per_cpu": per_cpu,
-                 "faults": len(ev), "elapsed_s": round(time.monotonic() - t0, 1)}
+                 "faults": len(ev), "elapsed_s": round(time.monotonic() - t0, 1),
+                 "outbox_drained": outbox_drained}
         print("chaos: drain bound %d s (%d s x the load per core while draining, %.2f, "
               "taken as 1 to %d)" % (bound, DRAIN_BOUND_S, per_cpu, DRAIN_LOAD_MAX), flush=True)
         v = checker.check(run, w.secrets, facts)

@@ -16,6 +16,7 @@ usage: checker.py RUN_DIR   (re-judges a kept run; secrets are not known
 import glob
 import json
 import os
+import re
 import sqlite3
 import sys
 
@@ -28,7 +29,21 @@ INVARIANTS = [
     (4, "notifications: one key per charge, none => DNF; a record finished once, never re-claimed"),
     (5, "no planted secret in any output, log or command line"),
     (6, "liveness: the backlog drains within the bound after the heal"),
+    (7, "a debit a worker had the bank's yes for is recorded, never sent to the bank again"),
+    (8, "each debit's outcome is what the contract says of the bank's answer"),
+    (9, "no bank call outside a live lease; no call refused on a live one"),
+    (10, "outbox: one event applied downstream per finish and re-notification, none other"),
 ]
+# Faults that open the crash window (an answer held by a process that
+# dies or stops past its lease, or a store it cannot reach): after one of
+# these, a charge the bank answered may be claimed and sent again under
+# its key.  A stop signal to a worker's group is not one (an ordinary
+# stop: the steps finish what they hold), nor is anything on the bank's
+# side once the answer is in the worker's hands.
+CRASH_KINDS = ("kill-step", "kill-worker", "stop-step")
+STORE_KINDS = ("store-restart", "store-kill9", "failover")
+STORE_HOSTS = ("store", "store2")
+TEMPFAIL_STATUSES = (408, 409, 425, 429)
 
 
 def jlines(path):
@@ -70,6 +85,119 @@ def fault_windows(run, lease_ms):
     for s in starts.values():
         out.append((s["ts"], s["ts"] + 2 * lease_ms, s["kind"], s))
     return sorted(out, key=lambda x: x[0])
+
+
+def spans(run):
+    """(start_ms, end_ms, event) of every fault that landed, at the times it
+    was in force (an instant fault: start = end; one never healed on its
+    own: until the heal-all)."""
+    starts, out, heal_all = {}, [], None
+    for e in jlines(os.path.join(run, "nemesis.log")):
+        if e.get("kind") == "heal-all":
+            heal_all = e["ts"]
+            continue
+        if "t" not in e:
+            continue
+        key = (e["t"], e["kind"])
+        if e.get("action") == "start":
+            starts[key] = e
+        elif e.get("action") in ("healed", "heal-failed") and key in starts:
+            s = starts.pop(key)
+            out.append((s["ts"], max(e["ts"], s["ts"]), s))
+    for s in starts.values():
+        out.append((s["ts"], heal_all or s["ts"] + 60000, s))
+    return sorted(out, key=lambda x: x[0])
+
+
+def real_clock(sp):
+    """real(host, ts): the true time of a line a worker host logged at ts.
+    A clock fault skews the worker's wall clock (libfaketime, an offset
+    file read at most a second late), so a line logged under it is moved
+    back by the skew; a line too close to a change to tell is None (not
+    judged)."""
+    clocks = {}
+    for a, b, e in sp:
+        if e["kind"] == "clock":
+            # set_clock writes whole seconds
+            clocks.setdefault(e["host"], []).append((a, b, int(e["skew_s"]) * 1000))
+
+    def real(host, ts, candidates=False):
+        fs = clocks.get(host, ())
+        if candidates:      # every time ts may have been logged at
+            return [ts] + [ts - k for a, b, k in fs if a - 1000 <= ts - k <= b + 1000]
+        for a, b, k in fs:
+            if a + 1500 <= ts - k <= b - 1500:
+                return ts - k
+        for a, b, k in fs:
+            if a - 1500 <= ts <= b + 1500 or a - 1500 <= ts - k <= b + 1500:
+                return None
+        return ts
+    return real
+
+
+def slack_at(sp, t):
+    """How late a request sent in time may reach the bank at t: what the
+    faults in force just before add to its way (proxy delays, a slow bank
+    that logs after its nap, TCP retransmitting across a partition)."""
+    s = 2000
+    for a, b, e in sp:
+        if a > t or b < t - 30000:
+            continue
+        k = e["kind"]
+        if k == "link" and b >= t - 10000:
+            c = e.get("ctl", {})
+            s += 2 * (c.get("latency_ms", 0) + c.get("jitter_ms", 0)) + \
+                (2000 if c.get("loss") else 0) + (2000 if c.get("reorder") else 0) + \
+                (4000 if c.get("dup") else 0)
+        elif k == "bank-slow" and b >= t - 10000:
+            s += 2 * e.get("latency_ms", 0)
+        elif k == "partition" and "bank" in (e.get("a"), e.get("b")):
+            s += 2 * (b - a) + 3000
+    return s
+
+
+def worker_lines(run, real, msgs):
+    """The workers' log lines of the given msg kinds, each with its host
+    and its true time ("real"), in the order each worker wrote them."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(run, "logs", "worker-*.log"))):
+        host = os.path.basename(path)[len("worker-"):].split(".")[0]
+        for i, e in enumerate(jlines(path)):
+            if e.get("msg") not in msgs or "ts" not in e or not e.get("chargeId"):
+                continue
+            t = real(host, e["ts"])
+            if t is not None:
+                out.append(dict(e, real=t, host=host, file=path, line=i))
+            elif e.get("outcome") == "LEASE_SHORT":
+                out.append(dict(e, real=None, maybe=real(host, e["ts"], True), host=host,
+                                file=path, line=i))
+    return out
+
+
+def claims_of(rec):
+    """A record's claims, (at, leaseUntil, end of its hold, what ended it):
+    the hold ends at the lease's end or at the first finish or release
+    after it."""
+    out = []
+    hist = (rec or {}).get("history", [])
+    for i, h in enumerate(hist):
+        if h.get("op") != "claim":
+            continue
+        end, how = h.get("leaseUntil") or h["at"], None
+        for x in hist[i + 1:]:
+            if x.get("op") == "claim":
+                break
+            if x.get("op") in ("finish", "release"):
+                end, how = min(end, x["at"]), x["op"]
+                break
+        out.append((h["at"], h.get("leaseUntil") or h["at"], end, how))
+    return out
+
+
+def claim_for(claims, t, tol=0):
+    """The last claim taken at or before t (+tol)."""
+    c = [x for x in claims if x[0] <= t + tol]
+    return c[-1] if c else None
 
 
 def timeline(run, cid, limit=80):
@@ -205,6 +333,11 @@ def check(run, planted, facts):
         bad(6, "-", "drained in %.0f s, over the bound of %d s"
             % (facts["drained_s"], facts["drain_bound_s"]))
 
+    money_checks(run, wl, records, reqs, bad)
+    judged = {i for i, _ in INVARIANTS}
+    if not outbox_checks(run, records, bad):
+        judged.discard(10)
+
     # replays absorbed by the key, per fault kind around them
     windows = fault_windows(run, lease_ms)
     per_kind, replays = {}, 0
@@ -246,13 +379,198 @@ def check(run, planted, facts):
         "notifications": sum(notes.values()), "notification_retries_absorbed": note_replays,
         "facts": facts,
         "invariants": [{"n": i, "name": name, "ok": not viol[i], "violations": viol[i][:50],
-                        "count": len(viol[i])} for i, name in INVARIANTS],
+                        "count": len(viol[i])} for i, name in INVARIANTS if i in judged],
         "evidence": evidence[:10],
     }
     with open(os.path.join(run, "verdict.json"), "w") as f:
         json.dump(v, f, indent=1)
     print_table(v, run)
     return v
+
+
+def money_checks(run, wl, records, reqs, bad):
+    """Checks 7-9, from the workers' own log lines set against the bank's
+    request log, the link's (the proxy in front of the bank) and the
+    records' histories.  The workers' times are made true first (a clock
+    fault skews them); the bank's, the proxy's and the records' are true
+    (the store's clock, or the single host's on the embedded default)."""
+    lease_ms = wl["lease_s"] * 1000
+    sp = spans(run)
+    real = real_clock(sp)
+    tol = 2500 if wl["backend"] == "dynamodb" else 0   # leases on the workers' clocks
+    debits = worker_lines(run, real, ("debit",))
+    notes = {}
+    for e in jlines(os.path.join(run, "logs", "bank-proxy.req.log")):
+        if "/debits" in e.get("req", "") and str(e.get("status", "")).isdigit():
+            notes.setdefault(e.get("key"), []).append((e["ts"], int(e["status"]), e.get("faults")))
+    lines_of = {}
+    for e in debits:
+        if e["real"] is not None:
+            lines_of.setdefault(e["chargeId"], []).append(e)
+    wanted = {c["chargeId"] for c in wl["charges"]}
+
+    def held(cid, t):
+        """The claim a step working on cid at t ran under, when that is
+        beyond doubt: the only one of the charge in the last three leases
+        (an acquired claim is not logged, so a step's envelope is known
+        only by its time; a step holding an older claim is a stale one)."""
+        cl = claims_of(records.get(cid))
+        recent = [c for c in cl if t - 3 * lease_ms <= c[0] <= t + tol]
+        return recent[0] if len(recent) == 1 else None
+
+    def crash_window(t, until):
+        # a store that restarted, died or failed over shortly before may
+        # still fail a step's first write after it (its connection gone,
+        # a failed open retried within 5 s): the finish is left for a
+        # retry, as it should be; 15 s after the store is back, no longer
+        return [x for a, b, x in sp if a <= until and
+                (x["kind"] in STORE_KINDS and b >= t - 15000 or b >= t - 3000 and
+                 (x["kind"] in CRASH_KINDS or
+                  (x["kind"] == "partition" and {x.get("a"), x.get("b")} & set(STORE_HOSTS)) or
+                  x["kind"] == "store-link" or
+                  (x["kind"] == "clock" and wl["backend"] == "dynamodb")))]
+
+    def resent(cid, t, how):
+        """7: the bank's yes for cid reached a worker at t (how): the charge
+        must not go to the bank again unless a crash window opened."""
+        c = claim_for(claims_of(records.get(cid)), t, tol)
+        if c is None or c[1] - t < 3000:
+            return          # a takeover may race a finish this late in the lease
+        later = [ts for ts, _ in reqs.get(cid, []) if ts > t + 50]
+        if not later:
+            return
+        rc = claim_for(claims_of(records.get(cid)), later[0], tol)
+        until = min(rc[0] if rc and rc[0] > t else later[0], t + lease_ms + 2000)
+        if not crash_window(t, until):
+            bad(7, cid, "%s at %d, and the charge went to the bank again at %d with no crash "
+                "window around it" % (how, t, later[0]))
+
+    def in_force(t, kinds, before=5000):
+        return [x for a, b, x in sp if a <= t and b >= t - before and x["kind"] in kinds and
+                (x["kind"] != "partition" or "bank" in (x.get("a"), x.get("b")))]
+
+    # 7 (the answer delivered to a step that was gone): a 2xx the link
+    # wrote promptly (no delay, slow bank or cut link in force) with no
+    # step's line for the charge around it
+    for cid, ns in notes.items():
+        if cid not in wanted:
+            continue
+        for ts, status, faults in ns:
+            if not 200 <= status < 300:
+                continue
+            near = [e for e in lines_of.get(cid, []) if ts - 8000 <= e["real"] <= ts + 5000]
+            if not near and not in_force(ts, ("link", "bank-slow", "partition", "bank-restart",
+                                                     "clock")):
+                resent(cid, ts, "the link delivered the bank's %d to a worker that "
+                       "wrote nothing of it" % status)
+    def lease_refusal(e, cid, t, c):
+        """9: a refusal for want of lease, with the lease in fact live."""
+        m = re.search(r"needs (\d+)ms plus a (\d+)ms margin", str(e.get("error", "")))
+        if m and c:
+            left = c[1] - t
+            if left > int(m.group(1)) + int(m.group(2)) + 3000 + tol:
+                bad(9, cid, "the debit step refused for want of lease (%s) with %d ms of "
+                    "it left (leaseUntil %d on the store's clock)" % (e.get("error"), left, c[1]))
+
+    for e in debits:
+        cid, o, t = e["chargeId"], e.get("outcome"), e["real"]
+        if cid not in wanted:
+            continue
+        if t is None:
+            # logged as a clock changed: the time at which the claim it
+            # ran under was released right after it (a refusal releases)
+            for t in e["maybe"]:
+                c = held(cid, t)
+                if c and c[3] == "release" and 0 <= c[2] - t <= 3000:
+                    lease_refusal(e, cid, t, c)
+                    break
+            continue
+        st = e.get("status")
+        got = []
+        # 8: the step's word against the bank's status (its own line's)
+        if isinstance(st, int):
+            if 200 <= st < 300 and o != "OK":
+                bad(8, cid, "the bank answered %d and the debit step said %s (%s)"
+                    % (st, o, e.get("error")))
+            elif o == "DECLINED" and st not in (402, 422):
+                bad(8, cid, "the bank answered %d (transient) and the debit step said DECLINED"
+                    % st)
+        # 8: ... and against the status the link delivered just before it
+        # (logged as it is written, so within the same millisecond; a step
+        # that gave up waiting says it timed out, and is not judged)
+        elif o not in ("OK", "DECLINED", "LEASE_SHORT") and \
+                "timed out" not in str(e.get("error", "")):
+            got = [n for n in notes.get(cid, []) if t - 2500 <= n[0] <= t + 5
+                   and 200 <= n[1] < 300]
+            if got:
+                bad(8, cid, "the link delivered the bank's %d (faults %s) and the debit step "
+                    "said %s (%s)" % (got[-1][1], got[-1][2], o, e.get("error")))
+        if o == "LEASE_SHORT":
+            lease_refusal(e, cid, t, held(cid, t))
+        # 7: the worker had the bank's yes
+        if o == "OK":
+            resent(cid, t, "the debit step had the bank's yes (%s) on %s" % (e.get("ref"), e["host"]))
+        elif got:
+            resent(cid, t, "the link delivered the bank's %d and the debit step said %s"
+                   % (got[-1][1], o))
+    # 9: every request at the bank inside a hold of its charge (claimed,
+    # neither finished nor released, lease not over), give or take how late
+    # the faults then let a request sent in time arrive
+    for cid, rs in reqs.items():
+        if cid not in wanted:
+            continue
+        rec = records.get(cid)
+        if rec is None:
+            continue          # no record at all: check 3's
+        cl = claims_of(rec)
+        for ts, status in rs:
+            c = claim_for(cl, ts, tol)
+            if c is None:
+                if len((rec or {}).get("history", [])) < 20:
+                    bad(9, cid, "a request at the bank at %d before any claim" % ts)
+                continue
+            late = ts - c[2]
+            if late > slack_at(sp, ts) + tol:
+                bad(9, cid, "a request reached the bank %d ms after the hold of the claim "
+                    "of %d ended (%s)" % (late, c[0], "finished or released" if c[2] < c[1]
+                                          else "lease over"))
+
+
+def outbox_checks(run, records, bad):
+    """Check 10, when the run had the outbox on (RUN/outbox, outbox.py):
+    the events the downstream consumer applied (applied.ndjson, one per
+    application) against the records' histories, whatever store wrote
+    them.  Each finish and each re-notification is one event, applied
+    once (the consumer keys on eventId: an event published twice with the
+    same eventId is absorbed, with another one it is applied twice); no
+    event for a charge whose record is not finished."""
+    if not os.path.isdir(os.path.join(run, "outbox")):
+        return False
+    by_id, by_charge = {}, {}
+    for ev in jlines(os.path.join(run, "outbox", "applied.ndjson")):
+        by_id.setdefault(ev.get("eventId"), []).append(ev)
+    for eid, evs in by_id.items():
+        cid = evs[0].get("chargeId") or "-"
+        if len(evs) > 1:
+            bad(10, cid, "event %s applied %d times downstream" % (eid, len(evs)))
+        by_charge.setdefault(cid, []).append(evs[0])
+    for cid, rec in records.items():
+        hist = rec.get("history", [])
+        got = by_charge.pop(cid, [])
+        if rec.get("state") not in TERMINAL:
+            if got:
+                bad(10, cid, "%d events applied for a charge whose record is %s"
+                    % (len(got), rec.get("state")))
+            continue
+        for typ, op in (("charge.finished", "finish"), ("charge.renotified", "renotified")):
+            want = sorted(h.get("state") or "DONE" for h in hist if h.get("op") == op)
+            have = sorted(e.get("state") or "DONE" for e in got if e.get("type") == typ)
+            if want != have and not (len(hist) >= 20 and len(have) > len(want)):
+                bad(10, cid, "%s: the record's history says %s, downstream applied %s"
+                    % (typ, want, have))
+    for cid, evs in by_charge.items():
+        bad(10, cid, "%d events applied for a charge with no record" % len(evs))
+    return True
 
 
 def print_table(v, run):

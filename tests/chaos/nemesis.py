@@ -19,7 +19,7 @@ STEPS = ("idemp-claim", "charge-debit", "charge-notify", "idemp-done", "sqs-ack"
 # kind: (weight, backends it applies to or None for all)
 KINDS = {
     "partition":     (4, None),
-    "link":          (3, None),
+    "link":          (4, None),
     # the same on a worker's links to the store and to the queue (tcp)
     "store-link":    (2, ("postgres", "redis", "dynamodb")),
     "queue-link":    (2, ("postgres", "redis", "dynamodb")),
@@ -31,20 +31,21 @@ KINDS = {
     "bank-restart":  (1, None),
     "stop-step":     (2, None),
     "kill-step":     (2, None),
-    "term-worker":   (1, None),
+    "term-worker":   (3, None),     # every deploy and systemd stop signals the group
     "kill-worker":   (2, None),
-    "clock":         (2, ("postgres", "redis", "dynamodb")),
+    "clock":         (4, ("postgres", "redis", "dynamodb")),   # NTP is not a given
     "store-restart": (1, ("postgres", "redis")),
     "store-kill9":   (1, ("postgres", "redis")),
     "failover":      (1, ("postgres", "redis")),
+    "kill-relay":    (2, None),     # the outbox relay killed -9 (--outbox only)
 }
 
 
-def schedule(seed, duration, backend, hosts, workers, lease_s, only=None):
+def schedule(seed, duration, backend, hosts, workers, lease_s, only=None, outbox=False):
     """hosts: every host name; workers: the worker hosts."""
     rng = random.Random("nemesis-%d" % seed)
     kinds = [k for k, (w, b) in KINDS.items() if (b is None or backend in b)
-             and (only is None or k in only)]
+             and (only is None or k in only) and (outbox or k != "kill-relay")]
     weights = [KINDS[k][0] for k in kinds]
     ev, t, failover = [], 2.0, False
     end = duration - 5
@@ -68,8 +69,8 @@ def schedule(seed, duration, backend, hosts, workers, lease_s, only=None):
         elif k == "link":
             e["ctl"] = {f: round(rng.uniform(*r), 3) for f, r in {
                 "latency_ms": (0, 300), "jitter_ms": (0, 400), "loss": (0, 0.2),
-                "reorder": (0, 0.3), "dup": (0, 0.3), "reset_mid_body": (0, 0.15),
-                "truncate": (0, 0.1), "huge": (0, 0.1)}.items() if rng.random() < 0.6}
+                "reorder": (0, 0.3), "dup": (0, 0.3), "reset_mid_body": (0, 0.3),
+                "truncate": (0, 0.3), "huge": (0, 0.3)}.items() if rng.random() < 0.6}
         elif k in ("store-link", "queue-link"):
             e["ctl"] = {f: round(rng.uniform(*r), 3) for f, r in {
                 "latency_ms": (0, 300), "jitter_ms": (0, 400), "loss": (0, 0.2),
@@ -241,6 +242,8 @@ class Nemesis:
             return "pgid %d" % g
         elif k == "clock":
             w.set_clock(e["host"], e["skew_s"])
+        elif k == "kill-relay":
+            return w.outbox.kill_relay()
         elif k == "store-restart":
             w.store.restart()
         elif k == "store-kill9":

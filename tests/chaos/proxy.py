@@ -21,7 +21,10 @@ Two modes:
         body, then RST), truncate (half the body, then FIN), huge (a 2xx
         answer padded with 4 MiB of JSON whitespace), token_down (POST
         /oauth/token answered 503 without reaching the bank), unauthorized
-        (a 401 storm: every other request answered 401).
+        (a 401 storm: every other request answered 401).  Always: one
+        refusal's reason in four re-encoded in ISO-8859-1 (a legacy core
+        system's; logged as the fault latin1), and every answer 50-250 ms
+        on its way back.
 Every request and the fault applied to it is logged as one JSON line.
 
 usage: proxy.py --listen HOST:PORT --upstream HOST:PORT --control FILE
@@ -58,6 +61,23 @@ async def watch_control(path):
         except (OSError, ValueError):
             pass
         await asyncio.sleep(0.1)
+
+
+# The bank is a legacy core system: the reason of one refusal in four
+# comes in ISO-8859-1, not UTF-8 (always, not a fault the nemesis draws).
+LEGACY = 0.25
+# And not instant: every answer 50-250 ms on its way back (bank-sim's own
+# answers take a millisecond), so a stop or a crash can find one in flight.
+ANSWER_MS = (50, 250)
+
+
+def legacy(body):
+    try:
+        o = json.loads(body)
+        o["reason"] = "Auftrag nicht ausgef\u00fchrt (%s)" % o.get("reason", "")
+        return json.dumps(o, ensure_ascii=False).encode("latin-1")
+    except (ValueError, UnicodeError, AttributeError):
+        return body
 
 
 def p(name):
@@ -208,6 +228,15 @@ class Proxy:
                     abort(cw)
                     return
                 status = rhead.split(b" ", 2)[1].decode("latin-1") if b" " in rhead else "?"
+                # the way back from a real core system takes time: an
+                # answer is on the wire while the step waits for it
+                await asyncio.sleep(rng.uniform(*ANSWER_MS) / 1000)
+                if status[:1] in "45" and "/oauth/" not in line and rng.random() < LEGACY:
+                    faults.append("latin1")
+                    rbody = legacy(rbody)
+                    rhead = b"\r\n".join(h for h in rhead[:-4].split(b"\r\n") if not
+                                          h.lower().startswith(b"content-length")) + \
+                        b"\r\nContent-Length: %d\r\n\r\n" % len(rbody)
                 await delay(rng)
                 x = rng.random()
                 if x < p("reset_mid_body"):
