@@ -274,6 +274,18 @@ ik_redis_ensure(struct ik_redis *r, ik_err *err)
 	return IK_OK;
 }
 
+char *
+ik_redis_str(const redisReply *v)
+{
+	char *p;
+
+	if (!v || v->type != REDIS_REPLY_STRING || !(p = malloc(v->len + 1)))
+		return NULL;
+	memcpy(p, v->str, v->len);
+	p[v->len] = '\0';
+	return p;
+}
+
 void
 ik_redis_close(struct ik_redis *r)
 {

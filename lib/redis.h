@@ -70,4 +70,8 @@ redisReply *ik_redis_cmd(struct ik_redis *r, const char *what, int argc,
 redisReply *ik_redis_eval(struct ik_redis *r, struct ik_redis_script *s, int nkeys,
     int argc, const char **argv, const size_t *lens, int wait, ik_err *err);
 
+/* A string reply as a C string (caller frees); NULL when v is not a
+ * string or out of memory. */
+char *ik_redis_str(const redisReply *v);
+
 #endif

@@ -341,18 +341,6 @@ live_key(enum ik_state st, char *buf, size_t n)
 	return buf;
 }
 
-static char *
-dup_str(const redisReply *v)
-{
-	char *p;
-
-	if (!v || v->type != REDIS_REPLY_STRING || !(p = malloc(v->len + 1)))
-		return NULL;
-	memcpy(p, v->str, v->len);
-	p[v->len] = '\0';
-	return p;
-}
-
 static int64_t
 num(const redisReply *v)
 {
@@ -375,23 +363,23 @@ read_fields(const char *id, const redisReply *a, struct ik_record *r)
 		const char *f = a->element[i]->str ? a->element[i]->str : "";
 		const redisReply *v = a->element[i + 1];
 		if (strcmp(f, "state") == 0) {
-			char *st = dup_str(v);
+			char *st = ik_redis_str(v);
 			r->state = ik_state_parse(st);
 			free(st);
 		} else if (strcmp(f, "owner") == 0)
-			r->owner = dup_str(v);
+			r->owner = ik_redis_str(v);
 		else if (strcmp(f, "leaseUntil") == 0)
 			r->lease_until = num(v);
 		else if (strcmp(f, "attempts") == 0)
 			r->attempts = num(v);
 		else if (strcmp(f, "fingerprint") == 0)
-			r->fingerprint = dup_str(v);
+			r->fingerprint = ik_redis_str(v);
 		else if (strcmp(f, "event") == 0)
-			r->event = dup_str(v);
+			r->event = ik_redis_str(v);
 		else if (strcmp(f, "debitRef") == 0)
-			r->debit_ref = dup_str(v);
+			r->debit_ref = ik_redis_str(v);
 		else if (strcmp(f, "lastError") == 0)
-			r->last_error = dup_str(v);
+			r->last_error = ik_redis_str(v);
 		else if (strcmp(f, "createdAt") == 0)
 			r->created_at = num(v);
 		else if (strcmp(f, "updatedAt") == 0)
@@ -399,7 +387,7 @@ read_fields(const char *id, const redisReply *a, struct ik_record *r)
 		else if (strcmp(f, "expiresAt") == 0)
 			r->expires_at = num(v);
 		else if (strcmp(f, "history") == 0)
-			r->history = dup_str(v);
+			r->history = ik_redis_str(v);
 	}
 	return IK_OK;
 }
@@ -577,7 +565,7 @@ rs_renotified(struct ik_store *st, const char *key, int64_t now_ms, ik_err *err)
 				break;
 			}
 			free(owner);
-			owner = dup_str(rep);
+			owner = ik_redis_str(rep);
 			freeReplyObject(rep);
 			ik_outbox_event_id("renotified", key, owner, id);
 		}
@@ -698,12 +686,12 @@ list_index(struct rs *q, enum ik_state state, const struct ik_list_filter *f,
 		}
 		free(score);
 		free(member);
-		score = dup_str(rep->element[1]);
-		member = dup_str(rep->element[2]);
+		score = ik_redis_str(rep->element[1]);
+		member = ik_redis_str(rep->element[2]);
 		done = num(rep->element[3]) == 1;
 		for (size_t i = 4; i + 1 < rep->elements && !stop; i += 2) {
 			struct ik_record r;
-			char *id = dup_str(rep->element[i]);
+			char *id = ik_redis_str(rep->element[i]);
 			if (id && read_fields(id, rep->element[i + 1], &r) == IK_OK) {
 				stop = cb(&r, arg);
 				ik_record_free(&r);
@@ -873,7 +861,7 @@ config_get(struct ik_redis *r, const char *name, ik_err *err)
 		return NULL;
 	}
 	if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2)
-		v = dup_str(rep->element[1]);
+		v = ik_redis_str(rep->element[1]);
 	freeReplyObject(rep);
 	if (!v)
 		ik_errf(err, IK_CONFIG, "%s: CONFIG GET %s: the server does not report it; "

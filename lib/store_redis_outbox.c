@@ -190,18 +190,6 @@ num(const redisReply *v)
 	return 0;
 }
 
-static char *
-str(const redisReply *v)
-{
-	char *p;
-
-	if (!v || v->type != REDIS_REPLY_STRING || !(p = malloc(v->len + 1)))
-		return NULL;
-	memcpy(p, v->str, v->len);
-	p[v->len] = '\0';
-	return p;
-}
-
 static int
 bad(struct ik_redis *r, const char *what, redisReply *rep, ik_err *err)
 {
@@ -247,7 +235,7 @@ entry(const redisReply *e, struct ik_outbox_ev *ev)
 	if (!e || e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
 	    (f = e->element[1])->type != REDIS_REPLY_ARRAY)
 		return IK_SOFTWARE;
-	ev->pos = str(e->element[0]);
+	ev->pos = ik_redis_str(e->element[0]);
 	ev->seq = ev->pos ? strtoll(ev->pos, NULL, 10) : 0;   /* the ms part */
 	ev->at = ev->seq;
 	for (size_t i = 0; i + 1 < f->elements; i += 2) {
@@ -256,7 +244,7 @@ entry(const redisReply *e, struct ik_outbox_ev *ev)
 		    &ev->charge_id : strcmp(k, "type") == 0 ? &ev->type :
 		    strcmp(k, "body") == 0 ? &ev->body : NULL;
 		if (to && !*to)
-			*to = str(f->element[i + 1]);
+			*to = ik_redis_str(f->element[i + 1]);
 	}
 	return ev->pos && ev->id && ev->charge_id && ev->type && ev->body ? IK_OK : IK_SOFTWARE;
 }
