@@ -3,7 +3,9 @@
  * $IDEMKIT_OUTBOX (or --queue), at least once, each with its eventId as a
  * message attribute; checkpoints only after the queue accepted them; one
  * relay at a time per store by a lease in the store.  One NDJSON line per
- * event on stdout once checkpointed; progress on stderr on a terminal. */
+ * event on stdout once checkpointed; progress on stderr on a terminal;
+ * with --metrics FILE, the lag gauge for node_exporter's textfile
+ * collector (lib/metrics.h), every --metrics-every seconds and at exit. */
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,6 +14,8 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "log.h"
+#include "metrics.h"
 #include "outbox.h"
 #include "outcome.h"
 #include "queue.h"
@@ -20,7 +24,8 @@
 
 static const char usage[] =
 	"usage: idemp-outbox [--once | --follow] [--stats] [--store URL] [--queue URL]\n"
-	"                    [--lease DUR] [--poll DUR] [--retention DUR]\n";
+	"                    [--lease DUR] [--poll DUR] [--retention DUR]\n"
+	"                    [--metrics FILE [--metrics-every SECS]]\n";
 static const char options[] =
 	"  -1, --once           publish what waits now, then exit (the default)\n"
 	"  -f, --follow         keep publishing until a signal; wait for the lease\n"
@@ -32,6 +37,9 @@ static const char options[] =
 	"  -p, --poll DUR       idle wait between reads with --follow (default 200ms)\n"
 	"  -r, --retention DUR  published events kept this long, then purged\n"
 	"                       (default $IDEMKIT_OUTBOX_RETENTION, else 7d)\n"
+	"  -m, --metrics FILE   replace FILE (atomically) with the relay's Prometheus\n"
+	"                       metrics at exit, and with --follow periodically\n"
+	"      --metrics-every S  that period, in seconds (default 60)\n"
 	"  -h, --help           this help\n"
 	"  -V, --version        print the version\n";
 static const int codes[] = {
@@ -41,6 +49,14 @@ static const int codes[] = {
 struct ctx {
 	int tty;
 	const char *crash;     /* $IDEMKIT_TEST_RELAY_CRASH: tests only */
+	/* --metrics */
+	const char *metrics;
+	int64_t every_ms, next_ms;    /* next_ms: ik_mono_ms() of the next write */
+	struct ik_store *store;       /* NULL: not open */
+	const struct ik_relay *relay; /* NULL: not started */
+	int64_t written;              /* relay->published at the last write */
+	int64_t last_ok_ms;           /* since the last write; 0: none */
+	int lease_held;
 };
 
 static const char *const point_names[] = {
@@ -66,6 +82,47 @@ at(enum ik_relay_point p, const struct ik_outbox_ev *ev, size_t n, void *arg)
 		printf("{\"eventId\":\"%s\",\"chargeId\":\"%s\",\"type\":\"%s\",\"seq\":%lld}\n",
 		    ev[i].id, ev[i].charge_id, ev[i].type, (long long)ev[i].seq);
 	fflush(stdout);
+}
+
+/* The metrics file now: a store or file that fails costs a warning, never
+ * the relay's outcome (as charge-worker's --metrics). */
+static void
+write_metrics(struct ctx *c)
+{
+	struct ik_outbox_stats st;
+	struct ik_metrics_outbox m = { .last_ok_ms = c->last_ok_ms, .lease_held = c->lease_held };
+	ik_err err = { 0 };
+	int64_t published = c->relay ? c->relay->published : 0;
+
+	if (!c->metrics)
+		return;
+	if (c->store && c->store->ops->outbox_stats &&
+	    c->store->ops->outbox_stats(c->store, ik_now_ms(), &st, &err) == IK_OK)
+		m.st = &st;
+	else if (c->store)
+		ik_log(IK_LOG_WARN, "no outbox counts in the metrics", "error",
+		    err.msg[0] ? err.msg : "this store keeps no outbox", NULL);
+	m.published = published - c->written;
+	if (ik_metrics_write_outbox(c->metrics, &m, &err) != IK_OK) {
+		ik_log(IK_LOG_WARN, "the metrics file was not written", "error", err.msg, NULL);
+		return;
+	}
+	c->written = published;
+	c->last_ok_ms = 0;
+	c->next_ms = ik_mono_ms() + c->every_ms;
+}
+
+/* After every round of the relay: what the file says, written when due. */
+static void
+round_done(int rc, int lease_held, void *arg)
+{
+	struct ctx *c = arg;
+
+	if (rc == IK_OK)
+		c->last_ok_ms = ik_now_ms();
+	c->lease_held = lease_held;
+	if (c->metrics && c->relay && c->relay->follow && ik_mono_ms() >= c->next_ms)
+		write_metrics(c);
 }
 
 static int
@@ -95,18 +152,22 @@ main(int argc, char **argv)
 		{ "lease", required_argument, NULL, 'l' },
 		{ "poll", required_argument, NULL, 'p' },
 		{ "retention", required_argument, NULL, 'r' },
+		{ "metrics", required_argument, NULL, 'm' },
+		{ "metrics-every", required_argument, NULL, 'M' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct ctx c = { .tty = isatty(STDERR_FILENO), .crash = getenv("IDEMKIT_TEST_RELAY_CRASH") };
+	struct ctx c = { .tty = isatty(STDERR_FILENO), .crash = getenv("IDEMKIT_TEST_RELAY_CRASH"),
+	                 .every_ms = 60000 };
 	struct ik_relay r = { .lease_ms = IK_OUTBOX_LEASE_DEFAULT_MS, .poll_ms = 200,
 	                      .retention_ms = IK_OUTBOX_RETENTION_DEFAULT_MS,
-	                      .batch = IK_QUEUE_BATCH, .at = at, .arg = &c };
+	                      .batch = IK_QUEUE_BATCH, .at = at, .round = round_done, .arg = &c };
 	const char *store_url = NULL, *queue_url = ik_outbox_url(), *ret;
 	struct ik_store *s = NULL;
 	struct ik_queue *q = NULL;
 	ik_err err = { 0 };
+	long long secs;
 	int ch, rc, once = 0, want_stats = 0;
 
 	ik_cli_init(argv[0]);
@@ -116,7 +177,7 @@ main(int argc, char **argv)
 		ik_warnx("IDEMKIT_OUTBOX_RETENTION: \"%s\" is not a duration", ret);
 		return IK_CONFIG;
 	}
-	while ((ch = getopt_long(argc, argv, "1fS:q:l:p:r:hV", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "1fS:q:l:p:r:m:hV", longopts, NULL)) != -1) {
 		switch (ch) {
 		case '1': once = 1; break;
 		case 'f': r.follow = 1; break;
@@ -136,32 +197,52 @@ main(int argc, char **argv)
 			    &r.retention_ms))
 				return IK_USAGE;
 			break;
+		case 'm': c.metrics = optarg; break;
+		case 'M':
+			if (ik_parse_int(optarg, 1, 86400, &secs) < 0) {
+				ik_warnx("--metrics-every: want whole seconds, 1-86400, got \"%.64s\"",
+				    optarg);
+				return IK_USAGE;
+			}
+			c.every_ms = secs * 1000;
+			break;
 		case 'h': return ik_help(usage, options, codes);
 		case 'V': return ik_version();
 		default: return ik_usage(usage);
 		}
 	}
-	if (optind != argc || (once && r.follow) || (want_stats && (once || r.follow)))
+	if (optind != argc || (once && r.follow) ||
+	    (want_stats && (once || r.follow || c.metrics)) || (c.metrics && !*c.metrics))
 		return ik_usage(usage);
 	if (!want_stats && !queue_url) {
 		ik_warnx("no queue: set IDEMKIT_OUTBOX to the queue URL events go to, or --queue");
+		write_metrics(&c);
 		return IK_CONFIG;
 	}
-	if (ik_store_open(store_url, &s, &err) != IK_OK)
+	if (ik_store_open(store_url, &s, &err) != IK_OK) {
+		write_metrics(&c);
 		return ik_fail(&err);
+	}
+	c.store = s;
 	if (want_stats) {
 		rc = stats(s, &err);
 		ik_store_close(s);
 		return rc ? ik_fail(&err) : ik_finish(IK_OK);
 	}
 	if ((rc = ik_queue_open(queue_url, &q, &err)) != IK_OK) {
+		write_metrics(&c);
 		ik_store_close(s);
 		return ik_fail(&err);
 	}
 	q->stop = &ik_stop_signal;
 	r.store = s;
 	r.queue = q;
+	c.relay = &r;
+	c.next_ms = ik_mono_ms();   /* --follow: the first round writes it */
 	rc = ik_relay_run(&r, &err);
+	/* The relay ended its lease on the way out. */
+	c.lease_held = 0;
+	write_metrics(&c);
 	if (c.tty)
 		fprintf(stderr, "idemp-outbox: %lld published, %lld purged\n",
 		    (long long)r.published, (long long)r.purged);

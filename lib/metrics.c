@@ -281,19 +281,15 @@ io_err(ik_err *err, const char *what, const char *path)
 	return ik_errf(err, code, "metrics %s: %s: %s", path, what, strerror(e));
 }
 
-int
-ik_metrics_write(const char *path, const struct ik_metrics_run *r, ik_err *err)
+/* Replaces path with text, atomically (metrics.h); frees text. */
+static int
+replace(const char *path, char *text, ik_err *err)
 {
-	char *prev = slurp(path), *text, *tmp = NULL, *dcopy = NULL;
-	size_t len, off = 0;
+	char *tmp = NULL, *dcopy = NULL;
+	size_t len = strlen(text), off = 0;
 	ssize_t w;
 	int fd = -1, dfd, rc = IK_OK;
 
-	text = ik_metrics_format(r, prev, err);
-	free(prev);
-	if (!text)
-		return err->code;
-	len = strlen(text);
 	/* The collector reads *.prom only: the temporary name ends otherwise. */
 	if (!(tmp = malloc(strlen(path) + sizeof ".tmp.XXXXXX"))) {
 		rc = ik_errf(err, IK_SOFTWARE, "out of memory");
@@ -352,4 +348,59 @@ out:
 	free(dcopy);
 	free(text);
 	return rc;
+}
+
+int
+ik_metrics_write(const char *path, const struct ik_metrics_run *r, ik_err *err)
+{
+	char *prev = slurp(path), *text;
+
+	text = ik_metrics_format(r, prev, err);
+	free(prev);
+	return text ? replace(path, text, err) : err->code;
+}
+
+char *
+ik_metrics_format_outbox(const struct ik_metrics_outbox *o, const char *prev, ik_err *err)
+{
+	static const char j[] = "outbox";
+	struct buf b = { 0 };
+	char sample[160];
+
+	family(&b, "idemkit_outbox_published_total", "counter",
+	       "Outbox events this host's relay published and checkpointed.");
+	counter(&b, prev, "idemkit_outbox_published_total", "idemkit_job=\"outbox\"",
+	        o->published);
+	snprintf(sample, sizeof sample,
+	         "idemkit_outbox_last_success_timestamp_seconds{idemkit_job=\"%s\"}", j);
+	gauge(&b, "idemkit_outbox_last_success_timestamp_seconds",
+	      "When the relay last ended a round without an error (0: never); kept across "
+	      "failed rounds and runs.", j, NULL,
+	      o->last_ok_ms ? (double)o->last_ok_ms / 1000 : prev_value(prev, sample));
+	gauge(&b, "idemkit_outbox_lease_held", "1 while this relay holds the outbox lease "
+	      "(one relay per store publishes).", j, NULL, o->lease_held != 0);
+	gauge(&b, "idemkit_outbox_stats_up", "1 when the outbox counts below are from this "
+	      "write.", j, NULL, o->st != NULL);
+	if (o->st) {
+		gauge(&b, "idemkit_outbox_waiting_events", "Outbox events written and not yet "
+		      "published (checkpointed).", j, NULL, (double)o->st->waiting);
+		gauge(&b, "idemkit_outbox_oldest_waiting_age_seconds", "Age of the oldest "
+		      "waiting outbox event (0: none).", j, NULL, (double)o->st->oldest_ms / 1000);
+	}
+	if (b.oom) {
+		free(b.p);
+		ik_errf(err, IK_SOFTWARE, "out of memory");
+		return NULL;
+	}
+	return b.p;
+}
+
+int
+ik_metrics_write_outbox(const char *path, const struct ik_metrics_outbox *o, ik_err *err)
+{
+	char *prev = slurp(path), *text;
+
+	text = ik_metrics_format_outbox(o, prev, err);
+	free(prev);
+	return text ? replace(path, text, err) : err->code;
 }

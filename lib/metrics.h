@@ -38,4 +38,20 @@ char *ik_metrics_format(const struct ik_metrics_run *r, const char *prev, ik_err
  * written); IK_TEMPFAIL (a full disk, an I/O error). */
 int ik_metrics_write(const char *path, const struct ik_metrics_run *r, ik_err *err);
 
+/* The outbox relay's file (idemp-outbox --metrics, idemkit_job="outbox"):
+ * the lag gauge, the published counter, the last good round, the lease. */
+struct ik_metrics_outbox {
+	const struct ik_outbox_stats *st;  /* NULL: the store could not say */
+	int64_t published;    /* checkpointed since the last write: added to the counter */
+	int64_t last_ok_ms;   /* epoch ms of the last successful round; 0: none since
+	                       * the last write (the previous file's is kept) */
+	int lease_held;       /* the relay holds the outbox lease now */
+};
+
+char *ik_metrics_format_outbox(const struct ik_metrics_outbox *o, const char *prev,
+    ik_err *err);
+/* Formats o against the file now at path and replaces it atomically, as
+ * ik_metrics_write does and with its codes (but IK_DATAERR). */
+int ik_metrics_write_outbox(const char *path, const struct ik_metrics_outbox *o, ik_err *err);
+
 #endif

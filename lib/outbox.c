@@ -205,7 +205,7 @@ int
 ik_relay_run(struct ik_relay *r, ik_err *err)
 {
 	char holder[IK_TOKEN_HEX];
-	int64_t failures = 0, next_purge = 0;
+	int64_t failures = 0, next_purge = 0, lost;
 	int rc, idle;
 
 	if (!r->store->ops->outbox_lease)
@@ -215,11 +215,14 @@ ik_relay_run(struct ik_relay *r, ik_err *err)
 		r->batch = IK_QUEUE_BATCH;
 	ik_store_token(holder);
 	while (!ik_stop_signal) {
+		lost = r->lease_lost;
 		rc = round1(r, holder, &idle, err);
 		if (rc == IK_OK && idle && ik_mono_ms() >= next_purge) {
 			next_purge = ik_mono_ms() + 60000;
 			rc = purge(r, err);
 		}
+		if (r->round)
+			r->round(rc, rc == IK_OK && r->lease_lost == lost, r->arg);
 		if (rc == IK_OK && !idle) {
 			failures = 0;
 			continue;

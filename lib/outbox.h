@@ -60,6 +60,10 @@ struct ik_relay {
 	 * may be NULL. */
 	void (*at)(enum ik_relay_point p, const struct ik_outbox_ev *ev, size_t n, void *arg);
 	void *arg;
+	/* Called after every round with its status (IK_OK: a good round,
+	 * idle or not; IK_DUP_IN_PROGRESS: another relay holds the lease)
+	 * and whether this relay ended it holding the lease; may be NULL. */
+	void (*round)(int rc, int lease_held, void *arg);
 	/* out */
 	int64_t published, purged, lease_lost;
 };

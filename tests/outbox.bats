@@ -339,6 +339,71 @@ PY
 	[ "$(jget "$st" oldestWaitingMs)" -lt 600000 ]
 }
 
+# prom FILE NAME: the value of NAME{idemkit_job="outbox"} in the metrics file.
+prom() { awk -v s="$2{idemkit_job=\"outbox\"}" '$1 == s { print $2 }' "$1"; }
+promlint() {
+	command -v promtool >/dev/null || return 0
+	run promtool check metrics < "$1"
+	echo "$output"
+	[ "$status" -eq 0 ] && [ -z "$output" ]
+}
+
+@test "--metrics: the lag gauge in the Prometheus file agrees with --stats; 0 waiting after a publish; at every exit, and periodically with --follow" {
+	M=$BATS_TEST_TMPDIR/outbox.prom
+	for i in 1 2 3; do finish "$(uid m$i)" DONE; done
+	# the oldest waits at least a second (a condition waited on, bounded)
+	for _ in $(seq 100); do
+		[ "$(jget "$(idemp-outbox --stats)" oldestWaitingMs)" -ge 1000 ] && break
+		sleep 0.05
+	done
+	st1=$(idemp-outbox --stats)
+	# a relay that cannot reach its queue publishes nothing, writes the file
+	run -78 --separate-stderr idemp-outbox --once --queue "sqlite:$BATS_TEST_TMPDIR/none/q.db#ev" --metrics "$M"
+	st2=$(idemp-outbox --stats)
+	[ "$(jget "$st1" waiting)" = 3 ] && [ "$(jget "$st2" waiting)" = 3 ]
+	[ "$(prom "$M" idemkit_outbox_stats_up)" = 1 ]
+	[ "$(prom "$M" idemkit_outbox_waiting_events)" = 3 ]
+	age=$(prom "$M" idemkit_outbox_oldest_waiting_age_seconds)
+	python3 -c 'import sys; a, lo, hi = map(float, sys.argv[1:]); assert lo / 1000 <= a <= hi / 1000, (a, lo, hi)' \
+		"$age" "$(jget "$st1" oldestWaitingMs)" "$(jget "$st2" oldestWaitingMs)"
+	[ "$(prom "$M" idemkit_outbox_published_total)" = 0 ]
+	[ "$(prom "$M" idemkit_outbox_last_success_timestamp_seconds)" = 0 ]
+	[ "$(prom "$M" idemkit_outbox_lease_held)" = 0 ]
+	promlint "$M"
+	# it publishes: nothing waits, the counter says 3, a good round's time
+	t0=$(date +%s)
+	run -0 idemp-outbox --once --metrics "$M"
+	[ "${#lines[@]}" -eq 3 ]
+	[ "$(waiting)" = 0 ]
+	[ "$(prom "$M" idemkit_outbox_waiting_events)" = 0 ]
+	[ "$(prom "$M" idemkit_outbox_oldest_waiting_age_seconds)" = 0 ]
+	[ "$(prom "$M" idemkit_outbox_published_total)" = 3 ]
+	t=$(prom "$M" idemkit_outbox_last_success_timestamp_seconds)
+	[ "${t%.*}" -ge "$t0" ]
+	promlint "$M"
+	# --follow rewrites it while it runs (lease held), and at its exit
+	# (lease ended); a new file's counter starts again
+	rm -f "$M"
+	idemp-outbox --follow --poll 50ms --metrics "$M" --metrics-every 1 >"$BATS_TEST_TMPDIR/f.out" &
+	RELAYS=$!
+	for _ in $(seq 200); do [ "$(prom "$M" idemkit_outbox_lease_held 2>/dev/null)" = 1 ] && break; sleep 0.05; done
+	[ "$(prom "$M" idemkit_outbox_lease_held)" = 1 ]
+	finish "$(uid m4)" DONE
+	for _ in $(seq 200); do [ "$(prom "$M" idemkit_outbox_published_total 2>/dev/null)" = 1 ] && break; sleep 0.05; done
+	[ "$(prom "$M" idemkit_outbox_published_total)" = 1 ]
+	[ "$(prom "$M" idemkit_outbox_waiting_events)" = 0 ]
+	kill -TERM "$RELAYS"
+	rc=0
+	wait "$RELAYS" || rc=$?
+	RELAYS=
+	[ "$rc" -eq 143 ]
+	[ "$(prom "$M" idemkit_outbox_lease_held)" = 0 ]
+	[ "$(prom "$M" idemkit_outbox_published_total)" = 1 ]
+	promlint "$M"
+	run -64 idemp-outbox --stats --metrics "$M"
+	run -64 idemp-outbox --once --metrics "$M" --metrics-every 0
+}
+
 @test "end to end: worker, relay and the example consumer: every charge's event applied once downstream" {
 	bank_start
 	N=200

@@ -23,7 +23,7 @@ teardown() { bank_stop; }
 	run promtool check rules alerts.yml
 	echo "$output"
 	[ "$status" -eq 0 ]
-	[[ "$output" == *"SUCCESS: 5 rules found"* ]]
+	[[ "$output" == *"SUCCESS: 7 rules found"* ]]
 	run promtool test rules alerts_test.yml
 	echo "$output"
 	[ "$status" -eq 0 ]
@@ -44,8 +44,8 @@ teardown() { bank_stop; }
 
 @test "every alert has a runbook_url into idemkit-runbook(7), whose section of that name exists; the page is installed (issue 29 item 3)" {
 	names=$(sed -n 's/^ *- alert: //p' "$IDEMKIT_SRC/examples/prometheus/alerts.yml")
-	[ "$(printf '%s\n' "$names" | wc -l)" -eq 5 ]
-	[ "$(grep -c '^ *runbook_url: ' "$IDEMKIT_SRC/examples/prometheus/alerts.yml")" -eq 5 ]
+	[ "$(printf '%s\n' "$names" | wc -l)" -eq 7 ]
+	[ "$(grep -c '^ *runbook_url: ' "$IDEMKIT_SRC/examples/prometheus/alerts.yml")" -eq 7 ]
 	for n in $names; do
 		grep -q "^ *runbook_url: \"man:idemkit-runbook(7)#$n\"\$" "$IDEMKIT_SRC/examples/prometheus/alerts.yml"
 		grep -qx "\.Ss $n" "$IDEMKIT_SRC/man/idemkit-runbook.7"
