@@ -109,15 +109,36 @@ clamp_vis(int64_t v)
 	return v > IK_QUEUE_MAX_VISIBILITY ? IK_QUEUE_MAX_VISIBILITY : v;
 }
 
-/* The one visibility backoff: min(2^receiveCount * base, cap), in
- * seconds: util.h's ceiling without its jitter.  The value is the
- * envelope's ack.visibility, which an operator (and the tests) read back as
- * "when will this come again"; copies are spread already by when each
- * was received. */
+/* The one visibility backoff: min(2^n * base, cap), in seconds: util.h's
+ * ceiling without its jitter.  The value is the envelope's ack.visibility,
+ * which an operator (and the tests) read back as "when will this come
+ * again"; copies are spread already by when each was received. */
 static int64_t
-backoff(const cJSON *env, int64_t base, int64_t cap)
+backoff(int64_t n, int64_t base, int64_t cap)
 {
-	return clamp_vis(ik_backoff_ceil(base, cap, ik_env_int(env, "receiveCount", 1)));
+	return clamp_vis(ik_backoff_ceil(base, cap, n));
+}
+
+/* The n of a leave-backoff: how often the charge was tried, not how often
+ * its message was delivered.  receiveCount counts every delivery, each
+ * DUP_IN_PROGRESS look while another worker held the charge among them,
+ * so under faults a charge had 9 or more before its first TEMPFAIL, which
+ * then parked it for the whole cap with its record IN_PROGRESS
+ * (RELIABILITY.md "stuck charges").  An ACQUIRED claim's attempt is the
+ * record's claim count: the tries.  Attempt 1 gives 2^1 * base, what a
+ * first delivery (receiveCount 1) always had.  Without a claim of ours (a
+ * TEMPFAIL before or at the claim) receiveCount is all there is. */
+static int64_t
+tries(const cJSON *env)
+{
+	const cJSON *a = cJSON_GetObjectItemCaseSensitive(ik_env_result(env, "claim"),
+	                                                  "attempt");
+
+	/* below 2^31: any n past the cap's is the cap, and the cast is defined */
+	if (ik_env_step_code(env, "claim") == IK_OK && cJSON_IsNumber(a) &&
+	    a->valuedouble >= 1 && a->valuedouble < 2147483648.0)
+		return (int64_t)a->valuedouble;
+	return ik_env_int(env, "receiveCount", 1);
 }
 
 /* DUP_IN_PROGRESS: most often the holder is a moment from finishing (the
@@ -137,7 +158,7 @@ dup_visibility(const cJSON *env, int64_t max_receive, int64_t *vis)
 		return -1;
 	left = (int64_t)l->valuedouble - ik_now_ms();
 	left = left <= 0 ? 0 : (left + 999) / 1000;
-	*vis = backoff(env, IK_ACKER_DUP_BASE_S, left);
+	*vis = backoff(ik_env_int(env, "receiveCount", 1), IK_ACKER_DUP_BASE_S, left);
 	/* The next delivery is the queue's last before its redrive policy
 	 * dead-letters the message: spend it after the lease, when the claim
 	 * can be taken over (a worker that died holding it), not before. */
@@ -647,7 +668,7 @@ ik_acker_ack(struct ik_acker *a, cJSON *env)
 		/* fall through */
 	case IK_ACT_LEAVE_BACKOFF:
 		h.kind = H_CHVIS;
-		h.vis = (int)backoff(env, a->o.backoff_base_s, a->o.backoff_cap_s);
+		h.vis = (int)backoff(tries(env), a->o.backoff_base_s, a->o.backoff_cap_s);
 		return hold(a, &h);
 	case IK_ACT_LEAVE:
 	case IK_ACT_NONE:

@@ -39,7 +39,8 @@
 
 #include "err.h"
 
-/* DUP_IN_PROGRESS: visibility = min(2^receiveCount * this, lease left). */
+/* DUP_IN_PROGRESS: visibility = min(2^receiveCount * this, lease left): every
+ * look counts, unlike the leave-backoff (below). */
 #define IK_ACKER_DUP_BASE_S 1
 /* Debits refused as CONFIG (a status in neither of the bank's lists) in a
  * row, none answered between, after which the acker halts (78): the
@@ -55,7 +56,9 @@
 struct ik_acker_opts {
 	const char *queue;     /* NULL: the envelope's "queue", else $IDEMKIT_QUEUE */
 	const char *dlq;       /* NULL: ik_queue_dlq_url's default */
-	int64_t backoff_base_s, backoff_cap_s;   /* TEMPFAIL: min(2^receiveCount * base, cap) */
+	/* leave-backoff (TEMPFAIL, LEASE_SHORT): min(2^n * base, cap), n the
+	 * ACQUIRED claim's attempt, else the receiveCount */
+	int64_t backoff_base_s, backoff_cap_s;
 	int log_failures;      /* a warning log line for each failed ack (stream mode) */
 	const char *progress;  /* NULL, or the counts file (below) */
 };

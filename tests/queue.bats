@@ -351,6 +351,50 @@ EOF
 	  "$(awk '$2 == "dlq" { print $1 }' "$BATS_TEST_TMPDIR/acks" | sort)" ]
 }
 
+@test "queue[$QB]: a TEMPFAIL on the claim's first try backs off 2 x base (4 s), however often the message was delivered before" {
+	# RELIABILITY.md "stuck charges": receiveCount counts every delivery,
+	# each DUP_IN_PROGRESS look while another worker held the charge among
+	# them; the backoff counted them too, and a charge's first failed try
+	# after 9 deliveries parked it for the whole 900 s cap.  The exponent
+	# is the claim's attempt.  The bank is a port nobody listens on: a
+	# real connection refused, TEMPFAIL.
+	export IDEMKIT_STORE=sqlite:$BATS_TEST_TMPDIR/store.db
+	id=$(uid T)
+	ev "$id" | sqs-send >/dev/null
+	# 8 deliveries that tried nothing (visibility 0: back at once); the
+	# embedded queue dead-letters after the 10th
+	for i in $(seq 8); do
+		e=$(sqs-recv --visibility 0)
+		[ "$(jget "$e" receiveCount)" = "$i" ] || { echo "$e"; return 1; }
+	done
+	e=$(sqs-recv --visibility 60)
+	[ "$(jget "$e" receiveCount)" = 9 ]
+	claimed=$(idemp-claim <<<"$e")
+	[ "$(jget "$claimed" claim.outcome)" = ACQUIRED ]
+	[ "$(jget "$claimed" claim.attempt)" = 1 ]
+	run --separate-stderr charge-debit --url "http://127.0.0.1:$(free_port)/debits" \
+		--connect-timeout 500ms <<<"$claimed"
+	[ "$status" -eq 75 ]
+	[ "$(jget "$output" debit.outcome)" = TEMPFAIL ]
+	# the defaults (base 2 s, cap 900 s), as a worker runs
+	run --separate-stderr sqs-ack <<<"$output"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" ack.verdict)" = TEMPFAIL ]
+	[ "$(jget "$output" ack.action)" = leave-backoff ]
+	[ "$(jget "$output" ack.visibility)" = 4 ]   # 2^1 x 2 s; not min(2^9 x 2 s, 900 s)
+	# and the queue holds it that long, not the 60 s it was received with:
+	# back within seconds (bounded wait, no fixed sleep)
+	back=
+	for _ in $(seq 150); do
+		back=$(sqs-recv --visibility 60) && break
+		sleep 0.1
+	done
+	[ "$(jget "$back" messageId)" = "$(jget "$e" messageId)" ]
+	# a new delivery: 10 (local-aws-sqs counts the ChangeMessageVisibility
+	# as a receive too, SQS does not: 11 there)
+	[ "$(jget "$back" receiveCount)" -ge 10 ]
+}
+
 @test "queue[$QB]: concurrent receivers never share a delivery" {
 	seq 1 40 | sqs-send >/dev/null
 	pids=

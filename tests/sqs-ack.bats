@@ -83,8 +83,24 @@ recv_with() {
 	[ "$status" -eq 0 ]
 	[ "$(jget "$output" ack.verdict)" = LEASE_SHORT ]
 	[ "$(jget "$output" ack.action)" = leave-backoff ]
-	[ "$(jget "$output" ack.visibility)" = 4 ]
+	[ "$(jget "$output" ack.visibility)" = 2 ]   # 2^attempt x base: the tries, not the receives
 	[ "$(sqs-stat)" = '{"visible":0,"inflight":1,"delayed":0}' ]   # left, hidden for the backoff
+}
+
+@test "sqs-ack: the leave-backoff grows with the claim's attempt; receiveCount only without an ACQUIRED claim" {
+	echo x | sqs-send >/dev/null
+	env=$(recv_with '{"claim":{"outcome":"ACQUIRED","chargeId":"CHG-1","token":"t","attempt":3,"leaseUntil":1},"debit":{"outcome":"TEMPFAIL","error":"HTTP 503"},"receiveCount":12}')
+	run --separate-stderr sqs-ack --backoff-base 1 <<<"$env"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" ack.action)" = leave-backoff ]
+	[ "$(jget "$output" ack.visibility)" = 8 ]   # 2^3 x 1 s, not 2^12
+	# no attempt (a claim from before there was one): the receives
+	run --separate-stderr sqs-ack --backoff-base 1 <<<"$(envset '{"claim":{"outcome":"ACQUIRED","chargeId":"CHG-1"},"receiveCount":5}' <<<"$env")"
+	[ "$(jget "$output" ack.visibility)" = 32 ]
+	# the store failed at the claim: no claim of ours, the receives
+	run --separate-stderr sqs-ack --backoff-base 1 <<<"$(envset '{"claim":{"outcome":"TEMPFAIL","error":"store unreachable"},"receiveCount":5}' <<<"$env")"
+	[ "$(jget "$output" ack.verdict)" = TEMPFAIL ]
+	[ "$(jget "$output" ack.visibility)" = 32 ]
 }
 
 @test "sqs-ack: 13 for a stale receipt; nothing deleted" {

@@ -134,8 +134,9 @@ main(int argc, char **argv)
 	}
 	CHECK(visible(q) == 0, "all 12 deleted");
 
-	/* DLQ then delete; a TEMPFAIL backoff of 1s * 2^receiveCount; a stale
-	 * receipt in a batch fails that entry alone. */
+	/* DLQ then delete; a TEMPFAIL at the claim (no attempt to count the
+	 * tries by) backs off 1s * 2^receiveCount; a stale receipt in a batch
+	 * fails that entry alone. */
 	recv_envs(q, 3, "{\"claim\":{\"outcome\":\"DUP_FAILED\",\"error\":\"declined\"}}", envs);
 	cJSON_ReplaceItemInObject(envs[1], "claim",
 	    cJSON_Parse("{\"outcome\":\"TEMPFAIL\"}"));
