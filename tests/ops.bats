@@ -76,7 +76,7 @@ cronpath() {
 	[ "$(grep '^ExecStart=' "$u/idemkit-worker.service")" = "ExecStart=$p/bin/charge-worker -j 4" ]
 	[ "$(grep '^ExecStart=' "$u/idemkit-drain.service")" = "ExecStart=$p/bin/charge-worker -j 4 --drain" ]
 	[ "$(grep '^EnvironmentFile=' "$u/idemkit-worker.service")" = "EnvironmentFile=$p/etc/idemkit/idemkit.env" ]
-	! grep -rn /usr/local/bin "$u" "$p/share/doc/idemkit"
+	run ! grep -rn /usr/local/bin "$u" "$p/share/doc/idemkit"
 	[ -f "$u/idemkit-drain.timer" ]
 	for f in crontab idemkit.env idemp-run-fees.service prometheus/alerts.yml prometheus/alerts_test.yml \
 		prometheus/idemkit-drain.service.d/metrics.conf; do

@@ -112,7 +112,7 @@ print(hashlib.sha256(b"".join(p.encode() + b"\0" for p in ["idemkit.outbox.v1"] 
 	run -0 --separate-stderr idemp-outbox
 	[ "${#lines[@]}" -eq 200 ]
 	grep -q "$(uid on1)\"" <<<"$output"
-	! grep -q "$(uid off1)\"" <<<"$output"
+	run ! grep -q "$(uid off1)\"" <<<"$output"
 }
 
 @test "no slot: claims are refused (78) before any debit, a finish still records its charge; idemp-init makes it again and the finish's event comes from the records" {
