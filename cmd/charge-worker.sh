@@ -247,7 +247,12 @@ process() {
 	first_rc=0 debit_rc=-1
 	run_step idemp-claim "$in" "$work/claimed" $CLAIM $claim_args
 	final=$work/claimed
-	[ "$rc" -eq 0 ] || return 0
+	if [ "$rc" -ne 0 ]; then
+		# (a store that refuses the claim as CONFIG counts as the bank's
+		# refusal does, below)
+		[ "$rc" -ne 78 ] || debit_rc=78
+		return 0
+	fi
 	run_step charge-debit "$final" "$work/debited" $DEBIT $debit_args
 	debit_rc=$rc
 	# A debit step that wrote nothing: what the bank did is unknown; the
@@ -509,8 +514,9 @@ loop() {
 			sleep 2 ;;
 		esac
 		[ "$once" -eq 1 ] && break
-		# The bank refused 3 debits in a row as CONFIG, none answered
-		# between (IK_ACKER_CONFIG_RUN, as sqs-ack --stream halts): its
+		# The bank (or the store, at the claim) refused 3 charges in a
+		# row as CONFIG, none answered between (IK_ACKER_CONFIG_RUN, as
+		# sqs-ack --stream halts): its
 		# configuration refuses every charge; stop here (78) rather than
 		# walk the queue.  One such charge among good ones goes on.
 		case $debit_rc in

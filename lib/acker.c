@@ -593,14 +593,17 @@ hold(struct ik_acker *a, const struct held *h)
 }
 
 /* The bank refused this charge with a status in neither of its lists
- * (CONFIG from the debit).  A configuration that refuses every charge (a
- * wrong URL, credentials) must stop the worker before it walks the whole
- * queue: IK_ACKER_CONFIG_RUN such refusals with no debit answered between
- * them halt the acker (78).  One charge refused among good ones must
+ * (CONFIG from the debit), or the store refused its claim as CONFIG (a
+ * table or, with the outbox, a replication slot that is not there).  A
+ * configuration that refuses every charge (a wrong URL, credentials, a
+ * missing slot) must stop the worker before it walks the whole queue:
+ * IK_ACKER_CONFIG_RUN such refusals with no debit answered between them
+ * halt the acker (78).  One charge refused among good ones must
  * neither stop the others nor come back for ever: it is left like any
  * CONFIG, and on the last delivery the queue's redrive policy allows it
  * goes to the DLQ with its reason (the queue's own redrive would move it
- * without one), then is deleted.  Its record stays IN_PROGRESS, nothing
+ * without one), then is deleted.  Its record (a debit's; a refused claim
+ * made none) stays IN_PROGRESS, nothing
  * debited; charge-recover --dlq re-drives it after a fix, with the same
  * idempotency key.  The action to take. */
 static enum ik_action
@@ -611,7 +614,7 @@ config_refusal(struct ik_acker *a, const cJSON *env, int verdict, const char *wh
 
 	if (debit == IK_OK || debit == IK_DECLINED)
 		a->config_run = 0;
-	if (verdict != IK_CONFIG || strcmp(why, "debit") != 0)
+	if (verdict != IK_CONFIG || (strcmp(why, "debit") != 0 && strcmp(why, "claim") != 0))
 		return act;
 	if (++a->config_run >= IK_ACKER_CONFIG_RUN)
 		a->halted = IK_CONFIG;

@@ -5,7 +5,8 @@
 # ik_outbox_event_id's; finishes in flight (pipeline mode) carry their
 # events and add no commit; the slot (missing: claims refused, finishes
 # still recorded; the role without REPLICATION); the slot follows the
-# checkpoint (WAL released: the purge); the lag gauge; a server restart
+# checkpoint (WAL released: the purge); a worker that meets no slot stops
+# at the third claim refused; the lag gauge; a server restart
 # under a following relay; a failover to a streaming standby (no slot
 # there: the relay says so, claims wait, idemp-init makes the slot and
 # the relay re-publishes from the records what the WAL lost).  Against a real throwaway
@@ -138,6 +139,33 @@ print(hashlib.sha256(b"".join(p.encode() + b"\0" for p in ["idemkit.outbox.v1"] 
 	[ "${#lines[@]}" -eq 2 ]
 	[ "$(jget "${lines[0]}" chargeId)" = "$k" ]
 	[ "$(jget "${lines[1]}" chargeId)" = "$(uid after)" ]
+}
+
+@test "no slot: the worker stops at the third claim refused (78), one message at a time or --stream; the rest not received, nothing dead-lettered" {
+	load bank_helper
+	bank_start
+	local db=$BATS_TEST_TMPDIR/cq.db i
+	export IDEMKIT_QUEUE="sqlite:$db#ch" IDEMKIT_DLQ="sqlite:$db#ch-dlq"
+	for i in $(seq 40); do event "$(uid NS$i)"; echo; done |
+		sqs-send --queue "$IDEMKIT_QUEUE?maxReceiveCount=3&dlq=ch-dlq&visibility=1" >/dev/null
+	pg_sql "SELECT pg_drop_replication_slot('idemkit_$TBL')" >/dev/null
+	run --separate-stderr charge-worker --drain --lease 60s
+	bank_stop
+	[ "$status" -eq 78 ]
+	[[ "$stderr" == *"replication slot idemkit_$TBL does not exist"* ]]
+	[[ "$stderr" == *'"received":3,'*'"config":3}'* ]]
+	# --stream: sqs-ack halts, bounded by what the receiver hands out
+	# before it learns (--window 4 plus one receive of up to 10)
+	bank_start
+	run --separate-stderr charge-worker --drain --stream --window 4 --lease 60s
+	bank_stop
+	[ "$status" -eq 78 ]
+	python3 -c 'import json,sys
+s = json.loads([l for l in sys.argv[1].split("\n") if "\"summary\"" in l][-1])
+assert s["received"] <= 3 + 4 + 10 and s["debited"] == 0, s' "$stderr"
+	[ "$(sqs-stat --queue "$IDEMKIT_DLQ")" = '{"visible":0,"inflight":0,"delayed":0}' ]
+	s=$(sqs-stat)
+	python3 -c 'import json,sys; s=json.loads(sys.argv[1]); assert s["visible"]+s["inflight"]+s["delayed"]==40, s' "$s"
 }
 
 @test "idemp-init with the outbox: a role without REPLICATION is 78 and says so" {
