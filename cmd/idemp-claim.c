@@ -264,8 +264,17 @@ claimed(struct job *j, struct ik_store *store, int rc, const ik_err *err)
 	} else {
 		cJSON_AddStringToObject(r, "state", ik_state_name(res->cur.state));
 		cJSON_AddNumberToObject(r, "attempts", (double)res->cur.attempts);
-		if (rc == IK_DUP_IN_PROGRESS)
+		if (rc == IK_DUP_IN_PROGRESS) {
 			cJSON_AddNumberToObject(r, "leaseUntil", (double)res->lease_until);
+			/* The holder's whole lease, from two times one clock
+			 * wrote (its claim or renewal and leaseUntil: the
+			 * store's on PostgreSQL and Redis, the holder's
+			 * elsewhere), so the acker can bound what our clock
+			 * makes of leaseUntil. */
+			if (res->cur.updated_at > 0 && res->lease_until > res->cur.updated_at)
+				cJSON_AddNumberToObject(r, "holderLeaseMs",
+				    (double)(res->lease_until - res->cur.updated_at));
+		}
 		note(r, "debitRef", res->cur.debit_ref);
 		if (rc == IK_PAYLOAD_MISMATCH)
 			cJSON_AddStringToObject(r, "error", "the same chargeId was first claimed "

@@ -150,20 +150,31 @@ tries(const cJSON *env)
 static int
 dup_visibility(const cJSON *env, int64_t max_receive, int64_t *vis)
 {
-	const cJSON *l = cJSON_GetObjectItemCaseSensitive(ik_env_result(env, "claim"),
-	                                                  "leaseUntil");
-	int64_t left;
+	const cJSON *claim = ik_env_result(env, "claim");
+	const cJSON *l = cJSON_GetObjectItemCaseSensitive(claim, "leaseUntil");
+	const cJSON *h = cJSON_GetObjectItemCaseSensitive(claim, "holderLeaseMs");
+	int64_t left, whole = -1;
 
 	if (!cJSON_IsNumber(l))
 		return -1;
+	/* leaseUntil may be on the store's clock (PostgreSQL, Redis) or the
+	 * holder's: against ours it may say more than a whole lease is left
+	 * (that clock ahead: never wait past one) or less than is (behind). */
 	left = (int64_t)l->valuedouble - ik_now_ms();
+	if (cJSON_IsNumber(h) && h->valuedouble > 0 && h->valuedouble < 1e15) {
+		whole = (int64_t)h->valuedouble;
+		if (left > whole)
+			left = whole;
+	}
 	left = left <= 0 ? 0 : (left + 999) / 1000;
 	*vis = backoff(ik_env_int(env, "receiveCount", 1), IK_ACKER_DUP_BASE_S, left);
 	/* The next delivery is the queue's last before its redrive policy
 	 * dead-letters the message: spend it after the lease, when the claim
-	 * can be taken over (a worker that died holding it), not before. */
+	 * can be taken over (a worker that died holding it), not before; with
+	 * the holder's whole lease known, after that much, which no clock
+	 * behind the store's can cut short. */
 	if (max_receive > 0 && ik_env_int(env, "receiveCount", 1) >= max_receive - 1)
-		*vis = clamp_vis(left);
+		*vis = clamp_vis(whole > 0 ? (whole + 999) / 1000 : left);
 	return 0;
 }
 

@@ -76,6 +76,24 @@ recv_with() {
 	[ "$v" -le 120 ] && [ "$v" -ge 110 ]   # 512 s capped at the lease left
 }
 
+@test "sqs-ack: DUP_IN_PROGRESS on a store clock an hour off ours: never parked past the holder's whole lease; the delivery before the last waits that whole lease" {
+	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/mq.db#mq"
+	echo x | sqs-send --queue "$IDEMKIT_QUEUE?maxReceiveCount=10&dlq=mq-dlq" >/dev/null
+	ahead=$(( $(date +%s%3N) + 3600000 )) behind=$(( $(date +%s%3N) - 3600000 ))
+	env=$(recv_with "{\"claim\":{\"outcome\":\"DUP_IN_PROGRESS\",\"leaseUntil\":$ahead,\"holderLeaseMs\":30000},\"receiveCount\":8}")
+	run --separate-stderr sqs-ack <<<"$env"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" ack.action)" = leave-lease ]
+	[ "$(jget "$output" ack.visibility)" = 30 ]   # 256 s capped at the whole lease, not the hour
+	# the store's clock an hour behind: leaseUntil is past by ours, yet the
+	# delivery before the last comes back after the whole lease, not at once
+	run --separate-stderr sqs-ack <<<"$(envset "{\"claim\":{\"outcome\":\"DUP_IN_PROGRESS\",\"leaseUntil\":$behind,\"holderLeaseMs\":30000},\"receiveCount\":9}" <<<"$env")"
+	[ "$(jget "$output" ack.visibility)" = 30 ]
+	# without holderLeaseMs (an older idemp-claim): what our clock says
+	run --separate-stderr sqs-ack <<<"$(envset "{\"claim\":{\"outcome\":\"DUP_IN_PROGRESS\",\"leaseUntil\":$behind},\"receiveCount\":9}" <<<"$env")"
+	[ "$(jget "$output" ack.visibility)" = 0 ]
+}
+
 @test "sqs-ack: LEASE_SHORT from the debit: the claim was released, so leave with a backoff" {
 	echo x | sqs-send >/dev/null
 	env=$(recv_with '{"claim":{"outcome":"ACQUIRED","chargeId":"CHG-1","token":"t","attempt":1,"leaseUntil":1},"debit":{"outcome":"LEASE_SHORT","error":"lease has 2s left, the bank call needs 12s"},"receiveCount":2}')

@@ -27,11 +27,14 @@ teardown() { bank_stop; }
 	[[ "$token" =~ ^[0-9a-f]{32}@[A-Za-z0-9._-]+:[0-9]+$ ]]   # random, then the holder
 	lease=$(jget "$output" claim.leaseUntil)
 
-	run --separate-stderr idemp-claim < <(ev "$id")
+	run --separate-stderr idemp-claim --lease 45s < <(ev "$id")
 	[ "$status" -eq 11 ]
 	[ "$(jget "$output" claim.outcome)" = DUP_IN_PROGRESS ]
 	[ "$(jget "$output" claim.leaseUntil)" = "$lease" ]
 	[ -z "$(jget "$output" claim.token)" ]
+	# the holder's whole lease (the default 120 s, not the 45 s asked
+	# here), from two times the one clock that runs the lease wrote
+	[ "$(jget "$output" claim.holderLeaseMs)" = 120000 ]
 }
 
 @test "DONE -> 10, FAILED -> 12, DEBITED_NOTIFICATION_FAILED -> 10" {
