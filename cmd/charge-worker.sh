@@ -516,9 +516,8 @@ loop() {
 		[ "$once" -eq 1 ] && break
 		# The bank (or the store, at the claim) refused 3 charges in a
 		# row as CONFIG, none answered between (IK_ACKER_CONFIG_RUN, as
-		# sqs-ack --stream halts): its
-		# configuration refuses every charge; stop here (78) rather than
-		# walk the queue.  One such charge among good ones goes on.
+		# sqs-ack --stream halts): its configuration refuses every
+		# charge; stop here (78) rather than walk the queue.  One such charge among good ones goes on.
 		case $debit_rc in
 		78) config_run=$((config_run + 1)); [ "$config_run" -lt 3 ] || break ;;
 		0|20) config_run=0 ;;

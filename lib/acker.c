@@ -614,9 +614,9 @@ hold(struct ik_acker *a, const struct held *h)
  * CONFIG, and on the last delivery the queue's redrive policy allows it
  * goes to the DLQ with its reason (the queue's own redrive would move it
  * without one), then is deleted.  Its record (a debit's; a refused claim
- * made none) stays IN_PROGRESS, nothing
- * debited; charge-recover --dlq re-drives it after a fix, with the same
- * idempotency key.  The action to take. */
+ * made none) stays IN_PROGRESS, nothing debited; charge-recover --dlq
+ * re-drives it after a fix, with the same idempotency key.  The action to
+ * take. */
 static enum ik_action
 config_refusal(struct ik_acker *a, const cJSON *env, int verdict, const char *why,
                enum ik_action act, cJSON *ack)

@@ -7,9 +7,10 @@
  * and records it as the envelope's "ack" result.
  *
  * Rules:
- *  - a debit (or a claim) refused as CONFIG is left, except on the last delivery the
- *    queue's redrive policy allows (ik_queue.max_receive): then DLQ, with
- *    its reason; IK_ACKER_CONFIG_RUN of them in a row halt (below);
+ *  - a debit (or a claim) refused as CONFIG is left, except on the last
+ *    delivery the queue's redrive policy allows (ik_queue.max_receive):
+ *    then DLQ, with its reason; IK_ACKER_CONFIG_RUN of them in a row halt
+ *    (below);
  *  - DLQ = the original body, unchanged, sent to the DLQ with the reason
  *    and the source in message attributes; the message is deleted only
  *    after that send succeeded (a failed send leaves it: TEMPFAIL);
@@ -84,8 +85,9 @@ int ik_acker_begin(void *acker);
 int ik_acker_flush(void *acker);
 
 /* Non-zero once a queue's configuration turned out to be broken, or the
- * bank (or the store) refused IK_ACKER_CONFIG_RUN charges in a row as CONFIG (every
- * further envelope would fail the same way): the exit code to stop with. */
+ * bank (or the store) refused IK_ACKER_CONFIG_RUN charges in a row as
+ * CONFIG (every further envelope would fail the same way): the exit code
+ * to stop with. */
 int ik_acker_halted(void *acker);
 
 /* Progress (o.progress): the acker counts the envelopes it finished, as
