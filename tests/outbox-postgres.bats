@@ -229,7 +229,7 @@ assert s["received"] <= 3 + 4 + 10 and s["debited"] == 0, s' "$stderr"
 @test "a failover to a streaming standby: no slot there; the relay says so (78), claims wait for idemp-init, then what the WAL lost is re-published from the records" {
 	# the standby: a base backup streaming from the primary
 	STANDBY=$PG_DIR/standby
-	pg_as "$PG_BIN/pg_basebackup" -h "$PG_DIR" -p "$PG_PORT" -U postgres -D "$STANDBY" -R -X stream \
+	pg_as "$PG_BIN/pg_basebackup" -h "$PG_DIR" -p "$PG_PORT" -U postgres -c fast -D "$STANDBY" -R -X stream \
 		>/dev/null 2>&1
 	PORT2=$(free_port)
 	pg_as "$PG_BIN/pg_ctl" -D "$STANDBY" -l "$PG_DIR/standby.log" -o "-p $PORT2" -w -t 30 start >/dev/null

@@ -101,13 +101,14 @@ teardown() {
 }
 
 # standby_start: a streaming standby of the file's server (pg_basebackup
-# over the socket, -R), in $PG_DIR/standby on a free loopback port, and
+# over the socket, -R; -c fast: the default spread checkpoint kept it
+# waiting 95 s), in $PG_DIR/standby on a free loopback port, and
 # waits until the primary lists it in pg_stat_replication.  standby_stop
 # makes the primary asynchronous again first (with '*' named and no
 # standby, every later commit would wait), then stops and removes it.
 standby_start() {
 	local _i
-	pg_as "$PG_BIN/pg_basebackup" -h "$PG_DIR" -p "$PG_PORT" -U postgres \
+	pg_as "$PG_BIN/pg_basebackup" -h "$PG_DIR" -p "$PG_PORT" -U postgres -c fast \
 		-D "$PG_DIR/standby" -R -X stream >"$PG_DIR/basebackup.log" 2>&1 ||
 		{ cat "$PG_DIR/basebackup.log" >&2; return 1; }
 	STANDBY_PORT=$(free_port)

@@ -311,7 +311,7 @@ class Postgres:
         self.sql(a, "CREATE DATABASE idemkit OWNER idemkit", db="postgres")
         # The replica: a base backup streamed from the primary, standing by.
         self.pg(b, "pg_basebackup", "-h", net.addr(a), "-p", str(self.PORT), "-U", "postgres",
-                "-D", os.path.join(self.dirs[b], "data"), "-R", "-X", "stream")
+                "-D", os.path.join(self.dirs[b], "data"), "-R", "-X", "stream", "-c", "fast")
         with open(os.path.join(self.dirs[b], "data", "postgresql.conf"), "a") as f:
             f.write("listen_addresses = '%s'\nunix_socket_directories = '%s'\n"
                     "synchronous_standby_names = ''\n" % (net.addr(b), self.dirs[b]))
