@@ -309,6 +309,9 @@ struct ik_store_ops {
 	                    int64_t *n, ik_err *err);
 	int (*outbox_stats)(struct ik_store *s, int64_t now_ms, struct ik_outbox_stats *st,
 	                    ik_err *err);
+	/* The events a relay round takes by default (outbox.h; 0: one queue
+	 * call's, IK_QUEUE_BATCH): more where each store call is a round trip. */
+	size_t outbox_batch;
 };
 
 struct ik_store {

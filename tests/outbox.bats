@@ -94,6 +94,9 @@ republish_first() {
 	[ "$status" -eq 64 ]
 	run idemp-outbox --lease 0
 	[ "$status" -eq 64 ]
+	run -64 --separate-stderr idemp-outbox --batch 101
+	[[ "$stderr" == *"--batch: want 1-100 events"* ]]
+	run -64 idemp-outbox --batch 0
 	run -78 --separate-stderr env -u IDEMKIT_OUTBOX idemp-outbox
 	[[ "$stderr" == *"IDEMKIT_OUTBOX"* ]]
 	IDEMKIT_OUTBOX= finish "$(uid off)" DONE
@@ -221,13 +224,14 @@ PY
 }
 
 # crash POINT: 25 events; the relay kill -9's itself at POINT of its first
-# batch; then a relay after the dead one's lease ends publishes the rest.
+# batch (of 10, on every store: --batch); then a relay after the dead one's
+# lease ends publishes the rest.
 # Every event is on the queue; a duplicate only with the same eventId.
 crash() {
 	for i in $(seq 1 25); do ev "$(uid "k$i")"; done | idemp-claim --stream 2>/dev/null \
 		| idemp-done --stream --state DONE >/dev/null 2>&1
 	[ "$(waiting)" = 25 ]
-	run -137 env IDEMKIT_TEST_RELAY_CRASH="$1" idemp-outbox --lease 1s
+	run -137 env IDEMKIT_TEST_RELAY_CRASH="$1" idemp-outbox --lease 1s --batch 10
 	# The dead relay's lease holds the next one off (11) until it ends.
 	rc=11
 	for _ in $(seq 100); do

@@ -185,6 +185,10 @@ class H(http.server.BaseHTTPRequestHandler):
 
 http.server.ThreadingHTTPServer.allow_reuse_address = True
 http.server.ThreadingHTTPServer.daemon_threads = True
+# A burst of new connections (a client's calls in flight) is not refused
+# by a listen queue of 5, socketserver's default, whose overflow costs the
+# client a 1 s SYN retry: no real endpoint has one that short.
+http.server.ThreadingHTTPServer.request_queue_size = 128
 s = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[4]) if len(sys.argv) > 4 else 0), H)
 with open(sys.argv[2] + ".tmp", "w") as f:
     f.write("%d\n" % s.server_address[1])
