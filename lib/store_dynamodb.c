@@ -464,7 +464,7 @@ static const struct ik_store_ops dynamodb_ops = {
 	.outbox_ack = ddb_outbox_ack,
 	.outbox_purge = ddb_outbox_purge,
 	.outbox_stats = ddb_outbox_stats,
-	.outbox_batch = IK_OUTBOX_BATCH_MAX,
+	.outbox_batch = DDB_OUTBOX_BATCH,
 };
 
 int

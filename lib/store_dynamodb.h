@@ -62,6 +62,7 @@ struct ddb {
 	/* the outbox relay's read-ahead (store_dynamodb_outbox.c) */
 	struct ik_outbox_ev *obx;
 	size_t obx_n;
+	int obx_no_tx;   /* the endpoint keeps no transactions */
 };
 
 /* An item's S or N attribute; NULL or 0 when absent. */
@@ -141,6 +142,9 @@ void ddb_ops_drop(struct ddb *d);
  * the item's shard), RANGE obAt (N), all attributes projected, only on
  * the items with an event not yet published. */
 #define DDB_OUTBOX_INDEX "idemkit-outbox"
+/* A relay's batch: its checkpoint is one transaction of at most 100 items,
+ * the lease's check and 99 events. */
+#define DDB_OUTBOX_BATCH 99
 /* The clause a finish's (a re-notification's) UpdateExpression SETs, its
  * values added to vals: the event, inside that write; "" when the outbox
  * is off. */

@@ -49,6 +49,7 @@
 #define TYPE_REN "charge.renotified"
 #define AHEAD_MAX 400        /* events read ahead (below) */
 #define BGI_MAX 100          /* BatchGetItem's most keys per call */
+#define TX_MAX 100           /* TransactWriteItems' most items */
 #define PAR_MAX 64           /* calls in flight at once (par_send) */
 
 /* ---- calls at once --------------------------------------------------------
@@ -654,25 +655,36 @@ ahead_drop(struct ddb *d, const struct ik_outbox_ev *ev, size_t n)
 	d->obx_n = k;
 }
 
-int
-ddb_outbox_ack(struct ik_store *st, const char *holder, const struct ik_outbox_ev *ev,
-               size_t n, int64_t now_ms, ik_err *err)
+/* ---- the checkpoint ---------------------------------------------------------
+ * Where the endpoint keeps transactions (DynamoDB, DynamoDB Local), a
+ * batch's checkpoint is one TransactWriteItems: the lease's check and the
+ * events' updates, all or nothing, so a relay that lost its lease
+ * checkpoints nothing, exactly, and a batch costs one request, not one per
+ * event (each write counts twice in a transaction's capacity).  When the
+ * transaction is refused for an item (a re-notification behind its
+ * finished event, an event checkpointed already, a write on the item at
+ * the same moment), or the endpoint keeps none (dynalite), the per-item
+ * checkpoint below does the batch: the lease read, then the updates at
+ * once, each item's own refusal judged alone. */
+
+/* The per-item checkpoint of ev[0..n). */
+static int
+ack_items(struct ddb *d, const char *holder, const struct ik_outbox_ev *ev, size_t n,
+          int64_t now_ms, ik_err *err)
 {
-	struct ddb *d = st->impl;
-	struct par *p = NULL;
-	cJSON **reqs = NULL;
+	struct par *p;
+	cJSON **reqs;
 	size_t i;
 	int rc;
 
-	if (n == 0)
-		return IK_OK;
 	if ((rc = lease_held(d, holder, now_ms, err)) != IK_OK)
-		goto out;
+		return rc;
 	p = calloc(n, sizeof *p);
 	reqs = calloc(n, sizeof *reqs);
 	if (!p || !reqs) {
-		rc = ik_errf(err, IK_SOFTWARE, "out of memory");
-		goto out;
+		free(p);
+		free(reqs);
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	}
 	for (i = 0; i < n; i++)
 		reqs[i] = clear_req(d, ev[i].charge_id, strcmp(ev[i].type, TYPE_FIN) == 0, 0,
@@ -687,9 +699,82 @@ ddb_outbox_ack(struct ik_store *st, const char *holder, const struct ik_outbox_e
 			*err = p[i].err;
 	}
 	par_free(p, n);
-out:
 	free(p);
 	free(reqs);
+	return rc;
+}
+
+/* The transaction's item for r (a request on the table, consumed). */
+static void
+tx_add(cJSON *items, const char *kind, cJSON *r)
+{
+	cJSON *it = cJSON_CreateObject();
+
+	cJSON_AddItemToObject(it, kind, r);
+	cJSON_AddItemToArray(items, it);
+}
+
+/* The transactional checkpoint of ev[0..n) (n < TX_MAX).  IK_OK, IK_LEASE_LOST
+ * (nothing done), IK_EMPTY when the per-item checkpoint must do it
+ * (nothing done), or an error (done or not: the batch is sent again). */
+static int
+ack_tx(struct ddb *d, const char *holder, const struct ik_outbox_ev *ev, size_t n,
+       int64_t now_ms, ik_err *err)
+{
+	cJSON *req = cJSON_CreateObject(), *items, *r, *v, *resp = NULL, *why;
+	struct ik_aws_error ae;
+	const char *code;
+	size_t i;
+	int rc;
+
+	items = cJSON_AddArrayToObject(req, "TransactItems");
+	r = ddb_new_req(d, RELAY_KEY);
+	cJSON_AddStringToObject(r, "ConditionExpression", "#rh = :h AND #ru > :now");
+	ddb_add_names(d, r, "#rh #ru");
+	v = cJSON_AddObjectToObject(r, "ExpressionAttributeValues");
+	cJSON_AddItemToObject(v, ":h", ddb_av_s(holder));
+	cJSON_AddItemToObject(v, ":now", ddb_av_n(now_ms));
+	tx_add(items, "ConditionCheck", r);
+	for (i = 0; i < n; i++)
+		tx_add(items, "Update", clear_req(d, ev[i].charge_id,
+		       strcmp(ev[i].type, TYPE_FIN) == 0, 0, ev[i].seq));
+	rc = ik_aws_call(d->aws, DDB_TARGET_PREFIX "TransactWriteItems", req, &resp, &ae, err);
+	cJSON_Delete(req);
+	if (rc == IK_AWS_ERROR && strcmp(ae.type, "TransactionCanceledException") == 0) {
+		/* The reasons in the items' order, the lease's first. */
+		why = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(resp,
+		    "CancellationReasons"), 0);
+		code = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(why, "Code"));
+		rc = code && strcmp(code, "ConditionalCheckFailed") == 0 ? IK_LEASE_LOST : IK_EMPTY;
+		ik_errclear(err);
+	} else if (rc == IK_AWS_ERROR) {
+		/* No transactions here (dynalite: UnknownOperationException), or
+		 * not this one: the per-item checkpoint from now on. */
+		ik_log(IK_LOG_DEBUG, "no outbox checkpoint by transaction", "error", err->msg,
+		       NULL);
+		d->obx_no_tx = 1;
+		rc = IK_EMPTY;
+		ik_errclear(err);
+	}
+	cJSON_Delete(resp);
+	return rc;
+}
+
+int
+ddb_outbox_ack(struct ik_store *st, const char *holder, const struct ik_outbox_ev *ev,
+               size_t n, int64_t now_ms, ik_err *err)
+{
+	struct ddb *d = st->impl;
+	size_t i, k;
+	int rc = IK_OK;
+
+	/* Bounded: each turn checkpoints a chunk or ends. */
+	for (i = 0; i < n && rc == IK_OK; i += k) {
+		k = n - i < TX_MAX - 1 ? n - i : TX_MAX - 1;
+		rc = d->obx_no_tx ? IK_EMPTY : ack_tx(d, holder, ev + i, k, now_ms, err);
+		if (rc == IK_EMPTY)
+			rc = ack_items(d, holder, ev + i, k, now_ms, err);
+	}
 	/* A checkpoint refused or failed part way: read afresh. */
 	if (rc == IK_OK)
 		ahead_drop(d, ev, n);
