@@ -38,7 +38,7 @@ static const char options[] =
 	"  -r, --retention DUR  published events kept this long, then purged\n"
 	"                       (default $IDEMKIT_OUTBOX_RETENTION, else 7d)\n"
 	"  -b, --batch N        events per round, sent in calls of 10 and checkpointed\n"
-	"                       together, 1-100 (default 100 on DynamoDB, else 10)\n"
+	"                       together, 1-100 (default 99 on DynamoDB, else 10)\n"
 	"  -m, --metrics FILE   replace FILE (atomically) with the relay's Prometheus\n"
 	"                       metrics at exit, and with --follow periodically\n"
 	"      --metrics-every S  that period, in seconds (default 60)\n"

@@ -23,8 +23,9 @@
  * published is not kept, so the purge has nothing to delete.
  * The relay's lease is one more item of the table, key RELAY_KEY (no
  * chargeId can be it: '#' is outside their alphabet), taken by one
- * conditional UpdateItem.  The checkpoint of a batch is made only after
- * a consistent read found the lease ours and live: a checkpoint only ever
+ * conditional UpdateItem.  The checkpoint of a batch is one transaction
+ * with the lease's check, or, item by item (below), made only after a
+ * consistent read found the lease ours and live: a checkpoint only ever
  * records events the queue accepted, so one made by a relay whose lease
  * just ended is true all the same (the new holder sends them again,
  * under the same eventIds, at worst).
@@ -747,11 +748,13 @@ ack_tx(struct ddb *d, const char *holder, const struct ik_outbox_ev *ev, size_t 
 		code = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(why, "Code"));
 		rc = code && strcmp(code, "ConditionalCheckFailed") == 0 ? IK_LEASE_LOST : IK_EMPTY;
 		ik_errclear(err);
-	} else if (rc == IK_AWS_ERROR) {
-		/* No transactions here (dynalite: UnknownOperationException), or
-		 * not this one: the per-item checkpoint from now on. */
-		ik_log(IK_LOG_DEBUG, "no outbox checkpoint by transaction", "error", err->msg,
-		       NULL);
+	} else if (rc == IK_AWS_ERROR || rc == IK_CONFIG) {
+		/* No transactions here (dynalite: UnknownOperationException), or a
+		 * role without ConditionCheckItem (a relay deployed before this
+		 * checkpoint, AccessDenied): the per-item checkpoint from now on,
+		 * which needs no more than it had (bad credentials fail there). */
+		ik_log(rc == IK_CONFIG ? IK_LOG_WARN : IK_LOG_DEBUG, "outbox checkpoint item by "
+		       "item: no transaction here", "error", err->msg, NULL);
 		d->obx_no_tx = 1;
 		rc = IK_EMPTY;
 		ik_errclear(err);
