@@ -48,7 +48,7 @@
 #define RELAY_KEY "idemkit#outbox-relay"
 #define TYPE_FIN "charge.finished"
 #define TYPE_REN "charge.renotified"
-#define AHEAD_MAX 400        /* events read ahead (below) */
+#define AHEAD_MAX (4 * DDB_OUTBOX_BATCH)   /* events read ahead (below) */
 #define BGI_MAX 100          /* BatchGetItem's most keys per call */
 #define TX_MAX 100           /* TransactWriteItems' most items */
 #define PAR_MAX 64           /* calls in flight at once (par_send) */
@@ -627,7 +627,10 @@ ddb_outbox_read(struct ik_store *st, size_t max, struct ik_outbox_ev *ev, size_t
 	*n = 0;
 	if (max == 0)
 		return IK_OK;
-	if (d->obx_n == 0 && (rc = read_ahead(d, err)) != IK_OK)
+	/* Fewer than a batch left (the end of what was read ahead, or what a
+	 * batch left behind): read afresh, those first again, so no batch is
+	 * cut short by the read-ahead's end. */
+	if (d->obx_n < max && (rc = read_ahead(d, err)) != IK_OK)
 		return rc;
 	for (; *n < max && *n < d->obx_n; (*n)++)
 		if (ev_copy(&ev[*n], &d->obx[*n]) < 0) {
