@@ -258,7 +258,7 @@ sys.exit(os.waitstatus_to_exitcode(st))' "$@"
 	ms=$((($(date +%s%N) - start) / 1000000))
 	[ "$(wc -l < "$BATS_TEST_TMPDIR/relay")" -eq "$N" ]
 	relay=$(sed -n 's/^cpu //p' "$BATS_TEST_TMPDIR/cpu.relay")
-	echo "# outbox cost ($BACKEND, $N finishes, idemp-done --stream): requests per finish 1 UpdateItem without and with; finishes in ${wall_off} / ${wall_on} ms; client CPU ${off} ms without, ${on} ms with ($(python3 -c "print('%+.1f%%' % ((int('$on') - int('$off')) * 100 / max(1, int('$off'))))")); relay: $N events in ${ms} ms, $(ops ddb | wc -l) requests ($(ops ddb | sort | uniq -c | awk '{printf "%s %s, ", $1, $2}')), ${relay} ms CPU" >&3
+	echo "# outbox cost ($BACKEND, $N finishes, idemp-done --stream): requests per finish 1 UpdateItem without and with; finishes in ${wall_off} / ${wall_on} ms; client CPU ${off} ms without, ${on} ms with ($(python3 -c "print('%+.1f%%' % ((int('$on') - int('$off')) * 100 / max(1, int('$off'))))")); pipeline $((N * 1000 / (wall_on > 0 ? wall_on : 1))) finishes/s with the outbox; relay: $N events in ${ms} ms, $((N * 1000 / (ms > 0 ? ms : 1))) events/s, $(ops ddb | wc -l) requests ($(ops ddb | sort | uniq -c | awk '{printf "%s %s, ", $1, $2}')), ${relay} ms CPU" >&3
 }
 
 @test "a relay whose lease ended before its checkpoint checkpoints nothing (DynamoDB Local: the transaction's lease check; dynalite: the lease read before the updates); its next round sends the batch again, same eventIds" {
