@@ -64,6 +64,22 @@ ik_outbox_ev_free(struct ik_outbox_ev *e)
 	memset(e, 0, sizeof *e);
 }
 
+int
+ik_outbox_ev_copy(struct ik_outbox_ev *to, const struct ik_outbox_ev *from)
+{
+	*to = (struct ik_outbox_ev){ .seq = from->seq, .at = from->at };
+	to->pos = from->pos ? strdup(from->pos) : NULL;
+	to->id = strdup(from->id);
+	to->charge_id = strdup(from->charge_id);
+	to->type = strdup(from->type);
+	to->body = strdup(from->body);
+	if ((from->pos && !to->pos) || !to->id || !to->charge_id || !to->type || !to->body) {
+		ik_outbox_ev_free(to);
+		return -1;
+	}
+	return 0;
+}
+
 static void
 at(struct ik_relay *r, enum ik_relay_point p, const struct ik_outbox_ev *ev, size_t n)
 {

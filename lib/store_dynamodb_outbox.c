@@ -444,21 +444,6 @@ ddb_outbox_close(struct ddb *d)
 	d->obx_n = 0;
 }
 
-static int
-ev_copy(struct ik_outbox_ev *to, const struct ik_outbox_ev *e)
-{
-	*to = (struct ik_outbox_ev){ .seq = e->seq, .at = e->at };
-	to->id = strdup(e->id);
-	to->charge_id = strdup(e->charge_id);
-	to->type = strdup(e->type);
-	to->body = strdup(e->body);
-	if (!to->id || !to->charge_id || !to->type || !to->body) {
-		ik_outbox_ev_free(to);
-		return -1;
-	}
-	return 0;
-}
-
 /* The consistent items of found[0..n) (the keys the index gave, oldest
  * first), BatchGetItem's BGI_MAX keys a call, the calls at once: what the
  * index said may be a moment old.  *items: every item answered, oldest
@@ -633,7 +618,7 @@ ddb_outbox_read(struct ik_store *st, size_t max, struct ik_outbox_ev *ev, size_t
 	if (d->obx_n < max && (rc = read_ahead(d, err)) != IK_OK)
 		return rc;
 	for (; *n < max && *n < d->obx_n; (*n)++)
-		if (ev_copy(&ev[*n], &d->obx[*n]) < 0) {
+		if (ik_outbox_ev_copy(&ev[*n], &d->obx[*n]) < 0) {
 			for (size_t i = 0; i < *n; i++)
 				ik_outbox_ev_free(&ev[i]);
 			*n = 0;
