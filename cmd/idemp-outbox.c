@@ -24,7 +24,7 @@
 
 static const char usage[] =
 	"usage: idemp-outbox [--once | --follow] [--stats] [--store URL] [--queue URL]\n"
-	"                    [--lease DUR] [--poll DUR] [--retention DUR]\n"
+	"                    [--lease DUR] [--poll DUR] [--retention DUR] [--batch N]\n"
 	"                    [--metrics FILE [--metrics-every SECS]]\n";
 static const char options[] =
 	"  -1, --once           publish what waits now, then exit (the default)\n"
@@ -37,6 +37,8 @@ static const char options[] =
 	"  -p, --poll DUR       idle wait between reads with --follow (default 200ms)\n"
 	"  -r, --retention DUR  published events kept this long, then purged\n"
 	"                       (default $IDEMKIT_OUTBOX_RETENTION, else 7d)\n"
+	"  -b, --batch N        events per round, sent in calls of 10 and checkpointed\n"
+	"                       together, 1-100 (default 99 on DynamoDB, else 10)\n"
 	"  -m, --metrics FILE   replace FILE (atomically) with the relay's Prometheus\n"
 	"                       metrics at exit, and with --follow periodically\n"
 	"      --metrics-every S  that period, in seconds (default 60)\n"
@@ -152,6 +154,7 @@ main(int argc, char **argv)
 		{ "lease", required_argument, NULL, 'l' },
 		{ "poll", required_argument, NULL, 'p' },
 		{ "retention", required_argument, NULL, 'r' },
+		{ "batch", required_argument, NULL, 'b' },
 		{ "metrics", required_argument, NULL, 'm' },
 		{ "metrics-every", required_argument, NULL, 'M' },
 		{ "help", no_argument, NULL, 'h' },
@@ -162,12 +165,12 @@ main(int argc, char **argv)
 	                 .every_ms = 60000 };
 	struct ik_relay r = { .lease_ms = IK_OUTBOX_LEASE_DEFAULT_MS, .poll_ms = 200,
 	                      .retention_ms = IK_OUTBOX_RETENTION_DEFAULT_MS,
-	                      .batch = IK_QUEUE_BATCH, .at = at, .round = round_done, .arg = &c };
+	                      .at = at, .round = round_done, .arg = &c };
 	const char *store_url = NULL, *queue_url = ik_outbox_url(), *ret;
 	struct ik_store *s = NULL;
 	struct ik_queue *q = NULL;
 	ik_err err = { 0 };
-	long long secs;
+	long long secs, n;
 	int ch, rc, once = 0, want_stats = 0;
 
 	ik_cli_init(argv[0]);
@@ -177,7 +180,7 @@ main(int argc, char **argv)
 		ik_warnx("IDEMKIT_OUTBOX_RETENTION: \"%s\" is not a duration", ret);
 		return IK_CONFIG;
 	}
-	while ((ch = getopt_long(argc, argv, "1fS:q:l:p:r:m:hV", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "1fS:q:l:p:r:b:m:hV", longopts, NULL)) != -1) {
 		switch (ch) {
 		case '1': once = 1; break;
 		case 'f': r.follow = 1; break;
@@ -196,6 +199,14 @@ main(int argc, char **argv)
 			if (ik_opt_duration("--retention", optarg, 0, IK_RETENTION_MAX_MS,
 			    &r.retention_ms))
 				return IK_USAGE;
+			break;
+		case 'b':
+			if (ik_parse_int(optarg, 1, IK_OUTBOX_BATCH_MAX, &n) < 0) {
+				ik_warnx("--batch: want 1-%d events, got \"%.64s\"",
+				    IK_OUTBOX_BATCH_MAX, optarg);
+				return IK_USAGE;
+			}
+			r.batch = (size_t)n;
 			break;
 		case 'm': c.metrics = optarg; break;
 		case 'M':

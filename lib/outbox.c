@@ -6,7 +6,10 @@
  * taken again before every batch, so a relay that stalled past its lease
  * finds it gone, and its checkpoint is refused (LEASE_LOST) -- its
  * messages were sent, and the new holder sends them again under the same
- * eventIds.  Loops are bounded: --once ends when nothing waits or on the
+ * eventIds.  A batch (up to IK_OUTBOX_BATCH_MAX events) goes out in queue
+ * calls of IK_QUEUE_BATCH, one after another, and is checkpointed in one
+ * outbox_ack: the store's calls of a round are paid once per batch, not
+ * once per queue call.  Loops are bounded: --once ends when nothing waits or on the
  * first failure; --follow ends on a stop signal.
  */
 #include <stdlib.h>
@@ -61,6 +64,22 @@ ik_outbox_ev_free(struct ik_outbox_ev *e)
 	memset(e, 0, sizeof *e);
 }
 
+int
+ik_outbox_ev_copy(struct ik_outbox_ev *to, const struct ik_outbox_ev *from)
+{
+	*to = (struct ik_outbox_ev){ .seq = from->seq, .at = from->at };
+	to->pos = from->pos ? strdup(from->pos) : NULL;
+	to->id = strdup(from->id);
+	to->charge_id = strdup(from->charge_id);
+	to->type = strdup(from->type);
+	to->body = strdup(from->body);
+	if ((from->pos && !to->pos) || !to->id || !to->charge_id || !to->type || !to->body) {
+		ik_outbox_ev_free(to);
+		return -1;
+	}
+	return 0;
+}
+
 static void
 at(struct ik_relay *r, enum ik_relay_point p, const struct ik_outbox_ev *ev, size_t n)
 {
@@ -80,9 +99,10 @@ distinct_prefix(const struct ik_outbox_ev *ev, size_t n)
 	return n;
 }
 
-/* Sends ev[0..n) as one batch: *accepted gets the length of the prefix the
- * queue accepted.  IK_OK when all were, else why the first refused one
- * was (err). */
+/* Sends ev[0..n) in calls of IK_QUEUE_BATCH, in order: *accepted gets the
+ * length of the prefix the queue accepted.  IK_OK when all were, else why
+ * the first refused one was (err); nothing after it is sent, so what the
+ * checkpoint marks is always a prefix. */
 static int
 publish(struct ik_relay *r, const struct ik_outbox_ev *ev, size_t n, size_t *accepted,
     ik_err *err)
@@ -90,27 +110,35 @@ publish(struct ik_relay *r, const struct ik_outbox_ev *ev, size_t n, size_t *acc
 	struct ik_qattr attrs[IK_QUEUE_BATCH][3];
 	struct ik_qsend m[IK_QUEUE_BATCH];
 	struct ik_qresult res[IK_QUEUE_BATCH];
-	size_t i;
+	size_t i, k, ok;
 	int rc;
 
-	memset(m, 0, sizeof m);
-	for (i = 0; i < n; i++) {
-		attrs[i][0] = (struct ik_qattr){ "eventId", ev[i].id };
-		attrs[i][1] = (struct ik_qattr){ "chargeId", ev[i].charge_id };
-		attrs[i][2] = (struct ik_qattr){ "eventType", ev[i].type };
-		m[i] = (struct ik_qsend){ .body = ev[i].body, .attrs = attrs[i], .nattrs = 3 };
-		res[i] = (struct ik_qresult){ .code = IK_SOFTWARE };
-	}
 	*accepted = 0;
-	rc = r->queue->ops->send_batch(r->queue, m, n, res, err);
-	for (i = 0; i < n; i++)
-		free(m[i].message_id);
-	if (rc != IK_OK)
-		return rc;
-	while (*accepted < n && res[*accepted].code == IK_OK)
-		(*accepted)++;
-	if (*accepted < n)
-		return ik_errf(err, res[*accepted].code, "%s", res[*accepted].msg);
+	for (; *accepted < n; *accepted += ok) {
+		const struct ik_outbox_ev *e = ev + *accepted;
+
+		k = n - *accepted < IK_QUEUE_BATCH ? n - *accepted : IK_QUEUE_BATCH;
+		memset(m, 0, sizeof m);
+		for (i = 0; i < k; i++) {
+			attrs[i][0] = (struct ik_qattr){ "eventId", e[i].id };
+			attrs[i][1] = (struct ik_qattr){ "chargeId", e[i].charge_id };
+			attrs[i][2] = (struct ik_qattr){ "eventType", e[i].type };
+			m[i] = (struct ik_qsend){ .body = e[i].body, .attrs = attrs[i], .nattrs = 3 };
+			res[i] = (struct ik_qresult){ .code = IK_SOFTWARE };
+		}
+		rc = r->queue->ops->send_batch(r->queue, m, k, res, err);
+		for (i = 0; i < k; i++)
+			free(m[i].message_id);
+		if (rc != IK_OK)
+			return rc;
+		ok = 0;
+		while (ok < k && res[ok].code == IK_OK)
+			ok++;
+		if (ok < k) {
+			*accepted += ok;
+			return ik_errf(err, res[ok].code, "%s", res[ok].msg);
+		}
+	}
 	return IK_OK;
 }
 
@@ -140,7 +168,7 @@ purge(struct ik_relay *r, ik_err *err)
 static int
 round1(struct ik_relay *r, const char *holder, int *idle, ik_err *err)
 {
-	struct ik_outbox_ev ev[IK_QUEUE_BATCH];
+	struct ik_outbox_ev ev[IK_OUTBOX_BATCH_MAX];
 	int64_t until = 0;
 	size_t n = 0, k, accepted = 0, i;
 	int rc, prc;
@@ -211,8 +239,11 @@ ik_relay_run(struct ik_relay *r, ik_err *err)
 	if (!r->store->ops->outbox_lease)
 		return ik_errf(err, IK_CONFIG, "%s: this store keeps no outbox (yet)",
 		    r->store->ops->name);
-	if (r->batch < 1 || r->batch > IK_QUEUE_BATCH)
-		r->batch = IK_QUEUE_BATCH;
+	if (r->batch == 0)
+		r->batch = r->store->ops->outbox_batch ? r->store->ops->outbox_batch :
+		    IK_QUEUE_BATCH;
+	if (r->batch > IK_OUTBOX_BATCH_MAX)
+		r->batch = IK_OUTBOX_BATCH_MAX;
 	ik_store_token(holder);
 	while (!ik_stop_signal) {
 		lost = r->lease_lost;

@@ -39,6 +39,10 @@ void ik_outbox_event_id(const char *op, const char *key, const char *owner,
 #define IK_OUTBOX_LEASE_DEFAULT_MS 30000
 #define IK_OUTBOX_RETENTION_DEFAULT_MS (7LL * 86400000)
 #define IK_OUTBOX_PURGE_BATCH 1000
+/* The most events one round reads, publishes (in calls of IK_QUEUE_BATCH)
+ * and checkpoints together: where each store call is a network round trip
+ * (DynamoDB), a round's fixed calls are paid once per this many. */
+#define IK_OUTBOX_BATCH_MAX 100
 
 /* The relay's boundaries, for progress and the crash tests (the command
  * decides what to do there; the library only tells). */
@@ -55,7 +59,8 @@ struct ik_relay {
 	int64_t lease_ms;
 	int64_t poll_ms;           /* idle wait between reads (--follow) */
 	int64_t retention_ms;      /* published events kept this long */
-	size_t batch;              /* 1..IK_QUEUE_BATCH */
+	size_t batch;              /* events per round, 1..IK_OUTBOX_BATCH_MAX;
+	                            * 0: the store's (store.h outbox_batch) */
 	/* Called at each boundary with the events of the batch (n of them);
 	 * may be NULL. */
 	void (*at)(enum ik_relay_point p, const struct ik_outbox_ev *ev, size_t n, void *arg);

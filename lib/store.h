@@ -200,6 +200,9 @@ struct ik_outbox_ev {
 	int64_t at;           /* written, epoch ms */
 };
 void ik_outbox_ev_free(struct ik_outbox_ev *e);
+/* A deep copy (an adapter's read-ahead hands out copies, keeping its own
+ * until they are checkpointed).  0, or -1 when out of memory (to freed). */
+int ik_outbox_ev_copy(struct ik_outbox_ev *to, const struct ik_outbox_ev *from);
 
 struct ik_outbox_stats {
 	int64_t waiting;      /* written and not yet checkpointed */
@@ -309,6 +312,9 @@ struct ik_store_ops {
 	                    int64_t *n, ik_err *err);
 	int (*outbox_stats)(struct ik_store *s, int64_t now_ms, struct ik_outbox_stats *st,
 	                    ik_err *err);
+	/* The events a relay round takes by default (outbox.h; 0: one queue
+	 * call's, IK_QUEUE_BATCH): more where each store call is a round trip. */
+	size_t outbox_batch;
 };
 
 struct ik_store {

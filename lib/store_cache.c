@@ -670,6 +670,7 @@ ik_store_cache_open(const char *url, int (*open)(const char *, struct ik_store *
 		c->ops.outbox_ack = ca_outbox_ack;
 		c->ops.outbox_purge = ca_outbox_purge;
 		c->ops.outbox_stats = ca_outbox_stats;
+		c->ops.outbox_batch = c->inner->ops->outbox_batch;
 	}
 	ik_errclear(err);
 	return IK_OK;

@@ -44,6 +44,7 @@
 
 #include "aws.h"
 #include "log.h"
+#include "outbox.h"
 #include "outcome.h"
 #include "store.h"
 #include "store_dynamodb.h"
@@ -432,6 +433,7 @@ dd_close(struct ik_store *st)
 	if (!d)
 		return;
 	ddb_ops_drop(d);
+	ddb_outbox_close(d);
 	ik_aws_close(d->aws);
 	free(d->table);
 	free(d->key);
@@ -462,6 +464,7 @@ static const struct ik_store_ops dynamodb_ops = {
 	.outbox_ack = ddb_outbox_ack,
 	.outbox_purge = ddb_outbox_purge,
 	.outbox_stats = ddb_outbox_stats,
+	.outbox_batch = DDB_OUTBOX_BATCH,
 };
 
 int

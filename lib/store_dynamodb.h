@@ -59,6 +59,10 @@ struct ddb {
 	struct op *answered, *answered_last;   /* answers to act on */
 	struct op *done, *done_last;           /* finished, callback due */
 	size_t active;                         /* started, callback not yet called */
+	/* the outbox relay's read-ahead (store_dynamodb_outbox.c) */
+	struct ik_outbox_ev *obx;
+	size_t obx_n;
+	int obx_no_tx;   /* the endpoint keeps no transactions */
 };
 
 /* An item's S or N attribute; NULL or 0 when absent. */
@@ -138,6 +142,9 @@ void ddb_ops_drop(struct ddb *d);
  * the item's shard), RANGE obAt (N), all attributes projected, only on
  * the items with an event not yet published. */
 #define DDB_OUTBOX_INDEX "idemkit-outbox"
+/* A relay's batch: its checkpoint is one transaction of at most 100 items,
+ * the lease's check and 99 events. */
+#define DDB_OUTBOX_BATCH 99
 /* The clause a finish's (a re-notification's) UpdateExpression SETs, its
  * values added to vals: the event, inside that write; "" when the outbox
  * is off. */
@@ -151,6 +158,8 @@ int ddb_outbox_ack(struct ik_store *st, const char *holder, const struct ik_outb
                    size_t n, int64_t now_ms, ik_err *err);
 int ddb_outbox_purge(struct ik_store *st, int64_t before_ms, size_t batch, int64_t *n,
                      ik_err *err);
+/* Frees the relay's read-ahead (a closing store). */
+void ddb_outbox_close(struct ddb *d);
 int ddb_outbox_stats(struct ik_store *st, int64_t now_ms, struct ik_outbox_stats *out,
                      ik_err *err);
 

@@ -12,16 +12,20 @@
  * derived from: ik_outbox_event_id, as on every store), so the relay
  * builds the same event body on every re-publish.
  * The relay reads the index (eventually consistent, like every index
- * read), then the items it found with one consistent BatchGetItem, so an
+ * read), then the items it found with consistent BatchGetItems, so an
  * event checkpointed a moment ago is not sent again; an item holds at
- * most a finished and a re-notified event, in that order.  The checkpoint
+ * most a finished and a re-notified event, in that order.  It reads up to
+ * AHEAD_MAX events at once and keeps them for the next batches while its
+ * lease holds (the read-ahead, below), and checkpoints a batch (up to
+ * IK_OUTBOX_BATCH_MAX: outbox_batch) with its updates all at once.  The checkpoint
  * removes the event from its item, conditioned on the event's time (a
  * newer one, after an idemp-forget and a new claim, stays).  What was
  * published is not kept, so the purge has nothing to delete.
  * The relay's lease is one more item of the table, key RELAY_KEY (no
  * chargeId can be it: '#' is outside their alphabet), taken by one
- * conditional UpdateItem.  The checkpoint of a batch is made only after
- * a consistent read found the lease ours and live: a checkpoint only ever
+ * conditional UpdateItem.  The checkpoint of a batch is one transaction
+ * with the lease's check, or, item by item (below), made only after a
+ * consistent read found the lease ours and live: a checkpoint only ever
  * records events the queue accepted, so one made by a relay whose lease
  * just ended is true all the same (the new holder sends them again,
  * under the same eventIds, at worst).
@@ -44,6 +48,10 @@
 #define RELAY_KEY "idemkit#outbox-relay"
 #define TYPE_FIN "charge.finished"
 #define TYPE_REN "charge.renotified"
+#define AHEAD_MAX (4 * DDB_OUTBOX_BATCH)   /* events read ahead (below) */
+#define BGI_MAX 100          /* BatchGetItem's most keys per call */
+#define TX_MAX 100           /* TransactWriteItems' most items */
+#define PAR_MAX 64           /* calls in flight at once (par_send) */
 
 /* ---- calls at once --------------------------------------------------------
  * The relay's reads of the index's shards and its checkpoint's updates go
@@ -70,29 +78,34 @@ par_answered(void *arg, int rc, cJSON *resp, const struct ik_aws_error *aerr, co
 		p->err = *err;
 }
 
-/* The n requests of op (a literal) at once, each answered into p[i] as
- * ddb_answer says (pass as there); p[i].resp is the caller's to free.
- * IK_OK when every one was sent and answered (each with its own rc),
- * else the error that kept one from being sent or the answers lost. */
+/* The n requests of op (a literal) at once, at most PAR_MAX in flight
+ * (as idemp-done --stream keeps its finishes: a burst of a whole batch's
+ * connections at once is refused by the listen queue of a small endpoint),
+ * each answered into p[i] as ddb_answer says (pass as there); p[i].resp is
+ * the caller's to free.  IK_OK when every one was sent and answered (each
+ * with its own rc), else the error that kept one from being sent (none is
+ * sent after it) or the answers lost. */
 #define par_calls(d, op, pass, reqs, p, n, err) \
 	par_send((d), DDB_TARGET_PREFIX op, (pass), (reqs), (p), (n), (err))
 static int
 par_send(struct ddb *d, const char *target, const char *pass, cJSON *const *reqs,
          struct par *p, size_t n, ik_err *err)
 {
-	size_t i, sent = 0, done;
+	size_t i, sent = 0, done = 0;
 	int rc = IK_OK;
 
 	memset(p, 0, n * sizeof *p);
-	for (i = 0; i < n && rc == IK_OK; i++)
-		if ((rc = ik_aws_submit(d->aws, target, reqs[i], par_answered, &p[i], err)) == IK_OK)
-			sent++;
+	/* Bounded: each turn sends one more or waits for an answer. */
 	for (;;) {
+		while (rc == IK_OK && sent < n && sent - done < PAR_MAX)
+			if ((rc = ik_aws_submit(d->aws, target, reqs[sent], par_answered, &p[sent],
+			    err)) == IK_OK)
+				sent++;
 		for (done = 0, i = 0; i < sent; i++)
 			done += p[i].done;
-		if (done == sent)
+		if (done == sent && (sent == n || rc != IK_OK))
 			break;
-		if (ik_aws_run(d->aws, NULL, 0, -1, err) != IK_OK)
+		if (done < sent && ik_aws_run(d->aws, NULL, 0, -1, err) != IK_OK)
 			return err->code ? err->code : IK_SOFTWARE;
 	}
 	for (i = 0; i < sent; i++)
@@ -165,6 +178,7 @@ ddb_outbox_lease(struct ik_store *st, const char *holder, int64_t now_ms, int64_
 {
 	struct ddb *d = st->impl;
 	cJSON *r = ddb_new_req(d, RELAY_KEY), *v, *resp = NULL, *item;
+	const char *h;
 	int rc;
 
 	cJSON_AddStringToObject(r, "ConditionExpression",
@@ -176,13 +190,24 @@ ddb_outbox_lease(struct ik_store *st, const char *holder, int64_t now_ms, int64_
 	cJSON_AddItemToObject(v, ":now", ddb_av_n(now_ms));
 	cJSON_AddItemToObject(v, ":u", ddb_av_n(now_ms + lease_ms));
 	cJSON_AddStringToObject(r, "ReturnValuesOnConditionCheckFailure", "ALL_OLD");
+	/* The lease before: whether this was a renewal of ours (below). */
+	cJSON_AddStringToObject(r, "ReturnValues", "UPDATED_OLD");
 	rc = ddb_call(d, "UpdateItem", r, "ConditionalCheckFailedException", &resp, err);
 	cJSON_Delete(r);
 	*until = now_ms + lease_ms;
 	if (rc != IK_AWS_ERROR) {
+		item = cJSON_GetObjectItemCaseSensitive(resp, "Attributes");
+		h = ddb_attr_s(item, "relayHolder");
+		/* The read-ahead holds only while the lease was ours throughout:
+		 * taken afresh (another may have checkpointed meanwhile), ended, or
+		 * not known to be ours, it is read again. */
+		if (rc != IK_OK || lease_ms == 0 || !h || strcmp(h, holder) != 0 ||
+		    ddb_attr_n(item, "relayUntil") <= now_ms)
+			ddb_outbox_close(d);
 		cJSON_Delete(resp);
 		return rc;
 	}
+	ddb_outbox_close(d);
 	ik_errclear(err);
 	/* Another's live lease: its end, from ALL_OLD or a read (dynalite). */
 	item = cJSON_GetObjectItemCaseSensitive(resp, "Item");
@@ -395,65 +420,152 @@ clear_ev(struct ddb *d, const char *key, const char *type, int64_t at, ik_err *e
 	return clear_more(d, key, fin, at, rc, err);
 }
 
-/* The consistent items of the keys found in the index (up to max): what
- * the index said may be a moment old. */
-static int
-fresh_items(struct ddb *d, cJSON **found, size_t n, cJSON **resp, cJSON **items,
-            ik_err *err)
-{
-	cJSON *r = cJSON_CreateObject(), *t, *keys, *k;
-	int rc;
+/* ---- the read-ahead --------------------------------------------------------
+ * One read of the index and of the items behind it is three round trips in
+ * series; made per batch it was most of the relay's time.  So a read takes
+ * up to AHEAD_MAX events at once and keeps them (d->obx, oldest first);
+ * outbox_read hands out copies of the first ones and only the checkpoint
+ * removes them, so what a batch did not send (a cut at a chargeId's second
+ * event, a queue that refused one) is read again first, as the port says.
+ * It stays true while this relay holds the lease without a break: only the
+ * holder checkpoints, a finish adds no event to an item whose event waits
+ * (a re-notification behind one is left in the index, for the next read),
+ * and idemp-forget leaves an item whose event waits.  So it is dropped
+ * whenever the lease was not simply renewed, and after a failed
+ * checkpoint. */
 
-	t = cJSON_AddObjectToObject(cJSON_AddObjectToObject(r, "RequestItems"), d->table);
-	keys = cJSON_AddArrayToObject(t, "Keys");
-	cJSON_AddTrueToObject(t, "ConsistentRead");
-	for (size_t i = 0; i < n; i++) {
-		k = cJSON_CreateObject();
-		cJSON_AddItemToObject(k, d->key, ddb_av_s(ddb_attr_s(found[i], d->key)));
-		cJSON_AddItemToArray(keys, k);
+void
+ddb_outbox_close(struct ddb *d)
+{
+	for (size_t i = 0; i < d->obx_n; i++)
+		ik_outbox_ev_free(&d->obx[i]);
+	free(d->obx);
+	d->obx = NULL;
+	d->obx_n = 0;
+}
+
+/* The consistent items of found[0..n) (the keys the index gave, oldest
+ * first), BatchGetItem's BGI_MAX keys a call, the calls at once: what the
+ * index said may be a moment old.  *items: every item answered, oldest
+ * first (the caller frees it); keys left unprocessed (throttling) wait
+ * for the next read. */
+static int
+fresh_items(struct ddb *d, cJSON **found, size_t n, cJSON **items, ik_err *err)
+{
+	size_t nc = (n + BGI_MAX - 1) / BGI_MAX, c, i, m = 0;
+	struct par *p = calloc(nc, sizeof *p);
+	cJSON **reqs = calloc(nc, sizeof *reqs), **a = NULL, *it, *keys, *k, *t;
+	int rc = IK_OK;
+
+	*items = cJSON_CreateArray();
+	if (!p || !reqs || !*items) {
+		rc = ik_errf(err, IK_SOFTWARE, "out of memory");
+		goto out;
 	}
-	rc = ddb_call(d, "BatchGetItem", r, NULL, resp, err);
-	cJSON_Delete(r);
+	for (c = 0; c < nc; c++) {
+		reqs[c] = cJSON_CreateObject();
+		t = cJSON_AddObjectToObject(cJSON_AddObjectToObject(reqs[c], "RequestItems"),
+		                            d->table);
+		keys = cJSON_AddArrayToObject(t, "Keys");
+		cJSON_AddTrueToObject(t, "ConsistentRead");
+		for (i = c * BGI_MAX; i < n && i < (c + 1) * BGI_MAX; i++) {
+			k = cJSON_CreateObject();
+			cJSON_AddItemToObject(k, d->key, ddb_av_s(ddb_attr_s(found[i], d->key)));
+			cJSON_AddItemToArray(keys, k);
+		}
+	}
+	rc = par_calls(d, "BatchGetItem", NULL, reqs, p, nc, err);
+	for (c = 0; c < nc && rc == IK_OK; c++)
+		if ((rc = p[c].rc) != IK_OK)
+			*err = p[c].err;
 	if (rc != IK_OK)
-		return rc;
-	/* Keys left unprocessed (throttling) wait for the next read. */
-	*items = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(*resp,
-	    "Responses"), d->table);
-	if (*items && cJSON_GetArraySize(*items) > 1) {
-		/* BatchGetItem answers in no order: oldest first again. */
-		size_t m = (size_t)cJSON_GetArraySize(*items), i = 0;
-		cJSON **a = calloc(m, sizeof *a), *it;
-		if (!a)
-			return ik_errf(err, IK_SOFTWARE, "out of memory");
-		cJSON_ArrayForEach(it, *items)
-			a[i++] = it;
-		qsort(a, m, sizeof *a, by_at);
-		for (i = 0; i < m; i++)
-			cJSON_DetachItemViaPointer(*items, a[i]);
-		for (i = 0; i < m; i++)
-			cJSON_AddItemToArray(*items, a[i]);
-		free(a);
+		goto out;
+	for (c = 0; c < nc; c++)
+		m += (size_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(
+		    cJSON_GetObjectItemCaseSensitive(p[c].resp, "Responses"), d->table));
+	if (m && !(a = calloc(m, sizeof *a))) {
+		rc = ik_errf(err, IK_SOFTWARE, "out of memory");
+		goto out;
+	}
+	for (m = 0, c = 0; c < nc; c++) {
+		t = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(p[c].resp,
+		    "Responses"), d->table);
+		while (t && (it = t->child))
+			a[m++] = cJSON_DetachItemViaPointer(t, it);
+	}
+	/* BatchGetItem answers in no order: oldest first again. */
+	qsort(a, m, sizeof *a, by_at);
+	for (i = 0; i < m; i++)
+		cJSON_AddItemToArray(*items, a[i]);
+out:
+	for (c = 0; reqs && c < nc; c++)
+		cJSON_Delete(reqs[c]);
+	if (p)
+		par_free(p, nc);
+	free(p);
+	free(reqs);
+	free(a);
+	return rc;
+}
+
+/* The events of items (oldest first) into d->obx.  idemp-run's records
+ * are no charge: their events are dropped, never published (as the other
+ * stores write none). */
+static int
+take_items(struct ddb *d, cJSON *items, ik_err *err)
+{
+	size_t cap = 2 * (size_t)cJSON_GetArraySize(items);
+	cJSON *rec;
+	int rc = IK_OK;
+
+	if (cap && !(d->obx = calloc(cap, sizeof *d->obx)))
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	cJSON_ArrayForEach(rec, items) {
+		const cJSON *fin = cJSON_GetObjectItemCaseSensitive(
+		    cJSON_GetObjectItemCaseSensitive(rec, "obFin"), "M");
+		const cJSON *ren = cJSON_GetObjectItemCaseSensitive(
+		    cJSON_GetObjectItemCaseSensitive(rec, "obRen"), "M");
+		const char *key = ddb_attr_s(rec, d->key), *body = ddb_attr_s(rec, "event");
+		cJSON *evj = body ? cJSON_Parse(body) : NULL;
+
+		if (!key) {
+			cJSON_Delete(evj);
+			continue;
+		}
+		if (cJSON_GetObjectItemCaseSensitive(evj, "idempRun")) {
+			if (fin)
+				rc = clear_ev(d, key, TYPE_FIN, ddb_attr_n(fin, "t"), err);
+			if (rc == IK_OK && ren)
+				rc = clear_ev(d, key, TYPE_REN, ddb_attr_n(ren, "t"), err);
+		} else {
+			/* An item's events in their order: finished, re-notified. */
+			if (fin && make_ev(rec, d->key, TYPE_FIN, fin, evj, &d->obx[d->obx_n++]) < 0)
+				rc = ik_errf(err, IK_SOFTWARE, "out of memory");
+			if (rc == IK_OK && ren &&
+			    make_ev(rec, d->key, TYPE_REN, ren, evj, &d->obx[d->obx_n++]) < 0)
+				rc = ik_errf(err, IK_SOFTWARE, "out of memory");
+		}
+		cJSON_Delete(evj);
+		if (rc != IK_OK)
+			return rc;
 	}
 	return IK_OK;
 }
 
-int
-ddb_outbox_read(struct ik_store *st, size_t max, struct ik_outbox_ev *ev, size_t *n,
-                ik_err *err)
+/* Fills the read-ahead: the oldest AHEAD_MAX items of the index (each
+ * shard's oldest, merged), read again consistently. */
+static int
+read_ahead(struct ddb *d, ik_err *err)
 {
-	struct ddb *d = st->impl;
 	struct par p[DDB_OPEN_SHARDS];
-	cJSON *reqs[DDB_OPEN_SHARDS], *it, *fresh = NULL, *items = NULL;
-	cJSON **found = NULL, *rec;
-	size_t nf = 0, cap = 0, i;
+	cJSON *reqs[DDB_OPEN_SHARDS], *it, *items = NULL;
+	cJSON **found = NULL;
+	size_t nf = 0, cap = 0;
 	int rc = IK_OK, shard;
 
-	*n = 0;
-	if (max == 0)
-		return IK_OK;
-	/* The oldest max of each shard, merged: the oldest max of all. */
+	ddb_outbox_close(d);
 	for (shard = 0; shard < DDB_OPEN_SHARDS; shard++)
-		reqs[shard] = pend_req(d, shard, max, "#k, #obp, #oba");
+		reqs[shard] = pend_req(d, shard, AHEAD_MAX, "#k, #obp, #oba");
 	rc = par_calls(d, "Query", "ValidationException", reqs, p, DDB_OPEN_SHARDS, err);
 	for (shard = 0; shard < DDB_OPEN_SHARDS; shard++)
 		cJSON_Delete(reqs[shard]);
@@ -478,65 +590,91 @@ ddb_outbox_read(struct ik_store *st, size_t max, struct ik_outbox_ev *ev, size_t
 	if (!nf)
 		goto out;
 	qsort(found, nf, sizeof *found, by_at);
-	if ((rc = fresh_items(d, found, nf < max ? nf : max, &fresh, &items, err)) != IK_OK)
+	if ((rc = fresh_items(d, found, nf < AHEAD_MAX ? nf : AHEAD_MAX, &items, err)) != IK_OK)
 		goto out;
-	cJSON_ArrayForEach(rec, items) {
-		const cJSON *fin = cJSON_GetObjectItemCaseSensitive(
-		    cJSON_GetObjectItemCaseSensitive(rec, "obFin"), "M");
-		const cJSON *ren = cJSON_GetObjectItemCaseSensitive(
-		    cJSON_GetObjectItemCaseSensitive(rec, "obRen"), "M");
-		const char *key = ddb_attr_s(rec, d->key), *body = ddb_attr_s(rec, "event");
-		cJSON *evj = body ? cJSON_Parse(body) : NULL;
-
-		if (!key)
-			continue;
-		/* idemp-run's records are no charge: their events are dropped,
-		 * never published (as the other stores write none). */
-		if (cJSON_GetObjectItemCaseSensitive(evj, "idempRun")) {
-			if (fin)
-				rc = clear_ev(d, key, TYPE_FIN, ddb_attr_n(fin, "t"), err);
-			if (rc == IK_OK && ren)
-				rc = clear_ev(d, key, TYPE_REN, ddb_attr_n(ren, "t"), err);
-			cJSON_Delete(evj);
-			if (rc != IK_OK)
-				goto out;
-			continue;
-		}
-		if (fin && *n < max && make_ev(rec, d->key, TYPE_FIN, fin, evj, &ev[(*n)++]) < 0)
-			rc = ik_errf(err, IK_SOFTWARE, "out of memory");
-		if (rc == IK_OK && ren && *n < max &&
-		    make_ev(rec, d->key, TYPE_REN, ren, evj, &ev[(*n)++]) < 0)
-			rc = ik_errf(err, IK_SOFTWARE, "out of memory");
-		cJSON_Delete(evj);
-		if (rc != IK_OK)
-			goto out;
-	}
+	rc = take_items(d, items, err);
 out:
 	par_free(p, DDB_OPEN_SHARDS);
-	cJSON_Delete(fresh);
+	cJSON_Delete(items);
 	free(found);
-	if (rc != IK_OK) {
-		for (i = 0; i < *n; i++)
-			ik_outbox_ev_free(&ev[i]);
-		*n = 0;
-	}
+	if (rc != IK_OK)
+		ddb_outbox_close(d);
 	return rc;
 }
 
 int
-ddb_outbox_ack(struct ik_store *st, const char *holder, const struct ik_outbox_ev *ev,
-               size_t n, int64_t now_ms, ik_err *err)
+ddb_outbox_read(struct ik_store *st, size_t max, struct ik_outbox_ev *ev, size_t *n,
+                ik_err *err)
 {
 	struct ddb *d = st->impl;
-	struct par p[IK_QUEUE_BATCH];
-	cJSON *reqs[IK_QUEUE_BATCH] = { 0 };
+	int rc;
+
+	*n = 0;
+	if (max == 0)
+		return IK_OK;
+	/* Fewer than a batch left (the end of what was read ahead, or what a
+	 * batch left behind): read afresh, those first again, so no batch is
+	 * cut short by the read-ahead's end. */
+	if (d->obx_n < max && (rc = read_ahead(d, err)) != IK_OK)
+		return rc;
+	for (; *n < max && *n < d->obx_n; (*n)++)
+		if (ik_outbox_ev_copy(&ev[*n], &d->obx[*n]) < 0) {
+			for (size_t i = 0; i < *n; i++)
+				ik_outbox_ev_free(&ev[i]);
+			*n = 0;
+			return ik_errf(err, IK_SOFTWARE, "out of memory");
+		}
+	return IK_OK;
+}
+
+/* The read-ahead without the events checkpointed (by eventId). */
+static void
+ahead_drop(struct ddb *d, const struct ik_outbox_ev *ev, size_t n)
+{
+	size_t i, j, k = 0;
+
+	for (i = 0; i < d->obx_n; i++) {
+		for (j = 0; j < n && strcmp(d->obx[i].id, ev[j].id) != 0; j++)
+			;
+		if (j < n)
+			ik_outbox_ev_free(&d->obx[i]);
+		else
+			d->obx[k++] = d->obx[i];
+	}
+	d->obx_n = k;
+}
+
+/* ---- the checkpoint ---------------------------------------------------------
+ * Where the endpoint keeps transactions (DynamoDB, DynamoDB Local), a
+ * batch's checkpoint is one TransactWriteItems: the lease's check and the
+ * events' updates, all or nothing, so a relay that lost its lease
+ * checkpoints nothing, exactly, and a batch costs one request, not one per
+ * event (each write counts twice in a transaction's capacity).  When the
+ * transaction is refused for an item (a re-notification behind its
+ * finished event, an event checkpointed already, a write on the item at
+ * the same moment), or the endpoint keeps none (dynalite), the per-item
+ * checkpoint below does the batch: the lease read, then the updates at
+ * once, each item's own refusal judged alone. */
+
+/* The per-item checkpoint of ev[0..n). */
+static int
+ack_items(struct ddb *d, const char *holder, const struct ik_outbox_ev *ev, size_t n,
+          int64_t now_ms, ik_err *err)
+{
+	struct par *p;
+	cJSON **reqs;
 	size_t i;
 	int rc;
 
-	if (n > IK_QUEUE_BATCH)
-		return ik_errf(err, IK_SOFTWARE, "dynamodb outbox: a checkpoint of %zu events", n);
 	if ((rc = lease_held(d, holder, now_ms, err)) != IK_OK)
 		return rc;
+	p = calloc(n, sizeof *p);
+	reqs = calloc(n, sizeof *reqs);
+	if (!p || !reqs) {
+		free(p);
+		free(reqs);
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	}
 	for (i = 0; i < n; i++)
 		reqs[i] = clear_req(d, ev[i].charge_id, strcmp(ev[i].type, TYPE_FIN) == 0, 0,
 		                    ev[i].seq);
@@ -550,6 +688,89 @@ ddb_outbox_ack(struct ik_store *st, const char *holder, const struct ik_outbox_e
 			*err = p[i].err;
 	}
 	par_free(p, n);
+	free(p);
+	free(reqs);
+	return rc;
+}
+
+/* The transaction's item for r (a request on the table, consumed). */
+static void
+tx_add(cJSON *items, const char *kind, cJSON *r)
+{
+	cJSON *it = cJSON_CreateObject();
+
+	cJSON_AddItemToObject(it, kind, r);
+	cJSON_AddItemToArray(items, it);
+}
+
+/* The transactional checkpoint of ev[0..n) (n < TX_MAX).  IK_OK, IK_LEASE_LOST
+ * (nothing done), IK_EMPTY when the per-item checkpoint must do it
+ * (nothing done), or an error (done or not: the batch is sent again). */
+static int
+ack_tx(struct ddb *d, const char *holder, const struct ik_outbox_ev *ev, size_t n,
+       int64_t now_ms, ik_err *err)
+{
+	cJSON *req = cJSON_CreateObject(), *items, *r, *v, *resp = NULL, *why;
+	struct ik_aws_error ae;
+	const char *code;
+	size_t i;
+	int rc;
+
+	items = cJSON_AddArrayToObject(req, "TransactItems");
+	r = ddb_new_req(d, RELAY_KEY);
+	cJSON_AddStringToObject(r, "ConditionExpression", "#rh = :h AND #ru > :now");
+	ddb_add_names(d, r, "#rh #ru");
+	v = cJSON_AddObjectToObject(r, "ExpressionAttributeValues");
+	cJSON_AddItemToObject(v, ":h", ddb_av_s(holder));
+	cJSON_AddItemToObject(v, ":now", ddb_av_n(now_ms));
+	tx_add(items, "ConditionCheck", r);
+	for (i = 0; i < n; i++)
+		tx_add(items, "Update", clear_req(d, ev[i].charge_id,
+		       strcmp(ev[i].type, TYPE_FIN) == 0, 0, ev[i].seq));
+	rc = ik_aws_call(d->aws, DDB_TARGET_PREFIX "TransactWriteItems", req, &resp, &ae, err);
+	cJSON_Delete(req);
+	if (rc == IK_AWS_ERROR && strcmp(ae.type, "TransactionCanceledException") == 0) {
+		/* The reasons in the items' order, the lease's first. */
+		why = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(resp,
+		    "CancellationReasons"), 0);
+		code = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(why, "Code"));
+		rc = code && strcmp(code, "ConditionalCheckFailed") == 0 ? IK_LEASE_LOST : IK_EMPTY;
+		ik_errclear(err);
+	} else if (rc == IK_AWS_ERROR || rc == IK_CONFIG) {
+		/* No transactions here (dynalite: UnknownOperationException), or a
+		 * role without ConditionCheckItem (a relay deployed before this
+		 * checkpoint, AccessDenied): the per-item checkpoint from now on,
+		 * which needs no more than it had (bad credentials fail there). */
+		ik_log(rc == IK_CONFIG ? IK_LOG_WARN : IK_LOG_DEBUG, "outbox checkpoint item by "
+		       "item: no transaction here", "error", err->msg, NULL);
+		d->obx_no_tx = 1;
+		rc = IK_EMPTY;
+		ik_errclear(err);
+	}
+	cJSON_Delete(resp);
+	return rc;
+}
+
+int
+ddb_outbox_ack(struct ik_store *st, const char *holder, const struct ik_outbox_ev *ev,
+               size_t n, int64_t now_ms, ik_err *err)
+{
+	struct ddb *d = st->impl;
+	size_t i, k;
+	int rc = IK_OK;
+
+	/* Bounded: each turn checkpoints a chunk or ends. */
+	for (i = 0; i < n && rc == IK_OK; i += k) {
+		k = n - i < TX_MAX - 1 ? n - i : TX_MAX - 1;
+		rc = d->obx_no_tx ? IK_EMPTY : ack_tx(d, holder, ev + i, k, now_ms, err);
+		if (rc == IK_EMPTY)
+			rc = ack_items(d, holder, ev + i, k, now_ms, err);
+	}
+	/* A checkpoint refused or failed part way: read afresh. */
+	if (rc == IK_OK)
+		ahead_drop(d, ev, n);
+	else
+		ddb_outbox_close(d);
 	return rc;
 }
 

@@ -767,10 +767,17 @@ ik_pgo_read(struct ik_store *st, size_t max, struct ik_outbox_ev *ev, size_t *n,
 	}
 	if (p->obx_head == p->obx_n && (rc = read_ahead(p, ck_commit, ck_msg, err)))
 		return rc;
-	while (*n < max && p->obx_head < p->obx_n) {
-		ev[(*n)++] = p->obx_ahead[p->obx_head];
-		memset(&p->obx_ahead[p->obx_head++], 0, sizeof *ev);
-	}
+	/* Copies: only the checkpoint (above, by position) takes an event out
+	 * of the read-ahead, so what a batch did not send (cut at a chargeId's
+	 * second event, or refused by the queue) is handed out again first;
+	 * moved out, it was skipped, and the next checkpoint passed it. */
+	for (size_t i = p->obx_head; *n < max && i < p->obx_n; i++)
+		if (ik_outbox_ev_copy(&ev[(*n)++], &p->obx_ahead[i]) < 0) {
+			for (size_t j = 0; j < *n; j++)
+				ik_outbox_ev_free(&ev[j]);
+			*n = 0;
+			return ik_errf(err, IK_SOFTWARE, "out of memory");
+		}
 	return IK_OK;
 }
 

@@ -33,6 +33,7 @@ setup() {
 teardown() {
 	for p in ${RELAYS:-}; do kill -KILL "$p" 2>/dev/null || true; done
 	[ -z "${OWN_DYNALITE:-}" ] || kill -KILL "$OWN_DYNALITE" 2>/dev/null || true
+	[ -z "${SQS_PID:-}" ] || kill "$SQS_PID" 2>/dev/null || true
 	recproxy_stop
 }
 
@@ -257,5 +258,63 @@ sys.exit(os.waitstatus_to_exitcode(st))' "$@"
 	ms=$((($(date +%s%N) - start) / 1000000))
 	[ "$(wc -l < "$BATS_TEST_TMPDIR/relay")" -eq "$N" ]
 	relay=$(sed -n 's/^cpu //p' "$BATS_TEST_TMPDIR/cpu.relay")
-	echo "# outbox cost ($BACKEND, $N finishes, idemp-done --stream): requests per finish 1 UpdateItem without and with; finishes in ${wall_off} / ${wall_on} ms; client CPU ${off} ms without, ${on} ms with ($(python3 -c "print('%+.1f%%' % ((int('$on') - int('$off')) * 100 / max(1, int('$off'))))")); relay: $N events in ${ms} ms, $(ops ddb | wc -l) requests ($(ops ddb | sort | uniq -c | awk '{printf "%s %s, ", $1, $2}')), ${relay} ms CPU" >&3
+	echo "# outbox cost ($BACKEND, $N finishes, idemp-done --stream): requests per finish 1 UpdateItem without and with; finishes in ${wall_off} / ${wall_on} ms; client CPU ${off} ms without, ${on} ms with ($(python3 -c "print('%+.1f%%' % ((int('$on') - int('$off')) * 100 / max(1, int('$off'))))")); pipeline $((N * 1000 / (wall_on > 0 ? wall_on : 1))) finishes/s with the outbox; relay: $N events in ${ms} ms, $((N * 1000 / (ms > 0 ? ms : 1))) events/s, $(ops ddb | wc -l) requests ($(ops ddb | sort | uniq -c | awk '{printf "%s %s, ", $1, $2}')), ${relay} ms CPU" >&3
+}
+
+@test "a relay whose lease ended before its checkpoint checkpoints nothing (DynamoDB Local: the transaction's lease check; dynalite: the lease read before the updates); its next round sends the batch again, same eventIds" {
+	for i in $(seq 1 5); do ev "$(uid "f$i")"; done | idemp-claim --stream 2>/dev/null \
+		| idemp-done --stream --state DONE >/dev/null 2>&1
+	[ "$(waiting)" = 5 ]
+	# The read's BatchGetItem held 1.5 s by the proxy, past the relay's 1 s
+	# lease taken just before: the relay publishes, then checkpoints with
+	# its lease over.
+	recproxy_start ddb "$AWS_ENDPOINT_URL_DYNAMODB" \
+		'[{"op":"BatchGetItem","times":1,"do":"delay","ms":1500}]'
+	AWS_ENDPOINT_URL_DYNAMODB=$RECPROXY_URL IDEMKIT_LOG=warn \
+		run -0 --separate-stderr idemp-outbox --lease 1s
+	[[ "$stderr" == *"outbox lease lost before the checkpoint"* ]]
+	# only the second round's checkpoint, of the same 5
+	[ "${#lines[@]}" -eq 5 ]
+	# DynamoDB Local: the transaction itself refused it, no lease read needed
+	if [ "$BACKEND" = dynamodb-local ]; then
+		[ "$(ops ddb TransactWriteItems)" -ge 2 ]
+		[ "$(ops ddb GetItem)" -eq 0 ]
+	fi
+	[ "$(waiting)" = 0 ]
+	events > "$BATS_TEST_TMPDIR/ev"
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/ev")" -eq 10 ]
+	[ "$(ids "$BATS_TEST_TMPDIR/ev" | uniq | wc -l)" -eq 5 ]
+	[ "$(ids "$BATS_TEST_TMPDIR/ev" | uniq -c | awk '$1 != 2' | wc -l)" -eq 0 ]
+}
+
+@test "a batch over 10 goes out in SendMessageBatch calls of 10; an entry refused in the second call ends the batch there: only the prefix the queue accepted is checkpointed, the rest is sent again" {
+	(cd "$IDEMKIT_SRC" && exec node tests/sqs-server.js) >"$BATS_TEST_TMPDIR/sqs.port" \
+		2>"$BATS_TEST_TMPDIR/sqs-server.log" 3>&- &
+	SQS_PID=$!
+	for _ in $(seq 100); do [ -s "$BATS_TEST_TMPDIR/sqs.port" ] && break; sleep 0.05; done
+	export AWS_ENDPOINT_URL_SQS=http://127.0.0.1:$(cat "$BATS_TEST_TMPDIR/sqs.port")
+	export IDEMKIT_OUTBOX=$AWS_ENDPOINT_URL_SQS/123456789012/events
+	curl -sS --fail-with-body -H 'X-Amz-Target: AmazonSQS.CreateQueue' \
+		-H 'Content-Type: application/x-amz-json-1.0' -d '{"QueueName":"events"}' \
+		"$AWS_ENDPOINT_URL_SQS/" >/dev/null
+	for i in $(seq 1 25); do ev "$(uid "s$i")"; done | idemp-claim --stream 2>/dev/null \
+		| idemp-done --stream --state DONE >/dev/null 2>&1
+	[ "$(waiting)" = 25 ]
+	# the second SendMessageBatch (events 11-20) has its entry 3 (the 14th
+	# event) refused by the proxy (SQS's per-entry failure)
+	recproxy_start sqs "$AWS_ENDPOINT_URL_SQS" \
+		'[{"op":"SendMessageBatch","skip":1,"times":1,"do":"fail-entries","ids":["3"]}]'
+	AWS_ENDPOINT_URL_SQS=$RECPROXY_URL run -75 --separate-stderr idemp-outbox
+	[[ "$stderr" == *"injected by recproxy"* ]]
+	# 13 checkpointed: the first call's 10 and the second's 3 before the refused one
+	[ "${#lines[@]}" -eq 13 ]
+	[ "$(ops sqs SendMessageBatch)" -eq 2 ]
+	[ "$(waiting)" = 12 ]
+	run -0 --separate-stderr idemp-outbox
+	[ "${#lines[@]}" -eq 12 ]
+	[ "$(waiting)" = 0 ]
+	events > "$BATS_TEST_TMPDIR/ev"
+	# every event, the refused one too; again only those sent after the refusal
+	[ "$(ids "$BATS_TEST_TMPDIR/ev" | uniq | wc -l)" -eq 25 ]
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/ev")" -eq 31 ]
 }

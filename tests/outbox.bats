@@ -94,6 +94,9 @@ republish_first() {
 	[ "$status" -eq 64 ]
 	run idemp-outbox --lease 0
 	[ "$status" -eq 64 ]
+	run -64 --separate-stderr idemp-outbox --batch 101
+	[[ "$stderr" == *"--batch: want 1-100 events"* ]]
+	run -64 idemp-outbox --batch 0
 	run -78 --separate-stderr env -u IDEMKIT_OUTBOX idemp-outbox
 	[[ "$stderr" == *"IDEMKIT_OUTBOX"* ]]
 	IDEMKIT_OUTBOX= finish "$(uid off)" DONE
@@ -159,6 +162,30 @@ for l in sys.stdin:
 	grep -q '"type": "charge.renotified".*"state": "DONE"' "$BATS_TEST_TMPDIR/ev"
 }
 
+@test "a batch cut at a chargeId's second event (its re-notification) with more waiting behind: what the batch did not send is read again, nothing skipped" {
+	k=$(uid rn)
+	finish "$k" DEBITED_NOTIFICATION_FAILED
+	idemp-list --state DEBITED_NOTIFICATION_FAILED --format envelope 2>/dev/null \
+		| python3 -c 'import json, sys
+for l in sys.stdin:
+    e = json.loads(l); e["notify"] = {"outcome": "OK"}; print(json.dumps(e))' \
+		| idemp-done --renotified >/dev/null 2>&1
+	for i in $(seq 1 12); do ev "$(uid "b$i")"; done | idemp-claim --stream 2>/dev/null \
+		| idemp-done --stream --state DONE >/dev/null 2>&1
+	[ "$(waiting)" = 14 ]
+	# batches of 10: the first is cut after the finished event, the other 9
+	# are read again (a read-ahead must not have moved past them)
+	run -0 --separate-stderr idemp-outbox --batch 10
+	[ "${#lines[@]}" -eq 14 ]
+	[ "$(waiting)" = 0 ]
+	events > "$BATS_TEST_TMPDIR/ev"
+	[ "$(ids "$BATS_TEST_TMPDIR/ev" | uniq | wc -l)" -eq 14 ]
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/ev")" -eq 14 ]
+	# the chargeId's two events in their order
+	[ "$(grep -c "\"chargeId\":\"$k\"" <<<"$output")" -eq 2 ]
+	[ "$(grep "\"chargeId\":\"$k\"" <<<"$output" | head -1 | grep -c charge.finished)" -eq 1 ]
+}
+
 @test "the group commit (idemp-done --stream) writes each finish's event in the group's transaction" {
 	for i in $(seq 1 40); do ev "$(uid "g$i")"; done | idemp-claim --stream 2>/dev/null \
 		| idemp-done --stream --state DONE > "$BATS_TEST_TMPDIR/done" 2>/dev/null
@@ -221,13 +248,14 @@ PY
 }
 
 # crash POINT: 25 events; the relay kill -9's itself at POINT of its first
-# batch; then a relay after the dead one's lease ends publishes the rest.
+# batch (of 10, on every store: --batch); then a relay after the dead one's
+# lease ends publishes the rest.
 # Every event is on the queue; a duplicate only with the same eventId.
 crash() {
 	for i in $(seq 1 25); do ev "$(uid "k$i")"; done | idemp-claim --stream 2>/dev/null \
 		| idemp-done --stream --state DONE >/dev/null 2>&1
 	[ "$(waiting)" = 25 ]
-	run -137 env IDEMKIT_TEST_RELAY_CRASH="$1" idemp-outbox --lease 1s
+	run -137 env IDEMKIT_TEST_RELAY_CRASH="$1" idemp-outbox --lease 1s --batch 10
 	# The dead relay's lease holds the next one off (11) until it ends.
 	rc=11
 	for _ in $(seq 100); do
