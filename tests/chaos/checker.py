@@ -20,6 +20,8 @@ import re
 import sqlite3
 import sys
 
+from proxy import BRANCH   # the legacy core system's branch in its refs
+
 TERMINAL = ("DONE", "FAILED", "DEBITED_NOTIFICATION_FAILED")
 DEBITED = ("DONE", "DEBITED_NOTIFICATION_FAILED")
 INVARIANTS = [
@@ -43,6 +45,8 @@ INVARIANTS = [
 CRASH_KINDS = ("kill-step", "kill-worker", "stop-step")
 STORE_KINDS = ("store-restart", "store-kill9", "failover")
 STORE_HOSTS = ("store", "store2")
+# the steps that write to the store (a stopped one may hold a lock)
+STORE_STEPS = ("idemp-claim", "idemp-done")
 TEMPFAIL_STATUSES = (408, 409, 425, 429)
 
 
@@ -60,6 +64,13 @@ def jlines(path):
     except OSError:
         pass
     return out
+
+
+def legacy_ref(ref):
+    """The bank's ref as the product records it after the fault bank-legacy
+    (proxy.py): the branch's name added in ISO-8859-1, made valid UTF-8
+    at the store's port (each invalid byte U+FFFD, lib/utf8.c)."""
+    return (ref + BRANCH).encode("latin-1").decode("utf-8", "replace")
 
 
 def charge_of(body):
@@ -161,16 +172,17 @@ def worker_lines(run, real, msgs):
     and its true time ("real"), in the order each worker wrote them."""
     out = []
     for path in sorted(glob.glob(os.path.join(run, "logs", "worker-*.log"))):
-        host = os.path.basename(path)[len("worker-"):].split(".")[0]
+        slot = os.path.basename(path)[len("worker-"):-len(".log")]    # w1.0
+        host = slot.split(".")[0]
         for i, e in enumerate(jlines(path)):
             if e.get("msg") not in msgs or "ts" not in e or not e.get("chargeId"):
                 continue
             t = real(host, e["ts"])
             if t is not None:
-                out.append(dict(e, real=t, host=host, file=path, line=i))
+                out.append(dict(e, real=t, host=host, slot=slot, file=path, line=i))
             elif e.get("outcome") == "LEASE_SHORT":
                 out.append(dict(e, real=None, maybe=real(host, e["ts"], True), host=host,
-                                file=path, line=i))
+                                slot=slot, file=path, line=i))
     return out
 
 
@@ -255,7 +267,7 @@ def check(run, planted, facts):
             bad(2, cid, "debited at the bank (%s) but the record says %s" % (d[0]["ref"], st))
         if not d and st in DEBITED:
             bad(2, cid, "record %s but the bank has no debit" % st)
-        if d and r and r.get("debitRef") and r["debitRef"] != d[0]["ref"]:
+        if d and r and r.get("debitRef") and r["debitRef"] not in (d[0]["ref"], legacy_ref(d[0]["ref"])):
             bad(2, cid, "record ref %s, bank ref %s" % (r["debitRef"], d[0]["ref"]))
         if st == "FAILED":
             statuses = [s for _, s in reqs.get(cid, [])]
@@ -418,21 +430,33 @@ def money_checks(run, wl, records, reqs, bad):
         recent = [c for c in cl if t - 3 * lease_ms <= c[0] <= t + tol]
         return recent[0] if len(recent) == 1 else None
 
-    def crash_window(t, until):
+    def theirs(x, slot):
+        """A process fault can hold up the charges of the worker it hit
+        (its slot, logged by the nemesis since it names them; an older
+        log names none: any); and any worker's when it stopped a step
+        that writes to the store, which may hold a lock the others wait
+        for (SQLite's on the embedded default).  A killed process holds
+        none."""
+        return slot is None or x.get("slot") is None and "comm" not in x or \
+            x.get("slot") == slot or \
+            x["kind"] == "stop-step" and x.get("comm") in STORE_STEPS
+
+    def crash_window(t, until, slot=None):
         # a store that restarted, died or failed over shortly before may
         # still fail a step's first write after it (its connection gone,
         # a failed open retried within 5 s): the finish is left for a
         # retry, as it should be; 15 s after the store is back, no longer
         return [x for a, b, x in sp if a <= until and
                 (x["kind"] in STORE_KINDS and b >= t - 15000 or b >= t - 3000 and
-                 (x["kind"] in CRASH_KINDS or
+                 (x["kind"] in CRASH_KINDS and theirs(x, slot) or
                   (x["kind"] == "partition" and {x.get("a"), x.get("b")} & set(STORE_HOSTS)) or
                   x["kind"] == "store-link" or
                   (x["kind"] == "clock" and wl["backend"] == "dynamodb")))]
 
-    def resent(cid, t, how):
-        """7: the bank's yes for cid reached a worker at t (how): the charge
-        must not go to the bank again unless a crash window opened."""
+    def resent(cid, t, how, slot=None):
+        """7: the bank's yes for cid reached a worker at t (how; slot: that
+        worker's, when known): the charge must not go to the bank again
+        unless a crash window opened."""
         c = claim_for(claims_of(records.get(cid)), t, tol)
         if c is None or c[1] - t < 3000:
             return          # a takeover may race a finish this late in the lease
@@ -441,7 +465,7 @@ def money_checks(run, wl, records, reqs, bad):
             return
         rc = claim_for(claims_of(records.get(cid)), later[0], tol)
         until = min(rc[0] if rc and rc[0] > t else later[0], t + lease_ms + 2000)
-        if not crash_window(t, until):
+        if not crash_window(t, until, slot):
             bad(7, cid, "%s at %d, and the charge went to the bank again at %d with no crash "
                 "window around it" % (how, t, later[0]))
 
@@ -509,10 +533,11 @@ def money_checks(run, wl, records, reqs, bad):
             lease_refusal(e, cid, t, held(cid, t))
         # 7: the worker had the bank's yes
         if o == "OK":
-            resent(cid, t, "the debit step had the bank's yes (%s) on %s" % (e.get("ref"), e["host"]))
+            resent(cid, t, "the debit step had the bank's yes (%s) on %s" % (e.get("ref"), e["slot"]),
+                   e["slot"])
         elif got:
-            resent(cid, t, "the link delivered the bank's %d and the debit step said %s"
-                   % (got[-1][1], o))
+            resent(cid, t, "the link delivered the bank's %d and the debit step said %s on %s"
+                   % (got[-1][1], o, e["slot"]), e["slot"])
     # 9: every request at the bank inside a hold of its charge (claimed,
     # neither finished nor released, lease not over), give or take how late
     # the faults then let a request sent in time arrive

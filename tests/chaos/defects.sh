@@ -79,14 +79,6 @@ for spec in "$@"; do
 			inv=
 			[ "$rc" -eq 1 ] && inv=$(python3 -c 'import json,sys; v=json.load(open(sys.argv[1]))
 print(",".join(str(i["n"]) for i in v["invariants"] if not i["ok"]))' "$out/verdict.json")
-			# On the SQS backends a copy left in the queue or a backlog not
-			# drained (3, 6 alone) is the stuck-copy finding of
-			# docs/RELIABILITY.md, open and seen on the unmutated tree: not
-			# taken as the defect's while it is open.
-			if [ "$backend" != embedded ] && [ "$inv" = 3 -o "$inv" = 6 -o "$inv" = 3,6 ]; then
-				echo "$name seed $s: only $inv (the SQS stuck-copy finding): not counted"
-				rc=0
-			fi
 			if [ "$rc" -eq 1 ]; then
 				res="FOUND seed $s after ${t} s (invariants $inv)"
 				found=$((found + 1))

@@ -28,6 +28,15 @@ KINDS = {
     "bank-401":      (1, None),
     "token-down":    (1, None),
     "notify-fail":   (2, None),
+    # the gateway misconfigured for a while (a deploy with a wrong API key
+    # or a changed schema): 401/403/400, CONFIG to charge-notify
+    "notify-config": (2, None),
+    # the bank's idempotency layer answering 409 "a request with this key
+    # is in progress" for a while (its key-lock store slow or failing over)
+    "bank-conflict": (2, None),
+    # answers from the bank's legacy core system: a 2xx's ref carries the
+    # branch's name in ISO-8859-1 (proxy.py, legacy_ref)
+    "bank-legacy":   (2, None),
     "bank-restart":  (1, None),
     "stop-step":     (2, None),
     "kill-step":     (2, None),
@@ -84,6 +93,13 @@ def schedule(seed, duration, backend, hosts, workers, lease_s, only=None, outbox
         elif k == "notify-fail":
             e["rate"] = round(rng.uniform(0.3, 1.0), 2)
             e["status"] = rng.choice([500, 503, 429])
+        elif k == "notify-config":
+            e["rate"] = round(rng.uniform(0.5, 1.0), 2)
+            e["status"] = rng.choice([401, 403, 400])
+        elif k == "bank-conflict":
+            e["rate"] = round(rng.uniform(0.3, 0.9), 2)
+        elif k == "bank-legacy":
+            e["rate"] = round(rng.uniform(0.3, 1.0), 2)
         elif k in ("stop-step",):
             e["host"] = rng.choice(workers)
             e["step"] = rng.choice(STEPS)
@@ -188,6 +204,22 @@ class Nemesis:
                 out.append(int(d))
         return out
 
+    def slot_of(self, pid):
+        """The worker slot ("w1.0": its log is logs/worker-w1.0.log) and the
+        command name of a process of it, logged with a process fault so
+        the checker can tell which worker's charges it could hold up."""
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                st = f.read()
+            comm = st[st.index("(") + 1:st.rindex(")")]
+            pgid = int(st[st.rindex(")") + 2:].split()[2])
+        except (OSError, ValueError, IndexError):
+            return None, None
+        for n, p in list(self.w.procs.procs.items()):
+            if n.startswith("worker-") and p.pid == pgid:
+                return n[len("worker-"):].split("#")[0], comm
+        return None, comm
+
     def apply(self, e):
         k, w = e["kind"], self.w
         if k == "partition":
@@ -213,8 +245,12 @@ class Nemesis:
         elif k == "token-down":
             w.bank.bank_ctl(revokeTokens=True)
             w.bank.proxy_ctl({"token_down": True})
-        elif k == "notify-fail":
+        elif k in ("notify-fail", "notify-config"):
             w.bank.bank_ctl(notifyFailRate=e["rate"], notifyFailStatus=e["status"])
+        elif k == "bank-conflict":
+            w.bank.bank_ctl(errorRate=e["rate"], errorStatus=409)
+        elif k == "bank-legacy":
+            w.bank.proxy_ctl({"legacy_ref": e["rate"]})
         elif k == "bank-restart":
             w.procs.stop("bank-sim", signal.SIGKILL if e["kill9"] else signal.SIGTERM)
         elif k == "stop-step":
@@ -222,6 +258,7 @@ class Nemesis:
             if not pids:
                 return "no process"
             pid = random.Random(e["t"]).choice(pids)
+            e["slot"], e["comm"] = self.slot_of(pid)
             os.kill(pid, signal.SIGSTOP)
             self.stopped.append(pid)
             e["pid"] = pid
@@ -231,6 +268,7 @@ class Nemesis:
             if not pids:
                 return "no process"
             pid = random.Random(e["t"]).choice(pids)
+            e["slot"], e["comm"] = self.slot_of(pid)
             os.kill(pid, signal.SIGKILL)
             return "pid %d" % pid
         elif k in ("term-worker", "kill-worker"):
@@ -238,6 +276,7 @@ class Nemesis:
             if not pg:
                 return "no worker"
             g = random.Random(e["t"]).choice(pg)
+            e["slot"] = self.slot_of(g)[0]
             os.killpg(g, signal.SIGTERM if k == "term-worker" else signal.SIGKILL)
             return "pgid %d" % g
         elif k == "clock":
@@ -257,16 +296,16 @@ class Nemesis:
         try:
             if k == "partition":
                 w.net.heal(e["a"], e["b"])
-            elif k in ("link", "token-down", "bank-401"):
+            elif k in ("link", "token-down", "bank-401", "bank-legacy"):
                 w.bank.proxy_ctl({})
             elif k in ("store-link", "queue-link"):
                 for lk in w.links.get(k.split("-")[0], []):
                     lk.ctl({})
-            elif k == "bank-errors":
+            elif k in ("bank-errors", "bank-conflict"):
                 w.bank.bank_ctl(errorRate=0)
             elif k == "bank-slow":
                 w.bank.bank_ctl(latencyMs=0)
-            elif k == "notify-fail":
+            elif k in ("notify-fail", "notify-config"):
                 w.bank.bank_ctl(notifyFailRate=0)
             elif k == "bank-restart":
                 w.bank.start_sim()

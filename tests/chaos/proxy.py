@@ -21,7 +21,10 @@ Two modes:
         body, then RST), truncate (half the body, then FIN), huge (a 2xx
         answer padded with 4 MiB of JSON whitespace), token_down (POST
         /oauth/token answered 503 without reaching the bank), unauthorized
-        (a 401 storm: every other request answered 401).  Always: one
+        (a 401 storm: every other request answered 401), legacy_ref (a
+        debit's 2xx whose ref carries the branch's name in ISO-8859-1, as
+        the bank's legacy core system writes it; logged as latin1-ref).
+        Always: one
         refusal's reason in four re-encoded in ISO-8859-1 (a legacy core
         system's; logged as the fault latin1), and every answer 50-250 ms
         on its way back.
@@ -78,6 +81,22 @@ def legacy(body):
         return json.dumps(o, ensure_ascii=False).encode("latin-1")
     except (ValueError, UnicodeError, AttributeError):
         return body
+
+
+# The branch a legacy core system names in its references, and how it
+# writes it: ISO-8859-1, one byte (0xFC) that is never valid UTF-8.
+BRANCH = "/M\u00fcnchen"
+
+
+def legacy_ref(body):
+    try:
+        o = json.loads(body)
+        if not isinstance(o.get("ref"), str):
+            return None
+        o["ref"] += BRANCH
+        return json.dumps(o, ensure_ascii=False).encode("latin-1")
+    except (ValueError, UnicodeError, AttributeError):
+        return None
 
 
 def p(name):
@@ -237,6 +256,15 @@ class Proxy:
                     rhead = b"\r\n".join(h for h in rhead[:-4].split(b"\r\n") if not
                                           h.lower().startswith(b"content-length")) + \
                         b"\r\nContent-Length: %d\r\n\r\n" % len(rbody)
+                if status[:1] == "2" and "/debits" in line and p("legacy_ref") and \
+                        rng.random() < p("legacy_ref"):
+                    nbody = legacy_ref(rbody)
+                    if nbody is not None:
+                        faults.append("latin1-ref")
+                        rbody = nbody
+                        rhead = b"\r\n".join(h for h in rhead[:-4].split(b"\r\n") if not
+                                              h.lower().startswith(b"content-length")) + \
+                            b"\r\nContent-Length: %d\r\n\r\n" % len(rbody)
                 await delay(rng)
                 x = rng.random()
                 if x < p("reset_mid_body"):
