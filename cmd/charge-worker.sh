@@ -610,6 +610,10 @@ done
 trap 'stop=15; kill -TERM $pids 2>/dev/null' TERM
 trap 'stop=2; kill -TERM $pids 2>/dev/null' INT
 trap 'stop=1; kill -TERM $pids 2>/dev/null' HUP
+# A stop that came while the loops were being started was only noted
+# (on_signal): forward it now, or a loop started before it would run on
+# and this wait with it (a stop just after the start hung until SIGKILL).
+[ "$stop" -eq 0 ] || kill -TERM $pids 2>/dev/null
 for p in $pids; do
 	while ! wait "$p"; do kill -0 "$p" 2>/dev/null || break; done
 done
