@@ -81,11 +81,7 @@ PY
 	k=$(uid rn)
 	finish "$k" DEBITED_NOTIFICATION_FAILED
 	at=$(jget "$(item "$k")" obAt.N)
-	idemp-list --state DEBITED_NOTIFICATION_FAILED --format envelope 2>/dev/null \
-		| python3 -c 'import json, sys
-for l in sys.stdin:
-    e = json.loads(l); e["notify"] = {"outcome": "OK"}; print(json.dumps(e))' \
-		| idemp-done --renotified >/dev/null 2>&1
+	renotify_all
 	i=$(item "$k")
 	[ "$(jget "$i" obFin.M.s.S)" = DEBITED_NOTIFICATION_FAILED ]
 	[ -n "$(jget "$i" obRen.M.t.N)" ]

@@ -20,6 +20,7 @@ BATS_NO_PARALLELIZE_WITHIN_FILE=true
 load helper
 load pg_helper
 load queue_backend
+load outbox_helper
 
 setup_file() {
 	require_pg
@@ -44,7 +45,6 @@ teardown() {
 	pg_sql "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'idemkit_$TBL' AND NOT active" >/dev/null 2>&1 || true
 }
 
-waiting() { jget "$(idemp-outbox --stats)" waiting; }
 # charges PREFIX N: N claimed and finished DONE through the streams (in
 # flight: pipeline mode).
 charges() {
@@ -67,11 +67,7 @@ all_ids() {
 	env=$(ev "$k" | idemp-claim 2>/dev/null)
 	token=$(jget "$env" claim.token)
 	printf '%s\n' "$env" | idemp-done --state DEBITED_NOTIFICATION_FAILED >/dev/null 2>&1
-	idemp-list --state DEBITED_NOTIFICATION_FAILED --format envelope 2>/dev/null \
-		| python3 -c 'import json, sys
-for l in sys.stdin:
-    e = json.loads(l); e["notify"] = {"outcome": "OK"}; print(json.dumps(e))' \
-		| idemp-done --renotified >/dev/null 2>&1
+	renotify_all
 	run -0 --separate-stderr idemp-outbox
 	[ "${#lines[@]}" -eq 2 ]
 	want() { python3 -c 'import hashlib, sys

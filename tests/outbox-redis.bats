@@ -102,11 +102,7 @@ PY
 	k=$(uid rn)
 	finish "$k" DEBITED_NOTIFICATION_FAILED
 	[ "$(rcli XLEN idemkit:outbox)" = 1 ]
-	idemp-list --state DEBITED_NOTIFICATION_FAILED --format envelope 2>/dev/null \
-		| python3 -c 'import json, sys
-for l in sys.stdin:
-    e = json.loads(l); e["notify"] = {"outcome": "OK"}; print(json.dumps(e))' \
-		| idemp-done --renotified >/dev/null 2>&1
+	renotify_all
 	[ "$(jget "$(idemp-show --json "$k")" state)" = DONE ]
 	[ "$(rcli XLEN idemkit:outbox)" = 2 ]
 	aof_blocks > "$BATS_TEST_TMPDIR/aof"

@@ -141,12 +141,7 @@ PY
 
 @test "a re-notification is its own event; a refused finish (LEASE_LOST) and a claim write none" {
 	k=$(uid rn)
-	finish "$k" DEBITED_NOTIFICATION_FAILED
-	idemp-list --state DEBITED_NOTIFICATION_FAILED --format envelope 2>/dev/null \
-		| python3 -c 'import json, sys
-for l in sys.stdin:
-    e = json.loads(l); e["notify"] = {"outcome": "OK"}; print(json.dumps(e))' \
-		| idemp-done --renotified >/dev/null 2>&1
+	renotified "$k"
 	[ "$(jget "$(idemp-show --json "$k")" state)" = DONE ]
 	# a claim alone, and a finish under a stale token: no event
 	env=$(ev "$(uid lost)" | idemp-claim 2>/dev/null)
@@ -164,12 +159,7 @@ for l in sys.stdin:
 
 @test "a batch cut at a chargeId's second event (its re-notification) with more waiting behind: what the batch did not send is read again, nothing skipped" {
 	k=$(uid rn)
-	finish "$k" DEBITED_NOTIFICATION_FAILED
-	idemp-list --state DEBITED_NOTIFICATION_FAILED --format envelope 2>/dev/null \
-		| python3 -c 'import json, sys
-for l in sys.stdin:
-    e = json.loads(l); e["notify"] = {"outcome": "OK"}; print(json.dumps(e))' \
-		| idemp-done --renotified >/dev/null 2>&1
+	renotified "$k"
 	for i in $(seq 1 12); do ev "$(uid "b$i")"; done | idemp-claim --stream 2>/dev/null \
 		| idemp-done --stream --state DONE >/dev/null 2>&1
 	[ "$(waiting)" = 14 ]

@@ -15,6 +15,21 @@ finish() {
 	ev "$1" "${3:-2500}" | idemp-claim 2>/dev/null | envset "$extra" |
 		${SLOW:-} idemp-done --state "$2" >/dev/null 2>&1
 }
+# renotified ID: ID finished DEBITED_NOTIFICATION_FAILED, then notified
+# again (renotify_all): two events.
+renotified() {
+	finish "$1" DEBITED_NOTIFICATION_FAILED
+	renotify_all
+}
+# renotify_all: every DEBITED_NOTIFICATION_FAILED record notified again
+# (the re-notify path: idemp-done --renotified).
+renotify_all() {
+	idemp-list --state DEBITED_NOTIFICATION_FAILED --format envelope 2>/dev/null \
+		| python3 -c 'import json, sys
+for l in sys.stdin:
+    e = json.loads(l); e["notify"] = {"outcome": "OK"}; print(json.dumps(e))' \
+		| idemp-done --renotified >/dev/null 2>&1
+}
 # events: every message now on the events queue, one JSON line each:
 # {"attr": eventId attribute, "body": the event}; received with a long
 # visibility so each copy is read once.
