@@ -152,7 +152,7 @@ cronpath() {
 	done <<<"$out"
 	for page in "$IDEMKIT_SRC"/man/*.[1-8]; do
 		[ "$(basename "$page")" != bank-sim.1 ] || continue
-		! grep -n '^\.Xr bank-sim' "$page" || { echo "$page points at bank-sim(1)"; return 1; }
+		if grep -n '^\.Xr bank-sim' "$page"; then echo "$page points at bank-sim(1)"; return 1; fi
 	done
 }
 

@@ -134,6 +134,18 @@ def statuses(e):
     return e.get("statuses") or [e["status"]]
 
 
+
+def proc_stat(pid):
+    """A process's command name and process group from /proc/PID/stat
+    (the name may hold spaces and parentheses: cut at the last ')'), or
+    (None, None) once it is gone."""
+    try:
+        with open("/proc/%s/stat" % pid) as f:
+            st = f.read()
+        return st[st.index("(") + 1:st.rindex(")")], int(st[st.rindex(")") + 2:].split()[2])
+    except (OSError, ValueError, IndexError):
+        return None, None
+
 class Nemesis:
     """Applies a schedule against the world (chaos.World) in a thread."""
 
@@ -193,12 +205,8 @@ class Nemesis:
         for d in os.listdir("/proc"):
             if not d.isdigit():
                 continue
-            try:
-                with open("/proc/%s/stat" % d) as f:
-                    st = f.read()
-                comm = st[st.index("(") + 1:st.rindex(")")]
-                pgid = int(st[st.rindex(")") + 2:].split()[2])
-            except (OSError, ValueError, IndexError):
+            comm, pgid = proc_stat(d)
+            if comm is None:
                 continue
             if pgid in pg and (step is None or comm == step[:15]):
                 out.append(int(d))
@@ -208,12 +216,8 @@ class Nemesis:
         """The worker slot ("w1.0": its log is logs/worker-w1.0.log) and the
         command name of a process of it, logged with a process fault so
         the checker can tell which worker's charges it could hold up."""
-        try:
-            with open("/proc/%d/stat" % pid) as f:
-                st = f.read()
-            comm = st[st.index("(") + 1:st.rindex(")")]
-            pgid = int(st[st.rindex(")") + 2:].split()[2])
-        except (OSError, ValueError, IndexError):
+        comm, pgid = proc_stat(pid)
+        if comm is None:
             return None, None
         for n, p in list(self.w.procs.procs.items()):
             if n.startswith("worker-") and p.pid == pgid:
