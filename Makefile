@@ -267,14 +267,17 @@ fuzz-short:
 # default, dynalite and DynamoDB Local, kill -9 at every step boundary (on
 # the embedded default and on DynamoDB Local + SQS), outages, AWS
 # throttling and server errors, poison.  Minutes, not seconds; the
-# measured numbers land in $(O)/faults-report.txt.  Two files at a time and
-# one test at a time in a file: each storm keeps 8 workers busy, and a
-# file's tests share its servers (a restart or kill -9 mid-storm).
+# measured numbers land in $(O)/faults-report.txt.  Two files at a time,
+# and two tests at a time in a file whose tests each start their own
+# servers and mostly wait (throttle, outage, crash, sigterm: leases and
+# backoffs); one at a time where a test's storm keeps 8 workers busy or the
+# file's tests share a server they restart (storm, redis, postgres say so:
+# BATS_NO_PARALLELIZE_WITHIN_FILE).
 FAULTS_REPORT := $(CURDIR)/$(O)/faults-report.txt
 faults: all $(NODE_STAMP)
 	@mkdir -p $(O); rm -f $(FAULTS_REPORT)
 	$(TEST_ENV) IDEMKIT_FAULTS_REPORT=$(FAULTS_REPORT) BATS_TEST_TIMEOUT=1200 \
-	  IDEMKIT_TEST_JOBS=2 IDEMKIT_TEST_FILE_JOBS=1 sh tests/run.sh tests/faults/ \
+	  IDEMKIT_TEST_JOBS=2 IDEMKIT_TEST_FILE_JOBS=2 sh tests/run.sh tests/faults/ \
 	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/faults/crash.bats' \
 	  'IDEMKIT_TEST_BACKEND=redis tests/faults/outbox.bats' \
 	  'IDEMKIT_TEST_BACKEND=dynamodb tests/faults/outbox.bats' \

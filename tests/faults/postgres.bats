@@ -8,6 +8,8 @@
 
 load faults
 load ../pg_helper
+# One server for the file, restarted and stopped by its tests.
+BATS_NO_PARALLELIZE_WITHIN_FILE=true
 
 N=${STORM_N:-2000}
 

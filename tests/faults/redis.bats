@@ -9,6 +9,8 @@
 
 load faults
 load ../redis_helper
+# One storm at a time in this file: each keeps 8 workers busy.
+BATS_NO_PARALLELIZE_WITHIN_FILE=true
 
 N=${STORM_N:-2000}
 
