@@ -1,12 +1,17 @@
 /* pg_err.c: the PostgreSQL store's errors as outcomes (pg_store.h): a
- * failed result by its SQLSTATE, a connect failure by libpq's text.  Split
- * out of store_postgres.c along that seam. */
+ * failed result by its SQLSTATE, a connect failure by libpq's text, an
+ * answer that did not come in time.  Split out of store_postgres.c along
+ * that seam. */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "outcome.h"
 #include "pg_store.h"
 #include "pq_dl.h"
+#include "util.h"
 
 /* A message on one line, without the trailing newline libpq gives. */
 void
@@ -79,4 +84,89 @@ ik_pg_connect_config(const char *msg)
 		if (strstr(msg, config[i]))
 			return 1;
 	return 0;
+}
+
+/* No answer by the deadline: the connection is dropped (what the server
+ * did with what was sent cannot be known: a claim it made holds until its
+ * lease ends, a finish is tried again by the message's next delivery) and
+ * the outcome is TEMPFAIL.  The next call connects afresh. */
+int
+ik_pg_late(struct pg *p, const char *doing, ik_err *err)
+{
+	if (p->conn) {
+		PQfinish(p->conn);
+		p->conn = NULL;
+	}
+	return ik_errf(err, IK_TEMPFAIL, "postgres %s: %s: no answer from the server within "
+	    "%d ms (IDEMKIT_PG_TIMEOUT); the connection is dropped", p->u.table, doing,
+	    p->timeout_ms);
+}
+
+/* Whether the connection's socket is ready for events before until (a
+ * monotonic time); a socket libpq has closed is "ready": its next call
+ * says why. */
+static int
+ready(struct pg *p, short events, int64_t until)
+{
+	struct pollfd pf = { .fd = PQsocket(p->conn), .events = events };
+	int64_t left;
+	int n;
+
+	while (pf.fd >= 0) {
+		if ((left = until - ik_mono_ms()) <= 0)
+			return 0;
+		if ((n = poll(&pf, 1, left > INT_MAX ? INT_MAX : (int)left)) > 0)
+			return 1;
+		if (n == 0)
+			return 0;
+		if (errno != EINTR)
+			return 1;
+	}
+	return 1;
+}
+
+/* The answer to the statement just sent (sent: what PQsend* returned), as
+ * PQexec gives it (the last result, an error result included), waited for
+ * at most p->timeout_ms.  libpq's own wait has no end: a server, or a
+ * middlebox, that keeps the connection open and never answers (a
+ * partition TCP does not see, a paused process, a connection a failover
+ * left behind) would hold the step for ever, its lease long gone.  NULL,
+ * err set, when nothing could be sent or no answer came in time
+ * (ik_pg_late). */
+PGresult *
+ik_pg_wait(struct pg *p, int sent, const char *doing, ik_err *err)
+{
+	int64_t until = ik_mono_ms() + p->timeout_ms;
+	PGresult *r, *last = NULL;
+	int fl;
+
+	if (sent != 1) {
+		ik_pg_err(p, NULL, doing, err);
+		return NULL;
+	}
+	while ((fl = PQflush(p->conn)) > 0)
+		if (!ready(p, POLLOUT, until))
+			goto late;
+	for (;;) {
+		while (fl == 0 && PQisBusy(p->conn) && PQstatus(p->conn) == CONNECTION_OK) {
+			if (!ready(p, POLLIN, until))
+				goto late;
+			if (PQconsumeInput(p->conn) != 1)
+				break;     /* the connection failed: PQgetResult says so */
+		}
+		if (!(r = PQgetResult(p->conn)))
+			break;
+		PQclear(last);
+		last = r;
+		if (PQresultStatus(r) == PGRES_COPY_IN || PQresultStatus(r) == PGRES_COPY_OUT ||
+		    PQresultStatus(r) == PGRES_COPY_BOTH)
+			break;     /* not ours: no statement here copies */
+	}
+	if (!last)
+		ik_pg_err(p, NULL, doing, err);
+	return last;
+late:
+	PQclear(last);
+	ik_pg_late(p, doing, err);
+	return NULL;
 }

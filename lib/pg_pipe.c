@@ -6,6 +6,7 @@
 
 #include "outcome.h"
 #include "pg_store.h"
+#include "util.h"
 
 /* In flight (store.h): claims and finishes go out in libpq's pipeline
  * mode on the one connection, each still its own statement above.  The
@@ -131,6 +132,7 @@ send_batch(struct pg *p)
 	p->ans = p->batch;
 	if (rc == IK_OK && (PQpipelineSync(p->conn) != 1 || PQflush(p->conn) != 0))
 		rc = ik_pg_err(p, NULL, "send", &err);
+	p->batch_until = ik_mono_ms() + p->timeout_ms;
 	if (rc == IK_OK)
 		return;
 	/* Nothing of it can be answered now: the sent ops' outcome is unknown,
@@ -253,16 +255,20 @@ batch_end(struct pg *p)
 	PQexitPipelineMode(p->conn);    /* idle now: blocking calls may follow */
 }
 
-/* The connection went with a batch out: its statements may or may not
- * have committed, so each answers TEMPFAIL (the claim's lease, or the
- * finish's retry, settles it), never sent again blindly. */
+/* The connection went with a batch out, or (late) the batch's answers did
+ * not come by its deadline and the connection is dropped: its statements
+ * may or may not have committed, so each answers TEMPFAIL (the claim's
+ * lease, or the finish's retry, settles it), never sent again blindly. */
 static void
-batch_lost(struct pg *p)
+batch_lost(struct pg *p, int late)
 {
 	struct pop *o;
 	ik_err err;
 
-	ik_pg_err(p, NULL, "connection lost with statements in flight", &err);
+	if (late)
+		ik_pg_late(p, "statements in flight", &err);
+	else
+		ik_pg_err(p, NULL, "connection lost with statements in flight", &err);
 	while ((o = p->batch)) {
 		p->batch = o->next;
 		o->err = err;
@@ -280,12 +286,12 @@ batch_read(struct pg *p)
 	PGresult *r;
 
 	if (PQconsumeInput(p->conn) != 1) {
-		batch_lost(p);
+		batch_lost(p, 0);
 		return;
 	}
 	while (p->batch && !PQisBusy(p->conn)) {
 		if (PQstatus(p->conn) != CONNECTION_OK) {
-			batch_lost(p);
+			batch_lost(p, 0);
 			return;
 		}
 		if (!(r = PQgetResult(p->conn))) {
@@ -315,8 +321,8 @@ ik_pg_drain(struct pg *p)
 
 	while (p->batch) {
 		pf = (struct pollfd){ .fd = PQsocket(p->conn), .events = POLLIN };
-		if (pf.fd < 0) {
-			batch_lost(p);
+		if (pf.fd < 0 || ik_mono_ms() >= p->batch_until) {
+			batch_lost(p, pf.fd >= 0);
 			break;
 		}
 		poll(&pf, 1, 1000);
@@ -338,9 +344,15 @@ ik_pg_run(struct ik_store *st, int fd, int *readable, int timeout_ms, ik_err *er
 	send_batch(p);
 	if (p->batch)
 		batch_read(p);   /* answers libpq already holds */
+	if (p->batch && ik_mono_ms() >= p->batch_until)
+		batch_lost(p, 1);   /* no answer in time: each op TEMPFAIL */
 	if (!p->done && (p->batch || fd >= 0)) {
-		if (p->batch)
+		if (p->batch) {
+			int64_t left = p->batch_until - ik_mono_ms();
 			pf[n++] = (struct pollfd){ .fd = PQsocket(p->conn), .events = POLLIN };
+			if (timeout_ms < 0 || left < timeout_ms)
+				timeout_ms = left < 1 ? 1 : (int)left;
+		}
 		if (fd >= 0)
 			pf[n++] = (struct pollfd){ .fd = fd, .events = POLLIN };
 		if (poll(pf, (nfds_t)n, timeout_ms) > 0) {

@@ -1,8 +1,9 @@
 /* pg_store.h: what the PostgreSQL store's files share
  * (store_postgres.c: the store and its blocking statements; pg_pipe.c: its
  * claims and finishes in flight, libpq's pipeline mode; pg_err.c: its
- * errors as outcomes; store_postgres_outbox.c: its outbox; pg_repl.c:
- * idemp-init's look at the server's replication).  Nothing else includes
+ * errors as outcomes, a server that does not answer in time one of them;
+ * store_postgres_outbox.c: its outbox; pg_repl.c: idemp-init's look at the
+ * server's replication).  Nothing else includes
  * it. */
 #ifndef IK_PG_STORE_H
 #define IK_PG_STORE_H
@@ -30,6 +31,8 @@ struct pg {
 	int checked;          /* has_history is known on this connection */
 	int warned;           /* that it has not, once */
 	int waited;           /* waited for this outage already */
+	int timeout_ms;       /* IDEMKIT_PG_TIMEOUT: an answer's longest wait */
+	int64_t batch_until;  /* the batch out is lost when unanswered by then */
 	int group, in_tx, failed;
 	int obx_slot;         /* the outbox's slot exists (checked per connection) */
 	/* the relay's read-ahead from the slot (store_postgres_outbox.c) */
@@ -47,6 +50,8 @@ struct pg {
 /* pg_err.c */
 int ik_pg_err(struct pg *p, PGresult *r, const char *doing, ik_err *err);
 void ik_pg_trim(char *s);
+PGresult *ik_pg_wait(struct pg *p, int sent, const char *doing, ik_err *err);
+int ik_pg_late(struct pg *p, const char *doing, ik_err *err);
 int ik_pg_connect_config(const char *msg);
 
 /* store_postgres.c */

@@ -23,13 +23,14 @@
 #define IK_PQ_FUNCS(X) \
 	X(PQclear) X(PQcmdTuples) X(PQconnectdbParams) X(PQconnectionNeedsPassword) \
 	X(PQconninfoFree) X(PQconninfoParse) X(PQerrorMessage) X(PQexec) \
-	X(PQexecParams) X(PQexecPrepared) X(PQfinish) X(PQfreemem) X(PQgetisnull) X(PQgetlength) \
-	X(PQgetvalue) X(PQntuples) X(PQparameterStatus) X(PQprepare) X(PQreset) \
+	X(PQexecParams) X(PQfinish) X(PQfreemem) X(PQgetisnull) X(PQgetlength) \
+	X(PQgetvalue) X(PQntuples) X(PQparameterStatus) X(PQreset) \
 	X(PQresultErrorField) \
 	X(PQresultStatus) X(PQsetNoticeProcessor) X(PQstatus) \
 	X(PQenterPipelineMode) X(PQexitPipelineMode) X(PQpipelineSync) \
 	X(PQsendQueryPrepared) X(PQgetResult) X(PQconsumeInput) X(PQisBusy) \
-	X(PQsocket) X(PQflush) X(PQpipelineStatus)
+	X(PQsocket) X(PQflush) X(PQpipelineStatus) X(PQsendPrepare) X(PQsendQuery) \
+	X(PQsendQueryParams)
 
 struct ik_pq_api {
 	IK_PQ_FUNCS(IK_DL_FIELD)
@@ -49,7 +50,6 @@ int ik_pq_load(ik_err *err);
 #define PQerrorMessage            (ik_pq.PQerrorMessage)
 #define PQexec                    (ik_pq.PQexec)
 #define PQexecParams              (ik_pq.PQexecParams)
-#define PQexecPrepared            (ik_pq.PQexecPrepared)
 #define PQfinish                  (ik_pq.PQfinish)
 #define PQfreemem                 (ik_pq.PQfreemem)
 #define PQgetisnull               (ik_pq.PQgetisnull)
@@ -57,7 +57,6 @@ int ik_pq_load(ik_err *err);
 #define PQgetvalue                (ik_pq.PQgetvalue)
 #define PQntuples                 (ik_pq.PQntuples)
 #define PQparameterStatus         (ik_pq.PQparameterStatus)
-#define PQprepare                 (ik_pq.PQprepare)
 #define PQreset                   (ik_pq.PQreset)
 #define PQresultErrorField        (ik_pq.PQresultErrorField)
 #define PQresultStatus            (ik_pq.PQresultStatus)
@@ -73,6 +72,9 @@ int ik_pq_load(ik_err *err);
 #define PQsocket                  (ik_pq.PQsocket)
 #define PQflush                   (ik_pq.PQflush)
 #define PQpipelineStatus          (ik_pq.PQpipelineStatus)
+#define PQsendPrepare             (ik_pq.PQsendPrepare)
+#define PQsendQuery               (ik_pq.PQsendQuery)
+#define PQsendQueryParams         (ik_pq.PQsendQueryParams)
 #endif
 
 #endif

@@ -194,11 +194,13 @@ static int
 history_column(struct pg *p, ik_err *err)
 {
 	const char *params[] = { p->qtable };
-	PGresult *r = PQexecParams(p->conn, "SELECT 1 FROM pg_attribute WHERE attrelid ="
-	    " to_regclass($1) AND attname = 'history' AND NOT attisdropped",
-	    1, NULL, params, NULL, NULL, 0);
+	PGresult *r = ik_pg_wait(p, PQsendQueryParams(p->conn, "SELECT 1 FROM pg_attribute WHERE "
+	    "attrelid = to_regclass($1) AND attname = 'history' AND NOT attisdropped",
+	    1, NULL, params, NULL, NULL, 0), "read the table's columns", err);
 	int rc = IK_OK, had = p->has_history;
 
+	if (!r)
+		return err->code;
 	if (PQresultStatus(r) != PGRES_TUPLES_OK)
 		rc = ik_pg_err(p, r, "read the table's columns", err);
 	else if (!(p->has_history = PQntuples(r) == 1) && (had || !p->warned)) {
@@ -264,9 +266,15 @@ conn_ok(struct pg *p, ik_err *err)
 	} else {
 		/* client_encoding after dbname: it overrides the URL's and
 		 * PGCLIENTENCODING. */
-		const char *kw[] = { "connect_timeout", "fallback_application_name", "dbname",
-		                     "client_encoding", NULL };
+		/* A peer gone silently (a host down, a partition) is found by
+		 * TCP within about 30 s, not the kernel's 15 minutes: keepalives
+		 * while an answer is awaited, a bound on data left unacknowledged.
+		 * Before dbname, so that the URL's own settings win. */
+		const char *kw[] = { "connect_timeout", "keepalives", "keepalives_idle",
+		                     "keepalives_interval", "keepalives_count", "tcp_user_timeout",
+		                     "fallback_application_name", "dbname", "client_encoding", NULL };
 		const char *val[] = { getenv("PGCONNECT_TIMEOUT") ? getenv("PGCONNECT_TIMEOUT") : "10",
+		                      "1", "10", "5", "3", "30000",
 		                      "idemkit", p->u.conninfo, "UTF8", NULL };
 		p->conn = PQconnectdbParams(kw, val, 1);
 	}
@@ -316,8 +324,10 @@ ik_pg_prepare(struct pg *p, int which, int n, const char *doing, char *name, ik_
 	bit = which + Q_N * p->has_history;
 	snprintf(name, 16, "ik%d", bit);
 	if (!(p->prepared & (1u << bit))) {
-		r = PQprepare(p->conn, name, p->sql[p->has_history][which], n,
-		    which == Q_FINISH ? finish_types : NULL);
+		r = ik_pg_wait(p, PQsendPrepare(p->conn, name, p->sql[p->has_history][which], n,
+		    which == Q_FINISH ? finish_types : NULL), doing, err);
+		if (!r)
+			return err->code;
 		if (PQresultStatus(r) != PGRES_COMMAND_OK) {
 			rc = ik_pg_err(p, r, doing, err);
 			PQclear(r);
@@ -341,8 +351,10 @@ run(struct pg *p, int which, int n, const char *const *params, const char *doing
 again:
 	if ((rc = ik_pg_prepare(p, which, n, doing, name, err)))
 		return rc;
-	r = PQexecPrepared(p->conn, name, n, params, NULL, NULL, 0);
+	r = ik_pg_wait(p, PQsendQueryPrepared(p->conn, name, n, params, NULL, NULL, 0), doing, err);
 	tries++;
+	if (!r)
+		return err->code;
 	switch (PQresultStatus(r)) {
 	case PGRES_COMMAND_OK:
 	case PGRES_TUPLES_OK:
@@ -377,7 +389,8 @@ exec_sql(struct pg *p, const char *q, const char *doing, ik_err *err)
 
 	if ((rc = conn_ok(p, err)))
 		return rc;
-	r = PQexec(p->conn, q);
+	if (!(r = ik_pg_wait(p, PQsendQuery(p->conn, q), doing, err)))
+		return err->code;
 	rc = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK ?
 	    IK_OK : ik_pg_err(p, r, doing, err);
 	PQclear(r);
@@ -387,8 +400,10 @@ exec_sql(struct pg *p, const char *q, const char *doing, ik_err *err)
 static void
 rollback(struct pg *p)
 {
+	ik_err err;
+
 	if (p->conn && PQstatus(p->conn) == CONNECTION_OK)
-		PQclear(PQexec(p->conn, "ROLLBACK"));
+		PQclear(ik_pg_wait(p, PQsendQuery(p->conn, "ROLLBACK"), "roll back", &err));
 	p->in_tx = 0;
 }
 
@@ -924,6 +939,8 @@ int
 ik_store_postgres_open(const char *url, struct ik_store *st, ik_err *err)
 {
 	struct pg *p;
+	const char *t;
+	int64_t ms;
 	int rc;
 
 	if ((rc = ik_pq_load(err)) != IK_OK)
@@ -935,6 +952,14 @@ ik_store_postgres_open(const char *url, struct ik_store *st, ik_err *err)
 	if ((rc = ik_pg_url_parse(url, &p->u, err)))
 		goto fail;
 	snprintf(p->qtable, sizeof p->qtable, "\"%s\"", p->u.table);
+	p->timeout_ms = 30000;
+	if ((t = getenv("IDEMKIT_PG_TIMEOUT")) && *t) {
+		if (ik_parse_duration(t, &ms) < 0 || ms < 1 || ms > 600000) {
+			rc = ik_errf(err, IK_CONFIG, "IDEMKIT_PG_TIMEOUT: want a duration up to 10m");
+			goto fail;
+		}
+		p->timeout_ms = (int)ms;
+	}
 	for (int v = 0; v < 2; v++)
 		for (int i = 0; i < Q_N; i++)
 			if (!(p->sql[v][i] = with_table(p, sql_fmt[v][i]))) {

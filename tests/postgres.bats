@@ -98,6 +98,7 @@ setup() {
 teardown() {
 	reason_stub_stop
 	standby_stop
+	[ -z "${RELAY_PID:-}" ] || { kill "$RELAY_PID" 2>/dev/null; wait "$RELAY_PID" 2>/dev/null || true; }
 }
 
 # standby_start: a streaming standby of the file's server (pg_basebackup
@@ -474,6 +475,71 @@ PY
 	[ "$status" -eq 0 ]
 	run --separate-stderr idemp-claim < <(ev "$(uid down2)")
 	[ "$status" -eq 0 ]
+}
+
+@test "a server whose answer never comes (the connection left open): 75 within IDEMKIT_PG_TIMEOUT, the connection dropped; the claim it made holds until its lease ends, then the charge goes on" {
+	idemp-init >/dev/null 2>&1
+	local d=$BATS_TEST_TMPDIR k
+	k=$(uid silent)
+	python3 "$IDEMKIT_SRC/tests/pgsilent.py" "$PG_PORT" "$d/relay.port" "$k" 3>&- &
+	RELAY_PID=$!
+	for _ in $(seq 100); do [ -s "$d/relay.port" ] && break; sleep 0.05; done
+	relayed=${IDEMKIT_STORE/:$PG_PORT\//:$(cat "$d/relay.port")/}\&sslmode=disable
+	[ "$relayed" != "$IDEMKIT_STORE" ]
+	# the claim reaches the server and commits; its answer is lost
+	t0=$(date +%s%3N)
+	IDEMKIT_STORE=$relayed IDEMKIT_PG_TIMEOUT=2s run --separate-stderr idemp-claim --lease 6s < <(ev "$k")
+	took=$(($(date +%s%3N) - t0))
+	echo "status $status: $output $stderr"
+	[ "$status" -eq 75 ]
+	[ "$(jget "$output" claim.outcome)" = TEMPFAIL ]
+	[[ $stderr == *"claim: no answer from the server within 2000 ms (IDEMKIT_PG_TIMEOUT)"* ]]
+	echo "took $took ms"
+	[ "$took" -ge 2000 ] && [ "$took" -lt 30000 ]
+	# the server saw the client go: no session of it is left
+	for _ in $(seq 50); do
+		[ "$(pg_sql "SELECT count(*) FROM pg_stat_activity WHERE usename = 'idemkit' AND application_name = 'idemkit'")" = 0 ] && break
+		sleep 0.1
+	done
+	[ "$(pg_sql "SELECT count(*) FROM pg_stat_activity WHERE usename = 'idemkit' AND application_name = 'idemkit'")" = 0 ]
+	# the claim it could not hear about holds the record for its lease
+	run --separate-stderr idemp-claim --lease 6s < <(ev "$k")
+	[ "$status" -eq 11 ]
+	[ "$(jget "$output" claim.outcome)" = DUP_IN_PROGRESS ]
+	# a finish whose answer is lost: 75 too, and the record is what the
+	# server made of it (DONE: the next delivery is a DUP_DONE)
+	sleep 6
+	env=$(ev "$k" | idemp-claim --lease 30s)
+	[ "$(jget "$env" claim.outcome)" = ACQUIRED ]
+	IDEMKIT_STORE=$relayed IDEMKIT_PG_TIMEOUT=1500ms run --separate-stderr idemp-done --state DONE <<<"$env"
+	[ "$status" -eq 75 ]
+	[[ $stderr == *"no answer from the server within 1500 ms"* ]]
+	[ "$(jget "$(idemp-show --json "$k")" state)" = DONE ]
+	run --separate-stderr idemp-claim < <(ev "$k")
+	[ "$(jget "$output" claim.outcome)" = DUP_DONE ]
+	# --stream (claims in flight): each claim in the batch whose answers
+	# are lost is 75, and the stream goes on
+	k2=$(uid silent2)
+	kill "$RELAY_PID"; wait "$RELAY_PID" 2>/dev/null || true
+	rm -f "$d/relay.port"
+	python3 "$IDEMKIT_SRC/tests/pgsilent.py" "$PG_PORT" "$d/relay.port" "$k2" 3>&- &
+	RELAY_PID=$!
+	for _ in $(seq 100); do [ -s "$d/relay.port" ] && break; sleep 0.05; done
+	relayed=${IDEMKIT_STORE/:$PG_PORT\//:$(cat "$d/relay.port")/}\&sslmode=disable
+	IDEMKIT_STORE=$relayed IDEMKIT_PG_TIMEOUT=1500ms run --separate-stderr idemp-claim --stream \
+		< <(ev "$(uid before)"; sleep 1; ev "$k2")
+	echo "$output"; echo "$stderr"
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 2 ]
+	[ "$(jget "${lines[0]}" claim.outcome)" = ACQUIRED ]
+	[ "$(jget "${lines[1]}" claim.outcome)" = TEMPFAIL ]
+	[[ $(jget "${lines[1]}" claim.error) == *"no answer from the server within 1500 ms"* ]]
+	kill "$RELAY_PID"; wait "$RELAY_PID" 2>/dev/null || true
+	RELAY_PID=
+	# a bad value is 78
+	IDEMKIT_PG_TIMEOUT=soon run --separate-stderr idemp-claim < <(ev "$(uid t78)")
+	[ "$status" -eq 78 ]
+	[[ $stderr == *"IDEMKIT_PG_TIMEOUT: want a duration up to 10m"* ]]
 }
 
 @test "make demo-postgres: the demo on a throwaway PostgreSQL of its own, password in a pgpass file" {
