@@ -195,6 +195,10 @@ class Redis:
         new = [h for h in self.hosts if h != old][0]
         self.p.stop("redis-" + old, sig=9)
         self.cli(new, "REPLICAOF", "NO", "ONE")
+        # its config file too, as Sentinel does: a restart of the new
+        # primary must not bring it back a read-only replica of the old
+        # one (the 20-minute run did: every claim READONLY after that)
+        self.cli(new, "CONFIG", "REWRITE")
         subprocess.run(["ip", "-n", net.ns(old), "addr", "del", self.vip + "/24", "dev", "eth0"])
         subprocess.run(["ip", "-n", net.ns(new), "addr", "add", self.vip + "/24", "dev", "eth0"])
         net.extra = {new: [self.vip]}
