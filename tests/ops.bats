@@ -98,6 +98,13 @@ cronpath() {
 	[ ! -e "$u/idemkit-worker.service" ] && [ ! -e "$p/bin/charge-worker" ] && [ ! -e "$p/share/doc/idemkit" ]
 }
 
+# lock_held: some process holds charge-worker's lock (seen in /proc/locks:
+# a probe that took the lock itself could make the worker find it held).
+lock_held() {
+	[ -f "$IDEMKIT_STATE_DIR/charge-worker.lock" ] &&
+		grep -q ":$(stat -c %i "$IDEMKIT_STATE_DIR/charge-worker.lock") " /proc/locks
+}
+
 @test "a stop of the long-running worker exits 143, which its unit counts as success (item 6); also a stop just after its start, ten times over" {
 	bank_start
 	# the stop as soon as it holds the lock: a stop that came while its
@@ -105,8 +112,7 @@ cronpath() {
 	for _ in $(seq 10); do
 		# (the last run's receiver may hold the lock a moment longer)
 		for i in $(seq 150); do
-			[ -f "$IDEMKIT_STATE_DIR/charge-worker.lock" ] &&
-				grep -q ":$(stat -c %i "$IDEMKIT_STATE_DIR/charge-worker.lock") " /proc/locks || break
+			lock_held || break
 			sleep 0.1
 		done
 		charge-worker "${fast[@]}" --wait 1 2>"$BATS_TEST_TMPDIR/err" 3>&- &
@@ -114,8 +120,7 @@ cronpath() {
 		# started: it holds the lock (seen in /proc/locks: a probe that
 		# took the lock itself could make the worker find it held)
 		for i in $(seq 400); do
-			[ -f "$IDEMKIT_STATE_DIR/charge-worker.lock" ] &&
-				grep -q ":$(stat -c %i "$IDEMKIT_STATE_DIR/charge-worker.lock") " /proc/locks && break
+			lock_held && break
 			sleep 0.01
 		done
 		kill -TERM "$pid" || { rc=0; wait "$pid" || rc=$?; echo "exited $rc before the stop: $(cat "$BATS_TEST_TMPDIR/err")" >&2; return 1; }

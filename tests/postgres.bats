@@ -477,14 +477,25 @@ PY
 	[ "$status" -eq 0 ]
 }
 
-@test "a server whose answer never comes (the connection left open): 75 within IDEMKIT_PG_TIMEOUT, the connection dropped; the claim it made holds until its lease ends, then the charge goes on" {
-	idemp-init >/dev/null 2>&1
-	local d=$BATS_TEST_TMPDIR k
-	k=$(uid silent)
-	python3 "$IDEMKIT_SRC/tests/pgsilent.py" "$PG_PORT" "$d/relay.port" "$k" 3>&- &
+# silent_relay MARK: tests/pgsilent.py in front of the file's server (the
+# one started before ends), its answers dropped once a client sent MARK;
+# sets RELAY_PID and relayed, this test's store URL through it (no TLS:
+# the relay looks for MARK in the bytes).
+silent_relay() {
+	local d=$BATS_TEST_TMPDIR
+	[ -z "${RELAY_PID:-}" ] || { kill "$RELAY_PID"; wait "$RELAY_PID" 2>/dev/null || true; }
+	rm -f "$d/relay.port"
+	python3 "$IDEMKIT_SRC/tests/pgsilent.py" "$PG_PORT" "$d/relay.port" "$1" 3>&- &
 	RELAY_PID=$!
 	for _ in $(seq 100); do [ -s "$d/relay.port" ] && break; sleep 0.05; done
 	relayed=${IDEMKIT_STORE/:$PG_PORT\//:$(cat "$d/relay.port")/}\&sslmode=disable
+}
+
+@test "a server whose answer never comes (the connection left open): 75 within IDEMKIT_PG_TIMEOUT, the connection dropped; the claim it made holds until its lease ends, then the charge goes on" {
+	idemp-init >/dev/null 2>&1
+	local k
+	k=$(uid silent)
+	silent_relay "$k"
 	[ "$relayed" != "$IDEMKIT_STORE" ]
 	# the claim reaches the server and commits; its answer is lost
 	t0=$(date +%s%3N)
@@ -520,12 +531,7 @@ PY
 	# --stream (claims in flight): each claim in the batch whose answers
 	# are lost is 75, and the stream goes on
 	k2=$(uid silent2)
-	kill "$RELAY_PID"; wait "$RELAY_PID" 2>/dev/null || true
-	rm -f "$d/relay.port"
-	python3 "$IDEMKIT_SRC/tests/pgsilent.py" "$PG_PORT" "$d/relay.port" "$k2" 3>&- &
-	RELAY_PID=$!
-	for _ in $(seq 100); do [ -s "$d/relay.port" ] && break; sleep 0.05; done
-	relayed=${IDEMKIT_STORE/:$PG_PORT\//:$(cat "$d/relay.port")/}\&sslmode=disable
+	silent_relay "$k2"
 	IDEMKIT_STORE=$relayed IDEMKIT_PG_TIMEOUT=1500ms run --separate-stderr idemp-claim --stream \
 		< <(ev "$(uid before)"; sleep 1; ev "$k2")
 	echo "$output"; echo "$stderr"

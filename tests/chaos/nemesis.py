@@ -134,7 +134,6 @@ def statuses(e):
     return e.get("statuses") or [e["status"]]
 
 
-
 def proc_stat(pid):
     """A process's command name and process group from /proc/PID/stat
     (the name may hold spaces and parentheses: cut at the last ')'), or
@@ -145,6 +144,7 @@ def proc_stat(pid):
         return st[st.index("(") + 1:st.rindex(")")], int(st[st.rindex(")") + 2:].split()[2])
     except (OSError, ValueError, IndexError):
         return None, None
+
 
 class Nemesis:
     """Applies a schedule against the world (chaos.World) in a thread."""
