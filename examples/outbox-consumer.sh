@@ -36,26 +36,36 @@ store=${CONSUMER_STORE:-sqlite:${IDEMKIT_STATE_DIR:-.}/consumer.db}
 # for a redelivery, DATAERR dead-letters it.  "apply" says what happened.
 #
 # One jq for the whole stream, not one per envelope (jq takes about 20 ms
-# of CPU to start): for each envelope line it prints three lines, the
-# eventId (empty unless the body is a version-1 event), the body (its
+# of CPU to start): for each envelope line it prints two lines, the
+# eventId (empty unless the body is a version-1 event) and the body (its
 # newlines made spaces, which keeps a JSON text the same document: a raw
-# newline can only be whitespace between its tokens) and the envelope
-# line itself, unchanged.  A line that is not JSON gets an empty eventId
-# (DATAERR) like a body that is not an event.
+# newline can only be whitespace between its tokens).  A line that is not
+# JSON gets an empty eventId (DATAERR) like a body that is not an event.
+# The envelope itself is passed on as it came, byte for byte, through a
+# FIFO beside jq (tee): jq would write bytes that are not UTF-8 as U+FFFD,
+# and a body that goes to the DLQ goes intact.
 fields() {
 	jq -R -r --unbuffered '(try fromjson catch null) as $e
 		| ([$e | objects | .body | strings | fromjson? | objects | select(.v == 1) | .eventId | strings] | first // ""),
-		  ([$e | objects | .body | strings] | first // "" | gsub("\n"; " ")),
-		  .'
+		  ([$e | objects | .body | strings] | first // "" | gsub("\n"; " "))'
 }
 apply() {
-	fields | while IFS= read -r id && IFS= read -r body && IFS= read -r env; do
+	tmp=$(mktemp -d "${TMPDIR:-/tmp}/outbox-consumer.XXXXXX") || exit 75
+	trap 'rm -rf "$tmp"' EXIT
+	trap 'exit 143' TERM
+	trap 'exit 130' INT
+	mkfifo "$tmp/env" || exit 75
+	# shellcheck disable=SC2094  # a FIFO: tee writes it, the loop reads it
+	tee "$tmp/env" | fields | apply_each "$@" 3<"$tmp/env"
+}
+apply_each() {
+	while IFS= read -r id && IFS= read -r body && IFS= read -r env <&3; do
 		case $id in *[!0-9a-f]*) id= ;; esac   # an eventId is hex (idemkit(7))
 		if [ -z "$id" ]; then
 			outcome=DATAERR verdict=DATAERR
 		else
 			rc=0
-			printf '%s\n' "$body" | idemp-run --store "$store" --key "evt.$id" -- "$@" || rc=$?
+			printf '%s\n' "$body" | idemp-run --store "$store" --key "evt.$id" -- "$@" 3<&- || rc=$?
 			case $rc in
 			0) outcome=OK verdict=DUP_DONE ;;
 			10) outcome=DUP_DONE verdict=DUP_DONE ;;

@@ -425,6 +425,21 @@ promlint() {
 	run -64 idemp-outbox --once --metrics "$M" --metrics-every 0
 }
 
+@test "the example consumer dead-letters what is not an event byte for byte (bytes that are not UTF-8 included), applies an event once and its copy not again" {
+	[ "${IDEMKIT_TEST_QUEUE_BACKEND:-sqlite}" = sqlite ] || skip "SQS carries only valid Unicode in a body"
+	printf 'not an event caf\xe9 \x80\n{"v":1,"eventId":"ab01","chargeId":"C1"}\n{"v":1,"eventId":"ab01","chargeId":"C1"}\n' |
+		sqs-send --queue "$IDEMKIT_OUTBOX" >/dev/null
+	run -0 env CONSUMER_STORE="sqlite:$BATS_TEST_TMPDIR/consumer.db" IDEMKIT_DLQ="$DLQ" \
+		"$IDEMKIT_SRC/examples/outbox-consumer.sh" -- sh -c "cat >> '$BATS_TEST_TMPDIR/ledger'"
+	[ "$(cat "$BATS_TEST_TMPDIR/ledger")" = '{"v":1,"eventId":"ab01","chargeId":"C1"}' ]
+	sqs-recv --queue "$DLQ" --max 10 > "$BATS_TEST_TMPDIR/dlq"
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/dlq")" -eq 1 ]
+	python3 -c 'import json, sys
+print(json.loads(open(sys.argv[1], "rb").read().decode("utf-8", "surrogateescape"))["body"].encode("utf-8", "surrogateescape"))' \
+		"$BATS_TEST_TMPDIR/dlq" > "$BATS_TEST_TMPDIR/body"
+	[ "$(cat "$BATS_TEST_TMPDIR/body")" = "b'not an event caf\\xe9 \\x80'" ]
+}
+
 @test "end to end: worker, relay and the example consumer: every charge's event applied once downstream" {
 	bank_start
 	N=200
