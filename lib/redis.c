@@ -238,8 +238,15 @@ ik_redis_ensure(struct ik_redis *r, ik_err *err)
 	char db[16];
 	int rc;
 
-	if (r->c)
+	if (r->c && !r->c->err && !ik_fd_ready(r->c->fd))
 		return IK_OK;
+	/* A connection kept from an earlier command that the server has
+	 * closed since (no answer is due on it, so anything to read is its end
+	 * of file or reset): connect afresh now, before anything is sent,
+	 * rather than lose the next command to it; a finish after the bank's
+	 * yes would otherwise be refused and the charge sent to the bank
+	 * again. */
+	drop(r);
 	if ((rc = ik_hiredis_load(err)) != IK_OK)
 		return ik_errwrap(err, "%s", r->u.label);
 	r->c = redisConnectWithTimeout(r->u.host, r->u.port, tv(ms));

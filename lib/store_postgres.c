@@ -240,6 +240,16 @@ conn_ok(struct pg *p, ik_err *err)
 
 	if (p->batch)
 		ik_pg_drain(p);     /* a blocking call while ops are in flight: store.h */
+	/* A connection kept from an earlier statement may have been closed by
+	 * the server since (a restart, a kill, a fail-over): no answer is due,
+	 * so read what it sent (a notice, or its FATAL and end of file) and
+	 * connect afresh below, before anything is sent, rather than lose the
+	 * next statement to it; a finish after the bank's yes would otherwise
+	 * be refused and the charge sent to the bank again. */
+	for (int i = 0; i < 8 && p->conn && PQstatus(p->conn) == CONNECTION_OK &&
+	    ik_fd_ready(PQsocket(p->conn)); i++)
+		if (PQconsumeInput(p->conn) != 1)
+			break;
 	if (p->conn && PQstatus(p->conn) == CONNECTION_OK)
 		return IK_OK;
 	if (p->in_tx) {

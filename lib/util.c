@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -14,6 +15,14 @@
 #include "cli.h"
 #include "outcome.h"
 #include "util.h"
+
+int
+ik_fd_ready(int fd)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+
+	return fd >= 0 && poll(&pfd, 1, 0) > 0;
+}
 
 int64_t
 ik_now_ms(void)

@@ -27,6 +27,13 @@ const char *ik_boot_id(void);
  * time passed. */
 int ik_sleep_ms(int64_t ms);
 
+/* Non-zero when the socket fd has something to read, an end of file or an
+ * error now (a poll that does not wait).  On a connection kept between
+ * commands, where no answer is due, that is the server closing it (a
+ * restart, a kill, a fail-over, an idle timeout): the adapters look before
+ * sending, and connect afresh while a retry is still safe. */
+int ik_fd_ready(int fd);
+
 /* Exponential backoff: the ceiling min(cap_ms, base_ms * 2^n) (n from 0),
  * and full jitter, a value uniform in [0, that ceiling]. */
 int64_t ik_backoff_ceil(int64_t base_ms, int64_t cap_ms, int64_t n);

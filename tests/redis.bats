@@ -151,6 +151,30 @@ setup() {
 	[ "$(grep -c ACQUIRED "$BATS_TEST_TMPDIR/out")" -eq 2 ]
 }
 
+@test "a server restarted between two envelopes of one idemp-done --stream: the closed connection is found before the second is sent, both finishes recorded (the charge never goes to the bank again)" {
+	a=$(ev "$(uid rs1)" | idemp-claim 2>/dev/null)
+	b=$(ev "$(uid rs2)" | idemp-claim 2>/dev/null)
+	mkfifo "$BATS_TEST_TMPDIR/in" "$BATS_TEST_TMPDIR/out"
+	idemp-done --stream --state DONE < "$BATS_TEST_TMPDIR/in" > "$BATS_TEST_TMPDIR/out" \
+		2> "$BATS_TEST_TMPDIR/err" 3>&- &
+	pid=$!
+	exec 5> "$BATS_TEST_TMPDIR/in"
+	exec 6< "$BATS_TEST_TMPDIR/out"
+	printf '%s\n' "$a" >&5
+	IFS= read -r -t 10 -u 6 first
+	redis_stop
+	redis_restart 5>&- 6<&-     # the server must not hold the step's input open
+	printf '%s\n' "$b" >&5
+	IFS= read -r -t 10 -u 6 second
+	exec 5>&- 6<&-
+	wait "$pid"
+	[ "$(jget "$first" done.outcome)" = OK ]
+	[ "$(jget "$second" done.outcome)" = OK ]
+	[ "$(jget "$(idemp-show --json "$(uid rs1)")" state)" = DONE ]
+	[ "$(jget "$(idemp-show --json "$(uid rs2)")" state)" = DONE ]
+	! grep -q -i "reset\|closed" "$BATS_TEST_TMPDIR/err"
+}
+
 @test "wait=1 with no replica: the write is done on the primary, the step is 75 and says WAIT" {
 	id=$(uid wait)
 	run --separate-stderr env IDEMKIT_STORE="redis://127.0.0.1:$REDIS_PORT?wait=1" idemp-claim < <(ev "$id")

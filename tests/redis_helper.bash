@@ -73,16 +73,25 @@ redis_stop() {
 	eval "pid=\${REDIS_PID_$name:-}"
 	if [ -n "$pid" ]; then
 		kill "$pid" 2>/dev/null
-		wait "$pid" 2>/dev/null || true
+		_redis_gone "$pid"
 	fi
 	return 0
+}
+
+# _redis_gone PID: waits (up to 10 s) until the server has exited, also
+# when this shell is not its parent (a server of setup_file, stopped by a
+# test, which may then start it again on its port).
+_redis_gone() {
+	local i
+	wait "$1" 2>/dev/null || true
+	for i in $(seq 200); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.05; done
 }
 
 redis_kill9() {
 	local name=${1:-main} pid
 	eval "pid=\${REDIS_PID_$name:-}"
 	kill -9 "$pid" 2>/dev/null
-	wait "$pid" 2>/dev/null || true
+	_redis_gone "$pid"
 	return 0
 }
 
