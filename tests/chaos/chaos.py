@@ -50,11 +50,17 @@ DECLINED = ["ACC-DECL-1", "ACC-DECL-2", "ACC-DECL-3"]
 # Steps a user may override; passed to the workers exactly as given.
 OVERRIDES = ("SQS_RECV_CMD", "IDEMP_CLAIM_CMD", "CHARGE_DEBIT_CMD", "CHARGE_NOTIFY_CMD",
              "IDEMP_DONE_CMD", "SQS_ACK_CMD")
+# The workers' backoff cap (sqs-ack --backoff-cap, IDEMKIT_BACKOFF_CAP): a
+# copy left after a failure comes back within it.  The default, 900 s,
+# would hide a copy left just before the heal for 15 minutes, longer than
+# any bound worth stating; a team sets the cap its drain budget allows, and
+# the campaign runs as such a deployment.
+BACKOFF_CAP_S = 30
 # Liveness: once the last fault is healed, the backlog must drain within
 # this bound: two leases (a claim taken just before the heal runs out, its
 # redelivery waits at most one more) plus the backoff cap and a margin for
 # a server coming back (failover included).
-DRAIN_BOUND_S = 2 * LEASE_S + 45
+DRAIN_BOUND_S = 2 * LEASE_S + BACKOFF_CAP_S + 15
 # ... on an idle machine.  The machine is shared (other suites, other
 # campaigns): the bound is multiplied by the run queue per core (the 1-minute
 # load average over the cores) measured while draining, at least 1 and at
@@ -116,6 +122,7 @@ class World:
         for k in OVERRIDES:
             if os.environ.get(k):
                 env[k] = os.environ[k]
+        env["IDEMKIT_BACKOFF_CAP"] = str(BACKOFF_CAP_S)
         self.wenv = env
         r = self.procs.sh(self.workers[0], ["idemp-init"], env=env, check=False)
         with open(self.procs.log("idemp-init"), "a") as f:
@@ -272,9 +279,10 @@ class World:
         env = self.host_env(self.workers[0])
         h = self.workers[0]
         # copies received by a worker that was stopped come back after the
-        # visibility timeout: wait for them (at most 45 s), so that "left
-        # in the queue" tells a hidden copy from a lost one
-        end = time.monotonic() + 45
+        # visibility timeout, and copies left with a backoff after it:
+        # wait for them (at most a lease and the backoff cap), so that
+        # "left in the queue" tells a hidden copy from a lost one
+        end = time.monotonic() + LEASE_S + BACKOFF_CAP_S + 5
         while time.monotonic() < end:
             r = self.procs.sh(h, ["sqs-stat"], env=env, check=False, timeout=30)
             try:
