@@ -43,7 +43,10 @@ DEBS_TEST  := $(DEBS_DEMO) bats clang libclang-rt-14-dev sqlite3 mandoc python3-
               python3-prometheus-client promtool:prometheus \
               shellcheck valgrind openssl redis-server postgresql spin node:nodejs npm:npm faketime \
               python3-jsonschema jq \
-              java:openjdk-17-jre-headless parallel
+              java:openjdk-17-jre-headless parallel $(DEBS_CHAOS)
+# the fault campaign's hosts: namespaces and veths (iproute2), partitions
+# (nftables), clocks (faketime, above)
+DEBS_CHAOS := nft:nftables ip:iproute2 faketime
 DEBS_DEB   := dpkg-dev debhelper fakeroot lintian debootstrap
 
 # The README's two commands and `deps` need no libraries to parse this file.
@@ -301,6 +304,7 @@ BACKEND  ?= embedded postgres redis dynamodb
 DURATION ?= 120
 SEED     ?=
 chaos: all $(NODE_STAMP)
+	@sh mk/deps.sh $(DEBS_CHAOS)
 	@if [ -n '$(DEFECTS)' ]; then sh tests/chaos/defects.sh; exit $$?; fi; \
 	rc=0; for b in $(BACKEND); do \
 	  rm -rf $(CURDIR)/$(O)/chaos/$$b; \
@@ -317,6 +321,7 @@ chaos: all $(NODE_STAMP)
 CHAOS_CI ?= embedded:1 dynamodb:1
 CHAOS_CI_DURATION ?= 40
 chaos-ci: all $(NODE_STAMP)
+	@sh mk/deps.sh $(DEBS_CHAOS)
 	@rc=0; for bs in $(CHAOS_CI); do b=$${bs%%:*}; s=$${bs#*:}; \
 	  rm -rf $(CURDIR)/$(O)/chaos-ci/$$b; \
 	  python3 tests/chaos/chaos.py --backend $$b --seed $$s --duration $(CHAOS_CI_DURATION) \
