@@ -238,7 +238,7 @@ PY
 	[ "$(pg_sql "SELECT count(*) FROM $TBL WHERE key LIKE '$id-x-%'")" -eq 0 ]
 }
 
-@test "the connection killed between batches: that batch answers 75 (never replayed blindly), the next reconnects and passes" {
+@test "the connection killed between batches: found before the next batch is sent, which reconnects and passes; killed with a batch out: that batch answers 75 (never replayed blindly), the next reconnects and passes" {
 	id=$(uid kill)
 	mkfifo "$BATS_TEST_TMPDIR/in"
 	idemp-claim --stream < "$BATS_TEST_TMPDIR/in" > "$BATS_TEST_TMPDIR/out" 2> "$BATS_TEST_TMPDIR/err" &
@@ -249,24 +249,48 @@ PY
 		for _ in $(seq 200); do [ "$(wc -l < "$BATS_TEST_TMPDIR/out")" -ge "$1" ] && break; sleep 0.05; done
 		[ "$(wc -l < "$BATS_TEST_TMPDIR/out")" -eq "$1" ]
 	}
+	kill_backend() {
+		[ "$(pg_sql "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = 'idemkit'")" -eq 1 ]
+	}
 	events "$id-a" 5 >&5
 	lines 5
-	[ "$(pg_sql "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = 'idemkit'")" -eq 1 ]
+	# between batches: nothing is due on the connection, so its end is
+	# seen before anything is sent
+	kill_backend
 	# one write (under PIPE_BUF): the stream reads the five at once, one batch
 	events "$id-b" 5 > "$BATS_TEST_TMPDIR/b"
 	cat "$BATS_TEST_TMPDIR/b" >&5
 	lines 10
-	events "$id-c" 5 >&5
+	# with a batch out: the table locked, so the batch waits on the server
+	# until its connection is killed
+	pg_sql "BEGIN; LOCK TABLE $TBL IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(5); COMMIT" >/dev/null 5>&- &
+	lock_pid=$!
+	for _ in $(seq 100); do
+		[ "$(pg_sql "SELECT count(*) FROM pg_locks WHERE relation = '$TBL'::regclass AND granted AND mode = 'AccessExclusiveLock'")" -eq 1 ] && break
+		sleep 0.05
+	done
+	events "$id-c" 5 > "$BATS_TEST_TMPDIR/c"
+	cat "$BATS_TEST_TMPDIR/c" >&5
+	for _ in $(seq 100); do
+		[ "$(pg_sql "SELECT count(*) FROM pg_stat_activity WHERE usename = 'idemkit' AND wait_event_type = 'Lock'")" -eq 1 ] && break
+		sleep 0.05
+	done
+	kill_backend
+	lines 15
+	wait "$lock_pid"
+	events "$id-d" 5 >&5
 	exec 5>&-
 	wait "$CLAIM_PID"
 	CLAIM_PID=
 	cat "$BATS_TEST_TMPDIR/err"
-	[ "$(wc -l < "$BATS_TEST_TMPDIR/out")" -eq 15 ]
-	[ "$(grep -e "-a-" "$BATS_TEST_TMPDIR/out" | grep -c '"outcome":"ACQUIRED"')" -eq 5 ]
-	[ "$(grep -e "-b-" "$BATS_TEST_TMPDIR/out" | grep -c '"outcome":"TEMPFAIL"')" -eq 5 ]
-	[ "$(grep -e "-c-" "$BATS_TEST_TMPDIR/out" | grep -c '"outcome":"ACQUIRED"')" -eq 5 ]
-	grep -q 'connection lost with statements in flight' "$BATS_TEST_TMPDIR/err"
-	[ "$(pg_sql "SELECT count(*) FROM $TBL WHERE key LIKE '$id-%'")" -eq 10 ]
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/out")" -eq 20 ]
+	for b in a b d; do
+		[ "$(grep -e "-$b-" "$BATS_TEST_TMPDIR/out" | grep -c '"outcome":"ACQUIRED"')" -eq 5 ]
+	done
+	[ "$(grep -e "-c-" "$BATS_TEST_TMPDIR/out" | grep -c '"outcome":"TEMPFAIL"')" -eq 5 ]
+	[ "$(grep -c 'connection lost with statements in flight' "$BATS_TEST_TMPDIR/err")" -ge 1 ]
+	[ "$(pg_sql "SELECT count(*) FROM $TBL WHERE key LIKE '$id-%'")" -eq 15 ]
+	[ "$(pg_sql "SELECT count(*) FROM $TBL WHERE key LIKE '$id-c-%'")" -eq 0 ]
 }
 
 # A stream on a fifo: STREAM_IN (fd 5 open on it), STREAM_OUT; stream_lines N
