@@ -170,3 +170,14 @@ late:
 	ik_pg_late(p, doing, err);
 	return NULL;
 }
+
+PGresult *
+ik_pg_exec(struct pg *p, const char *sql, int n, const char *const *params, int binary,
+    const char *doing, ik_err *err)
+{
+	if (!p->conn)
+		return ik_errf(err, IK_TEMPFAIL, "postgres %s: %s: no connection", p->u.table,
+		    doing), NULL;
+	return ik_pg_wait(p, PQsendQueryParams(p->conn, sql, n, NULL, params, NULL, NULL, binary),
+	    doing, err);
+}

@@ -25,12 +25,14 @@
 void
 ik_pg_replication_check(struct pg *p)
 {
-	PGresult *r = PQexec(p->conn, "SELECT current_setting('synchronous_standby_names'),"
-	    " current_setting('synchronous_commit'), (SELECT count(*) FROM pg_stat_replication)");
+	ik_err e = { 0 };
+	PGresult *r = ik_pg_exec(p, "SELECT current_setting('synchronous_standby_names'),"
+	    " current_setting('synchronous_commit'), (SELECT count(*) FROM pg_stat_replication)",
+	    0, NULL, 0, "replication check", &e);
 	const char *names, *commit, *n;
 	int standbys;
 
-	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+	if (!r || PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
 		PQclear(r);
 		return;
 	}

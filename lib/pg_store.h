@@ -51,6 +51,10 @@ struct pg {
 int ik_pg_err(struct pg *p, PGresult *r, const char *doing, ik_err *err);
 void ik_pg_trim(char *s);
 PGresult *ik_pg_wait(struct pg *p, int sent, const char *doing, ik_err *err);
+/* PQexecParams with n text parameters, its answer waited for as ik_pg_wait
+ * does: the result (an error result included), or NULL with err set. */
+PGresult *ik_pg_exec(struct pg *p, const char *sql, int n, const char *const *params,
+    int binary, const char *doing, ik_err *err);
 int ik_pg_late(struct pg *p, const char *doing, ik_err *err);
 int ik_pg_connect_config(const char *msg);
 

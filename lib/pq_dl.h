@@ -20,10 +20,13 @@
 #define IK_LIBPQ_DEB "libpq5"
 #endif
 
+/* No PQexec, PQexecParams or PQprepare: libpq's blocking calls wait
+ * without end on a server that never answers; every statement goes through
+ * ik_pg_wait or ik_pg_exec (pg_store.h), bounded by IDEMKIT_PG_TIMEOUT. */
 #define IK_PQ_FUNCS(X) \
 	X(PQclear) X(PQcmdTuples) X(PQconnectdbParams) X(PQconnectionNeedsPassword) \
-	X(PQconninfoFree) X(PQconninfoParse) X(PQerrorMessage) X(PQexec) \
-	X(PQexecParams) X(PQfinish) X(PQfreemem) X(PQgetisnull) X(PQgetlength) \
+	X(PQconninfoFree) X(PQconninfoParse) X(PQerrorMessage) \
+	X(PQfinish) X(PQfreemem) X(PQgetisnull) X(PQgetlength) \
 	X(PQgetvalue) X(PQntuples) X(PQparameterStatus) X(PQreset) \
 	X(PQresultErrorField) \
 	X(PQresultStatus) X(PQsetNoticeProcessor) X(PQstatus) \
@@ -48,8 +51,6 @@ int ik_pq_load(ik_err *err);
 #define PQconninfoFree            (ik_pq.PQconninfoFree)
 #define PQconninfoParse           (ik_pq.PQconninfoParse)
 #define PQerrorMessage            (ik_pq.PQerrorMessage)
-#define PQexec                    (ik_pq.PQexec)
-#define PQexecParams              (ik_pq.PQexecParams)
 #define PQfinish                  (ik_pq.PQfinish)
 #define PQfreemem                 (ik_pq.PQfreemem)
 #define PQgetisnull               (ik_pq.PQgetisnull)

@@ -710,8 +710,10 @@ pg_list(struct ik_store *st, const struct ik_list_filter *f, ik_record_cb cb, vo
 	ik_buf_addstr(&q, " ORDER BY updated_at, key");
 	if (!q.p)
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
-	r = PQexecParams(p->conn, q.p, 1, NULL, params, NULL, NULL, 0);
+	r = ik_pg_exec(p, q.p, 1, params, 0, "list", err);
 	ik_buf_free(&q);
+	if (!r)
+		return err->code;
 	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
 		rc = ik_pg_err(p, r, "list", err);
 		PQclear(r);
@@ -776,10 +778,12 @@ static int
 schema_version(struct pg *p, int *version, ik_err *err)
 {
 	const char *params[] = { p->u.table };
-	PGresult *r = PQexecParams(p->conn, "SELECT version FROM idemkit_schema WHERE tbl = $1",
-	    1, NULL, params, NULL, NULL, 0);
+	PGresult *r = ik_pg_exec(p, "SELECT version FROM idemkit_schema WHERE tbl = $1",
+	    1, params, 0, "schema version", err);
 	int rc = IK_OK;
 
+	if (!r)
+		return err->code;
 	if (PQresultStatus(r) != PGRES_TUPLES_OK)
 		rc = ik_pg_err(p, r, "schema version", err);
 	else
@@ -798,8 +802,9 @@ migrate(struct pg *p, ik_err *err)
 	PGresult *lr;
 	int rc, version = 0;
 
-	lr = PQexecParams(p->conn, "SELECT pg_advisory_lock(" ADVISORY_NS ", hashtext($1))",
-	    1, NULL, lparams, NULL, NULL, 0);
+	if (!(lr = ik_pg_exec(p, "SELECT pg_advisory_lock(" ADVISORY_NS ", hashtext($1))",
+	    1, lparams, 0, "schema lock", err)))
+		return err->code;
 	rc = PQresultStatus(lr) == PGRES_TUPLES_OK ? IK_OK : ik_pg_err(p, lr, "schema lock", err);
 	PQclear(lr);
 	if (rc)
@@ -824,11 +829,13 @@ migrate(struct pg *p, ik_err *err)
 		}
 		if (!(rc = exec_sql(p, "BEGIN", "begin migration", err)) &&
 		    !(rc = exec_sql(p, ddl, "migrate", err))) {
-			r = PQexecParams(p->conn, "INSERT INTO idemkit_schema (tbl, version)"
+			r = ik_pg_exec(p, "INSERT INTO idemkit_schema (tbl, version)"
 			    " VALUES ($1, $2::integer) ON CONFLICT (tbl) DO UPDATE"
 			    " SET version = excluded.version, migrated_at = now()",
-			    2, NULL, params, NULL, NULL, 0);
-			if (PQresultStatus(r) != PGRES_COMMAND_OK)
+			    2, params, 0, "record schema version", err);
+			if (!r)
+				rc = err->code;
+			else if (PQresultStatus(r) != PGRES_COMMAND_OK)
 				rc = ik_pg_err(p, r, "record schema version", err);
 			PQclear(r);
 			if (!rc)
@@ -840,9 +847,11 @@ migrate(struct pg *p, ik_err *err)
 			ik_log(IK_LOG_INFO, "migrated", "table", p->u.table, "version", num, NULL);
 		free(ddl);
 	}
-	if (p->conn && PQstatus(p->conn) == CONNECTION_OK)
-		PQclear(PQexecParams(p->conn, "SELECT pg_advisory_unlock(" ADVISORY_NS
-		    ", hashtext($1))", 1, NULL, lparams, NULL, NULL, 0));
+	if (p->conn && PQstatus(p->conn) == CONNECTION_OK) {
+		ik_err e = { 0 };
+		PQclear(ik_pg_exec(p, "SELECT pg_advisory_unlock(" ADVISORY_NS ", hashtext($1))",
+		    1, lparams, 0, "schema unlock", &e));
+	}
 	return rc;
 }
 
@@ -866,7 +875,11 @@ purge(struct pg *p, ik_err *err)
 	if (!q)
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	do {
-		PGresult *r = PQexec(p->conn, q);
+		PGresult *r = ik_pg_exec(p, q, 0, NULL, 0, "purge", err);
+		if (!r) {
+			rc = err->code;
+			break;
+		}
 		if (PQresultStatus(r) != PGRES_COMMAND_OK) {
 			rc = ik_pg_err(p, r, "purge", err);
 			PQclear(r);

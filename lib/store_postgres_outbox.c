@@ -172,10 +172,12 @@ static int
 q(struct pg *p, const char *sql, int n, const char *const *params, int binary,
     const char *doing, PGresult **out, ik_err *err)
 {
-	PGresult *r = PQexecParams(p->conn, sql, n, NULL, params, NULL, NULL, binary);
+	PGresult *r = ik_pg_exec(p, sql, n, params, binary, doing, err);
 	int rc;
 
 	*out = NULL;
+	if (!r)
+		return err->code;
 	if (PQresultStatus(r) == PGRES_TUPLES_OK || PQresultStatus(r) == PGRES_COMMAND_OK) {
 		*out = r;
 		return IK_OK;
@@ -289,7 +291,9 @@ ik_pgo_init(struct pg *p, ik_err *err)
 	have = PQntuples(r) == 1;
 	PQclear(r);
 	if (!have) {
-		r = PQexec(p->conn, "CREATE PUBLICATION " PUBLICATION);
+		if (!(r = ik_pg_exec(p, "CREATE PUBLICATION " PUBLICATION, 0, NULL, 0,
+		    "create publication " PUBLICATION, err)))
+			return err->code;
 		if (PQresultStatus(r) != PGRES_COMMAND_OK) {
 			const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
 			if (!st || strcmp(st, "42710") != 0) {
@@ -317,8 +321,9 @@ ik_pgo_init(struct pg *p, ik_err *err)
 		have = 0;
 	}
 	if (!have) {
-		r = PQexecParams(p->conn, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
-		    1, NULL, params, NULL, NULL, 0);
+		if (!(r = ik_pg_exec(p, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+		    1, params, 0, "create the outbox's replication slot", err)))
+			return err->code;
 		if (PQresultStatus(r) != PGRES_TUPLES_OK) {
 			const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
 			if (!st || strcmp(st, "42710") != 0) {
@@ -454,9 +459,10 @@ peek(struct pg *p, int upto, uint64_t ck_commit, uint64_t ck_msg,
 	/* A slot serves one backend at a time: a gauge's peek and the relay's,
 	 * or its advance, meet (55006); each is short, so wait a little. */
 	for (int tries = 0;; tries++) {
-		r = PQexecParams(p->conn, "SELECT data FROM pg_logical_slot_peek_binary_changes($1,"
+		if (!(r = ik_pg_exec(p, "SELECT data FROM pg_logical_slot_peek_binary_changes($1,"
 		    " NULL, $2::int, 'proto_version', '1', 'publication_names', '" PUBLICATION "',"
-		    " 'messages', 'true')", 2, NULL, params, NULL, NULL, 1);
+		    " 'messages', 'true')", 2, params, 1, "outbox read", err)))
+			return err->code;
 		const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
 		if (PQresultStatus(r) == PGRES_TUPLES_OK || !st || strcmp(st, "55006") != 0 ||
 		    tries >= SLOT_BUSY_TRIES)
@@ -688,19 +694,20 @@ advance(struct pg *p, uint64_t commit)
 	char slot[IK_PG_TABLE_MAX + 16], lsn[24];
 	const char *params[] = { slot, lsn };
 	PGresult *r;
+	ik_err e = { 0 };
 
 	if (commit <= p->obx_advanced)
 		return;
 	slot_name(p, slot);
 	lsn_fmt(commit, lsn);
-	r = PQexecParams(p->conn, "SELECT pg_replication_slot_advance(slot_name, $2::pg_lsn)"
+	r = ik_pg_exec(p, "SELECT pg_replication_slot_advance(slot_name, $2::pg_lsn)"
 	    " FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn < $2::pg_lsn",
-	    2, NULL, params, NULL, NULL, 0);
-	if (PQresultStatus(r) == PGRES_TUPLES_OK) {
+	    2, params, 0, "advance the outbox's slot", &e);
+	if (r && PQresultStatus(r) == PGRES_TUPLES_OK) {
 		p->obx_advanced = commit;
 	} else {
-		ik_err e = { 0 };
-		ik_pg_err(p, r, "advance the outbox's slot", &e);
+		if (r)
+			ik_pg_err(p, r, "advance the outbox's slot", &e);
 		ik_log(IK_LOG_WARN, e.msg, NULL);
 	}
 	PQclear(r);

@@ -39,6 +39,7 @@ setup() {
 }
 teardown() {
 	for p in ${RELAYS:-}; do kill -KILL "$p" 2>/dev/null || true; done
+	[ -z "${RELAY_PID:-}" ] || { kill "$RELAY_PID" 2>/dev/null; wait "$RELAY_PID" 2>/dev/null || true; }
 	if [ -n "${STANDBY:-}" ]; then
 		pg_as "$PG_BIN/pg_ctl" -D "$STANDBY" -m immediate -w stop >/dev/null 2>&1 || true
 	fi
@@ -279,4 +280,19 @@ PY
 	pg_as "$PG_BIN/pg_ctl" -D "$STANDBY" -m fast -w stop >/dev/null
 	STANDBY=
 	pg_resume
+}
+
+@test "a server that never answers the relay's read (the connection left open): 75 within IDEMKIT_PG_TIMEOUT, nothing published, nothing lost; the next run publishes every event once" {
+	charges silent 3
+	silent_relay pg_logical_slot_peek
+	IDEMKIT_STORE=$relayed IDEMKIT_PG_TIMEOUT=1500ms run --separate-stderr timeout -k 5 60 idemp-outbox --once
+	echo "$output $stderr"
+	[ "$status" -eq 75 ]
+	[[ $stderr == *"no answer from the server within 1500 ms (IDEMKIT_PG_TIMEOUT)"* ]]
+	[ -z "$(queued_ids)" ]
+	run --separate-stderr idemp-outbox --once
+	[ "$status" -eq 0 ]
+	ids=$(queued_ids)
+	[ "$(sort -u <<<"$ids" | wc -l)" -eq 3 ]
+	[ "$(wc -l <<<"$ids")" -eq 3 ]
 }

@@ -501,20 +501,6 @@ PY
 	! grep -q "closed the connection\|connection lost" "$BATS_TEST_TMPDIR/err"
 }
 
-# silent_relay MARK: tests/pgsilent.py in front of the file's server (the
-# one started before ends), its answers dropped once a client sent MARK;
-# sets RELAY_PID and relayed, this test's store URL through it (no TLS:
-# the relay looks for MARK in the bytes).
-silent_relay() {
-	local d=$BATS_TEST_TMPDIR
-	[ -z "${RELAY_PID:-}" ] || { kill "$RELAY_PID"; wait "$RELAY_PID" 2>/dev/null || true; }
-	rm -f "$d/relay.port"
-	python3 "$IDEMKIT_SRC/tests/pgsilent.py" "$PG_PORT" "$d/relay.port" "$1" 3>&- &
-	RELAY_PID=$!
-	for _ in $(seq 100); do [ -s "$d/relay.port" ] && break; sleep 0.05; done
-	relayed=${IDEMKIT_STORE/:$PG_PORT\//:$(cat "$d/relay.port")/}\&sslmode=disable
-}
-
 @test "a server whose answer never comes (the connection left open): 75 within IDEMKIT_PG_TIMEOUT, the connection dropped; the claim it made holds until its lease ends, then the charge goes on" {
 	idemp-init >/dev/null 2>&1
 	local k
@@ -564,6 +550,12 @@ silent_relay() {
 	[ "$(jget "${lines[0]}" claim.outcome)" = ACQUIRED ]
 	[ "$(jget "${lines[1]}" claim.outcome)" = TEMPFAIL ]
 	[[ $(jget "${lines[1]}" claim.error) == *"no answer from the server within 1500 ms"* ]]
+	# an operator's list (and idemp-init's statements, the outbox relay's:
+	# tests/outbox-postgres.bats) is bounded too
+	silent_relay "ORDER BY updated_at"
+	IDEMKIT_STORE=$relayed IDEMKIT_PG_TIMEOUT=1500ms run --separate-stderr idemp-list
+	[ "$status" -eq 75 ]
+	[[ $stderr == *"list: no answer from the server within 1500 ms"* ]]
 	kill "$RELAY_PID"; wait "$RELAY_PID" 2>/dev/null || true
 	RELAY_PID=
 	# a bad value is 78
