@@ -318,14 +318,17 @@ ik_redis_cmd(struct ik_redis *r, const char *what, int argc, const char **argv,
 {
 	redisReply *rep;
 
+	r->unsure = 0;
 	if (ik_redis_ensure(r, err) != IK_OK)
 		return NULL;
 	if (redisAppendCommandArgv(r->c, argc, argv, lens) != REDIS_OK) {
 		ctx_err(r, what, err);
 		return NULL;
 	}
-	if (!(rep = get_reply(r, what, err)))
+	if (!(rep = get_reply(r, what, err))) {
+		r->unsure = 1;
 		return NULL;
+	}
 	if (rep->type == REDIS_REPLY_ERROR) {
 		reply_err(r, what, rep, err);
 		freeReplyObject(rep);
@@ -372,6 +375,7 @@ ik_redis_eval(struct ik_redis *r, struct ik_redis_script *s, int nkeys, int argc
 			return NULL;
 		if (!s->sha[0] && load(r, s, err) != IK_OK)
 			return NULL;
+		r->unsure = 0;
 		av[0] = "EVALSHA", lv[0] = 7;
 		av[1] = s->sha, lv[1] = 40;
 		av[2] = nk, lv[2] = strlen(nk);
@@ -385,8 +389,10 @@ ik_redis_eval(struct ik_redis *r, struct ik_redis_script *s, int nkeys, int argc
 			ctx_err(r, what, err);
 			return NULL;
 		}
-		if (!(rep = get_reply(r, what, err)))
+		if (!(rep = get_reply(r, what, err))) {
+			r->unsure = 1;
 			return NULL;
+		}
 		if (wait > 0 && !(w = get_reply(r, "WAIT", err))) {
 			freeReplyObject(rep);
 			return NULL;

@@ -10,7 +10,10 @@
  * IK_TEMPFAIL, a refused login IK_CONFIG, anything else IK_SOFTWARE.
  * After a connection error the connection is dropped and the next call
  * connects again; no write is ever retried blindly (its answer may have
- * been lost after it was applied).
+ * been lost after it was applied): the store's finish, fenced by its
+ * token, is sent again and decided from the record (store_redis.c), and
+ * `unsure` below says when that is needed.  A kept connection the server
+ * closed meanwhile is found (ik_fd_ready) and made afresh before sending.
  */
 #ifndef IK_REDIS_H
 #define IK_REDIS_H
@@ -51,6 +54,10 @@ struct ik_redis {
 	 * may be NULL. */
 	int (*on_connect)(struct ik_redis *r, ik_err *err);
 	void *arg;
+	/* Set when the last command (ik_redis_cmd, ik_redis_eval) failed after
+	 * it was sent, the connection lost before its answer: whether the
+	 * server ran it cannot be known. */
+	int unsure;
 };
 
 /* Connects (again) when not connected: connect, AUTH, SELECT, on_connect. */

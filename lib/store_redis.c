@@ -499,6 +499,8 @@ rs_claim(struct ik_store *st, const struct ik_claim_req *req, struct ik_claim_re
 	return rc;
 }
 
+static int rs_get(struct ik_store *st, const char *key, struct ik_record *r, ik_err *err);
+
 static int
 rs_finish(struct ik_store *st, const struct ik_finish_req *req, ik_err *err)
 {
@@ -512,13 +514,33 @@ rs_finish(struct ik_store *st, const struct ik_finish_req *req, ik_err *err)
 	/* the owner after a finish is its token (the fence) */
 	if (q->outbox)
 		ik_outbox_event_id("finish", req->key, req->token, id);
-	rc = run01(q, S_FINISH, 5, 14, (const char *[]){ rk,
+	const char *argv[] = { rk,
 	    idx_key(IK_ST_IN_PROGRESS, ip, sizeof ip), idx_key(req->state, to, sizeof to),
 	    live_key(req->state, live, sizeof live), RS_OUTBOX_STREAM,
 	    req->key, req->token, ik_state_name(req->state),
 	    req->debit_ref ? "1" : "0", req->debit_ref ? req->debit_ref : "",
 	    req->last_error ? "1" : "0", req->last_error ? req->last_error : "", id,
-	    req->bank_replayed ? "1" : "0" }, err);
+	    req->bank_replayed ? "1" : "0" };
+	rc = run01(q, S_FINISH, 5, 14, argv, err);
+	if (rc == IK_TEMPFAIL && q->r.unsure) {
+		/* The connection went with the finish sent (a reset, the server's
+		 * end of file): whether the server ran it cannot be known, and a
+		 * finish left undone after the bank's yes sends the charge to the
+		 * bank again.  The finish is fenced by our token, so it is sent
+		 * once more on a new connection: if the first ran, this one
+		 * matches nothing, and the record read back says whether it is
+		 * our finish (ik_finish_decide), as DynamoDB decides a write its
+		 * transport re-sent.  Anything else is LEASE_LOST, as always. */
+		struct ik_record cur;
+		ik_log(IK_LOG_WARN, "finish: the connection was lost before the answer; sending it "
+		    "again (fenced by the token)", "chargeId", req->key, "error", err->msg, NULL);
+		rc = run01(q, S_FINISH, 5, 14, argv, err);
+		if (rc == IK_LEASE_LOST) {
+			if ((rc = rs_get(st, req->key, &cur, err)) == IK_OK || rc == IK_EMPTY)
+				rc = ik_finish_decide(req, rc == IK_OK ? &cur : NULL);
+			ik_record_free(&cur);
+		}
+	}
 	free(rk);
 	return rc;
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """tests/pgsilent.py: a loopback TCP relay in front of a PostgreSQL server
+(or a Redis server, in the second mode below)
 that stops passing the server's answers on, the connection left open,
 once a client has sent MARK (a chargeId among a statement's parameters).
 What the client sent still reaches the server, which executes it and
@@ -10,18 +11,28 @@ keeps acknowledging, so keepalives cannot tell; only a bound on the wait
 for the answer can.  (No emulator fails this way: a relay that behaves as
 such a network would, as the tests' other loopback servers do.)
 
+With MODE "reset-once" (Redis or PostgreSQL), the first connection that
+sends MARK has the server's answer dropped and is then reset (RST), as a
+middlebox reset after the request went through would leave it: the
+server applied what was sent and the client cannot know; later
+connections pass everything.
+
 The client must not use TLS (sslmode=disable): MARK is looked for in
 the bytes as sent.
 
-usage: pgsilent.py UPSTREAM-PORT PORT-FILE MARK
+usage: pgsilent.py UPSTREAM-PORT PORT-FILE MARK [silent|reset-once]
 """
 import asyncio
 import os
+import socket
+import struct
 import sys
 
 
 async def main():
     up_port, port_file, mark = int(sys.argv[1]), sys.argv[2], sys.argv[3].encode()
+    reset = len(sys.argv) > 4 and sys.argv[4] == "reset-once"
+    spent = []      # reset-once: the connection it was spent on
 
     async def conn(cr, cw):
         try:
@@ -37,7 +48,8 @@ async def main():
                 data = await cr.read(65536)
                 if not data:
                     break
-                if mark in tail + data:
+                if mark in tail + data and not (reset and spent):
+                    spent.append(1)
                     silent.set()
                 tail = data[-len(mark):]
                 uw.write(data)
@@ -52,6 +64,13 @@ async def main():
                 if not silent.is_set():
                     cw.write(data)
                     await cw.drain()
+                elif reset:
+                    # the server answered (so it applied it): reset the client
+                    sock = cw.get_extra_info("socket")
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    cw.transport.abort()
+                    uw.close()
+                    return
             if not silent.is_set():
                 cw.close()
 

@@ -175,6 +175,25 @@ setup() {
 	! grep -q -i "reset\|closed" "$BATS_TEST_TMPDIR/err"
 }
 
+@test "a finish whose answer a reset lost (the server ran it): sent again on a new connection and decided from the record, 0 and DONE; never 75 once the bank said yes" {
+	k=$(uid lostans)
+	env=$(ev "$k" | idemp-claim 2>/dev/null)
+	[ "$(jget "$env" claim.outcome)" = ACQUIRED ]
+	python3 "$IDEMKIT_SRC/tests/pgsilent.py" "$REDIS_PORT" "$BATS_TEST_TMPDIR/relay.port" "$k" reset-once 3>&- &
+	relay=$!
+	for _ in $(seq 100); do [ -s "$BATS_TEST_TMPDIR/relay.port" ] && break; sleep 0.05; done
+	IDEMKIT_STORE=redis://127.0.0.1:$(cat "$BATS_TEST_TMPDIR/relay.port") \
+		run --separate-stderr idemp-done --state DONE <<<"$env"
+	kill "$relay"; wait "$relay" 2>/dev/null || true
+	echo "$output $stderr"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" done.outcome)" = OK ]
+	[[ $stderr == *"sending it again"*"Connection reset by peer"* ]]
+	[ "$(jget "$(idemp-show --json "$k")" state)" = DONE ]
+	# one finish in the record's history, not two
+	[ "$(idemp-show --json "$k" | grep -o '"op":"finish"' | wc -l)" -eq 1 ]
+}
+
 @test "wait=1 with no replica: the write is done on the primary, the step is 75 and says WAIT" {
 	id=$(uid wait)
 	run --separate-stderr env IDEMKIT_STORE="redis://127.0.0.1:$REDIS_PORT?wait=1" idemp-claim < <(ev "$id")
