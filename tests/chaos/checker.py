@@ -120,11 +120,27 @@ def spans(run):
     return sorted(out, key=lambda x: x[0])
 
 
+# Lines of one worker's log are written in the order they happen (each
+# step writes its line at once, several steps to one file): neighbours may
+# be this much out of order, no more, without it counting against a reading.
+DISORDER_MS = 2000
+EDGE_MS = 1500      # a reading this close to a clock change is not judged
+
+
 def real_clock(sp):
-    """real(host, ts): the true time of a line a worker host logged at ts.
-    A clock fault skews the worker's wall clock (libfaketime, an offset
-    file read at most a second late), so a line logged under it is moved
-    back by the skew; a line too close to a change to tell is None (not
+    """real(host, ts, candidates=True): every true time a line a worker host
+    logged at ts may have been logged at; resolve(host, tss): the true time
+    of each line of one worker's log, in file order.
+
+    A clock fault skews the worker's wall clock (libfaketime, an offset file
+    read at most a second late), so a line logged under it reads its true
+    time plus the skew.  With skews of up to a minute over windows of a few
+    seconds, one logged time often has two readings: logged under the skew,
+    or logged without it before or after the window.  The file's order
+    decides: the readings that keep the lines in order are taken (a step
+    back costs its size beyond DISORDER_MS; the cheapest readings of the
+    whole file, forward and backward); a line whose best readings tie, or
+    whose reading is within EDGE_MS of a clock change, is None (not
     judged)."""
     clocks = {}
     for a, b, e in sp:
@@ -132,17 +148,57 @@ def real_clock(sp):
             # set_clock writes whole seconds
             clocks.setdefault(e["host"], []).append((a, b, int(e["skew_s"]) * 1000))
 
-    def real(host, ts, candidates=False):
+    def readings(host, ts):
+        """[(true time, sure)] for a line logged at ts."""
         fs = clocks.get(host, ())
-        if candidates:      # every time ts may have been logged at
-            return [ts] + [ts - k for a, b, k in fs if a - 1000 <= ts - k <= b + 1000]
+        out = []
         for a, b, k in fs:
-            if a + 1500 <= ts - k <= b - 1500:
-                return ts - k
-        for a, b, k in fs:
-            if a - 1500 <= ts <= b + 1500 or a - 1500 <= ts - k <= b + 1500:
-                return None
-        return ts
+            if k and a - EDGE_MS <= ts - k <= b + EDGE_MS:
+                out.append((ts - k, a + EDGE_MS <= ts - k <= b - EDGE_MS))
+        if not any(a + EDGE_MS <= ts <= b - EDGE_MS for a, b, k in fs if k):
+            out.append((ts, not any(a - EDGE_MS <= ts <= b + EDGE_MS for a, b, k in fs if k)))
+        return out
+
+    def real(host, ts, candidates=False):
+        rs = readings(host, ts)
+        if candidates:
+            return [t for t, _ in rs]
+        sure = [t for t, ok in rs if ok]
+        return sure[0] if len(rs) == 1 and sure else None
+
+    def resolve(host, tss, fixed=()):
+        """fixed: the indexes of lines whose time is true (the harness's own,
+        written into the worker's log without the skew)."""
+        cands = [[(ts, True)] if i in fixed else readings(host, ts) if ts is not None else []
+                 for i, ts in enumerate(tss)]
+        idx = [i for i, c in enumerate(cands) if c]
+        out = [None] * len(tss)
+        if not idx:
+            return out
+
+        def step(x, y):
+            return max(0, x - y - DISORDER_MS)
+
+        def sweep(order):
+            cost, prev = {}, None
+            for i in order:
+                cost[i] = [0 if prev is None else
+                           min(cost[prev][j] + step(*((p[0], c[0]) if order is idx else
+                                                     (c[0], p[0])))
+                               for j, p in enumerate(cands[prev]))
+                           for c in cands[i]]
+                prev = i
+            return cost
+        fwd, bwd = sweep(idx), sweep(idx[::-1])
+        for i in idx:
+            tot = [f + g for f, g in zip(fwd[i], bwd[i])]
+            best = min(tot)
+            pick = [c for c, t in zip(cands[i], tot) if t == best]
+            if all(abs(c[0] - pick[0][0]) <= EDGE_MS for c in pick) and pick[0][1]:
+                out[i] = pick[0][0]
+        return out
+
+    real.resolve = resolve
     return real
 
 
@@ -174,10 +230,14 @@ def worker_lines(run, real, msgs):
     for path in sorted(glob.glob(os.path.join(run, "logs", "worker-*.log"))):
         slot = os.path.basename(path)[len("worker-"):-len(".log")]    # w1.0
         host = slot.split(".")[0]
-        for i, e in enumerate(jlines(path)):
+        es = jlines(path)
+        times = real.resolve(host, [e["ts"] if isinstance(e.get("ts"), int) else None
+                                    for e in es],
+                             {i for i, e in enumerate(es) if "harness" in e})
+        for i, e in enumerate(es):
             if e.get("msg") not in msgs or "ts" not in e or not e.get("chargeId"):
                 continue
-            t = real(host, e["ts"])
+            t = times[i]
             if t is not None:
                 out.append(dict(e, real=t, host=host, slot=slot, file=path, line=i))
             elif e.get("outcome") == "LEASE_SHORT":
