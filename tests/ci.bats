@@ -1,7 +1,10 @@
 #!/usr/bin/env bats
 # CI's own machinery: make sanitize's choice of runs (tests/sancover.py and
 # the committed tests/san-cover.txt), tests/run.sh's --list and
-# IDEMKIT_TEST_ONLY, and tests/mutants/run.sh's workers.
+# IDEMKIT_TEST_ONLY, and tests/mutants/run.sh's workers; the fault
+# campaign's checker (tests/chaos/checker.py) on histories made here,
+# where the right verdict is known, which a campaign run cannot show in a
+# few seconds.
 bats_require_minimum_version 1.5.0
 load helper
 
@@ -103,4 +106,45 @@ inner() {
 	run inner MUTANTS_JOBS=two MUTANTS_DIR="$BATS_TEST_TMPDIR/m" sh "$IDEMKIT_SRC/tests/mutants/run.sh"
 	[ "$status" -eq 64 ]
 	[ ! -e "$BATS_TEST_TMPDIR/m" ]
+}
+
+# clock LINES...: resolves one worker's log lines (logged times, in file
+# order; "h" before one marks the harness's own line) under one clock
+# fault on host w1, +20 s from 100000 to 110000 (true times), and prints
+# the true time read for each line ("None": not judged).
+clock() {
+	python3 - "$@" <<'PY'
+import sys
+sys.path.insert(0, "tests/chaos")
+import checker
+sp = [(100000, 110000, {"kind": "clock", "host": "w1", "skew_s": 20.0})]
+real = checker.real_clock(sp)
+tss, fixed = [], set()
+for i, a in enumerate(sys.argv[1:]):
+    if a.startswith("h"):
+        fixed.add(i)
+        a = a[1:]
+    tss.append(int(a))
+print(" ".join(str(t) for t in real.resolve("w1", tss, fixed)))
+PY
+}
+
+@test "a line logged under a clock fault is read in the log's order: skewed while the fault is on, true after it, though its time fits both" {
+	cd "$IDEMKIT_SRC"
+	# before the fault; under it (logged 20 s ahead); after the heal,
+	# where 121000-128000 could also be read as logged under it
+	run clock 95000 97000 h101000 122000 125000 128000 112000 114000 121000 128000 135000
+	[ "$status" -eq 0 ]
+	[ "$output" = "95000 97000 101000 102000 105000 108000 112000 114000 121000 128000 135000" ]
+}
+
+@test "a line whose readings both keep the order, or one at the clock change, is not judged (None), never guessed" {
+	cd "$IDEMKIT_SRC"
+	# nothing written after the heal: 125000 may be either reading
+	run clock 95000 125000
+	[ "$status" -eq 0 ]
+	[ "$output" = "95000 None" ]
+	# a line within 1.5 s of the change
+	run clock 95000 120500 103000
+	[ "$output" = "95000 None None" ]
 }
