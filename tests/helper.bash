@@ -176,3 +176,27 @@ slow() {
 	[ -n "$lib" ] || { echo "libfaketime not installed (Debian: faketime)" >&2; return 1; }
 	LD_PRELOAD=$lib FAKETIME=-30s DONT_FAKE_MONOTONIC=1 "$@"
 }
+
+# finish_across CMD...: one idemp-done --stream finishes two charges claimed
+# here (uid rs1 and rs2) with CMD run between them (a server restart),
+# with the step's fifos closed for it, so that a server CMD starts does not
+# hold the step's input open.  Sets first and second, the step's two
+# answers; its stderr is left in $BATS_TEST_TMPDIR/err.
+finish_across() {
+	local a b pid
+	a=$(ev "$(uid rs1)" | idemp-claim 2>/dev/null)
+	b=$(ev "$(uid rs2)" | idemp-claim 2>/dev/null)
+	mkfifo "$BATS_TEST_TMPDIR/in" "$BATS_TEST_TMPDIR/out"
+	idemp-done --stream --state DONE < "$BATS_TEST_TMPDIR/in" > "$BATS_TEST_TMPDIR/out" \
+		2> "$BATS_TEST_TMPDIR/err" 3>&- &
+	pid=$!
+	exec 5> "$BATS_TEST_TMPDIR/in"
+	exec 6< "$BATS_TEST_TMPDIR/out"
+	printf '%s\n' "$a" >&5
+	IFS= read -r -t 10 -u 6 first
+	"$@" 5>&- 6<&-
+	printf '%s\n' "$b" >&5
+	IFS= read -r -t 10 -u 6 second
+	exec 5>&- 6<&-
+	wait "$pid"
+}

@@ -479,21 +479,7 @@ PY
 
 @test "a server restarted between two envelopes of one idemp-done --stream: the closed connection is found before the second is sent, both finishes recorded (the charge never goes to the bank again)" {
 	idemp-init >/dev/null 2>&1
-	a=$(ev "$(uid rs1)" | idemp-claim 2>/dev/null)
-	b=$(ev "$(uid rs2)" | idemp-claim 2>/dev/null)
-	mkfifo "$BATS_TEST_TMPDIR/in" "$BATS_TEST_TMPDIR/out"
-	idemp-done --stream --state DONE < "$BATS_TEST_TMPDIR/in" > "$BATS_TEST_TMPDIR/out" \
-		2> "$BATS_TEST_TMPDIR/err" 3>&- &
-	pid=$!
-	exec 5> "$BATS_TEST_TMPDIR/in"
-	exec 6< "$BATS_TEST_TMPDIR/out"
-	printf '%s\n' "$a" >&5
-	IFS= read -r -t 10 -u 6 first
-	pg_restart 5>&- 6<&-     # the server must not hold the step's input open
-	printf '%s\n' "$b" >&5
-	IFS= read -r -t 10 -u 6 second
-	exec 5>&- 6<&-
-	wait "$pid"
+	finish_across pg_restart
 	[ "$(jget "$first" done.outcome)" = OK ]
 	[ "$(jget "$second" done.outcome)" = OK ]
 	[ "$(jget "$(idemp-show --json "$(uid rs1)")" state)" = DONE ]
