@@ -296,9 +296,9 @@ PY
 @test "two relays racing: one publishes, each event once; the other takes over when the first dies" {
 	for i in $(seq 1 300); do ev "$(uid "r$i")"; done | idemp-claim --stream 2>/dev/null \
 		| idemp-done --stream --state DONE >/dev/null 2>&1
-	idemp-outbox --follow --lease 2s --poll 50ms > "$BATS_TEST_TMPDIR/r1" 2>/dev/null 3>&- &
+	idemp-outbox --follow --lease 4s --poll 50ms > "$BATS_TEST_TMPDIR/r1" 2>/dev/null 3>&- &
 	r1=$!
-	idemp-outbox --follow --lease 2s --poll 50ms > "$BATS_TEST_TMPDIR/r2" 2>/dev/null 3>&- &
+	idemp-outbox --follow --lease 4s --poll 50ms > "$BATS_TEST_TMPDIR/r2" 2>/dev/null 3>&- &
 	r2=$!
 	RELAYS="$r1 $r2"
 	for _ in $(seq 600); do [ "$(waiting)" = 0 ] && break; sleep 0.1; done
