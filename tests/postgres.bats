@@ -484,7 +484,7 @@ PY
 	[ "$(jget "$second" done.outcome)" = OK ]
 	[ "$(jget "$(idemp-show --json "$(uid rs1)")" state)" = DONE ]
 	[ "$(jget "$(idemp-show --json "$(uid rs2)")" state)" = DONE ]
-	! grep -q "closed the connection\|connection lost" "$BATS_TEST_TMPDIR/err"
+	run ! grep -q "closed the connection\|connection lost" "$BATS_TEST_TMPDIR/err"
 }
 
 @test "a server whose answer never comes (the connection left open): 75 within IDEMKIT_PG_TIMEOUT, the connection dropped; the claim it made holds until its lease ends, then the charge goes on" {

@@ -157,7 +157,7 @@ setup() {
 	[ "$(jget "$second" done.outcome)" = OK ]
 	[ "$(jget "$(idemp-show --json "$(uid rs1)")" state)" = DONE ]
 	[ "$(jget "$(idemp-show --json "$(uid rs2)")" state)" = DONE ]
-	! grep -q -i "reset\|closed" "$BATS_TEST_TMPDIR/err"
+	run ! grep -q -i "reset\|closed" "$BATS_TEST_TMPDIR/err"
 }
 
 @test "a finish whose answer a reset lost (the server ran it): sent again on a new connection and decided from the record, 0 and DONE; never 75 once the bank said yes" {
