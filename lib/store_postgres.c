@@ -273,6 +273,11 @@ conn_ok(struct pg *p, ik_err *err)
 		    ik_sleep_ms(200) == 0)
 			PQreset(p->conn);
 		p->waited = PQstatus(p->conn) != CONNECTION_OK;
+		/* Said once per outage, so that an operator sees the restart
+		 * or fail-over the workers rode through. */
+		if (!p->waited)
+			ik_log(IK_LOG_WARN, "store connection lost; reconnected", "store", "postgres",
+			    "table", p->u.table, NULL);
 	} else {
 		/* client_encoding after dbname: it overrides the URL's and
 		 * PGCLIENTENCODING. */

@@ -484,7 +484,8 @@ PY
 	[ "$(jget "$second" done.outcome)" = OK ]
 	[ "$(jget "$(idemp-show --json "$(uid rs1)")" state)" = DONE ]
 	[ "$(jget "$(idemp-show --json "$(uid rs2)")" state)" = DONE ]
-	run ! grep -q "closed the connection\|connection lost" "$BATS_TEST_TMPDIR/err"
+	run ! grep -q "closed the connection\|connection lost with\|connection lost inside" "$BATS_TEST_TMPDIR/err"
+	[ "$(grep -c '"store connection lost; reconnected"' "$BATS_TEST_TMPDIR/err")" -eq 1 ]
 }
 
 @test "a server whose answer never comes (the connection left open): 75 within IDEMKIT_PG_TIMEOUT, the connection dropped; the claim it made holds until its lease ends, then the charge goes on" {

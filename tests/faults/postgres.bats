@@ -46,11 +46,14 @@ teardown() { bank_stop; }
 		sleep 0.1
 	done
 	before=$(stat_of "$(bank_stats)" debits)
+	[ "$before" -lt "$n" ]   # the restart lands mid-storm
 	pg_restart
 	rc=0
 	wait "$pid" || rc=$?
 	[ "$rc" -eq 0 ]
-	grep -q 'postgres' "$BATS_TEST_TMPDIR/worker.log"   # the workers did meet the restart
+	# the workers met the restart: a statement failed, or a connection
+	# found closed between two was made again (logged once per outage)
+	grep -q 'postgres' "$BATS_TEST_TMPDIR/worker.log"
 	check_exactly_once "$BATS_TEST_TMPDIR/charges"
 	report "restart postgres: $n charges, restarted after $before debits: bank debits $(stat_of "$(bank_stats)" debits), replays $REPLAYS"
 }
