@@ -355,18 +355,40 @@ load(struct ik_redis *r, struct ik_redis_script *s, ik_err *err)
 	return IK_OK;
 }
 
+static redisReply *eval_argv(struct ik_redis *r, struct ik_redis_script *s, int nkeys,
+    int argc, const char **argv, const size_t *lens, int wait, const char **av, size_t *lv,
+    ik_err *err);
+
 redisReply *
 ik_redis_eval(struct ik_redis *r, struct ik_redis_script *s, int nkeys, int argc,
     const char **argv, const size_t *lens, int wait, ik_err *err)
 {
-	const char *av[64];
-	size_t lv[64];
+	/* As many arguments as the caller has: the relay's checkpoint passes
+	 * one per event of its batch (up to IK_OUTBOX_BATCH_MAX); a bound here
+	 * failed every checkpoint of a batch over it, after its publish. */
+	const char **av = malloc((size_t)(argc + 3) * sizeof *av);
+	size_t *lv = malloc((size_t)(argc + 3) * sizeof *lv);
+	redisReply *rep;
+
+	if (!av || !lv) {
+		free(av);
+		free(lv);
+		return ik_errf(err, IK_SOFTWARE, "out of memory"), NULL;
+	}
+	rep = eval_argv(r, s, nkeys, argc, argv, lens, wait, av, lv, err);
+	free(av);
+	free(lv);
+	return rep;
+}
+
+static redisReply *
+eval_argv(struct ik_redis *r, struct ik_redis_script *s, int nkeys, int argc,
+    const char **argv, const size_t *lens, int wait, const char **av, size_t *lv,
+    ik_err *err)
+{
 	char nk[16], what[64], waitn[16];
 	redisReply *rep = NULL, *w = NULL;
 
-	if (argc + 3 > 64)
-		return ik_errf(err, IK_SOFTWARE, "redis script %s: too many arguments", s->name),
-		    NULL;
 	snprintf(what, sizeof what, "EVALSHA %s", s->name);
 	snprintf(nk, sizeof nk, "%d", nkeys);
 	snprintf(waitn, sizeof waitn, "%d", wait);
