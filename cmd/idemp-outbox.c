@@ -73,10 +73,18 @@ at(enum ik_relay_point p, const struct ik_outbox_ev *ev, size_t n, void *arg)
 	struct ctx *c = arg;
 
 	/* The crash tests' kill -9 at one boundary, in the relay itself so it
-	 * lands exactly there (tests/outbox.bats). */
-	if (c->crash && strcmp(c->crash, point_names[p]) == 0) {
-		fflush(stdout);
-		raise(SIGKILL);
+	 * lands exactly there (tests/outbox.bats); "POINT:TERM" a stop
+	 * signal there instead, which lets the round end as a stop does. */
+	if (c->crash) {
+		size_t len = strlen(point_names[p]);
+
+		if (strcmp(c->crash, point_names[p]) == 0) {
+			fflush(stdout);
+			raise(SIGKILL);
+		}
+		if (strncmp(c->crash, point_names[p], len) == 0 &&
+		    strcmp(c->crash + len, ":TERM") == 0)
+			raise(SIGTERM);
 	}
 	if (p != IK_RELAY_AFTER_CHECKPOINT)
 		return;

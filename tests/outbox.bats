@@ -321,6 +321,30 @@ PY
 	[ "$(ids "$BATS_TEST_TMPDIR/ev" | uniq | wc -l)" -eq 301 ]
 }
 
+@test "a stop signal mid-batch (TERM before the publish, or after it before the checkpoint): the batch of 99 ends checkpointed, the lease ended, each event once" {
+	local at n1 left
+	for at in before-publish after-publish; do
+		for i in $(seq 1 99); do ev "$(uid "$at$i")"; done | idemp-claim --stream 2>/dev/null \
+			| idemp-done --stream --state DONE >/dev/null 2>&1
+		[ "$(waiting)" = 99 ]
+		# the relay sends itself SIGTERM there, as a group stop would
+		run -143 --separate-stderr env IDEMKIT_TEST_RELAY_CRASH="$at:TERM" idemp-outbox --lease 1h --batch 99
+		n1=${#lines[@]}
+		[ "$n1" -ge 1 ]                # a round that read anything ends it
+		left=$(waiting)
+		[ "$left" -eq $((99 - n1)) ]   # what it printed is checkpointed
+		# its lease of an hour ended at the stop: the next relay needs no wait
+		finish "$(uid "$at-after")" DONE
+		run -0 --separate-stderr idemp-outbox --lease 1h
+		[ "${#lines[@]}" -eq $((left + 1)) ]
+		[ "$(waiting)" = 0 ]
+		events > "$BATS_TEST_TMPDIR/ev"
+		# nothing twice: the stop let the checkpoint follow the publish
+		[ "$(wc -l < "$BATS_TEST_TMPDIR/ev")" -eq 100 ]
+		[ "$(ids "$BATS_TEST_TMPDIR/ev" | uniq | wc -l)" -eq 100 ]
+	done
+}
+
 @test "--once while another relay holds the lease is 11; a relay that stopped ended its own" {
 	finish "$(uid l1)" DONE
 	run -0 idemp-outbox --lease 1h
