@@ -145,8 +145,9 @@ stats(struct ik_store *s, ik_err *err)
 		return ik_errf(err, IK_CONFIG, "%s: this store keeps no outbox (yet)", s->ops->name);
 	if ((rc = s->ops->outbox_stats(s, ik_now_ms(), &st, err)))
 		return rc;
-	printf("{\"waiting\":%lld,\"oldestWaitingMs\":%lld,\"published\":%lld}\n",
-	    (long long)st.waiting, (long long)st.oldest_ms, (long long)st.published);
+	printf("{\"waiting\":%lld,\"oldestWaitingMs\":%lld,\"published\":%lld%s}\n",
+	    (long long)st.waiting, (long long)st.oldest_ms, (long long)st.published,
+	    st.waiting_capped ? ",\"waitingCapped\":true" : "");
 	return IK_OK;
 }
 

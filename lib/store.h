@@ -208,6 +208,8 @@ struct ik_outbox_stats {
 	int64_t waiting;      /* written and not yet checkpointed */
 	int64_t oldest_ms;    /* now - the oldest waiting one's time; 0 when none */
 	int64_t published;    /* checkpointed and not yet purged */
+	int waiting_capped;   /* waiting counted no further than a bound (PostgreSQL:
+	                       * IDEMKIT_OUTBOX_COUNT_MAX changes): at least that many */
 };
 
 struct ik_store;

@@ -438,6 +438,48 @@ struct dec {
 	size_t len;
 };
 
+/* Runs sql (n params, the slot's name among them) on the slot: IK_OK with
+ * *out.  A slot serves one backend at a time: a gauge's peek and the
+ * relay's, or its advance, meet (55006); each is short, so wait a little,
+ * then TEMPFAIL.  A slot that is missing or lost its WAL is CONFIG. */
+static int
+slot_query(struct pg *p, const char *sql, int n, const char *const *params, int binary,
+    const char *doing, const char *slot, PGresult **out, ik_err *err)
+{
+	PGresult *r;
+	const char *st;
+	int rc;
+
+	for (int tries = 0;; tries++) {
+		if (!(r = ik_pg_exec(p, sql, n, params, binary, doing, err)))
+			return err->code;
+		st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+		if (PQresultStatus(r) == PGRES_TUPLES_OK || !st || strcmp(st, "55006") != 0 ||
+		    tries >= SLOT_BUSY_TRIES)
+			break;
+		PQclear(r);
+		ik_sleep_ms(SLOT_BUSY_WAIT_MS);
+	}
+	if (PQresultStatus(r) == PGRES_TUPLES_OK) {
+		*out = r;
+		return IK_OK;
+	}
+	rc = ik_pg_err(p, r, doing, err);
+	st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+	if (st && strcmp(st, "55006") == 0)
+		err->code = rc = IK_TEMPFAIL;
+	PQclear(r);
+	if (rc == IK_SOFTWARE && strstr(err->msg, "does not exist"))
+		return ik_errf(err, IK_CONFIG, "postgres %s: the outbox's replication slot %s "
+		    "does not exist: run idemp-init with IDEMKIT_OUTBOX set (after a "
+		    "failover: slots are not copied to a standby before PostgreSQL 17, and "
+		    "events finished on the old primary after the relay's last checkpoint "
+		    "were not published; idemkit(7) OUTBOX)", p->u.table, slot);
+	if (rc == IK_SOFTWARE && strstr(err->msg, "no longer get changes"))
+		err->code = rc = IK_CONFIG;   /* the slot lost its WAL */
+	return rc;
+}
+
 /* Walks a peek's rows: calls f on each of our transactional messages past
  * the checkpoint, in order, until it returns nonzero.  *rows: how many
  * rows the peek gave. */
@@ -456,36 +498,10 @@ peek(struct pg *p, int upto, uint64_t ck_commit, uint64_t ck_msg,
 	slot_name(p, slot);
 	snprintf(lim, sizeof lim, "%d", upto);
 	plen = (size_t)snprintf(prefix, sizeof prefix, "idemkit.outbox.%s", p->u.table) + 1;
-	/* A slot serves one backend at a time: a gauge's peek and the relay's,
-	 * or its advance, meet (55006); each is short, so wait a little. */
-	for (int tries = 0;; tries++) {
-		if (!(r = ik_pg_exec(p, "SELECT data FROM pg_logical_slot_peek_binary_changes($1,"
-		    " NULL, $2::int, 'proto_version', '1', 'publication_names', '" PUBLICATION "',"
-		    " 'messages', 'true')", 2, params, 1, "outbox read", err)))
-			return err->code;
-		const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-		if (PQresultStatus(r) == PGRES_TUPLES_OK || !st || strcmp(st, "55006") != 0 ||
-		    tries >= SLOT_BUSY_TRIES)
-			break;
-		PQclear(r);
-		ik_sleep_ms(SLOT_BUSY_WAIT_MS);
-	}
-	rc = PQresultStatus(r) == PGRES_TUPLES_OK ? IK_OK : ik_pg_err(p, r, "outbox read", err);
-	if (rc) {
-		const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-		if (st && strcmp(st, "55006") == 0)
-			err->code = rc = IK_TEMPFAIL;
-		PQclear(r);
-		if (rc == IK_SOFTWARE && strstr(err->msg, "does not exist"))
-			return ik_errf(err, IK_CONFIG, "postgres %s: the outbox's replication slot %s "
-			    "does not exist: run idemp-init with IDEMKIT_OUTBOX set (after a "
-			    "failover: slots are not copied to a standby before PostgreSQL 17, and "
-			    "events finished on the old primary after the relay's last checkpoint "
-			    "were not published; idemkit(7) OUTBOX)", p->u.table, slot);
-		if (rc == IK_SOFTWARE && strstr(err->msg, "no longer get changes"))
-			err->code = rc = IK_CONFIG;   /* the slot lost its WAL */
+	if ((rc = slot_query(p, "SELECT data FROM pg_logical_slot_peek_binary_changes($1,"
+	    " NULL, $2::int, 'proto_version', '1', 'publication_names', '" PUBLICATION "',"
+	    " 'messages', 'true')", 2, params, 1, "outbox read", slot, &r, err)))
 		return rc;
-	}
 	*rows = PQntuples(r);
 	for (int i = 0; i < *rows; i++) {
 		const unsigned char *d = (const unsigned char *)PQgetvalue(r, i, 0);
@@ -860,16 +876,6 @@ struct cnt {
 	int64_t n, oldest;
 };
 
-static int
-count(const struct dec *d, void *arg)
-{
-	struct cnt *c = arg;
-
-	if (!c->n++)
-		c->oldest = d->at;
-	return 0;
-}
-
 /* An open resync window's events, counted first (the oldest). */
 static int
 resync_stats(struct pg *p, struct cnt *c, ik_err *err)
@@ -894,22 +900,101 @@ resync_stats(struct pg *p, struct cnt *c, ik_err *err)
 	return IK_OK;
 }
 
-/* The lag gauge: every waiting event decoded and counted (the whole
- * backlog: its cost grows with the lag it measures). */
+/* The most WAL changes the lag gauge decodes (IDEMKIT_OUTBOX_COUNT_MAX;
+ * 0: no bound): past them the events waiting are counted no further.
+ * Anything else set there is CONFIG. */
+#define COUNT_MAX_DEFAULT 30000
+
+static int
+count_max(int *max, ik_err *err)
+{
+	const char *v = getenv("IDEMKIT_OUTBOX_COUNT_MAX");
+	char *end;
+	long n;
+
+	*max = COUNT_MAX_DEFAULT;
+	if (!v || !*v)
+		return IK_OK;
+	n = strtol(v, &end, 10);
+	if (*end || end == v || n < 0 || n > INT32_MAX)
+		return ik_errf(err, IK_CONFIG, "IDEMKIT_OUTBOX_COUNT_MAX=%.32s: not a number of "
+		    "WAL changes (0 to %d; 0: no bound)", v, INT32_MAX);
+	*max = (int)n;
+	return IK_OK;
+}
+
+/* A big-endian 8-byte field of a pgoutput message as a bigint. */
+#define BE64(E) "('x' || encode(" E ", 'hex'))::bit(64)::bigint"
+
+/* The events waiting in the slot past the checkpoint, counted by the server
+ * (peek() above would bring every one of them here: a backlog's whole
+ * size, at every metrics write of a --follow relay) and within the first
+ * count_max changes: the gauge's cost is bounded, not the backlog.
+ * The same filter as peek(): our prefix, transactional, past the
+ * checkpoint's position (the commit's LSN, then the message's), the
+ * commit's time from its transaction's Begin. */
+static int
+slot_count(struct pg *p, uint64_t ck_commit, uint64_t ck_msg, struct cnt *c, int *capped,
+    ik_err *err)
+{
+	char slot[IK_PG_TABLE_MAX + 16], lim[16], prefix[2 * (IK_PG_TABLE_MAX + 24) + 4];
+	char plen_s[16], ckc[24], ckm[24];
+	char name[IK_PG_TABLE_MAX + 24];
+	const char *params[] = { slot, NULL, ckc, ckm, plen_s, prefix };
+	int max, plen, rc;
+	PGresult *r;
+
+	*capped = 0;
+	if (count_max(&max, err))
+		return err->code;
+	slot_name(p, slot);
+	snprintf(lim, sizeof lim, "%d", max);
+	params[1] = max > 0 ? lim : NULL;
+	snprintf(ckc, sizeof ckc, "%llu", (unsigned long long)ck_commit);
+	snprintf(ckm, sizeof ckm, "%llu", (unsigned long long)ck_msg);
+	plen = snprintf(name, sizeof name, "idemkit.outbox.%s", p->u.table) + 1;
+	snprintf(plen_s, sizeof plen_s, "%d", plen);
+	memcpy(prefix, "\\x", 2);
+	for (int i = 0; i < plen; i++)
+		snprintf(prefix + 2 + 2 * i, 3, "%02x", (unsigned char)name[i]);
+	if ((rc = slot_query(p, "WITH ch AS MATERIALIZED (SELECT xid, data FROM"
+	    " pg_logical_slot_peek_binary_changes($1, NULL, $2::int, 'proto_version', '1',"
+	    " 'publication_names', '" PUBLICATION "', 'messages', 'true')),"
+	    " b AS (SELECT xid, " BE64("substr(data, 2, 8)") " AS cl, "
+	    BE64("substr(data, 10, 8)") " AS ts FROM ch"
+	    " WHERE substr(data, 1, 1) = '\\x42'::bytea AND length(data) >= 21),"
+	    " m AS (SELECT xid, " BE64("substr(data, 3, 8)") " AS ml FROM ch"
+	    " WHERE substr(data, 1, 2) = '\\x4d01'::bytea AND length(data) >= 14 + $5::int"
+	    " AND substr(data, 11, $5::int) = $6::bytea)"
+	    " SELECT count(*), min(b.ts), (SELECT count(*) FROM ch) FROM m JOIN b USING (xid)"
+	    " WHERE (b.cl, m.ml) > ($3::numeric, $4::numeric)", 6, params, 0, "outbox count",
+	    slot, &r, err)))
+		return rc;
+	if (!c->n && ik_pg_col_i64(r, 0, 0))
+		c->oldest = ik_pg_col_i64(r, 0, 1) / 1000 + PG_EPOCH_MS;
+	c->n += ik_pg_col_i64(r, 0, 0);
+	*capped = max > 0 && ik_pg_col_i64(r, 0, 2) >= max;
+	PQclear(r);
+	return IK_OK;
+}
+
+/* The lag gauge: the events waiting, counted by the server within
+ * count_max changes (slot_count), and the oldest one's age. */
 int
 ik_pgo_stats(struct ik_store *st, int64_t now_ms, struct ik_outbox_stats *out, ik_err *err)
 {
 	struct pg *p = st->impl;
 	struct cnt c = { 0, 0 };
 	uint64_t ck_commit, ck_msg;
-	int rc, rows;
+	int rc, capped = 0;
 
 	memset(out, 0, sizeof *out);
 	if ((rc = ready(p, err)) || (rc = resync_stats(p, &c, err)) ||
 	    (rc = checkpoint(p, &ck_commit, &ck_msg, err)) ||
-	    (rc = peek(p, 0, ck_commit, ck_msg, count, &c, &rows, err)))
+	    (rc = slot_count(p, ck_commit, ck_msg, &c, &capped, err)))
 		return rc;
 	out->waiting = c.n;
+	out->waiting_capped = capped;
 	out->oldest_ms = c.n && now_ms > c.oldest ? now_ms - c.oldest : 0;
 	return IK_OK;
 }

@@ -210,6 +210,28 @@ assert s["received"] <= 40 and s["debited"] == 0, s' "$stderr"
 	[ "$(jget "$st" oldestWaitingMs)" = 0 ]
 }
 
+@test "the lag gauge is counted by the server, past the checkpoint, within IDEMKIT_OUTBOX_COUNT_MAX changes (waitingCapped when it stopped there)" {
+	local st age
+	for i in 1 2 3 4; do finish "$(uid "c$i")" DONE; done
+	st=$(idemp-outbox --stats)
+	[ "$(jget "$st" waiting)" = 4 ]
+	[[ $st != *waitingCapped* ]]
+	age=$(jget "$st" oldestWaitingMs)
+	# each finish its own transaction (Begin, the message, Commit): a
+	# bound of 3 changes counts the first one, and says it stopped
+	st=$(IDEMKIT_OUTBOX_COUNT_MAX=3 idemp-outbox --stats)
+	[ "$(jget "$st" waiting)" = 1 ]
+	[[ $st == *'"waitingCapped":true'* ]]
+	[ "$(jget "$st" oldestWaitingMs)" -ge "$age" ]   # the oldest's age all the same
+	[ "$(jget "$(IDEMKIT_OUTBOX_COUNT_MAX=0 idemp-outbox --stats)" waiting)" = 4 ]
+	# one published and checkpointed; the slot, advanced only before the
+	# relay's next read, still holds it: counted from the checkpoint on
+	run -137 env IDEMKIT_TEST_RELAY_CRASH=after-checkpoint idemp-outbox --batch 1
+	[ "$(jget "$(idemp-outbox --stats)" waiting)" = 3 ]
+	run -78 --separate-stderr env IDEMKIT_OUTBOX_COUNT_MAX=10k idemp-outbox --stats
+	[[ $stderr == *"IDEMKIT_OUTBOX_COUNT_MAX=10k: not a number of WAL changes"* ]]
+}
+
 @test "a server restart under a following relay: it carries on, every event published once" {
 	idemp-outbox --follow --poll 50ms > "$BATS_TEST_TMPDIR/relay" 2>/dev/null 3>&- &
 	RELAYS=$!
