@@ -550,8 +550,14 @@ main(int argc, char **argv)
 	/* What charge-worker asks before it receives anything.  The store is
 	 * opened here, by the step that creates it, since the read-only
 	 * commands (idemp-show) no longer create one. */
-	if (check == 2 && !ik_store_lazy_get(&c.db, &err))
-		return ik_fail(&err);
+	if (check == 2) {
+		struct ik_store *s = ik_store_lazy_get(&c.db, &err);
+
+		if (!s || (s->ops->claim_check && s->ops->claim_check(s, &err) != IK_OK)) {
+			ik_store_lazy_close(&c.db);
+			return ik_fail(&err);
+		}
+	}
 	if (check) {
 		ik_store_lazy_close(&c.db);
 		return IK_OK;

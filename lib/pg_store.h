@@ -82,6 +82,7 @@ int ik_pgo_on(void);
 int ik_pgo_wrap(struct pg *p, int which, char **sql, ik_err *err);
 int ik_pgo_check(struct pg *p, ik_err *err);
 int ik_pgo_claim_gate(struct pg *p, ik_err *err);
+int ik_pgo_claim_check(struct ik_store *st, ik_err *err);
 int ik_pgo_init(struct pg *p, ik_err *err);
 void ik_pgo_close(struct pg *p);
 int ik_pgo_lease(struct ik_store *st, const char *holder, int64_t now_ms, int64_t lease_ms,

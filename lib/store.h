@@ -248,6 +248,12 @@ struct ik_store_ops {
 	 * IK_LEASE_LOST, or an error. */
 	int (*note)(struct ik_store *s, const char *key, const char *token,
 	            const char *reason, ik_err *err);
+	/* Optional (NULL: opening the store says all): whether a claim would
+	 * be refused now for the store's own set-up (PostgreSQL: the outbox on
+	 * and its replication slot missing), asked by idemp-claim
+	 * --check-store before a worker receives anything.  IK_OK, or the
+	 * error a claim would give. */
+	int (*claim_check)(struct ik_store *s, ik_err *err);
 	/* Delete a FAILED record (conditioned on state = FAILED) so a declined
 	 * charge can be claimed again after a fix.  Only FAILED: no money moved
 	 * for it.  IK_OK, IK_EMPTY when there is no FAILED record, or an error. */

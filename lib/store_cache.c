@@ -562,6 +562,20 @@ ca_outbox_stats(struct ik_store *s, int64_t now_ms, struct ik_outbox_stats *st,
 	return in ? in->ops->outbox_stats(in, now_ms, st, err) : err->code;
 }
 
+/* The store's own check; a store only unreachable now passes, as at the
+ * open (the cache answers what it can meanwhile). */
+static int
+ca_claim_check(struct ik_store *s, ik_err *err)
+{
+	struct ik_store *in = store(s->impl, err);
+	int rc;
+
+	if (!in)
+		return err->code == IK_TEMPFAIL ? (ik_errclear(err), IK_OK) : err->code;
+	rc = in->ops->claim_check ? in->ops->claim_check(in, err) : IK_OK;
+	return rc == IK_TEMPFAIL ? (ik_errclear(err), IK_OK) : rc;
+}
+
 static int
 ca_begin(struct ik_store *s, ik_err *err)
 {
@@ -647,7 +661,7 @@ ik_store_cache_open(const char *url, int (*open)(const char *, struct ik_store *
 		.renotified = ca_renotified, .release = ca_release, .note = ca_note,
 		.forget_failed = ca_forget_failed, .get = ca_get, .list = ca_list,
 		.close = ca_close, .begin = ca_begin, .commit = ca_commit,
-		.stats = ca_stats,
+		.stats = ca_stats, .claim_check = ca_claim_check,
 	};
 	s->ops = &c->ops;
 	s->impl = c;

@@ -944,6 +944,7 @@ static const struct ik_store_ops postgres_ops = {
 	.renotified = pg_renotified,
 	.release = pg_release,
 	.note = pg_note,
+	.claim_check = ik_pgo_claim_check,
 	.forget_failed = pg_forget_failed,
 	.get = pg_get,
 	.list = pg_list,

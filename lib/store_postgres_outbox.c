@@ -350,6 +350,19 @@ ready(struct pg *p, ik_err *err)
 	return ik_pg_prepare(p, Q_GET, 1, "read record", name, err);
 }
 
+/* idemp-claim --check-store: ik_pgo_claim_gate, on a fresh look at the slot
+ * (ready() connects, and checks the slot once per connection). */
+int
+ik_pgo_claim_check(struct ik_store *st, ik_err *err)
+{
+	struct pg *p = st->impl;
+	int rc;
+
+	if (!ik_pgo_on())
+		return IK_OK;
+	return (rc = ready(p, err)) ? rc : ik_pgo_claim_gate(p, err);
+}
+
 int
 ik_pgo_lease(struct ik_store *st, const char *holder, int64_t now_ms, int64_t lease_ms,
     int64_t *until, ik_err *err)

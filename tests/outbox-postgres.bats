@@ -123,11 +123,16 @@ print(hashlib.sha256(b"".join(p.encode() + b"\0" for p in ["idemkit.outbox.v1"] 
 	run -78 --separate-stderr idemp-claim < <(ev "$(uid after)")
 	[ "$(jget "$output" claim.outcome)" = CONFIG ]
 	[[ "$stderr" == *"replication slot idemkit_$TBL does not exist"* ]]
+	# what charge-worker asks before it receives anything says so too
+	run -78 --separate-stderr idemp-claim --check-store
+	[[ "$stderr" == *"replication slot idemkit_$TBL does not exist"* ]]
+	IDEMKIT_OUTBOX= run -0 idemp-claim --check-store
 	run --separate-stderr idemp-claim --stream < <(ev "$(uid after2)")
 	[[ "$output" == *'"outcome":"CONFIG"'* ]]
 	run -78 --separate-stderr idemp-outbox
 	[[ "$stderr" == *"replication slot idemkit_$TBL does not exist"*"failover"* ]]
 	run -0 idemp-init
+	run -0 idemp-claim --check-store
 	run -0 --separate-stderr idemp-claim < <(ev "$(uid after)")
 	printf '%s\n' "$output" | idemp-done --state DONE >/dev/null 2>&1
 	# the finish made with no slot comes from the records (the window the
@@ -138,7 +143,7 @@ print(hashlib.sha256(b"".join(p.encode() + b"\0" for p in ["idemkit.outbox.v1"] 
 	[ "$(jget "${lines[1]}" chargeId)" = "$(uid after)" ]
 }
 
-@test "no slot: the worker stops at the third claim refused (78), one message at a time or --stream; the rest not received, nothing dead-lettered" {
+@test "no slot: the worker stops before receiving (its store check); a slot gone after that check stops it at the third claim refused (78), one message at a time or --stream; the rest not received, nothing dead-lettered" {
 	load bank_helper
 	bank_start
 	local db=$BATS_TEST_TMPDIR/cq.db i
@@ -146,6 +151,18 @@ print(hashlib.sha256(b"".join(p.encode() + b"\0" for p in ["idemkit.outbox.v1"] 
 	for i in $(seq 100); do event "$(uid NS$i)"; echo; done |
 		sqs-send --queue "$IDEMKIT_QUEUE?maxReceiveCount=3&dlq=ch-dlq&visibility=1" >/dev/null
 	pg_sql "SELECT pg_drop_replication_slot('idemkit_$TBL')" >/dev/null
+	# the worker's own check (idemp-claim --check-store) finds it before
+	# anything is received
+	run --separate-stderr charge-worker --drain --lease 60s
+	[ "$status" -eq 78 ]
+	[[ "$stderr" == *"replication slot idemkit_$TBL does not exist"* ]]
+	[ "$(jget "$(sqs-stat)" visible)" -eq 100 ]
+	# a slot gone after that check: its claims are refused, and the
+	# worker stops at the third
+	printf '#!/bin/sh\ncase " $* " in *" --check-store "*) exit 0 ;; esac\nexec idemp-claim "$@"\n' \
+		> "$BATS_TEST_TMPDIR/claim"
+	chmod +x "$BATS_TEST_TMPDIR/claim"
+	export IDEMP_CLAIM_CMD=$BATS_TEST_TMPDIR/claim
 	run --separate-stderr charge-worker --drain --lease 60s
 	bank_stop
 	[ "$status" -eq 78 ]
