@@ -1,7 +1,9 @@
 /* idemp-show: what the store knows of one or more chargeIds, for a person
  * (default) or a machine (--json, one object per line).  Answers the 3 a.m.
  * questions: debited or not, when, how many attempts, who holds it now,
- * and the record's history as a timeline. */
+ * and the record's history as a timeline.  A record idemp-run made (its
+ * event is {"idempRun":...}) is shown as a command run once, not as a
+ * charge: what ran, whether it did, its result. */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -70,7 +72,7 @@ when(const char *label, int64_t ms, int64_t now)
  * its time, the op, then what it set.  Owner tokens are cut to 8 hex
  * digits, enough to tell the holders of one record apart. */
 static void
-timeline(const struct ik_record *r)
+timeline(const struct ik_record *r, int run)
 {
 	cJSON *h = r->history ? cJSON_Parse(r->history) : NULL, *e;
 	char at[48], lease[48];
@@ -101,7 +103,7 @@ timeline(const struct ik_record *r)
 		if (op && strcmp(op, "finish") == 0) {
 			/* A replay: the bank had made this debit already and
 			 * its first answer was lost (a crash window). */
-			printf("%sbank ref %s%s, error %s", sep,
+			printf("%s%s %s%s, error %s", sep, run ? "result" : "bank ref",
 			    ik_env_str(e, "debitRef") ? ik_env_str(e, "debitRef") : "-",
 			    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "bankReplayed")) ?
 			    " (replayed by the bank)" : "",
@@ -157,33 +159,99 @@ holder(const char *label, const char *owner, const char *tail)
 		printf("  %-12s on another host: not checked from here\n", "holder");
 }
 
+/* What idemp-run says it did, by the record's state (idemp-run(1)). */
+static const char *
+ran(const struct ik_record *r, int64_t now)
+{
+	switch (r->state) {
+	case IK_ST_DONE: return "yes: it exited 0 and that was recorded (later runs: DUP_DONE)";
+	case IK_ST_FAILED: return "yes, and failed (last error); later runs answer DUP_FAILED "
+	    "until idemp-forget";
+	case IK_ST_IN_PROGRESS:
+		if (r->lease_until > now)
+			return "running: a run holds the claim (below)";
+		return "not to the end: the last run failed and released its claim, or died "
+		    "(history); the next run runs it";
+	default: return ik_state_name(r->state);
+	}
+}
+
+/* The idempRun object of an idemp-run record's event, in *root (the
+ * caller's to free), else NULL: a charge. */
+static const cJSON *
+run_of(const struct ik_record *r, cJSON **root)
+{
+	const cJSON *run;
+
+	*root = r->event ? cJSON_Parse(r->event) : NULL;
+	if (!(run = cJSON_GetObjectItemCaseSensitive(*root, "idempRun")) || !cJSON_IsObject(run)) {
+		cJSON_Delete(*root);
+		*root = NULL;
+		return NULL;
+	}
+	return run;
+}
+
+/* The command idemp-run ran, its words as a shell would read them back
+ * (single-quoted where they hold anything but a plain word). */
+static void
+command(const cJSON *run)
+{
+	const cJSON *w;
+	const char *sep = "", *p;
+
+	printf("  %-12s ", "command");
+	cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(run, "command")) {
+		if (!(p = cJSON_GetStringValue(w)))
+			continue;
+		if (*p && !p[strspn(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+		    "0123456789-_./=:,+@%")]) {
+			printf("%s%s", sep, p);
+		} else {
+			printf("%s'", sep);
+			for (; *p; p++)
+				fputs(*p == '\'' ? "'\\''" : (char[]){ *p, 0 }, stdout);
+			printf("'");
+		}
+		sep = " ";
+	}
+	printf("\n");
+}
+
 static void
 human(const struct ik_record *r, int64_t now)
 {
 	char tail[96];
+	cJSON *root;
+	const cJSON *run = run_of(r, &root);
 
 	printf("%s\n", r->key);
+	if (run) {
+		printf("  %-12s %s\n", "kind", "idemp-run: a command run once for this key");
+		command(run);
+	}
 	printf("  %-12s %s\n", "state", ik_state_name(r->state));
-	printf("  %-12s %s\n", "debited", debited(r));
+	printf("  %-12s %s\n", run ? "ran" : "debited", run ? ran(r, now) : debited(r));
 	if (r->state == IK_ST_IN_PROGRESS) {
 		if (r->lease_until > now) {
 			snprintf(tail, sizeof tail, ", %llds left",
 			    (long long)((r->lease_until - now - 1) / 1000 + 1));
 			holder("held by", r->owner, tail);
 		} else {
-			holder("expired, last held by", r->owner,
-			    ": the next delivery may reclaim");
+			holder("expired, last held by", r->owner, run ?
+			    ": the next run may take it over" : ": the next delivery may reclaim");
 		}
 	}
 	printf("  %-12s %lld\n", "attempts", (long long)r->attempts);
-	printf("  %-12s %s\n", "bank ref", r->debit_ref ? r->debit_ref : "-");
+	printf("  %-12s %s\n", run ? "result" : "bank ref", r->debit_ref ? r->debit_ref : "-");
 	printf("  %-12s %s\n", "last error", r->last_error ? r->last_error : "-");
 	when("created", r->created_at, now);
 	when("updated", r->updated_at, now);
 	when("expires", r->expires_at <= 0 ? 0 : r->expires_at > INT64_MAX / 1000 ? INT64_MAX :
 	    r->expires_at * 1000, now);
 	printf("  %-12s %s\n", "fingerprint", r->fingerprint ? r->fingerprint : "-");
-	timeline(r);
+	timeline(r, run != NULL);
+	cJSON_Delete(root);
 }
 
 struct ctx {

@@ -130,8 +130,13 @@ no_overlap() {
 	[ "$(jget "$output" history.0.op)" = claim ]
 	[ "$(jget "$output" history.1.op)" = finish ]
 	[ "$(jget "$output" event)" = "{\"idempRun\":{\"key\":\"$k\",\"fingerprint\":\"fees for 2026-11\",\"command\":[\"sh\",\"-c\",\"echo \\\"key=\$IDEMP_KEY attempt=\$IDEMP_ATTEMPT token=\$IDEMP_TOKEN\\\"\"]}}" ]
-	run idemp-show "$k"
-	[[ "$output" == *"finish     DONE, bank ref exit=0 durationMs="* ]]
+	# shown as a command run once, not as a charge
+	run -0 idemp-show "$k"
+	[[ "$output" == *"finish     DONE, result exit=0 durationMs="* ]]
+	[[ "$output" == *"kind         idemp-run: a command run once for this key"* ]]
+	[[ "$output" == *"command      sh -c 'echo \"key=\$IDEMP_KEY attempt=\$IDEMP_ATTEMPT token=\$IDEMP_TOKEN\"'"$'\n'* ]]
+	[[ "$output" == *"ran          yes: it exited 0"* ]]
+	[[ "$output" != *debited* && "$output" != *"bank ref"* ]]
 	run idemp-list --state DONE
 	[[ "$output" == *"\"chargeId\":\"$k\""* ]]
 	# the store counts it with the others (behind the Redis fast path too,
@@ -146,6 +151,9 @@ no_overlap() {
 	run --separate-stderr idemp-run --key "$k" -- sh -c 'exit 3'
 	[ "$status" -eq 17 ]
 	[[ "$stderr" == *'claim released for a later run'*'exit=3'* ]]
+	run -0 idemp-show "$k"
+	[[ "$output" == *"ran          not to the end: the last run failed and released its claim"* ]]
+	[[ "$output" == *"the next run may take it over"* ]]
 	run --separate-stderr idemp-run --key "$k" -- sh -c 'kill -9 $$'
 	[ "$status" -eq 17 ]
 	[[ "$stderr" == *'signal=9'* ]]
@@ -161,6 +169,10 @@ no_overlap() {
 	[ "$(jget "$output" lastError)" = "the command exited 4" ]
 	[ "$(jget "$output" history.-1.op)" = finish ]
 	[ "$(jget "$output" history.-2.op)" = claim ]
+	run -0 idemp-show "$k"
+	[[ "$output" == *"ran          yes, and failed (last error)"* ]]
+	# the command the record was made with (its first claim's)
+	[[ "$output" == *"command      sh -c 'exit 3'"$'\n'* ]]
 	run --separate-stderr idemp-run --key "$k" -- true
 	[ "$status" -eq 12 ]
 }
