@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "outcome.h"
 #include "pg_store.h"
 #include "util.h"
@@ -22,9 +23,14 @@
  * A refused claim reads the record in the next batch, after its own
  * commit, and is decided by ik_claim_decide on the server's now; a lease
  * that ended meanwhile claims again, boundedly, as pg_claim does.  A
- * connection lost with a batch out answers each of its ops TEMPFAIL (its
- * statement may or may not have committed: never replayed blindly); the
- * ops still queued go out on the reconnected one.  One batch out at a
+ * refused finish reads the record too, decided by ik_finish_decide: one
+ * whose earlier send committed finds its own token in the state it asked
+ * for.  So a connection lost with a batch out sends its finishes again,
+ * once, on the reconnected one (the money moved: a TEMPFAIL there would
+ * send the charge to the bank again once its lease ended), and answers
+ * its claims TEMPFAIL (a claim's statement may or may not have
+ * committed: never replayed blindly, its lease settles it); the ops still
+ * queued go out on the reconnected one.  One batch out at a
  * time: the server runs one connection's statements one after another
  * anyway, and the next batch gathers while this one commits.  Blocking
  * mode: a batch is at most the in-flight count (1024) of short statements
@@ -38,6 +44,8 @@ struct pop {
 	char lease[24], exp[24];
 	const struct ik_claim_req *creq;   /* NULL for a finish */
 	struct ik_claim_res *res;
+	int fstate, resent;        /* a finish: the state it sets; sent again once */
+	struct ik_record fcur;     /* a refused finish's record */
 	ik_store_cb cb;
 	void *arg;
 	int rounds, tries;         /* claim rounds (pg_claim's), tries of this statement */
@@ -78,6 +86,7 @@ pop_done(struct pg *p, struct pop *o, int rc)
 		memset(&o->err, 0, sizeof o->err);
 	else if (o->res)
 		ik_record_free(&o->res->cur);
+	ik_record_free(&o->fcur);
 	pop_queue(&p->done, &p->done_last, o);
 }
 
@@ -171,8 +180,10 @@ pop_answer(struct pg *p, struct pop *o, PGresult *r)
 			o->attempt = ik_pg_col_i64(r, 0, 0);
 			o->lease_until = ik_pg_col_i64(r, 0, 1);
 		} else if (o->which == Q_GET && o->rows == 1) {
-			ik_record_free(&o->res->cur);
-			ik_pg_read_record(r, 0, &o->res->cur);
+			struct ik_record *cur = o->res ? &o->res->cur : &o->fcur;
+
+			ik_record_free(cur);
+			ik_pg_read_record(r, 0, cur);
 			o->now = ik_pg_col_i64(r, 0, 13);
 		}
 		return;
@@ -218,7 +229,12 @@ batch_end(struct pg *p)
 		}
 		switch (o->which) {
 		case Q_FINISH:
-			pop_done(p, o, strcmp(o->tuples, "1") == 0 ? IK_OK : IK_LEASE_LOST);
+			if (strcmp(o->tuples, "1") == 0) {
+				pop_done(p, o, IK_OK);
+			} else {
+				pop_stage(o, Q_GET);   /* refused: the record decides */
+				pop_queue(&p->queued, &p->queued_last, o);
+			}
 			break;
 		case Q_CLAIM:
 			if (o->rows == 1) {
@@ -232,6 +248,13 @@ batch_end(struct pg *p)
 			}
 			break;
 		case Q_GET:
+			if (!o->creq) {
+				/* a finish: params[1] is its token */
+				struct ik_finish_req fr = { .token = o->params[1], .state = o->fstate };
+
+				pop_done(p, o, ik_finish_decide(&fr, o->rows == 1 ? &o->fcur : NULL));
+				break;
+			}
 			rc = IK_EMPTY;     /* forgotten meanwhile: claim afresh */
 			if (o->rows == 1) {
 				now_req = *o->creq;
@@ -257,13 +280,15 @@ batch_end(struct pg *p)
 
 /* The connection went with a batch out, or (late) the batch's answers did
  * not come by its deadline and the connection is dropped: its statements
- * may or may not have committed, so each answers TEMPFAIL (the claim's
- * lease, or the finish's retry, settles it), never sent again blindly. */
+ * may or may not have committed.  A finish goes again, once, on the next
+ * connection (the record decides one that had committed, above); a claim
+ * answers TEMPFAIL (its lease settles it), never sent again blindly. */
 static void
 batch_lost(struct pg *p, int late)
 {
 	struct pop *o;
 	ik_err err;
+	int again = 0;
 
 	if (late)
 		ik_pg_late(p, "statements in flight", &err);
@@ -271,9 +296,21 @@ batch_lost(struct pg *p, int late)
 		ik_pg_err(p, NULL, "connection lost with statements in flight", &err);
 	while ((o = p->batch)) {
 		p->batch = o->next;
+		if (!o->creq && !o->resent) {
+			o->resent = 1;
+			pop_stage(o, Q_FINISH);
+			pop_queue(&p->queued, &p->queued_last, o);
+			again++;
+			continue;
+		}
 		o->err = err;
 		pop_done(p, o, IK_TEMPFAIL);
 	}
+	if (again)
+		ik_log(IK_LOG_WARN, "finishes in flight when the connection went: sending them "
+		    "again on a new one (one the server had made is found in its record)",
+		    "store", "postgres", "table", p->u.table, IK_LOG_NUM("finishes", again),
+		    "error", err.msg, NULL);
 	p->ans = NULL;
 	if (p->conn && PQpipelineStatus(p->conn) != PQ_PIPELINE_OFF)
 		PQexitPipelineMode(p->conn);
@@ -437,6 +474,7 @@ ik_pg_finish_start(struct ik_store *st, const struct ik_finish_req *req, ik_stor
 	o->params[3] = req->debit_ref;
 	o->params[4] = req->last_error;
 	o->params[5] = req->bank_replayed ? "true" : "false";
+	o->fstate = req->state;
 	pop_stage(o, Q_FINISH);
 	pop_queue(&p->queued, &p->queued_last, o);
 	p->active++;
@@ -452,6 +490,7 @@ ik_pg_pops_free(struct pop *o)
 		struct pop *next = o->next;
 		if (o->res)
 			ik_record_free(&o->res->cur);
+		ik_record_free(&o->fcur);
 		free(o);
 		o = next;
 	}

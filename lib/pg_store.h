@@ -31,6 +31,7 @@ struct pg {
 	int checked;          /* has_history is known on this connection */
 	int warned;           /* that it has not, once */
 	int waited;           /* waited for this outage already */
+	int connect_failed;   /* the last connect (or reconnect) failed */
 	int timeout_ms;       /* IDEMKIT_PG_TIMEOUT: an answer's longest wait */
 	int64_t batch_until;  /* the batch out is lost when unanswered by then */
 	int group, in_tx, failed;

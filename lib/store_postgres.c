@@ -252,6 +252,7 @@ conn_ok(struct pg *p, ik_err *err)
 			break;
 	if (p->conn && PQstatus(p->conn) == CONNECTION_OK)
 		return IK_OK;
+	p->connect_failed = 1;      /* until a connect below succeeds */
 	if (p->in_tx) {
 		/* The transaction went with the connection: never carry on in a
 		 * new one as if the group's earlier writes were there. */
@@ -298,6 +299,7 @@ conn_ok(struct pg *p, ik_err *err)
 	if (PQstatus(p->conn) == CONNECTION_OK) {
 		PQsetNoticeProcessor(p->conn, no_notice, NULL);
 		p->checked = 0;
+		p->connect_failed = 0;
 		if ((enc = PQparameterStatus(p->conn, "server_encoding")) && strcmp(enc, "UTF8") != 0) {
 			snprintf(msg, sizeof msg, "%.64s", enc);
 			PQfinish(p->conn);
@@ -619,14 +621,40 @@ changed(struct pg *p, int which, int n, const char *const *params, const char *d
 	return rc;
 }
 
+/* Alone (not in a group), a finish whose connection went before its answer
+ * came is sent again, once, on a new one, and a refused finish is decided
+ * by its record (ik_finish_decide): one whose earlier send committed, or a
+ * group's redone alone after a commit whose answer was lost, finds its own
+ * token in the state it asked for.  The money moved: a TEMPFAIL or a
+ * LEASE_LOST there would be a lie, and the first a second trip to the
+ * bank.  In a group a refusal stands (the group's redo decides it). */
 static int
 pg_finish(struct ik_store *st, const struct ik_finish_req *req, ik_err *err)
 {
+	struct pg *p = st->impl;
 	const char *params[] = { req->key, req->token, ik_state_name(req->state),
 	                         req->debit_ref, req->last_error,
 	                         req->bank_replayed ? "true" : "false" };
+	struct ik_record cur;
+	int rc = changed(p, Q_FINISH, 6, params, "finish", err);
 
-	return changed(st->impl, Q_FINISH, 6, params, "finish", err);
+	if (p->group)
+		return rc;
+	if (rc == IK_TEMPFAIL && !p->connect_failed && p->conn &&
+	    PQstatus(p->conn) != CONNECTION_OK) {
+		ik_log(IK_LOG_WARN, "the finish's connection went before its answer; sending it "
+		    "again on a new one", "store", "postgres", "table", p->u.table,
+		    "error", err->msg, NULL);
+		ik_errclear(err);
+		rc = changed(p, Q_FINISH, 6, params, "finish", err);
+	}
+	if (rc != IK_LEASE_LOST)
+		return rc;
+	memset(&cur, 0, sizeof cur);
+	if ((rc = get_now(p, req->key, &cur, NULL, err)) == IK_OK || rc == IK_EMPTY)
+		rc = ik_finish_decide(req, rc == IK_OK ? &cur : NULL);
+	ik_record_free(&cur);
+	return rc;
 }
 
 static int

@@ -26,6 +26,7 @@ setup() {
 }
 teardown() {
 	[ -z "${CLAIM_PID:-}" ] || { kill "$CLAIM_PID" 2>/dev/null; wait "$CLAIM_PID" 2>/dev/null; } || true
+	[ -z "${RELAY_PID:-}" ] || { kill "$RELAY_PID" 2>/dev/null; wait "$RELAY_PID" 2>/dev/null; } || true
 }
 
 # events PREFIX N [AMOUNT]: N events PREFIX-1 .. PREFIX-N, one a line.
@@ -207,6 +208,48 @@ PY
 	[ "$(jget "$output" state)" = FAILED ]
 	run idemp-show --json "$id-5"
 	[ "$(jget "$output" state)" = DEBITED_NOTIFICATION_FAILED ]
+}
+
+# debited ID N: N claimed charges ID-1..N, each debited and notified.
+debited() {
+	events "$1" "$2" | idemp-claim --stream 2>/dev/null | python3 -c 'import json, sys
+for l in sys.stdin:
+    e = json.loads(l)
+    assert e["claim"]["outcome"] == "ACQUIRED", e
+    e["debit"] = {"outcome": "OK", "ref": "TXN-" + e["claim"]["chargeId"]}
+    e["notify"] = {"outcome": "OK"}
+    print(json.dumps(e))'
+}
+
+@test "finishes whose connection was reset after the server made them (the answers lost): sent again on a new connection, the record decides: OK, one finish each; in flight and one-shot" {
+	id=$(uid rst)
+	debited "$id" 6 > "$BATS_TEST_TMPDIR/debited"
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/debited")" -eq 6 ]
+	silent_relay "$id-3" reset-once
+	IDEMKIT_STORE=$relayed run --separate-stderr idemp-done --stream < "$BATS_TEST_TMPDIR/debited"
+	echo "$stderr"
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 6 ]
+	[ "$(printf '%s\n' "$output" | grep -c '"done":{"outcome":"OK"')" -eq 6 ]
+	[[ $stderr == *"finishes in flight when the connection went: sending them again"* ]]
+	for i in 1 2 3 4 5 6; do
+		s=$(idemp-show --json "$id-$i")
+		[ "$(jget "$s" state)" = DONE ]
+		[ "$(printf '%s' "$s" | grep -o '"op":"finish"' | wc -l)" -eq 1 ]
+	done
+	# one-shot: the blocking finish, the same
+	debited "$id-one" 1 > "$BATS_TEST_TMPDIR/one"
+	silent_relay "$id-one-1" reset-once
+	IDEMKIT_STORE=$relayed run --separate-stderr idemp-done < "$BATS_TEST_TMPDIR/one"
+	echo "$stderr"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" done.outcome)" = OK ]
+	[[ $stderr == *"the finish's connection went before its answer; sending it again"* ]]
+	s=$(idemp-show --json "$id-one-1")
+	[ "$(jget "$s" state)" = DONE ]
+	[ "$(printf '%s' "$s" | grep -o '"op":"finish"' | wc -l)" -eq 1 ]
+	kill "$RELAY_PID"; wait "$RELAY_PID" 2>/dev/null || true
+	RELAY_PID=
 }
 
 @test "serialization failures in a batch are sent again; past the bound each answers 75 naming the state" {

@@ -91,15 +91,16 @@ pg_stop() {
 	return 0
 }
 
-# silent_relay MARK: tests/pgsilent.py in front of the file's server (the
-# one started before ends), its answers dropped once a client sent MARK;
-# sets RELAY_PID and relayed, this test's store URL through it (no TLS:
-# the relay looks for MARK in the bytes).
+# silent_relay MARK [reset-once]: tests/pgsilent.py in front of the file's
+# server (the one started before ends), its answers dropped once a client
+# sent MARK (reset-once: that connection's answer dropped, then the
+# connection reset, once); sets RELAY_PID and relayed, this test's store
+# URL through it (no TLS: the relay looks for MARK in the bytes).
 silent_relay() {
 	local d=$BATS_TEST_TMPDIR
 	[ -z "${RELAY_PID:-}" ] || { kill "$RELAY_PID"; wait "$RELAY_PID" 2>/dev/null || true; }
 	rm -f "$d/relay.port"
-	python3 "$IDEMKIT_SRC/tests/pgsilent.py" "$PG_PORT" "$d/relay.port" "$1" 3>&- &
+	python3 "$IDEMKIT_SRC/tests/pgsilent.py" "$PG_PORT" "$d/relay.port" "$1" ${2:-} 3>&- &
 	RELAY_PID=$!
 	for _ in $(seq 100); do [ -s "$d/relay.port" ] && break; sleep 0.05; done
 	relayed=${IDEMKIT_STORE/:$PG_PORT\//:$(cat "$d/relay.port")/}\&sslmode=disable
