@@ -259,8 +259,11 @@ claimed(struct job *j, struct ik_store *store, int rc, const ik_err *err)
 		cJSON_AddNumberToObject(r, "attempt", (double)res->attempt);
 		cJSON_AddNumberToObject(r, "leaseUntil", (double)res->lease_until);
 		/* Ours on a fresh token: the lease granted is the one asked for,
-		 * also when the store found our own earlier write again. */
-		ik_env_add_lease(r, j->req.lease_ms, j->sent_boot_ms);
+		 * also when the store found our own earlier write again.  It
+		 * began after the later of our reading and the store's (a claim
+		 * that waited in flight before it went out: store.h). */
+		ik_env_add_lease(r, j->req.lease_ms, res->sent_boot_ms > j->sent_boot_ms ?
+		    res->sent_boot_ms : j->sent_boot_ms);
 	} else {
 		cJSON_AddStringToObject(r, "state", ik_state_name(res->cur.state));
 		cJSON_AddNumberToObject(r, "attempts", (double)res->cur.attempts);

@@ -129,6 +129,10 @@ send_batch(struct pg *p)
 		snprintf(name, sizeof name, "ik%d", o->which + Q_N * p->has_history);
 		o->got = o->aborted = o->failed_state = 0;
 		o->tries++;
+		/* the server's lease begins after this reading (store.h): a claim
+		 * queued behind a slow batch or a reconnect keeps its whole lease */
+		if (o->which == Q_CLAIM)
+			o->res->sent_boot_ms = ik_boot_ms();
 		if (PQsendQueryPrepared(p->conn, name, o->n, o->params, NULL, NULL, 0) != 1) {
 			rc = ik_pg_err(p, NULL, "send", &err);
 			pop_queue(&p->queued, &p->queued_last, o);   /* not sent */

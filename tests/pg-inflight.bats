@@ -350,6 +350,32 @@ stream_lines() {
 	[ "$(wc -l < "$STREAM_OUT")" -eq "$1" ]
 }
 
+@test "a claim that waited for the server to come back goes with its whole lease: its sentBootMs is read when it is sent, not when it was read (the debit's proof of the lease)" {
+	id=$(uid late)
+	stream_start
+	ev "$id-a" >&5
+	stream_lines 1
+	# the server stopped, back 2 s later: the next claim is read at once
+	# and sent once the connection is made again
+	pg_halt
+	{ sleep 2; pg_resume; } 5>&- &
+	back=$!
+	b_read=$(awk '{ printf "%d", $1 * 1000 }' /proc/uptime)
+	ev "$id-b" >&5
+	wait "$back"
+	stream_lines 2
+	exec 5>&-
+	wait "$CLAIM_PID"
+	CLAIM_PID=
+	b=$(grep -e "$id-b" "$BATS_TEST_TMPDIR/out")
+	[ "$(jget "$b" claim.outcome)" = ACQUIRED ]
+	sent=$(jget "$b" claim.sentBootMs)
+	echo "read at $b_read, sentBootMs $sent"
+	# read before the server was back, sent after: over a second later
+	[ "${sent%.*}" -ge $((b_read + 1000)) ]
+	grep -q "store connection lost; reconnected" "$BATS_TEST_TMPDIR/err"
+}
+
 @test "a copy meeting its original in flight in the same stream is held until the original's finish is recorded: DUP_DONE, not left on the queue" {
 	id=$(uid hold)
 	# another process's claim: its copy here is DUP_IN_PROGRESS at once
