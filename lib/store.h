@@ -144,12 +144,12 @@ struct ik_claim_res {
 	int64_t attempt;          /* on IK_OK: the new attempts value */
 	int64_t lease_until;      /* on IK_OK: ours; on DUP_IN_PROGRESS: the holder's */
 	struct ik_record cur;     /* when not IK_OK: the record that decided it */
-	/* In flight, on a store whose lease begins when the server runs the
-	 * claim (PostgreSQL): the boot clock (util.h ik_boot_ms) read just
-	 * before the claim's statement actually went out, later than the
-	 * caller's reading when it waited behind a batch or a reconnect; 0:
-	 * not known, the caller's stands.  Never set where the lease is
-	 * counted from the caller's now_ms (SQLite, DynamoDB). */
+	/* On a store whose lease begins when the server runs the claim
+	 * (PostgreSQL, Redis): the boot clock (util.h ik_boot_ms) read just
+	 * before the claim actually went out, later than the caller's reading
+	 * when it waited behind a batch in flight or a reconnect; 0: not
+	 * known, the caller's stands.  Never set where the lease is counted
+	 * from the caller's now_ms (SQLite, DynamoDB). */
 	int64_t sent_boot_ms;
 };
 

@@ -561,6 +561,11 @@ pg_claim(struct ik_store *st, const struct ik_claim_req *req, struct ik_claim_re
 	 * holder's lease ended. */
 	for (int round = 0; round < MAX_RETRIES; round++) {
 		struct ik_claim_req now_req = *req;
+		/* connected (a reconnect may have waited) before the reading
+		 * the lease is proven from (store.h sent_boot_ms) */
+		if ((rc = ik_pg_prepare(p, Q_CLAIM, 6, "claim", name, err)))
+			goto fail;
+		res->sent_boot_ms = ik_boot_ms();
 		if ((rc = run(p, Q_CLAIM, 6, params, "claim", &r, err)))
 			goto fail;
 		if (PQntuples(r) == 1) {
