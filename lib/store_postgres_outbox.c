@@ -970,18 +970,23 @@ slot_count(struct pg *p, uint64_t ck_commit, uint64_t ck_msg, struct cnt *c, int
 	memcpy(prefix, "\\x", 2);
 	for (int i = 0; i < plen; i++)
 		snprintf(prefix + 2 + 2 * i, 3, "%02x", (unsigned char)name[i]);
-	if ((rc = slot_query(p, "WITH ch AS MATERIALIZED (SELECT xid, data FROM"
+	/* Decoding hands transactions out whole and in commit order (Begin,
+	 * its messages, Commit), so a message's commit LSN is the largest
+	 * Begin's so far in the peek's own order: one pass, no join. */
+	if ((rc = slot_query(p, "WITH ch AS MATERIALIZED (SELECT n, data FROM"
 	    " pg_logical_slot_peek_binary_changes($1, NULL, $2::int, 'proto_version', '1',"
-	    " 'publication_names', '" PUBLICATION "', 'messages', 'true')),"
-	    " b AS (SELECT xid, " BE64("substr(data, 2, 8)") " AS cl, "
-	    BE64("substr(data, 10, 8)") " AS ts FROM ch"
-	    " WHERE substr(data, 1, 1) = '\\x42'::bytea AND length(data) >= 21),"
-	    " m AS (SELECT xid, " BE64("substr(data, 3, 8)") " AS ml FROM ch"
+	    " 'publication_names', '" PUBLICATION "', 'messages', 'true')"
+	    " WITH ORDINALITY AS t(lsn, xid, data, n)),"
+	    " w AS (SELECT data, max(CASE WHEN substr(data, 1, 1) = '\\x42'::bytea AND"
+	    " length(data) >= 21 THEN n END) OVER (ORDER BY n) AS bn,"
+	    " max(CASE WHEN substr(data, 1, 1) = '\\x42'::bytea AND length(data) >= 21 THEN "
+	    BE64("substr(data, 2, 8)") " END) OVER (ORDER BY n) AS cl FROM ch),"
+	    " q AS (SELECT count(*) AS c, min(bn) AS bn FROM w"
 	    " WHERE substr(data, 1, 2) = '\\x4d01'::bytea AND length(data) >= 14 + $5::int"
-	    " AND substr(data, 11, $5::int) = $6::bytea)"
-	    " SELECT count(*), min(b.ts), (SELECT count(*) FROM ch) FROM m JOIN b USING (xid)"
-	    " WHERE (b.cl, m.ml) > ($3::numeric, $4::numeric)", 6, params, 0, "outbox count",
-	    slot, &r, err)))
+	    " AND substr(data, 11, $5::int) = $6::bytea AND bn IS NOT NULL"
+	    " AND (cl, " BE64("substr(data, 3, 8)") ") > ($3::numeric, $4::numeric))"
+	    " SELECT q.c, (SELECT " BE64("substr(data, 10, 8)") " FROM ch WHERE n = q.bn),"
+	    " (SELECT count(*) FROM ch) FROM q", 6, params, 0, "outbox count", slot, &r, err)))
 		return rc;
 	if (!c->n && ik_pg_col_i64(r, 0, 0))
 		c->oldest = ik_pg_col_i64(r, 0, 1) / 1000 + PG_EPOCH_MS;
