@@ -365,19 +365,26 @@ ik_redis_eval(struct ik_redis *r, struct ik_redis_script *s, int nkeys, int argc
 {
 	/* As many arguments as the caller has: the relay's checkpoint passes
 	 * one per event of its batch (up to IK_OUTBOX_BATCH_MAX); a bound here
-	 * failed every checkpoint of a batch over it, after its publish. */
-	const char **av = malloc((size_t)(argc + 3) * sizeof *av);
-	size_t *lv = malloc((size_t)(argc + 3) * sizeof *lv);
+	 * failed every checkpoint of a batch over it, after its publish.  On
+	 * the stack for the claims' and finishes' few. */
+	const char *sav[32], **av = sav;
+	size_t slv[32], *lv = slv;
 	redisReply *rep;
 
-	if (!av || !lv) {
-		free(av);
-		free(lv);
-		return ik_errf(err, IK_SOFTWARE, "out of memory"), NULL;
+	if (argc + 3 > 32) {
+		av = malloc((size_t)(argc + 3) * sizeof *av);
+		lv = malloc((size_t)(argc + 3) * sizeof *lv);
+		if (!av || !lv) {
+			free(av);
+			free(lv);
+			return ik_errf(err, IK_SOFTWARE, "out of memory"), NULL;
+		}
 	}
 	rep = eval_argv(r, s, nkeys, argc, argv, lens, wait, av, lv, err);
-	free(av);
-	free(lv);
+	if (av != sav) {
+		free(av);
+		free(lv);
+	}
 	return rep;
 }
 
