@@ -249,6 +249,17 @@ main(int argc, char **argv)
 		ik_store_close(s);
 		return rc ? ik_fail(&err) : ik_finish(IK_OK);
 	}
+	if (c.metrics && s->ops->outbox_stats) {
+		/* The gauge's own settings are checked before the relay starts:
+		 * a --follow relay would otherwise only warn at every write. */
+		struct ik_outbox_stats st;
+
+		if (s->ops->outbox_stats(s, ik_now_ms(), &st, &err) == IK_CONFIG) {
+			ik_store_close(s);
+			return ik_fail(&err);
+		}
+		ik_errclear(&err);
+	}
 	if ((rc = ik_queue_open(queue_url, &q, &err)) != IK_OK) {
 		write_metrics(&c);
 		ik_store_close(s);

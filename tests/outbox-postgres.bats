@@ -247,6 +247,10 @@ assert s["received"] <= 40 and s["debited"] == 0, s' "$stderr"
 	[ "$(jget "$(idemp-outbox --stats)" waiting)" = 3 ]
 	run -78 --separate-stderr env IDEMKIT_OUTBOX_COUNT_MAX=10k idemp-outbox --stats
 	[[ $stderr == *"IDEMKIT_OUTBOX_COUNT_MAX=10k: not a number of WAL changes"* ]]
+	# a relay that writes the gauge says so before it starts, not at each write
+	run -78 --separate-stderr env IDEMKIT_OUTBOX_COUNT_MAX=10k idemp-outbox --follow \
+		--metrics "$BATS_TEST_TMPDIR/outbox.prom"
+	[[ $stderr == *"IDEMKIT_OUTBOX_COUNT_MAX=10k: not a number of WAL changes"* ]]
 }
 
 @test "a server restart under a following relay: it carries on, every event published once" {
