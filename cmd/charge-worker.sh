@@ -614,8 +614,27 @@ trap 'stop=1; kill -TERM $pids 2>/dev/null' HUP
 # (on_signal): forward it now, or a loop started before it would run on
 # and this wait with it (a stop just after the start hung until SIGKILL).
 [ "$stop" -eq 0 ] || kill -TERM $pids 2>/dev/null
+# And once more a second later, to the loops not yet waited for: a loop
+# that caught the stop between its fork and setting its own traps has lost
+# it (the shell drops a signal its subshell caught with the parent's trap
+# just reset), and would run on with this wait (1 stop in 40 just after
+# the start, under load).  A loop that had it takes it again, harmlessly;
+# an exited loop's pid stays ours until it is waited for.
+resent=0
+stop_again() {  # PIDS
+	{ [ "$stop" -eq 0 ] || [ "$resent" -eq 1 ]; } && return 0
+	resent=1
+	sleep 1
+	kill -TERM $1 2>/dev/null
+}
+rest=$pids
 for p in $pids; do
-	while ! wait "$p"; do kill -0 "$p" 2>/dev/null || break; done
+	stop_again "$rest"
+	while ! wait "$p"; do
+		kill -0 "$p" 2>/dev/null || break
+		stop_again "$rest"
+	done
+	rest=${rest#*" $p"}
 done
 for p in $reader $ticker; do
 	kill -TERM "$p" 2>/dev/null
