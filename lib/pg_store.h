@@ -35,6 +35,7 @@ struct pg {
 	int timeout_ms;       /* IDEMKIT_PG_TIMEOUT: an answer's longest wait */
 	int64_t batch_until;  /* the batch out is lost when unanswered by then */
 	int group, in_tx, failed;
+	int64_t sent_boot_ms; /* the boot clock just before run() last sent a statement */
 	int obx_slot;         /* the outbox's slot exists (checked per connection) */
 	/* the relay's read-ahead from the slot (store_postgres_outbox.c) */
 	struct ik_outbox_ev *obx_ahead;

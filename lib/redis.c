@@ -405,6 +405,7 @@ eval_argv(struct ik_redis *r, struct ik_redis_script *s, int nkeys, int argc,
 		if (!s->sha[0] && load(r, s, err) != IK_OK)
 			return NULL;
 		r->unsure = 0;
+		r->sent_boot_ms = ik_boot_ms();
 		av[0] = "EVALSHA", lv[0] = 7;
 		av[1] = s->sha, lv[1] = 40;
 		av[2] = nk, lv[2] = strlen(nk);

@@ -58,6 +58,9 @@ struct ik_redis {
 	 * it was sent, the connection lost before its answer: whether the
 	 * server ran it cannot be known. */
 	int unsure;
+	/* The boot clock (util.h ik_boot_ms) just before ik_redis_eval last
+	 * sent its script, connected: a claim's lease proof (store.h). */
+	int64_t sent_boot_ms;
 };
 
 /* Connects (again) when not connected: connect, AUTH, SELECT, on_connect. */

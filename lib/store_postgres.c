@@ -368,6 +368,7 @@ run(struct pg *p, int which, int n, const char *const *params, const char *doing
 again:
 	if ((rc = ik_pg_prepare(p, which, n, doing, name, err)))
 		return rc;
+	p->sent_boot_ms = ik_boot_ms();   /* connected: a claim's lease proof (store.h) */
 	r = ik_pg_wait(p, PQsendQueryPrepared(p->conn, name, n, params, NULL, NULL, 0), doing, err);
 	tries++;
 	if (!r)
@@ -561,13 +562,11 @@ pg_claim(struct ik_store *st, const struct ik_claim_req *req, struct ik_claim_re
 	 * holder's lease ended. */
 	for (int round = 0; round < MAX_RETRIES; round++) {
 		struct ik_claim_req now_req = *req;
-		/* connected (a reconnect may have waited) before the reading
-		 * the lease is proven from (store.h sent_boot_ms) */
-		if ((rc = ik_pg_prepare(p, Q_CLAIM, 6, "claim", name, err)))
-			goto fail;
-		res->sent_boot_ms = ik_boot_ms();
 		if ((rc = run(p, Q_CLAIM, 6, params, "claim", &r, err)))
 			goto fail;
+		/* read once connected, just before the send (a reconnect may
+		 * have waited): the lease is proven from it (store.h) */
+		res->sent_boot_ms = p->sent_boot_ms;
 		if (PQntuples(r) == 1) {
 			res->code = IK_OK;
 			res->attempt = ik_pg_col_i64(r, 0, 0);

@@ -469,19 +469,15 @@ rs_claim(struct ik_store *st, const struct ik_claim_req *req, struct ik_claim_re
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	snprintf(lease, sizeof lease, "%lld", (long long)req->lease_ms);
 	snprintf(exp, sizeof exp, "%lld", (long long)req->expires_at);
-	/* connected (a reconnect may have waited) before the reading the
-	 * lease is proven from: the script's TIME starts it (store.h) */
-	if ((rc = ik_redis_ensure(&q->r, err)) != IK_OK) {
-		free(rk);
-		return rc;
-	}
-	res->sent_boot_ms = ik_boot_ms();
 	rep = ik_redis_eval(&q->r, &q->sc[S_CLAIM], 2, 8, (const char *[]){ rk,
 	    idx_key(IK_ST_IN_PROGRESS, ip, sizeof ip), req->key, req->token, lease,
 	    req->fingerprint, req->event, exp }, NULL, q->r.u.wait, err);
 	free(rk);
 	if (!rep)
 		return err->code;
+	/* read once connected, just before the script went (a reconnect may
+	 * have waited): its TIME starts the lease, proven from this (store.h) */
+	res->sent_boot_ms = q->r.sent_boot_ms;
 	if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 3)
 		return bad_reply(q, "claim", rep, err);
 	if (num(rep->element[0]) == 1 && rep->elements == 4) {
