@@ -19,6 +19,7 @@
 #include "log.h"
 #include "outcome.h"
 #include "store.h"
+#include "utf8.h"
 #include "util.h"
 
 static const char usage[] =
@@ -192,8 +193,20 @@ run_of(const struct ik_record *r, cJSON **root)
 	return run;
 }
 
+/* Whether word holds a byte a terminal would act on (a control byte) or
+ * one that is not UTF-8: never written raw to an operator's terminal. */
+static int
+unprintable(const char *word)
+{
+	for (const unsigned char *b = (const unsigned char *)word; *b; b++)
+		if (*b < 0x20 || *b == 0x7f)
+			return 1;
+	return !ik_utf8_valid(word, strlen(word));
+}
+
 /* The command idemp-run ran, its words as a shell would read them back
- * (single-quoted where they hold anything but a plain word). */
+ * (single-quoted where they hold anything but a plain word; $'...' with
+ * \xNN escapes where they hold control bytes or bytes not UTF-8). */
 static void
 command(const cJSON *run)
 {
@@ -207,6 +220,16 @@ command(const cJSON *run)
 		if (*p && !p[strspn(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 		    "0123456789-_./=:,+@%")]) {
 			printf("%s%s", sep, p);
+		} else if (unprintable(p)) {
+			printf("%s$'", sep);
+			for (const unsigned char *b = (const unsigned char *)p; *b; b++)
+				if (*b < 0x20 || *b >= 0x7f)
+					printf("\\x%02x", *b);
+				else if (*b == '\'' || *b == '\\')
+					printf("\\%c", *b);
+				else
+					putchar(*b);
+			printf("'");
 		} else {
 			printf("%s'", sep);
 			for (; *p; p++)

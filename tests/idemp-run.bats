@@ -146,6 +146,17 @@ no_overlap() {
 	[[ "$output" == *"\"states\":"* ]]
 }
 
+@test "idemp-show writes a run's command with control bytes as \\xNN in \$'...', never raw to the terminal; the shell reads it back the same" {
+	k=$(key esc)
+	run -0 --separate-stderr idemp-run --key "$k" -- printf '%s' $'x\033[31mRED\t'
+	run -0 idemp-show "$k"
+	line=$(printf '%s\n' "$output" | grep '^  command ')
+	[ "$line" = "  command      printf %s \$'x\\x1b[31mRED\\x09'" ]
+	[[ "$output" != *$'\033'* ]]
+	eval "set -- ${line#  command      }"
+	[ "$3" = $'x\033[31mRED\t' ]
+}
+
 @test "a failed command: released by default (the next run runs it); --on-failure record is FAILED; exit 75 releases with 75" {
 	k=$(key fail)
 	run --separate-stderr idemp-run --key "$k" -- sh -c 'exit 3'
