@@ -9,7 +9,6 @@
  * scrubbed of our key, secret and token, since an
  * InvalidSignatureException can quote the canonical request.
  */
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,25 +111,47 @@ read_settings(struct ik_aws *a, ik_err *err)
 	return IK_OK;
 }
 
+/* The services a client speaks: the name messages use (ik_aws_open's
+ * argument), the AWS_ENDPOINT_URL_<ENV> suffix, the regional host's first
+ * labels and the SigV4 service name.  DynamoDB Streams is its own
+ * endpoint (streams.dynamodb.REGION) signed as dynamodb; an endpoint set
+ * for DynamoDB alone also serves its streams (DynamoDB Local serves both
+ * on one port), so it is the streams' too when theirs is not set. */
+static const struct svc {
+	const char *name, *env, *host, *sign, *also;
+} services[] = {
+	{ "dynamodb", "DYNAMODB", "dynamodb", "dynamodb", NULL },
+	{ "sqs", "SQS", "sqs", "sqs", NULL },
+	{ "dynamodbstreams", "DYNAMODB_STREAMS", "streams.dynamodb", "dynamodb",
+	  "AWS_ENDPOINT_URL_DYNAMODB" },
+};
+
+static const struct svc *
+svc_find(const char *name)
+{
+	for (size_t i = 0; i < sizeof services / sizeof services[0]; i++)
+		if (strcmp(services[i].name, name) == 0)
+			return &services[i];
+	return NULL;
+}
+
 /* AWS_ENDPOINT_URL_<SERVICE>, AWS_ENDPOINT_URL, else the regional one;
  * and libcurl's SigV4 parameter. */
 static int
 resolve_endpoint(struct ik_aws *a, ik_err *err)
 {
-	char envname[64], svc_up[16];
+	const struct svc *sv = svc_find(a->service);
+	char envname[64];
 	struct ik_buf b = { 0 };
 	const char *ep;
-	size_t i;
 
-	for (i = 0; a->service[i] && i + 1 < sizeof svc_up; i++)
-		svc_up[i] = (char)toupper((unsigned char)a->service[i]);
-	svc_up[i] = '\0';
-	snprintf(envname, sizeof envname, "AWS_ENDPOINT_URL_%s", svc_up);
-	if ((ep = ik_aws_env(envname)) || (ep = ik_aws_env("AWS_ENDPOINT_URL"))) {
+	snprintf(envname, sizeof envname, "AWS_ENDPOINT_URL_%s", sv->env);
+	if ((ep = ik_aws_env(envname)) || (ep = ik_aws_env("AWS_ENDPOINT_URL")) ||
+	    (sv->also && (ep = ik_aws_env(sv->also)))) {
 		ik_buf_addstr(&b, ep);
 	} else {
 		ik_buf_addstr(&b, "https://");
-		ik_buf_addstr(&b, a->service);
+		ik_buf_addstr(&b, sv->host);
 		ik_buf_addstr(&b, ".");
 		ik_buf_addstr(&b, a->region);
 		ik_buf_addstr(&b, ".amazonaws.com");
@@ -140,7 +161,7 @@ resolve_endpoint(struct ik_aws *a, ik_err *err)
 	ik_buf_addstr(&b, "aws:amz:");
 	ik_buf_addstr(&b, a->region);
 	ik_buf_addstr(&b, ":");
-	ik_buf_addstr(&b, a->service);
+	ik_buf_addstr(&b, sv->sign);
 	a->sigv4 = b.p;
 	if (!a->endpoint || !a->sigv4)
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
@@ -155,7 +176,7 @@ ik_aws_open(const char *service, struct ik_aws **out, ik_err *err)
 	int rc;
 
 	*out = NULL;
-	if (strlen(service) >= sizeof a->service)
+	if (!svc_find(service) || strlen(service) >= sizeof a->service)
 		return ik_errf(err, IK_SOFTWARE, "aws: bad service name");
 	if (!(a = calloc(1, sizeof *a)))
 		return ik_errf(err, IK_SOFTWARE, "out of memory");

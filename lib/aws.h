@@ -12,6 +12,9 @@
  *  region       AWS_REGION, AWS_DEFAULT_REGION, the profile's region.
  *  endpoint     AWS_ENDPOINT_URL_<SERVICE>, AWS_ENDPOINT_URL, else
  *               https://SERVICE.REGION.amazonaws.com; AWS_CA_BUNDLE.
+ *               DynamoDB Streams: AWS_ENDPOINT_URL_DYNAMODB_STREAMS,
+ *               AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_DYNAMODB, else
+ *               https://streams.dynamodb.REGION.amazonaws.com.
  *  retries      standard mode: AWS_MAX_ATTEMPTS (default 3) attempts in
  *               all, full-jitter exponential backoff (base 50 ms, cap 20 s;
  *               IDEMKIT_AWS_MAX_BACKOFF lowers the cap, for tests).
@@ -53,7 +56,7 @@ struct ik_aws_error {
 
 struct ik_aws;
 
-/* service: "dynamodb" or "sqs".  Resolves region, endpoint and
+/* service: "dynamodb", "dynamodbstreams" or "sqs".  Resolves region, endpoint and
  * credentials now.  IK_OK, IK_CONFIG (no region, no credentials, a bad
  * setting), IK_TEMPFAIL (a credential endpoint unreachable). */
 int ik_aws_open(const char *service, struct ik_aws **out, ik_err *err);

@@ -255,6 +255,7 @@ static const char *const names[][2] = {
 	/* the outbox (store_dynamodb_outbox.c) */
 	{ "#obf", "obFin" }, { "#obr", "obRen" }, { "#obt", "t" }, { "#obp", "obPend" },
 	{ "#oba", "obAt" }, { "#rh", "relayHolder" }, { "#ru", "relayUntil" },
+	{ "#sarn", "obStream" }, { "#spos", "obPos" },
 };
 
 /* ExpressionAttributeNames for exactly the placeholders the expressions
@@ -434,6 +435,8 @@ dd_close(struct ik_store *st)
 		return;
 	ddb_ops_drop(d);
 	ddb_outbox_close(d);
+	ddb_stream_free(d);
+	free(d->obx_holder);
 	ik_aws_close(d->aws);
 	free(d->table);
 	free(d->key);

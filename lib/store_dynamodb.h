@@ -63,6 +63,8 @@ struct ddb {
 	struct ik_outbox_ev *obx;
 	size_t obx_n;
 	int obx_no_tx;   /* the endpoint keeps no transactions */
+	char *obx_holder;              /* the relay's, from its last lease */
+	struct ddb_stream *obs;        /* the stream it reads (store_dynamodb_stream.c) */
 };
 
 /* An item's S or N attribute; NULL or 0 when absent. */
@@ -158,8 +160,38 @@ int ddb_outbox_ack(struct ik_store *st, const char *holder, const struct ik_outb
                    size_t n, int64_t now_ms, ik_err *err);
 int ddb_outbox_purge(struct ik_store *st, int64_t before_ms, size_t batch, int64_t *n,
                      ik_err *err);
-/* Frees the relay's read-ahead (a closing store). */
+/* Drops the relay's read-ahead (a lease not simply renewed, a failed
+ * checkpoint, a closing store); the stream is read again from what was
+ * checkpointed. */
 void ddb_outbox_close(struct ddb *d);
+/* The relay's lease item's key: no chargeId can be it ('#' is outside
+ * their alphabet). */
+#define DDB_RELAY_KEY "idemkit#outbox-relay"
+
+/* The relay's reading of the table's stream (store_dynamodb_stream.c).
+ * ddb_stream_read: *images, the new images of the items the stream shows
+ * with an event waiting since the last read (the caller frees it); IK_EMPTY
+ * (*images NULL) when the index is to be read instead: there is no stream,
+ * it cannot be read now, or a sweep is due (ddb_stream_sweep_due).
+ * ddb_stream_sweep_from: the wall-clock time the sweep under way began.
+ * ddb_stream_swept: a pass of the sweep read the index; more: it found an
+ * event older than the sweep's start (it goes on until it finds none).  ddb_stream_lost: the stream's reading
+ * missed something (an item read throttled): sweep.  ddb_stream_drained:
+ * every event read so far is checkpointed, so is what was read of the
+ * stream; ddb_stream_commit writes that on the lease item, under holder's
+ * lease (IK_OK, IK_LEASE_LOST or an error).  ddb_stream_rewind: back to
+ * what was checkpointed.  ddb_stream_reload: the positions read again from
+ * the lease item, the index swept (a lease taken afresh). */
+int ddb_stream_read(struct ddb *d, cJSON **images, ik_err *err);
+int ddb_stream_sweep_due(struct ddb *d);
+int64_t ddb_stream_sweep_from(struct ddb *d);
+void ddb_stream_swept(struct ddb *d, int more);
+void ddb_stream_lost(struct ddb *d);
+void ddb_stream_drained(struct ddb *d);
+int ddb_stream_commit(struct ddb *d, const char *holder, int64_t now_ms, ik_err *err);
+void ddb_stream_rewind(struct ddb *d);
+void ddb_stream_reload(struct ddb *d);
+void ddb_stream_free(struct ddb *d);
 int ddb_outbox_stats(struct ik_store *st, int64_t now_ms, struct ik_outbox_stats *out,
                      ik_err *err);
 

@@ -220,6 +220,40 @@ add_index(struct ddb *d, const cJSON *table, const struct index *ix, ik_err *err
 	return rc;
 }
 
+/* The stream the outbox relay reads (store_dynamodb_stream.c): on a table
+ * without one, turned on (NEW_IMAGE); a stream the table has already is
+ * left as its owner set it (another view type cannot be changed without
+ * turning it off, which would cut its readers: the relay reads the index
+ * then, and says so).  An endpoint without streams (dynalite) is told
+ * nothing it does not keep: the relay reads the index there. */
+static int
+ensure_stream(struct ddb *d, const cJSON *table, ik_err *err)
+{
+	const cJSON *spec = cJSON_GetObjectItemCaseSensitive(table, "StreamSpecification");
+	cJSON *req, *resp = NULL, *ss;
+	int rc;
+
+	if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(spec, "StreamEnabled")))
+		return IK_OK;
+	req = ddb_new_req(d, NULL);
+	ss = cJSON_AddObjectToObject(req, "StreamSpecification");
+	cJSON_AddTrueToObject(ss, "StreamEnabled");
+	cJSON_AddStringToObject(ss, "StreamViewType", "NEW_IMAGE");
+	rc = ddb_call(d, "UpdateTable", req, "ValidationException", &resp, err);
+	cJSON_Delete(req);
+	cJSON_Delete(resp);
+	if (rc == IK_AWS_ERROR) {
+		ik_log(IK_LOG_INFO, "the DynamoDB endpoint keeps no streams here; the outbox "
+		       "relay reads the outbox index", "table", d->table, "error", err->msg, NULL);
+		ik_errclear(err);
+		return IK_OK;
+	}
+	if (rc == IK_OK)
+		ik_log(IK_LOG_INFO, "turned the table's stream on, for the outbox relay",
+		       "table", d->table, NULL);
+	return rc;
+}
+
 /* On a table idemp-init did not just create: the unfinished records
  * written before the index (by an older idemkit) get their openState.  A
  * Scan of the key and state, in idemp-init only (a deployment step, never
@@ -286,7 +320,7 @@ ddb_init(struct ik_store *st, ik_err *err)
 	int64_t deadline = ik_mono_ms() + ACTIVE_WAIT_MS;
 	const char *ix;
 	long nap = 50;
-	int rc, created = 0, added = 0, ready;
+	int rc, created = 0, added = 0, ready, streamed = 0;
 	size_t i;
 
 	for (;;) {
@@ -311,6 +345,11 @@ ddb_init(struct ik_store *st, ik_err *err)
 			cJSON_AddStringToObject(t, "KeyType", "HASH");
 			cJSON_AddItemToArray(a, t);
 			cJSON_AddStringToObject(req, "BillingMode", "PAY_PER_REQUEST");
+			if (ik_outbox_url()) {
+				t = cJSON_AddObjectToObject(req, "StreamSpecification");
+				cJSON_AddTrueToObject(t, "StreamEnabled");
+				cJSON_AddStringToObject(t, "StreamViewType", "NEW_IMAGE");
+			}
 			rc = ddb_call(d, "CreateTable", req, "ResourceInUseException", &resp, err);
 			cJSON_Delete(req);
 			cJSON_Delete(resp);
@@ -354,6 +393,16 @@ ddb_init(struct ik_store *st, ik_err *err)
 						return rc;
 					}
 				}
+			}
+			if (ready && ik_outbox_url() && !streamed) {
+				/* The table is ACTIVE again after it (an UpdateTable
+				 * makes it UPDATING for a moment). */
+				streamed = 1;
+				if ((rc = ensure_stream(d, t, err)) != IK_OK) {
+					cJSON_Delete(resp);
+					return rc;
+				}
+				ready = 0;
 			}
 			if (ready)
 				break;

@@ -11,9 +11,12 @@
  * a finish (the charge's event, attempts, the owner the eventId is
  * derived from: ik_outbox_event_id, as on every store), so the relay
  * builds the same event body on every re-publish.
- * The relay reads the index (eventually consistent, like every index
- * read), then the items it found with consistent BatchGetItems, so an
- * event checkpointed a moment ago is not sent again; an item holds at
+ * The relay learns which items have an event waiting from the table's
+ * stream where it has one (store_dynamodb_stream.c), else from the index
+ * (eventually consistent, like every index read), and sweeps the index
+ * too, as that file says; then it reads the items so found with
+ * consistent BatchGetItems, so an event checkpointed a moment ago (or
+ * shown by both) is not sent again; an item holds at
  * most a finished and a re-notified event, in that order.  It reads up to
  * AHEAD_MAX events at once and keeps them for the next batches while its
  * lease holds (the read-ahead, below), and checkpoints a batch (up to
@@ -21,8 +24,7 @@
  * removes the event from its item, conditioned on the event's time (a
  * newer one, after an idemp-forget and a new claim, stays).  What was
  * published is not kept, so the purge has nothing to delete.
- * The relay's lease is one more item of the table, key RELAY_KEY (no
- * chargeId can be it: '#' is outside their alphabet), taken by one
+ * The relay's lease is one more item of the table, key DDB_RELAY_KEY, taken by one
  * conditional UpdateItem.  The checkpoint of a batch is one transaction
  * with the lease's check, or, item by item (below), made only after a
  * consistent read found the lease ours and live: a checkpoint only ever
@@ -45,7 +47,6 @@
 #include "store_dynamodb.h"
 #include "util.h"
 
-#define RELAY_KEY "idemkit#outbox-relay"
 #define TYPE_FIN "charge.finished"
 #define TYPE_REN "charge.renotified"
 #define AHEAD_MAX (4 * DDB_OUTBOX_BATCH)   /* events read ahead (below) */
@@ -177,7 +178,7 @@ ddb_outbox_lease(struct ik_store *st, const char *holder, int64_t now_ms, int64_
                  int64_t *until, ik_err *err)
 {
 	struct ddb *d = st->impl;
-	cJSON *r = ddb_new_req(d, RELAY_KEY), *v, *resp = NULL, *item;
+	cJSON *r = ddb_new_req(d, DDB_RELAY_KEY), *v, *resp = NULL, *item;
 	const char *h;
 	int rc;
 
@@ -195,6 +196,10 @@ ddb_outbox_lease(struct ik_store *st, const char *holder, int64_t now_ms, int64_
 	rc = ddb_call(d, "UpdateItem", r, "ConditionalCheckFailedException", &resp, err);
 	cJSON_Delete(r);
 	*until = now_ms + lease_ms;
+	if (!d->obx_holder || strcmp(d->obx_holder, holder) != 0) {
+		free(d->obx_holder);
+		d->obx_holder = strdup(holder);
+	}
 	if (rc != IK_AWS_ERROR) {
 		item = cJSON_GetObjectItemCaseSensitive(resp, "Attributes");
 		h = ddb_attr_s(item, "relayHolder");
@@ -202,19 +207,22 @@ ddb_outbox_lease(struct ik_store *st, const char *holder, int64_t now_ms, int64_
 		 * taken afresh (another may have checkpointed meanwhile), ended, or
 		 * not known to be ours, it is read again. */
 		if (rc != IK_OK || lease_ms == 0 || !h || strcmp(h, holder) != 0 ||
-		    ddb_attr_n(item, "relayUntil") <= now_ms)
+		    ddb_attr_n(item, "relayUntil") <= now_ms) {
 			ddb_outbox_close(d);
+			ddb_stream_reload(d);
+		}
 		cJSON_Delete(resp);
 		return rc;
 	}
 	ddb_outbox_close(d);
+	ddb_stream_reload(d);
 	ik_errclear(err);
 	/* Another's live lease: its end, from ALL_OLD or a read (dynalite). */
 	item = cJSON_GetObjectItemCaseSensitive(resp, "Item");
 	if (!cJSON_IsObject(item) || !item->child) {
 		cJSON_Delete(resp);
 		resp = NULL;
-		r = ddb_get_req(d, RELAY_KEY);
+		r = ddb_get_req(d, DDB_RELAY_KEY);
 		rc = ddb_call(d, "GetItem", r, NULL, &resp, err);
 		cJSON_Delete(r);
 		if (rc != IK_OK)
@@ -230,7 +238,7 @@ ddb_outbox_lease(struct ik_store *st, const char *holder, int64_t now_ms, int64_
 static int
 lease_held(struct ddb *d, const char *holder, int64_t now_ms, ik_err *err)
 {
-	cJSON *r = ddb_get_req(d, RELAY_KEY), *resp = NULL, *item;
+	cJSON *r = ddb_get_req(d, DDB_RELAY_KEY), *resp = NULL, *item;
 	const char *h;
 	int rc = ddb_call(d, "GetItem", r, NULL, &resp, err);
 
@@ -442,15 +450,17 @@ ddb_outbox_close(struct ddb *d)
 	free(d->obx);
 	d->obx = NULL;
 	d->obx_n = 0;
+	ddb_stream_rewind(d);
 }
 
 /* The consistent items of found[0..n) (the keys the index gave, oldest
  * first), BatchGetItem's BGI_MAX keys a call, the calls at once: what the
  * index said may be a moment old.  *items: every item answered, oldest
  * first (the caller frees it); keys left unprocessed (throttling) wait
- * for the next read. */
+ * for the next read, *partial set then. */
 static int
-fresh_items(struct ddb *d, cJSON **found, size_t n, cJSON **items, ik_err *err)
+fresh_items(struct ddb *d, cJSON **found, size_t n, cJSON **items, int *partial,
+            ik_err *err)
 {
 	size_t nc = (n + BGI_MAX - 1) / BGI_MAX, c, i, m = 0;
 	struct par *p = calloc(nc, sizeof *p);
@@ -480,9 +490,13 @@ fresh_items(struct ddb *d, cJSON **found, size_t n, cJSON **items, ik_err *err)
 			*err = p[c].err;
 	if (rc != IK_OK)
 		goto out;
-	for (c = 0; c < nc; c++)
+	*partial = 0;
+	for (c = 0; c < nc; c++) {
 		m += (size_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(
 		    cJSON_GetObjectItemCaseSensitive(p[c].resp, "Responses"), d->table));
+		t = cJSON_GetObjectItemCaseSensitive(p[c].resp, "UnprocessedKeys");
+		*partial |= cJSON_IsObject(t) && t->child;
+	}
 	if (m && !(a = calloc(m, sizeof *a))) {
 		rc = ik_errf(err, IK_SOFTWARE, "out of memory");
 		goto out;
@@ -552,16 +566,36 @@ take_items(struct ddb *d, cJSON *items, ik_err *err)
 	return IK_OK;
 }
 
+/* The events of the items found[0..nf) names (oldest first, at most
+ * AHEAD_MAX of them) into the read-ahead, read again consistently. */
+static int
+take_found(struct ddb *d, cJSON **found, size_t nf, int *partial, ik_err *err)
+{
+	cJSON *items = NULL;
+	int rc;
+
+	*partial = 0;
+	if (!nf)
+		return IK_OK;
+	qsort(found, nf, sizeof *found, by_at);
+	if ((rc = fresh_items(d, found, nf < AHEAD_MAX ? nf : AHEAD_MAX, &items, partial,
+	                      err)) == IK_OK)
+		rc = take_items(d, items, err);
+	*partial |= nf > AHEAD_MAX;
+	cJSON_Delete(items);
+	return rc;
+}
+
 /* Fills the read-ahead: the oldest AHEAD_MAX items of the index (each
  * shard's oldest, merged), read again consistently. */
 static int
 read_ahead(struct ddb *d, ik_err *err)
 {
 	struct par p[DDB_OPEN_SHARDS];
-	cJSON *reqs[DDB_OPEN_SHARDS], *it, *items = NULL;
+	cJSON *reqs[DDB_OPEN_SHARDS], *it;
 	cJSON **found = NULL;
 	size_t nf = 0, cap = 0;
-	int rc = IK_OK, shard;
+	int rc = IK_OK, shard, partial;
 
 	ddb_outbox_close(d);
 	for (shard = 0; shard < DDB_OPEN_SHARDS; shard++)
@@ -587,18 +621,98 @@ read_ahead(struct ddb *d, ik_err *err)
 			found[nf++] = it;
 		}
 	}
-	if (!nf)
-		goto out;
-	qsort(found, nf, sizeof *found, by_at);
-	if ((rc = fresh_items(d, found, nf < AHEAD_MAX ? nf : AHEAD_MAX, &items, err)) != IK_OK)
-		goto out;
-	rc = take_items(d, items, err);
+	rc = take_found(d, found, nf, &partial, err);
 out:
 	par_free(p, DDB_OPEN_SHARDS);
-	cJSON_Delete(items);
 	free(found);
 	if (rc != IK_OK)
 		ddb_outbox_close(d);
+	return rc;
+}
+
+/* Fills the read-ahead from the table's stream: IK_EMPTY when the index is
+ * to be read instead.  What the stream showed with no event waiting now
+ * (checkpointed already, or a write that carried none) is done at once. */
+static int
+read_stream(struct ddb *d, ik_err *err)
+{
+	cJSON *images = NULL, **found = NULL, *it;
+	size_t nf = 0, i = 0;
+	int rc, partial = 0;
+
+	if ((rc = ddb_stream_read(d, &images, err)) != IK_OK)
+		return rc;
+	/* An item the stream showed more than once is read once. */
+	nf = (size_t)cJSON_GetArraySize(images);
+	if (nf && !(found = calloc(nf, sizeof *found))) {
+		cJSON_Delete(images);
+		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	}
+	cJSON_ArrayForEach(it, images) {
+		const char *k = ddb_attr_s(it, d->key);
+		size_t j;
+
+		for (j = 0; j < i && strcmp(ddb_attr_s(found[j], d->key), k) != 0; j++)
+			;
+		if (j == i)
+			found[i++] = it;
+	}
+	rc = take_found(d, found, i, &partial, err);
+	free(found);
+	cJSON_Delete(images);
+	if (rc == IK_OK && partial) {
+		/* Items not read now: the index has them; the stream again
+		 * from the checkpoint. */
+		ddb_outbox_close(d);
+		ddb_stream_lost(d);
+	} else if (rc == IK_OK && d->obx_n == 0) {
+		ddb_stream_drained(d);
+		if (ddb_stream_commit(d, d->obx_holder, ik_now_ms(), err) != IK_OK) {
+			ik_log(IK_LOG_DEBUG, "outbox: the stream's position not written now",
+			       "error", err->msg, NULL);
+			ik_errclear(err);
+		}
+	} else if (rc != IK_OK) {
+		ddb_outbox_close(d);
+	}
+	return rc;
+}
+
+/* Where the events read came from, for an operator (and the tests). */
+static void
+read_said(struct ddb *d, const char *from)
+{
+	char n[24];
+
+	if (!d->obx_n)
+		return;
+	snprintf(n, sizeof n, "%zu", d->obx_n);
+	ik_log(IK_LOG_DEBUG, "outbox events read", "from", from, "events", n, NULL);
+}
+
+/* Fills the read-ahead, from the stream or by a sweep of the index
+ * (store_dynamodb_stream.c says when). */
+static int
+fill(struct ddb *d, ik_err *err)
+{
+	int64_t from;
+	size_t i;
+	int rc;
+
+	if (!ddb_stream_sweep_due(d) || !d->obs) {
+		rc = read_stream(d, err);
+		if (rc != IK_EMPTY) {
+			read_said(d, "stream");
+			return rc;
+		}
+	}
+	from = ddb_stream_sweep_from(d);
+	if ((rc = read_ahead(d, err)) == IK_OK) {
+		for (i = 0; i < d->obx_n && d->obx[i].at >= from; i++)
+			;
+		ddb_stream_swept(d, i < d->obx_n);
+		read_said(d, "index");
+	}
 	return rc;
 }
 
@@ -613,9 +727,11 @@ ddb_outbox_read(struct ik_store *st, size_t max, struct ik_outbox_ev *ev, size_t
 	if (max == 0)
 		return IK_OK;
 	/* Fewer than a batch left (the end of what was read ahead, or what a
-	 * batch left behind): read afresh, those first again, so no batch is
-	 * cut short by the read-ahead's end. */
-	if (d->obx_n < max && (rc = read_ahead(d, err)) != IK_OK)
+	 * batch left behind): read the index afresh, those first again, so no
+	 * batch is cut short by the read-ahead's end.  Read from the stream,
+	 * the rest goes out first: the stream is read on from where it was. */
+	if ((d->obx_n == 0 || (d->obx_n < max && ddb_stream_sweep_due(d))) &&
+	    (rc = fill(d, err)) != IK_OK)
 		return rc;
 	for (; *n < max && *n < d->obx_n; (*n)++)
 		if (ik_outbox_ev_copy(&ev[*n], &d->obx[*n]) < 0) {
@@ -717,7 +833,7 @@ ack_tx(struct ddb *d, const char *holder, const struct ik_outbox_ev *ev, size_t 
 	int rc;
 
 	items = cJSON_AddArrayToObject(req, "TransactItems");
-	r = ddb_new_req(d, RELAY_KEY);
+	r = ddb_new_req(d, DDB_RELAY_KEY);
 	cJSON_AddStringToObject(r, "ConditionExpression", "#rh = :h AND #ru > :now");
 	ddb_add_names(d, r, "#rh #ru");
 	v = cJSON_AddObjectToObject(r, "ExpressionAttributeValues");
@@ -766,12 +882,24 @@ ddb_outbox_ack(struct ik_store *st, const char *holder, const struct ik_outbox_e
 		if (rc == IK_EMPTY)
 			rc = ack_items(d, holder, ev + i, k, now_ms, err);
 	}
-	/* A checkpoint refused or failed part way: read afresh. */
-	if (rc == IK_OK)
-		ahead_drop(d, ev, n);
-	else
+	/* A checkpoint refused or failed part way: read afresh.  Every event
+	 * read so far checkpointed: so is the stream's part (a position not
+	 * written now is written with the next; the events are checkpointed
+	 * on their items all the same). */
+	if (rc != IK_OK) {
 		ddb_outbox_close(d);
-	return rc;
+		return rc;
+	}
+	ahead_drop(d, ev, n);
+	if (d->obx_n == 0) {
+		ddb_stream_drained(d);
+		if (ddb_stream_commit(d, holder, now_ms, err) != IK_OK) {
+			ik_log(IK_LOG_DEBUG, "outbox: the stream's position not written now",
+			       "error", err->msg, NULL);
+			ik_errclear(err);
+		}
+	}
+	return IK_OK;
 }
 
 /* Nothing published is kept on DynamoDB (the checkpoint removed it). */

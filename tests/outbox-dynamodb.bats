@@ -159,10 +159,105 @@ PY
 		[[ "$stderr" == *"accepted the index idemkit-outbox but did not add it"* ]]
 		return
 	fi
+	# an event written before the table had its index and its stream:
+	# the relay's sweep of the index publishes it
+	finish "$(uid p)" DONE
 	run -0 idemp-init
+	[ "$(stream_view "$t")" = NEW_IMAGE ]
 	finish "$(uid o)" DONE
 	run -0 idemp-outbox
+	[ "${#lines[@]}" -eq 2 ]
+}
+
+# stream_view TABLE: the view type of the table's stream, "none" without one.
+stream_view() { python3 - "$1" <<'PY'
+import os, sys, botocore.session
+c = botocore.session.get_session().create_client("dynamodb",
+    endpoint_url=os.environ["AWS_ENDPOINT_URL_DYNAMODB"], region_name="us-east-1")
+t = c.describe_table(TableName=sys.argv[1])["Table"]
+s = t.get("StreamSpecification", {})
+print(s["StreamViewType"] if s.get("StreamEnabled") and t.get("LatestStreamArn") else "none")
+PY
+}
+
+@test "the table's stream (DynamoDB Local; dynalite keeps none: the index alone): the relay reads the finishes from it, sends none the index sweep sent already, and checkpoints its position on its lease item, where the next relay goes on" {
+	t=${IDEMKIT_STORE#dynamodb:}
+	if [ "$BACKEND" = dynamodb ]; then
+		[ "$(stream_view "$t")" = none ]
+		finish "$(uid n)" DONE
+		run -0 --separate-stderr env IDEMKIT_LOG=debug idemp-outbox
+		[ "${#lines[@]}" -eq 1 ]
+		[[ "$stderr" == *'"msg":"outbox: the table has no stream with new images; the relay reads the outbox index"'* ]]
+		[[ "$stderr" == *'"msg":"outbox events read","from":"index"'* ]]
+		return
+	fi
+	[ "$(stream_view "$t")" = NEW_IMAGE ]
+	# published by the sweep a relay starts with; in the stream as well
+	finish "$(uid a)" DONE
+	run -0 idemp-outbox
 	[ "${#lines[@]}" -eq 1 ]
+	IDEMKIT_LOG=debug idemp-outbox --follow --poll 50ms >"$BATS_TEST_TMPDIR/relay" \
+		2>"$BATS_TEST_TMPDIR/relay.err" 3>&- &
+	RELAYS=$!
+	# (past its first sweep: the streams client is made at the first read)
+	for _ in $(seq 100); do grep -q '"service":"dynamodbstreams"' "$BATS_TEST_TMPDIR/relay.err" && break; sleep 0.1; done
+	sleep 0.5
+	for i in 1 2 3; do finish "$(uid "b$i")" DONE; done
+	renotified "$(uid c)"
+	for _ in $(seq 200); do [ "$(wc -l < "$BATS_TEST_TMPDIR/relay")" -ge 5 ] && break; sleep 0.1; done
+	kill -TERM "$RELAYS"
+	wait "$RELAYS" || true
+	RELAYS=
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/relay")" -eq 5 ]
+	# read from the stream, not found by a sweep (a sweep runs a minute on)
+	grep -q '"msg":"outbox events read","from":"stream"' "$BATS_TEST_TMPDIR/relay.err"
+	! grep -q '"msg":"outbox events read","from":"index"' "$BATS_TEST_TMPDIR/relay.err"
+	# the position on the lease item: this stream's, a sequence number per shard read
+	lease=$(item 'idemkit#outbox-relay')
+	python3 - "$lease" "$t" <<'PY'
+import json, sys
+i = json.loads(sys.argv[1])
+assert ":table/%s/stream/" % sys.argv[2] in i["obStream"]["S"], i
+pos = i["obPos"]["M"]
+assert pos and all(v["S"].isdigit() or v["S"] == "end" for v in pos.values()), i
+PY
+	# a relay started again: the sweep first, then the stream from the
+	# position: the two left waiting go out, nothing else again
+	finish "$(uid d1)" DONE
+	finish "$(uid d2)" FAILED
+	IDEMKIT_LOG=debug idemp-outbox --follow --poll 50ms >"$BATS_TEST_TMPDIR/relay2" \
+		2>"$BATS_TEST_TMPDIR/relay2.err" 3>&- &
+	RELAYS=$!
+	for _ in $(seq 100); do [ "$(wc -l < "$BATS_TEST_TMPDIR/relay2")" -ge 2 ] && break; sleep 0.1; done
+	finish "$(uid e)" DONE
+	for _ in $(seq 100); do [ "$(wc -l < "$BATS_TEST_TMPDIR/relay2")" -ge 3 ] && break; sleep 0.1; done
+	sleep 1
+	kill -TERM "$RELAYS"
+	wait "$RELAYS" || true
+	RELAYS=
+	grep -q '"msg":"outbox events read","from":"stream"' "$BATS_TEST_TMPDIR/relay2.err"
+	events > "$BATS_TEST_TMPDIR/ev"
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/ev")" -eq 9 ]
+	[ "$(ids "$BATS_TEST_TMPDIR/ev" | sort -u | wc -l)" -eq 9 ]
+	[ "$(waiting)" = 0 ]
+}
+
+@test "the streams endpoint down (DynamoDB Local): the relay reads the index meanwhile and says so; nothing is lost" {
+	[ "$BACKEND" = dynamodb-local ] || skip "dynalite keeps no streams"
+	export AWS_ENDPOINT_URL_DYNAMODB_STREAMS=http://127.0.0.1:$(free_port) IDEMKIT_AWS_MAX_BACKOFF=50ms
+	IDEMKIT_LOG=debug idemp-outbox --follow --poll 50ms >"$BATS_TEST_TMPDIR/relay" \
+		2>"$BATS_TEST_TMPDIR/relay.err" 3>&- &
+	RELAYS=$!
+	sleep 1
+	for i in 1 2 3; do finish "$(uid "a$i")" DONE; done
+	for _ in $(seq 200); do [ "$(wc -l < "$BATS_TEST_TMPDIR/relay")" -ge 3 ] && break; sleep 0.1; done
+	kill -TERM "$RELAYS"
+	wait "$RELAYS" || true
+	RELAYS=
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/relay")" -eq 3 ]
+	grep -q '"level":"warn".*"msg":"outbox: the table'"'"'s stream cannot be read; the relay reads the outbox index meanwhile"' "$BATS_TEST_TMPDIR/relay.err"
+	grep -q '"msg":"outbox events read","from":"index"' "$BATS_TEST_TMPDIR/relay.err"
+	[ "$(waiting)" = 0 ]
 }
 
 @test "the store killed -9 mid-run and started again on its files: the relay --follow carries on, every event published once" {
