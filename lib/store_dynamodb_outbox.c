@@ -566,10 +566,12 @@ take_items(struct ddb *d, cJSON *items, ik_err *err)
 	return IK_OK;
 }
 
-/* The events of the items found[0..nf) names (oldest first, at most
- * AHEAD_MAX of them) into the read-ahead, read again consistently. */
+/* The events of the items found[0..nf) names (the oldest max of them)
+ * into the read-ahead, read again consistently; *partial set when some
+ * were left for later. */
 static int
-take_found(struct ddb *d, cJSON **found, size_t nf, int *partial, ik_err *err)
+take_found(struct ddb *d, cJSON **found, size_t nf, size_t max, int *partial,
+           ik_err *err)
 {
 	cJSON *items = NULL;
 	int rc;
@@ -578,10 +580,9 @@ take_found(struct ddb *d, cJSON **found, size_t nf, int *partial, ik_err *err)
 	if (!nf)
 		return IK_OK;
 	qsort(found, nf, sizeof *found, by_at);
-	if ((rc = fresh_items(d, found, nf < AHEAD_MAX ? nf : AHEAD_MAX, &items, partial,
-	                      err)) == IK_OK)
+	if ((rc = fresh_items(d, found, nf < max ? nf : max, &items, partial, err)) == IK_OK)
 		rc = take_items(d, items, err);
-	*partial |= nf > AHEAD_MAX;
+	*partial |= nf > max;
 	cJSON_Delete(items);
 	return rc;
 }
@@ -621,7 +622,7 @@ read_ahead(struct ddb *d, ik_err *err)
 			found[nf++] = it;
 		}
 	}
-	rc = take_found(d, found, nf, &partial, err);
+	rc = take_found(d, found, nf, AHEAD_MAX, &partial, err);
 out:
 	par_free(p, DDB_OPEN_SHARDS);
 	free(found);
@@ -657,7 +658,8 @@ read_stream(struct ddb *d, ik_err *err)
 		if (j == i)
 			found[i++] = it;
 	}
-	rc = take_found(d, found, i, &partial, err);
+	/* Every item it showed: the stream is read on past them. */
+	rc = take_found(d, found, i, i, &partial, err);
 	free(found);
 	cJSON_Delete(images);
 	if (rc == IK_OK && partial) {
