@@ -72,11 +72,49 @@ when(const char *label, int64_t ms, int64_t now)
 /* The record's history (store.h), one line per transition, oldest first:
  * its time, the op, then what it set.  Owner tokens are cut to 8 hex
  * digits, enough to tell the holders of one record apart. */
+/* Whether word holds a byte a terminal would act on (a control byte) or
+ * one that is not UTF-8: never written raw to an operator's terminal. */
+static int
+unprintable(const char *word)
+{
+	for (const unsigned char *b = (const unsigned char *)word; *b; b++)
+		if (*b < 0x20 || *b == 0x7f)
+			return 1;
+	return !ik_utf8_valid(word, strlen(word));
+}
+
+/* A stored text (the bank's reference, an error, a state) as written to
+ * the operator: as it is, or, when it holds a control byte or a byte not
+ * UTF-8, each such byte (and every byte past ASCII) as \xNN and a
+ * backslash as \\, so an escape sequence from a bank's answer is shown,
+ * never acted on; "-" for none. */
+static const char *
+shown(const char *s, char *buf, size_t cap)
+{
+	size_t n = 0;
+
+	if (!s)
+		return "-";
+	if (!unprintable(s))
+		return s;
+	for (const unsigned char *b = (const unsigned char *)s; *b && n + 5 < cap; b++)
+		if (*b < 0x20 || *b >= 0x7f)
+			n += (size_t)snprintf(buf + n, cap - n, "\\x%02x", *b);
+		else if (*b == '\\')
+			n += (size_t)snprintf(buf + n, cap - n, "\\\\");
+		else
+			buf[n++] = (char)*b;
+	buf[n] = '\0';
+	return buf;
+}
+#define SHOWN_MAX 4096
+#define SHOW(s, buf) shown((s), (buf), sizeof (buf))
+
 static void
 timeline(const struct ik_record *r, int run)
 {
 	cJSON *h = r->history ? cJSON_Parse(r->history) : NULL, *e;
-	char at[48], lease[48];
+	char at[48], lease[48], b1[SHOWN_MAX], b2[SHOWN_MAX], b3[SHOWN_MAX];
 	const char *op, *ow, *st, *sep;
 
 	if (!cJSON_IsArray(h) || !h->child) {
@@ -91,28 +129,28 @@ timeline(const struct ik_record *r, int run)
 		ow = ik_env_str(e, "owner");
 		st = ik_env_str(e, "state");
 		sep = " ";
-		printf("    %s  %-10s", iso(at, ik_env_int(e, "at", -1)), op ? op : "?");
+		printf("    %s  %-10s", iso(at, ik_env_int(e, "at", -1)), op ? SHOW(op, b1) : "?");
 		if (op && strcmp(op, "claim") == 0) {
 			printf(" attempt %lld, lease until %s", (long long)ik_env_int(e, "attempt", -1),
 			    iso(lease, ik_env_int(e, "leaseUntil", -1)));
 			sep = ", ";
 		}
 		if (st) {
-			printf("%s%s", sep, st);
+			printf("%s%s", sep, SHOW(st, b1));
 			sep = ", ";
 		}
 		if (op && strcmp(op, "finish") == 0) {
 			/* A replay: the bank had made this debit already and
 			 * its first answer was lost (a crash window). */
 			printf("%s%s %s%s, error %s", sep, run ? "result" : "bank ref",
-			    ik_env_str(e, "debitRef") ? ik_env_str(e, "debitRef") : "-",
+			    SHOW(ik_env_str(e, "debitRef"), b2),
 			    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "bankReplayed")) ?
 			    " (replayed by the bank)" : "",
-			    ik_env_str(e, "error") ? ik_env_str(e, "error") : "-");
+			    SHOW(ik_env_str(e, "error"), b3));
 			sep = ", ";
 		}
 		if (ow)
-			printf("%sowner %.8s", sep, ow);
+			printf("%sowner %.8s", sep, SHOW(ow, b1));
 		printf("\n");
 	}
 	cJSON_Delete(h);
@@ -143,15 +181,16 @@ debited(const struct ik_record *r)
 static void
 holder(const char *label, const char *owner, const char *tail)
 {
-	char tok[9], host[64];
+	char tok[9], host[64], buf[SHOWN_MAX], tb[48];
 	long pid;
 	int local;
 
 	if (!ik_owner_holder(owner, tok, host, &pid, &local)) {
-		printf("  %-12s %s %s%s\n", "lease", label, owner ? owner : "?", tail);
+		printf("  %-12s %s %s%s\n", "lease", label, owner ? SHOW(owner, buf) : "?", tail);
 		return;
 	}
-	printf("  %-12s %s %s pid %ld (token %s)%s\n", "lease", label, host, pid, tok, tail);
+	printf("  %-12s %s %s pid %ld (token %s)%s\n", "lease", label, SHOW(host, buf), pid,
+	    SHOW(tok, tb), tail);
 	if (local)
 		printf("  %-12s %s\n", "holder", kill((pid_t)pid, 0) == 0 || errno == EPERM ?
 		    "running on this host (a process with that pid is alive)" :
@@ -191,17 +230,6 @@ run_of(const struct ik_record *r, cJSON **root)
 		return NULL;
 	}
 	return run;
-}
-
-/* Whether word holds a byte a terminal would act on (a control byte) or
- * one that is not UTF-8: never written raw to an operator's terminal. */
-static int
-unprintable(const char *word)
-{
-	for (const unsigned char *b = (const unsigned char *)word; *b; b++)
-		if (*b < 0x20 || *b == 0x7f)
-			return 1;
-	return !ik_utf8_valid(word, strlen(word));
 }
 
 /* The command idemp-run ran, its words as a shell would read them back
@@ -244,11 +272,11 @@ command(const cJSON *run)
 static void
 human(const struct ik_record *r, int64_t now)
 {
-	char tail[96];
+	char tail[96], buf[SHOWN_MAX];
 	cJSON *root;
 	const cJSON *run = run_of(r, &root);
 
-	printf("%s\n", r->key);
+	printf("%s\n", SHOW(r->key, buf));
 	if (run) {
 		printf("  %-12s %s\n", "kind", "idemp-run: a command run once for this key");
 		command(run);
@@ -266,13 +294,13 @@ human(const struct ik_record *r, int64_t now)
 		}
 	}
 	printf("  %-12s %lld\n", "attempts", (long long)r->attempts);
-	printf("  %-12s %s\n", run ? "result" : "bank ref", r->debit_ref ? r->debit_ref : "-");
-	printf("  %-12s %s\n", "last error", r->last_error ? r->last_error : "-");
+	printf("  %-12s %s\n", run ? "result" : "bank ref", SHOW(r->debit_ref, buf));
+	printf("  %-12s %s\n", "last error", SHOW(r->last_error, buf));
 	when("created", r->created_at, now);
 	when("updated", r->updated_at, now);
 	when("expires", r->expires_at <= 0 ? 0 : r->expires_at > INT64_MAX / 1000 ? INT64_MAX :
 	    r->expires_at * 1000, now);
-	printf("  %-12s %s\n", "fingerprint", r->fingerprint ? r->fingerprint : "-");
+	printf("  %-12s %s\n", "fingerprint", SHOW(r->fingerprint, buf));
 	timeline(r, run != NULL);
 	cJSON_Delete(root);
 }

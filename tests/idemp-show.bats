@@ -23,6 +23,21 @@ teardown() { redis_stop cache; bank_stop; }   # the tests that start them
 	[[ "$output" == *"bank ref     TXN-9"* ]]
 }
 
+@test "idemp-show writes a stored text with control bytes (a bank's reason, its reference) as \\xNN, never raw: an escape sequence in a decline reaches the operator's terminal as text" {
+	env=$(ev CHG-ESC1 | idemp-claim 2>/dev/null)
+	printf '%s\n' "${env%\}},\"debit\":{\"outcome\":\"DECLINED\",\"ref\":\"R\\u001b[2J\",\"error\":\"insufficient funds \\u001b]0;owned\\u0007 \\u001b[31mred\\\\x\"}}" |
+		idemp-done --state FAILED >/dev/null 2>&1
+	# stored as the bank sent it
+	[[ "$(jget "$(idemp-show --json CHG-ESC1)" lastError)" == *$'\e]0;owned\a'* ]]
+	run -0 idemp-show CHG-ESC1
+	[[ "$output" != *$'\e'* ]] && [[ "$output" != *$'\a'* ]]
+	[[ "$output" == *'last error   '*'insufficient funds \x1b]0;owned\x07 \x1b[31mred\\x'* ]]
+	# the timeline's finish line too
+	[[ "$output" == *'finish     FAILED, bank ref '*', error insufficient funds \x1b]0;owned\x07 \x1b[31mred\\x'* ]]
+	# plain text stays as it is
+	[[ "$output" == *"state        FAILED"* ]]
+}
+
 @test "idemp-show --json, several ids, stdin, unknown -> 1" {
 	ev CHG-H2 | idemp-claim >/dev/null 2>&1
 	run --separate-stderr idemp-show --json CHG-H2 CHG-NOPE
