@@ -29,7 +29,9 @@
  * DUP_IN_PROGRESS, as before).  Each try is an ordinary claim: whatever
  * order the two come in, the store decides.  A stop signal passes the held
  * copies on as DUP_IN_PROGRESS at once.  Across processes the queue's
- * visibility still does this job.
+ * visibility still does this job.  On the group path (SQLite, Redis) the
+ * step loop holds such a copy's line (step.h's hold) and runs it again in
+ * a later group, with the same bounds.
  */
 #include <getopt.h>
 #include <poll.h>
@@ -81,7 +83,8 @@ struct job;
 struct ctx {
 	struct ik_store_lazy db;
 	int64_t lease_ms, retention_ms;
-	char (*mine)[IK_TOKEN_HEX];     /* NULL: copies are not held (one-shot, groups) */
+	char (*mine)[IK_TOKEN_HEX];     /* NULL: copies are not held (one-shot) */
+	int group_hold;                 /* --stream's group path: claim() marks them */
 	size_t mine_next;
 	struct job *held;               /* copies held for their original, and claims
 	                                 * waiting for a slot (not yet sent) */
@@ -301,18 +304,43 @@ claimed(struct job *j, struct ik_store *store, int rc, const ik_err *err)
 	return rc;
 }
 
+static int64_t hold_ms(const struct ctx *c, const char *owner, int64_t lease_until);
+
+/* What claim() leaves in an envelope for claim_hold, never written out
+ * (the envelope's own members are camelCase words). */
+#define HOLD_KEY "idemp-claim:hold-ms"
+
 static int
 claim(cJSON *env, void *arg)
 {
 	struct job j = { .c = arg, .env = env };
 	struct ik_store *store = NULL;
 	ik_err err = { 0 };
+	int64_t ms = 0;
 	int rc;
 
 	if (!prepare(&j, &store, &rc))
 		return rc;
 	rc = store->ops->claim(store, &j.req, &j.res, &err);
-	return claimed(&j, store, rc, &err);
+	if (rc == IK_OK && j.res.code == IK_DUP_IN_PROGRESS && j.c->group_hold)
+		ms = hold_ms(j.c, j.res.cur.owner, j.res.lease_until);
+	rc = claimed(&j, store, rc, &err);
+	if (ms > 0)
+		cJSON_AddNumberToObject(env, HOLD_KEY, (double)ms);
+	return rc;
+}
+
+/* step.h's hold, on the group path: how long the copy claim() found
+ * meeting its original in this pipeline may wait here (what it left in
+ * the envelope, taken out again: it never leaves this process). */
+static int64_t
+claim_hold(cJSON *env, void *arg)
+{
+	cJSON *h = cJSON_DetachItemFromObjectCaseSensitive(env, HOLD_KEY);
+	int64_t ms = cJSON_IsNumber(h) ? (int64_t)h->valuedouble : 0;
+
+	cJSON_Delete(h);
+	return ms;
 }
 
 /* --stream on a store with in-flight claims: step.h's start, wait, reap. */
@@ -330,44 +358,58 @@ mine(const struct ctx *c, const char *owner)
 	return 0;
 }
 
-#define HOLD_FIRST_MS 20
-#define HOLD_MAX_MS 500
 /* At most this long: an original not finished by then is slow (a bank
  * timing out, a retry), and a copy held longer would hold up sqs-recv,
  * which receives nothing while a message it handed out is older than its
  * --max-age; the queue's backoff then does the waiting, as before. */
 #define HOLD_CAP_MS 5000
 
-/* Whether j, answered DUP_IN_PROGRESS, is held for its original in this
- * pipeline (see the top).  The margin before the original's lease ends: a
- * tenth of our lease, at least 1 s (a retry's round trip on a loaded
- * machine) and at most 5 s: a held copy is passed on while the original
- * still owns its lease, never left to take it over.  What is left is
- * never taken as more than the lease this process grants: the record's
- * leaseUntil may be on the store's clock (PostgreSQL, Redis). */
-static int
-hold(struct job *j)
+/* How long a copy answered DUP_IN_PROGRESS under lease_until may be held
+ * for its original (see the top), 0 when not at all.  The margin before
+ * the original's lease ends: a tenth of our lease, at least 1 s (a
+ * retry's round trip on a loaded machine) and at most 5 s: a held copy is
+ * passed on while the original still owns its lease, never left to take
+ * it over.  What is left is never taken as more than the lease this
+ * process grants: the record's leaseUntil may be on the store's clock
+ * (PostgreSQL, Redis). */
+static int64_t
+hold_ms(const struct ctx *c, const char *owner, int64_t lease_until)
 {
-	struct ctx *c = j->c;
-	int64_t now = ik_mono_ms(), margin = c->lease_ms / 10;
+	int64_t margin = c->lease_ms / 10, left;
 
 	if (margin < 1000)
 		margin = 1000;
 	if (margin > 5000)
 		margin = 5000;
-	if (ik_stop_signal || !mine(c, j->res.cur.owner))
+	if (ik_stop_signal || !mine(c, owner))
 		return 0;
-	if (!j->hold_until) {
-		int64_t left = j->res.lease_until - ik_now_ms();
+	left = lease_until - ik_now_ms();
+	if (left > c->lease_ms)
+		left = c->lease_ms;
+	left -= margin;
+	return left <= 0 ? 0 : left < HOLD_CAP_MS ? left : HOLD_CAP_MS;
+}
 
-		if (left > c->lease_ms)
-			left = c->lease_ms;
-		left -= margin;
-		j->hold_until = now + (left < HOLD_CAP_MS ? left : HOLD_CAP_MS);
+/* Whether j, answered DUP_IN_PROGRESS, is held for its original in flight
+ * (the claims in flight; the group path holds through step.h's hold). */
+static int
+hold(struct job *j)
+{
+	struct ctx *c = j->c;
+	int64_t now = ik_mono_ms();
+
+	if (!j->hold_until) {
+		int64_t ms = hold_ms(c, j->res.cur.owner, j->res.lease_until);
+
+		if (!ms)
+			return 0;
+		j->hold_until = now + ms;
+	} else if (ik_stop_signal || !mine(c, j->res.cur.owner)) {
+		return 0;
 	}
-	j->backoff_ms = j->backoff_ms ? j->backoff_ms * 2 : HOLD_FIRST_MS;
-	if (j->backoff_ms > HOLD_MAX_MS)
-		j->backoff_ms = HOLD_MAX_MS;
+	j->backoff_ms = j->backoff_ms ? j->backoff_ms * 2 : IK_STEP_RETRY_FIRST_MS;
+	if (j->backoff_ms > IK_STEP_RETRY_MAX_MS)
+		j->backoff_ms = IK_STEP_RETRY_MAX_MS;
 	j->retry_at = now + j->backoff_ms;
 	if (j->retry_at >= j->hold_until)
 		return 0;
@@ -565,13 +607,17 @@ main(int argc, char **argv)
 		ik_store_lazy_close(&c.db);
 		return IK_OK;
 	}
-	if (st.stream && ik_store_lazy_inflight(&c.db, st.inflight + HOLD_EXTRA)) {
+	if (st.stream)
 		c.mine = calloc(MINE_MAX, sizeof *c.mine);   /* NULL: copies not held */
+	if (st.stream && ik_store_lazy_inflight(&c.db, st.inflight + HOLD_EXTRA)) {
 		c.store_max = st.inflight;
 		st.inflight += HOLD_EXTRA;
 		st.start = claim_start;
 		st.wait = claim_wait;
 		st.reap = claim_reap;
+	} else if (st.stream && c.mine) {
+		c.group_hold = 1;
+		st.hold = claim_hold;
 	}
 	rc = ik_step_run(&st);
 	ik_store_lazy_close(&c.db);

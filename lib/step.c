@@ -210,16 +210,27 @@ oneshot(const struct ik_step *st)
 }
 
 /* Waits for at least one line (or EOF), then takes whatever else is
- * already there, up to max lines, without waiting. */
+ * already there, up to max lines, without waiting.  due_ms >= 0: a held
+ * line is due then, so the wait ends by then with or without a line. */
 static int
-gather(const struct ik_step *st, struct ik_lines *r, size_t max)
+gather(const struct ik_step *st, struct ik_lines *r, size_t max, int due_ms)
 {
+	int64_t end = due_ms >= 0 ? ik_mono_ms() + due_ms : 0;
 	int ms;
 
 	while (!r->lines && !r->eof) {
 		if (ik_stop_signal)
 			return 0;
-		if (st->tick && (ms = st->tick(st->group_ctx)) >= 0 && !ik_lines_wait(r, ms))
+		ms = st->tick ? st->tick(st->group_ctx) : -1;
+		if (due_ms >= 0) {
+			int64_t left = end - ik_mono_ms();
+
+			if (left <= 0)
+				return 0;
+			if (ms < 0 || ms > left)
+				ms = (int)left;
+		}
+		if (ms >= 0 && !ik_lines_wait(r, ms))
 			continue;   /* its time came first: ask again */
 		if (ik_lines_fill(r) < 0) {
 			if (errno == EINTR)
@@ -267,6 +278,108 @@ run_group(const struct ik_step *st, char **lines, size_t *lens, size_t n,
 	return 0;
 }
 
+/* ---- lines held to be run again (step.h's hold) ------------------------- */
+
+#define HELD_MAX IK_STEP_GROUP_MAX
+
+struct held {
+	char *line;              /* a copy; NULL: gone (compacted away) */
+	size_t len;
+	int64_t retry_at, until, backoff;   /* monotonic ms */
+	cJSON *env;              /* its last answer, written when it is let go */
+};
+
+struct holds {
+	struct held h[HELD_MAX];
+	size_t n;
+};
+
+/* ms until the first held line is due (0: now), -1 when none is held. */
+static int
+held_due(const struct holds *hs)
+{
+	int64_t now = ik_mono_ms(), due = -1;
+
+	for (size_t i = 0; i < hs->n; i++)
+		if (due < 0 || hs->h[i].retry_at - now < due)
+			due = hs->h[i].retry_at - now;
+	return due < 0 ? -1 : due > 1000 ? 1000 : (int)(due < 0 ? 0 : due);
+}
+
+static void
+held_drop(struct held *h)
+{
+	free(h->line);
+	h->line = NULL;
+	h->env = NULL;
+}
+
+static void
+held_compact(struct holds *hs)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < hs->n; i++)
+		if (hs->h[i].line)
+			hs->h[k++] = hs->h[i];
+	hs->n = k;
+}
+
+/* Every held line let go with its last answer (a stop signal, a failed
+ * stdout). */
+static void
+held_flush(struct holds *hs, struct out *o)
+{
+	for (size_t i = 0; i < hs->n; i++) {
+		out_put(o, hs->h[i].env);
+		held_drop(&hs->h[i]);
+	}
+	hs->n = 0;
+}
+
+/* env, the answer to line (src: its held entry, or NULL for a new line):
+ * held to be run again, or written.  The hook is asked every time (it may
+ * take what it left in env); its answer counts only while the loop runs
+ * on. */
+static void
+held_or_out(const struct ik_step *st, struct holds *hs, struct out *o, struct held *src,
+    const char *line, size_t len, cJSON *env)
+{
+	int64_t ms = st->hold ? st->hold(env, st->ctx) : 0, now = ik_mono_ms();
+	struct held *h = src;
+
+	if (ik_stop_signal || o->broken)
+		ms = 0;
+	if (h) {
+		if (ms > 0 && now + ms < h->until)
+			h->until = now + ms;
+		h->backoff = h->backoff * 2 > IK_STEP_RETRY_MAX_MS ? IK_STEP_RETRY_MAX_MS :
+		    h->backoff * 2;
+		if (ms > 0 && now + h->backoff < h->until) {
+			cJSON_Delete(h->env);
+			h->env = env;
+			h->retry_at = now + h->backoff;
+			return;
+		}
+		cJSON_Delete(h->env);
+		held_drop(h);
+		out_put(o, env);
+		return;
+	}
+	if (ms > IK_STEP_RETRY_FIRST_MS && hs->n < HELD_MAX && (h = &hs->h[hs->n]) &&
+	    (h->line = malloc(len ? len : 1))) {
+		memcpy(h->line, line, len);
+		h->len = len;
+		h->until = now + ms;
+		h->backoff = IK_STEP_RETRY_FIRST_MS;
+		h->retry_at = now + h->backoff;
+		h->env = env;
+		hs->n++;
+		return;
+	}
+	out_put(o, env);
+}
+
 /* One line or group at a time.  At a stop signal or a failed stdout no
  * more is read, and the lines already read are finished first (idemp-done
  * records them; their envelopes are written, or settled). */
@@ -275,8 +388,10 @@ stream(const struct ik_step *st)
 {
 	struct ik_lines r;
 	struct out o = { .st = st };
+	static struct holds hs;
 	char *lines[IK_STEP_GROUP_MAX];
 	size_t lens[IK_STEP_GROUP_MAX];
+	struct held *src[IK_STEP_GROUP_MAX];
 	cJSON *envs[IK_STEP_GROUP_MAX] = { 0 };
 	int rc = IK_OK, group = st->begin && st->commit;
 	size_t gmax = st->group_max && st->group_max < IK_STEP_GROUP_MAX ?
@@ -288,7 +403,9 @@ stream(const struct ik_step *st)
 		char *line;
 		size_t len;
 
-		if (!ik_stop_signal && !o.broken && gather(st, &r, gmax) < 0) {
+		if (hs.n && (ik_stop_signal || o.broken))
+			held_flush(&hs, &o);
+		if (!ik_stop_signal && !o.broken && gather(st, &r, gmax, held_due(&hs)) < 0) {
 			ik_warnx("stdin: %s", strerror(errno));
 			rc = IK_SOFTWARE;
 			break;
@@ -318,8 +435,17 @@ stream(const struct ik_step *st)
 					break;
 			}
 		} else {
+			/* The held lines that are due first, then what came. */
+			int64_t now = ik_mono_ms();
+			for (size_t i = 0; i < hs.n && n < gmax; i++)
+				if (hs.h[i].retry_at <= now) {
+					src[n] = &hs.h[i];
+					lines[n] = hs.h[i].line;
+					lens[n++] = hs.h[i].len;
+				}
 			while (n < gmax && (line = ik_lines_take(&r, &len)))
 				if (len) {
+					src[n] = NULL;
 					lines[n] = line;
 					lens[n++] = len;
 				}
@@ -328,17 +454,23 @@ stream(const struct ik_step *st)
 				rc = IK_SOFTWARE;
 			} else if (n) {
 				for (size_t i = 0; i < n; i++) {
-					out_put(&o, envs[i]);
+					held_or_out(st, &hs, &o, src[i], lines[i], lens[i], envs[i]);
 					envs[i] = NULL;
 				}
+				held_compact(&hs);
 				out_flush(&o);
 				if (st->halt)
 					rc = st->halt(st->group_ctx);
+			} else if (hs.n && r.eof && !ik_stop_signal) {
+				/* Only held lines left, none due yet. */
+				ik_sleep_ms(held_due(&hs));
 			}
 		}
-		if (rc != IK_OK || (!r.lines && (r.eof || ik_stop_signal || o.broken)))
+		if (rc != IK_OK || (!r.lines && (r.eof || ik_stop_signal || o.broken) &&
+		    (!hs.n || ik_stop_signal || o.broken)))
 			break;
 	}
+	held_flush(&hs, &o);
 	for (size_t i = 0; i < IK_STEP_GROUP_MAX; i++)
 		cJSON_Delete(envs[i]);
 	ik_lines_free(&r);
@@ -423,7 +555,7 @@ stream_inflight(const struct ik_step *st)
 		if (!busy && (ended || (r.eof && !r.lines)))
 			break;
 		if (!busy) {          /* nothing in flight: wait for input */
-			if (gather(st, &r, max) < 0) {
+			if (gather(st, &r, max, -1) < 0) {
 				ik_warnx("stdin: %s", strerror(errno));
 				rc = IK_SOFTWARE;
 				ended = 1;

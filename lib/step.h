@@ -44,6 +44,10 @@ typedef int (*ik_step_fn)(cJSON *env, void *ctx);
 
 #define IK_STEP_GROUP_MAX 512
 #define IK_STEP_HOLD_US 2000
+/* A line held to be run again (hold below; idemp-claim's in-flight path
+ * the same): the first wait and the most a wait grows to. */
+#define IK_STEP_RETRY_FIRST_MS 20
+#define IK_STEP_RETRY_MAX_MS 500
 
 struct ik_step {
 	const char *name;     /* "claim", "debit", "notify", "done": the result key */
@@ -108,6 +112,23 @@ struct ik_step {
 	 * step's work is itself the record: idemp-done, sqs-ack) they are
 	 * freed. */
 	int (*settle)(cJSON *env, void *settle_ctx);
+	/* Optional, stream mode with the group hooks: asked for each envelope
+	 * a group answered, before it is written: how many ms the loop may
+	 * hold its line to run it again, 0 to write it now.  A held line
+	 * takes no group's room while it waits, is run again in a later group
+	 * (as the line it came as) after IK_STEP_RETRY_FIRST_MS, doubling to
+	 * IK_STEP_RETRY_MAX_MS, and asked about again; it is written with its
+	 * last answer once the hook says 0 or the time the hook gave (never
+	 * longer than the first answer's) ran out, so envelopes may leave in
+	 * another order than they came.  At most IK_STEP_GROUP_MAX are held
+	 * (more are written at once).  At end of input the held lines are
+	 * still run to their end; at a stop signal or a failed stdout they are
+	 * written (or settled) at once with their last answer.  The hook is
+	 * asked about every envelope the group path answers, also then (it
+	 * may take out what its step left in env for it).  idemp-claim: a copy
+	 * whose original is in flight in this same pipeline waits here for
+	 * the original's finish. */
+	int64_t (*hold)(cJSON *env, void *ctx);
 	void *settle_ctx;
 };
 

@@ -79,9 +79,12 @@ each() {
 	each idemp-done < "$t/one.claimed" > "$t/one.done"
 	each idemp-claim < "$t/in" > "$t/one.again"     # the redelivery
 	records > "$t/one.records"
-	# stream: the whole input at once, so the claims form groups
+	# stream: the whole input at once, so the claims form groups (a copy
+	# of a charge claimed in this stream is held for its original, which
+	# is finished only later here: passed on once its time is up, 1 s
+	# before a 2 s lease ends, so it leaves last)
 	export IDEMKIT_STORE=sqlite:$t/stream.db
-	idemp-claim --stream < "$t/in" 2>/dev/null | bank > "$t/stream.claimed"
+	idemp-claim --stream --lease 2s < "$t/in" 2>/dev/null | bank > "$t/stream.claimed"
 	idemp-done --stream < "$t/stream.claimed" > "$t/stream.done" 2>/dev/null
 	idemp-claim --stream < "$t/in" > "$t/stream.again" 2>/dev/null
 	records > "$t/stream.records"
@@ -90,8 +93,9 @@ each() {
 	for f in claimed done again; do
 		outcomes < "$t/one.$f" > "$t/one.$f.o"
 		outcomes < "$t/stream.$f" > "$t/stream.$f.o"
-		diff "$t/one.$f.o" "$t/stream.$f.o"
+		diff <(sort "$t/one.$f.o") <(sort "$t/stream.$f.o")
 	done
+
 	diff "$t/one.records" "$t/stream.records"
 	# and they are the expected outcomes, not merely equal ones
 	run cut -d' ' -f2,3,6,7 "$t/stream.done.o"
@@ -99,12 +103,12 @@ each() {
 	[ "${lines[1]}" = "ACQUIRED CHG-S2 OK DONE" ]
 	[ "${lines[2]}" = "ACQUIRED CHG-S3 OK FAILED" ]
 	[ "${lines[3]}" = "ACQUIRED CHG-S4 OK DEBITED_NOTIFICATION_FAILED" ]
-	[ "${lines[4]}" = "DUP_IN_PROGRESS CHG-S1 None None" ]
+	[ "${lines[4]}" = "DATAERR None None None" ]
 	[ "${lines[5]}" = "DATAERR None None None" ]
-	[ "${lines[6]}" = "DATAERR None None None" ]
-	[ "${lines[7]}" = "PAYLOAD_MISMATCH CHG-S2 None None" ]
-	[ "${lines[8]}" = "DUP_DONE CHG-UP None None" ]
-	[ "${lines[9]}" = "ACQUIRED CHG-S6 OK DONE" ]
+	[ "${lines[6]}" = "PAYLOAD_MISMATCH CHG-S2 None None" ]
+	[ "${lines[7]}" = "DUP_DONE CHG-UP None None" ]
+	[ "${lines[8]}" = "ACQUIRED CHG-S6 OK DONE" ]
+	[ "${lines[9]}" = "DUP_IN_PROGRESS CHG-S1 None None" ]
 	[ "${lines[10]}" = "DUP_IN_PROGRESS CHG-S3 None None" ]
 	run cut -d' ' -f2,3 "$t/stream.again.o"
 	[ "${lines[0]}" = "DUP_DONE CHG-S1" ]

@@ -38,13 +38,13 @@ class Outbox:
         self.threads = []
 
     def env(self):
-        """What the workers (and the relay) get: the outbox queue.  On the
-        embedded default an SQLite queue beside the store's; elsewhere the
-        SQS emulator's queue is the harness's to name (not wired yet)."""
-        if self.w.backend != "embedded":
-            raise RuntimeError("--outbox: only the embedded default so far")
-        return {"IDEMKIT_OUTBOX": "sqlite:%s#charge-events"
-                % os.path.join(self.w.run, "shared", "events.db")}
+        """What the workers (and the relay) get: the outbox queue, an
+        SQLite queue every host reaches on the shared filesystem: beside
+        the store's on the embedded default; elsewhere in RUN/outbox (the
+        relay then reads the store across the hosts' links: on DynamoDB
+        Local the table's stream, on the others the store's own log)."""
+        d = os.path.join(self.w.run, "shared") if self.w.backend == "embedded" else self.dir
+        return {"IDEMKIT_OUTBOX": "sqlite:%s#charge-events" % os.path.join(d, "events.db")}
 
     def _env(self):
         env = self.w.host_env(self.host)
