@@ -212,6 +212,22 @@ class World:
             except subprocess.TimeoutExpired:
                 self.procs.stop("cron", signal.SIGKILL)
 
+    def redrive_after_heal(self):
+        """The operator, once the faults are healed (the bank's
+        credentials work again): the DLQ re-driven once.  A charge whose
+        last copy met a 401 storm was dead-lettered CONFIG, its record left
+        IN_PROGRESS for a retry under the same key; while the faults ran
+        the cron's re-drives brought such copies back, but one
+        dead-lettered after the cron's last --dlq had none (seed 11 on
+        DynamoDB: debited, its 201 lost with a killed charge-debit, then
+        401 on every retry), and a bank would not leave it there."""
+        host = self.workers[0]
+        with open(self.procs.log("cron"), "a") as f:
+            f.write(json.dumps({"ts": now_ms(), "harness": "cron", "host": host,
+                                "argv": ["--dlq"], "why": "after the heal"}) + "\n")
+        self.procs.sh(host, ["charge-recover", "--dlq"], env=self.host_env(host), check=False,
+                      timeout=120)
+
     # ---- observation -------------------------------------------------
     def sample_cmdlines(self):
         """Every process in our namespaces, argv and all (check 5)."""
@@ -452,6 +468,7 @@ def main():
         prod.join(120)
         nem.heal_all()
         healed = time.monotonic()
+        w.redrive_after_heal()
         print("chaos: faults healed after %.0f s (%d scheduled); waiting for the backlog to drain"
               % (healed - t0, len(ev)), flush=True)
         drained = None
