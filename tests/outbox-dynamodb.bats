@@ -358,6 +358,28 @@ sys.exit(os.waitstatus_to_exitcode(st))' "$@"
 	[ "$(wc -l < "$BATS_TEST_TMPDIR/relay")" -eq "$N" ]
 	relay=$(sed -n 's/^cpu //p' "$BATS_TEST_TMPDIR/cpu.relay")
 	echo "# outbox cost ($BACKEND, $N finishes, idemp-done --stream): requests per finish 1 UpdateItem without and with; finishes in ${wall_off} / ${wall_on} ms; client CPU ${off} ms without, ${on} ms with ($(python3 -c "print('%+.1f%%' % ((int('$on') - int('$off')) * 100 / max(1, int('$off'))))")); pipeline $((N * 1000 / (wall_on > 0 ? wall_on : 1))) finishes/s with the outbox; relay: $N events in ${ms} ms, $((N * 1000 / (ms > 0 ? ms : 1))) events/s, $(ops ddb | wc -l) requests ($(ops ddb | sort | uniq -c | awk '{printf "%s %s, ", $1, $2}')), ${relay} ms CPU" >&3
+	# keeping up: a relay --follow while the pipeline finishes N more (on
+	# DynamoDB Local it reads the stream, on dynalite the index)
+	for i in $(seq 1 "$N"); do ev "$(uid "f$i")"; done | idemp-claim --stream 2>/dev/null \
+		| envset '{"debit":{"outcome":"OK","ref":"TXN-C"},"notify":{"outcome":"OK"}}' \
+		> "$BATS_TEST_TMPDIR/claimed.f"
+	IDEMKIT_LOG=debug idemp-outbox --follow --poll 50ms > "$BATS_TEST_TMPDIR/relay.f" \
+		2> "$BATS_TEST_TMPDIR/relay.f.err" 3>&- &
+	RELAYS=$!
+	sleep 1
+	: > "$BATS_TEST_TMPDIR/ddb.log"
+	start=$(date +%s%N)
+	idemp-done --stream < "$BATS_TEST_TMPDIR/claimed.f" > /dev/null 2>&1
+	end=$(date +%s%N)
+	for _ in $(seq 600); do [ "$(wc -l < "$BATS_TEST_TMPDIR/relay.f")" -ge "$N" ] && break; sleep 0.05; done
+	last=$(date +%s%N)
+	kill -TERM "$RELAYS"
+	wait "$RELAYS" || true
+	RELAYS=
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/relay.f")" -eq "$N" ]
+	from=index
+	! grep -q '"from":"stream"' "$BATS_TEST_TMPDIR/relay.f.err" || from=stream
+	echo "# outbox relay --follow ($BACKEND, from the $from): $N finishes in $(((end - start) / 1000000)) ms, the last event published $(((last - end) / 1000000)) ms after the last finish; the relay's and the finishes' requests together: $(ops ddb | sort | uniq -c | awk '{printf "%s %s, ", $1, $2}')" >&3
 }
 
 @test "a relay whose lease ended before its checkpoint checkpoints nothing (DynamoDB Local: the transaction's lease check; dynalite: the lease read before the updates); its next round sends the batch again, same eventIds" {
