@@ -2,9 +2,9 @@
  * (store_postgres.c: the store and its blocking statements; pg_pipe.c: its
  * claims and finishes in flight, libpq's pipeline mode; pg_err.c: its
  * errors as outcomes, a server that does not answer in time one of them;
- * store_postgres_outbox.c: its outbox; pg_repl.c: idemp-init's look at the
- * server's replication).  Nothing else includes
- * it. */
+ * store_postgres_outbox.c: its outbox; store_postgres_outbox_stats.c: the
+ * outbox's lag gauge; pg_repl.c: idemp-init's look at the server's
+ * replication).  Nothing else includes it. */
 #ifndef IK_PG_STORE_H
 #define IK_PG_STORE_H
 
@@ -95,6 +95,23 @@ int ik_pgo_ack(struct ik_store *st, const char *holder, const struct ik_outbox_e
     size_t n, int64_t now_ms, ik_err *err);
 int ik_pgo_purge(struct ik_store *st, int64_t before_ms, size_t batch, int64_t *n,
     ik_err *err);
+/* and for the lag gauge: the publication pgoutput reads, the zero of the
+ * server's timestamps, the slot's name, a statement (q) and one on the slot
+ * (slot_query: a slot another backend holds is waited for), the connection
+ * made ready, the checkpoint, an open resync window and its statement. */
+#define PUBLICATION "idemkit_outbox"
+#define PG_EPOCH_MS 946684800000LL     /* 2000-01-01, PostgreSQL's timestamps' zero */
+void ik_pgo_slot_name(const struct pg *p, char out[IK_PG_TABLE_MAX + 16]);
+int ik_pgo_q(struct pg *p, const char *sql, int n, const char *const *params, int binary,
+    const char *doing, PGresult **out, ik_err *err);
+int ik_pgo_slot_query(struct pg *p, const char *sql, int n, const char *const *params,
+    int binary, const char *doing, const char *slot, PGresult **out, ik_err *err);
+int ik_pgo_ready(struct pg *p, ik_err *err);
+int ik_pgo_checkpoint(struct pg *p, uint64_t *commit, uint64_t *msg, ik_err *err);
+int ik_pgo_resync_window(struct pg *p, char from[3][160], char to[24], ik_err *err);
+char *ik_pgo_resync_sql(const struct pg *p, const char *outer);
+
+/* store_postgres_outbox_stats.c: the outbox's lag gauge. */
 int ik_pgo_stats(struct ik_store *st, int64_t now_ms, struct ik_outbox_stats *out,
     ik_err *err);
 

@@ -27,7 +27,8 @@
  * as the records'.  A message decoded only if a slot existed when it was
  * written: a claim is refused (CONFIG) while the slot is missing, a
  * finish never is (the money moved).  SQL only as constant text with
- * bound parameters; the table's names are checked identifiers.
+ * bound parameters; the table's names are checked identifiers.  The lag
+ * gauge is store_postgres_outbox_stats.c's.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -43,8 +44,6 @@
 #include "util.h"
 
 #define NOW_MS "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
-#define PUBLICATION "idemkit_outbox"
-#define PG_EPOCH_MS 946684800000LL     /* 2000-01-01, PostgreSQL's timestamps' zero */
 #define PEEK_FIRST 2048                /* changes a read peeks at first */
 #define AHEAD_MAX 1024                 /* events read ahead from one peek */
 #define PEEK_MAX (1 << 22)             /* and at most, doubling */
@@ -161,15 +160,15 @@ ik_pgo_wrap(struct pg *p, int which, char **sql, ik_err *err)
 	return IK_OK;
 }
 
-static void
-slot_name(const struct pg *p, char out[IK_PG_TABLE_MAX + 16])
+void
+ik_pgo_slot_name(const struct pg *p, char out[IK_PG_TABLE_MAX + 16])
 {
 	snprintf(out, IK_PG_TABLE_MAX + 16, "idemkit_%s", p->u.table);
 }
 
 /* Runs q with n text parameters; *out the result on IK_OK. */
-static int
-q(struct pg *p, const char *sql, int n, const char *const *params, int binary,
+int
+ik_pgo_q(struct pg *p, const char *sql, int n, const char *const *params, int binary,
     const char *doing, PGresult **out, ik_err *err)
 {
 	PGresult *r = ik_pg_exec(p, sql, n, params, binary, doing, err);
@@ -200,8 +199,8 @@ ik_pgo_check(struct pg *p, ik_err *err)
 	/* What was read ahead on another connection may be another server's
 	 * (a failover: its last transactions may never have reached this one). */
 	ik_pgo_close(p);
-	slot_name(p, slot);
-	if ((rc = q(p, "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1"
+	ik_pgo_slot_name(p, slot);
+	if ((rc = ik_pgo_q(p, "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1"
 	    " AND database = current_database() AND wal_status IS DISTINCT FROM 'lost')",
 	    1, params, 0, "outbox slot", &r, err)))
 		return rc;
@@ -218,7 +217,7 @@ ik_pgo_claim_gate(struct pg *p, ik_err *err)
 
 	if (!ik_pgo_on() || p->obx_slot)
 		return IK_OK;
-	slot_name(p, slot);
+	ik_pgo_slot_name(p, slot);
 	return ik_errf(err, IK_CONFIG, "postgres %s: IDEMKIT_OUTBOX is set but the replication "
 	    "slot %s does not exist (or lost its WAL): a finish's event would be lost; run "
 	    "idemp-init with IDEMKIT_OUTBOX set (a role with REPLICATION) to create it",
@@ -239,7 +238,7 @@ resync_mark(struct pg *p, ik_err *err)
 	PGresult *r;
 	int rc;
 
-	if ((rc = q(p, "UPDATE idemkit_outbox_relay SET resync_from = ckpt_at - " RESYNC_MARGIN_MS
+	if ((rc = ik_pgo_q(p, "UPDATE idemkit_outbox_relay SET resync_from = ckpt_at - " RESYNC_MARGIN_MS
 	    ", resync_op = '', resync_key = '', resync_to = " NOW_MS " WHERE tbl = $1"
 	    " AND ckpt_at > 0 RETURNING resync_from, resync_to", 1, params, 0, "outbox resync",
 	    &r, err)))
@@ -250,7 +249,7 @@ resync_mark(struct pg *p, ik_err *err)
 		    "minute before its last checkpoint until now", "table", p->u.table,
 		    "fromMs", PQgetvalue(r, 0, 0), "toMs", PQgetvalue(r, 0, 1), NULL);
 	PQclear(r);
-	if ((rc = q(p, "INSERT INTO idemkit_outbox_relay AS o (tbl, holder, lease_until, ckpt_at)"
+	if ((rc = ik_pgo_q(p, "INSERT INTO idemkit_outbox_relay AS o (tbl, holder, lease_until, ckpt_at)"
 	    " VALUES ($1, '', 0, " NOW_MS ") ON CONFLICT (tbl) DO UPDATE"
 	    " SET ckpt_at = excluded.ckpt_at WHERE o.ckpt_at = 0", 1, params, 0, "outbox slot time",
 	    &r, err)))
@@ -270,8 +269,8 @@ ik_pgo_init(struct pg *p, ik_err *err)
 	PGresult *r;
 	int rc, have, lost;
 
-	slot_name(p, slot);
-	if ((rc = q(p, "SELECT current_setting('wal_level')", 0, NULL, 0, "wal_level", &r, err)))
+	ik_pgo_slot_name(p, slot);
+	if ((rc = ik_pgo_q(p, "SELECT current_setting('wal_level')", 0, NULL, 0, "wal_level", &r, err)))
 		return rc;
 	if (strcmp(PQgetvalue(r, 0, 0), "logical") != 0) {
 		rc = ik_errf(err, IK_CONFIG, "postgres %s: the outbox needs wal_level = logical "
@@ -280,12 +279,12 @@ ik_pgo_init(struct pg *p, ik_err *err)
 		return rc;
 	}
 	PQclear(r);
-	if ((rc = q(p, relay_table, 0, NULL, 0, "create idemkit_outbox_relay", &r, err)))
+	if ((rc = ik_pgo_q(p, relay_table, 0, NULL, 0, "create idemkit_outbox_relay", &r, err)))
 		return rc;
 	PQclear(r);
 	/* The publication before the slot: decoding reads the catalog as it
 	 * was at each change, and pgoutput wants its publication there. */
-	if ((rc = q(p, "SELECT 1 FROM pg_publication WHERE pubname = '" PUBLICATION "'", 0, NULL,
+	if ((rc = ik_pgo_q(p, "SELECT 1 FROM pg_publication WHERE pubname = '" PUBLICATION "'", 0, NULL,
 	    0, "outbox publication", &r, err)))
 		return rc;
 	have = PQntuples(r) == 1;
@@ -304,7 +303,7 @@ ik_pgo_init(struct pg *p, ik_err *err)
 		}
 		PQclear(r);
 	}
-	if ((rc = q(p, "SELECT wal_status = 'lost' FROM pg_replication_slots WHERE slot_name = $1",
+	if ((rc = ik_pgo_q(p, "SELECT wal_status = 'lost' FROM pg_replication_slots WHERE slot_name = $1",
 	    1, params, 0, "outbox slot", &r, err)))
 		return rc;
 	have = PQntuples(r) == 1;
@@ -314,7 +313,7 @@ ik_pgo_init(struct pg *p, ik_err *err)
 		/* invalidated (max_slot_wal_keep_size): it can decode nothing */
 		ik_log(IK_LOG_WARN, "the outbox's replication slot lost its WAL; making it again",
 		    "slot", slot, NULL);
-		if ((rc = q(p, "SELECT pg_drop_replication_slot($1)", 1, params, 0,
+		if ((rc = ik_pgo_q(p, "SELECT pg_drop_replication_slot($1)", 1, params, 0,
 		    "drop the lost outbox slot", &r, err)))
 			return rc;
 		PQclear(r);
@@ -341,8 +340,8 @@ ik_pgo_init(struct pg *p, ik_err *err)
 	return ik_pgo_check(p, err);
 }
 
-static int
-ready(struct pg *p, ik_err *err)
+int
+ik_pgo_ready(struct pg *p, ik_err *err)
 {
 	char name[16];
 
@@ -351,7 +350,7 @@ ready(struct pg *p, ik_err *err)
 }
 
 /* idemp-claim --check-store: ik_pgo_claim_gate, on a fresh look at the slot
- * (ready() connects, and checks the slot once per connection). */
+ * (ik_pgo_ready() connects, and checks the slot once per connection). */
 int
 ik_pgo_claim_check(struct ik_store *st, ik_err *err)
 {
@@ -360,7 +359,7 @@ ik_pgo_claim_check(struct ik_store *st, ik_err *err)
 
 	if (!ik_pgo_on())
 		return IK_OK;
-	return (rc = ready(p, err)) ? rc : ik_pgo_claim_gate(p, err);
+	return (rc = ik_pgo_ready(p, err)) ? rc : ik_pgo_claim_gate(p, err);
 }
 
 int
@@ -373,10 +372,10 @@ ik_pgo_lease(struct ik_store *st, const char *holder, int64_t now_ms, int64_t le
 	PGresult *r;
 	int rc, got;
 
-	if ((rc = ready(p, err)))
+	if ((rc = ik_pgo_ready(p, err)))
 		return rc;
 	snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
-	if ((rc = q(p, "WITH n AS (SELECT " NOW_MS " AS ms)"
+	if ((rc = ik_pgo_q(p, "WITH n AS (SELECT " NOW_MS " AS ms)"
 	    " INSERT INTO idemkit_outbox_relay AS r (tbl, holder, lease_until)"
 	    " SELECT $1, $2, n.ms + $3::bigint FROM n"
 	    " ON CONFLICT (tbl) DO UPDATE SET holder = excluded.holder,"
@@ -390,7 +389,7 @@ ik_pgo_lease(struct ik_store *st, const char *holder, int64_t now_ms, int64_t le
 	if (got)
 		return IK_OK;
 	/* The holder's end, on our clock (the lease runs on the server's). */
-	if ((rc = q(p, "SELECT lease_until - " NOW_MS " FROM idemkit_outbox_relay WHERE tbl = $1",
+	if ((rc = ik_pgo_q(p, "SELECT lease_until - " NOW_MS " FROM idemkit_outbox_relay WHERE tbl = $1",
 	    1, params, 0, "outbox lease", &r, err)))
 		return rc;
 	*until = now_ms + (PQntuples(r) ? ik_pg_col_i64(r, 0, 0) : 0);
@@ -424,15 +423,15 @@ be(const unsigned char *b, int n)
 }
 
 /* The checkpoint: what was published last, (commit LSN, message LSN). */
-static int
-checkpoint(struct pg *p, uint64_t *commit, uint64_t *msg, ik_err *err)
+int
+ik_pgo_checkpoint(struct pg *p, uint64_t *commit, uint64_t *msg, ik_err *err)
 {
 	const char *params[] = { p->u.table };
 	PGresult *r;
 	int rc;
 
 	*commit = *msg = 0;
-	if ((rc = q(p, "SELECT ckpt_commit::text, ckpt_msg::text FROM idemkit_outbox_relay"
+	if ((rc = ik_pgo_q(p, "SELECT ckpt_commit::text, ckpt_msg::text FROM idemkit_outbox_relay"
 	    " WHERE tbl = $1", 1, params, 0, "outbox checkpoint", &r, err)))
 		return rc;
 	if (PQntuples(r) == 1) {
@@ -455,8 +454,8 @@ struct dec {
  * *out.  A slot serves one backend at a time: a gauge's peek and the
  * relay's, or its advance, meet (55006); each is short, so wait a little,
  * then TEMPFAIL.  A slot that is missing or lost its WAL is CONFIG. */
-static int
-slot_query(struct pg *p, const char *sql, int n, const char *const *params, int binary,
+int
+ik_pgo_slot_query(struct pg *p, const char *sql, int n, const char *const *params, int binary,
     const char *doing, const char *slot, PGresult **out, ik_err *err)
 {
 	PGresult *r;
@@ -508,10 +507,10 @@ peek(struct pg *p, int upto, uint64_t ck_commit, uint64_t ck_msg,
 	PGresult *r;
 	int rc;
 
-	slot_name(p, slot);
+	ik_pgo_slot_name(p, slot);
 	snprintf(lim, sizeof lim, "%d", upto);
 	plen = (size_t)snprintf(prefix, sizeof prefix, "idemkit.outbox.%s", p->u.table) + 1;
-	if ((rc = slot_query(p, "SELECT data FROM pg_logical_slot_peek_binary_changes($1,"
+	if ((rc = ik_pgo_slot_query(p, "SELECT data FROM pg_logical_slot_peek_binary_changes($1,"
 	    " NULL, $2::int, 'proto_version', '1', 'publication_names', '" PUBLICATION "',"
 	    " 'messages', 'true')", 2, params, 1, "outbox read", slot, &r, err)))
 		return rc;
@@ -594,8 +593,8 @@ take(const struct dec *d, void *arg)
 
 /* RESYNC_SQL with the table's name, wrapped in outer (a printf format of
  * one %s: the query) when not NULL; malloc'd, NULL when out of memory. */
-static char *
-resync_sql(const struct pg *p, const char *outer)
+char *
+ik_pgo_resync_sql(const struct pg *p, const char *outer)
 {
 	size_t n = sizeof RESYNC_SQL + sizeof p->qtable;
 	char *a = malloc(n), *b;
@@ -614,15 +613,15 @@ resync_sql(const struct pg *p, const char *outer)
 
 /* The window to re-publish from the records, when one is open: from[0..2]
  * where the relay is in it (time, op, key), *to its end (0: none). */
-static int
-resync_window(struct pg *p, char from[3][160], char to[24], ik_err *err)
+int
+ik_pgo_resync_window(struct pg *p, char from[3][160], char to[24], ik_err *err)
 {
 	const char *params[] = { p->u.table };
 	PGresult *r;
 	int rc;
 
 	strcpy(to, "0");
-	if ((rc = q(p, "SELECT resync_from, resync_op, resync_key, resync_to"
+	if ((rc = ik_pgo_q(p, "SELECT resync_from, resync_op, resync_key, resync_to"
 	    " FROM idemkit_outbox_relay WHERE tbl = $1 AND resync_to > 0", 1, params, 0,
 	    "outbox resync", &r, err)))
 		return rc;
@@ -638,7 +637,7 @@ resync_window(struct pg *p, char from[3][160], char to[24], ik_err *err)
 		    "table", p->u.table, NULL);
 		strcpy(to, "0");
 		/* said once: the window is closed */
-		if ((rc = q(p, "UPDATE idemkit_outbox_relay SET resync_to = 0 WHERE tbl = $1",
+		if ((rc = ik_pgo_q(p, "UPDATE idemkit_outbox_relay SET resync_to = 0 WHERE tbl = $1",
 		    1, params, 0, "outbox resync", &r, err)))
 			return rc;
 		PQclear(r);
@@ -659,12 +658,12 @@ resync_read(struct pg *p, size_t max, struct ik_outbox_ev *ev, size_t *n, ik_err
 	int rc, rows;
 
 	*n = 0;
-	if ((rc = resync_window(p, from, to, err)) || strcmp(to, "0") == 0)
+	if ((rc = ik_pgo_resync_window(p, from, to, err)) || strcmp(to, "0") == 0)
 		return rc;
 	snprintf(lim, sizeof lim, "%zu", max);
-	if (!(sql = resync_sql(p, NULL)))
+	if (!(sql = ik_pgo_resync_sql(p, NULL)))
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
-	rc = q(p, sql, 5, params, 0, "outbox resync", &r, err);
+	rc = ik_pgo_q(p, sql, 5, params, 0, "outbox resync", &r, err);
 	free(sql);
 	if (rc)
 		return rc;
@@ -684,7 +683,7 @@ resync_read(struct pg *p, size_t max, struct ik_outbox_ev *ev, size_t *n, ik_err
 	PQclear(r);
 	if (rows)
 		return IK_OK;
-	if ((rc = q(p, "UPDATE idemkit_outbox_relay SET resync_to = 0 WHERE tbl = $1"
+	if ((rc = ik_pgo_q(p, "UPDATE idemkit_outbox_relay SET resync_to = 0 WHERE tbl = $1"
 	    " AND resync_to = $2::bigint", 2, cparams, 0, "outbox resync", &r, err)))
 		return rc;
 	PQclear(r);
@@ -727,7 +726,7 @@ advance(struct pg *p, uint64_t commit)
 
 	if (commit <= p->obx_advanced)
 		return;
-	slot_name(p, slot);
+	ik_pgo_slot_name(p, slot);
 	lsn_fmt(commit, lsn);
 	r = ik_pg_exec(p, "SELECT pg_replication_slot_advance(slot_name, $2::pg_lsn)"
 	    " FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn < $2::pg_lsn",
@@ -792,8 +791,8 @@ ik_pgo_read(struct ik_store *st, size_t max, struct ik_outbox_ev *ev, size_t *n,
 	*n = 0;
 	/* An open resync window first: those events were written before what
 	 * the slot decodes (per chargeId, in order). */
-	if ((rc = ready(p, err)) || (rc = resync_read(p, max, ev, n, err)) || *n > 0 ||
-	    (rc = checkpoint(p, &ck_commit, &ck_msg, err)))
+	if ((rc = ik_pgo_ready(p, err)) || (rc = resync_read(p, max, ev, n, err)) || *n > 0 ||
+	    (rc = ik_pgo_checkpoint(p, &ck_commit, &ck_msg, err)))
 		return rc;
 	while (p->obx_head < p->obx_n) {
 		pos_parse(p->obx_ahead[p->obx_head].pos, &c, &l);
@@ -833,7 +832,7 @@ resync_ack(struct pg *p, const char *holder, const char *pos, ik_err *err)
 		return ik_errf(err, IK_SOFTWARE, "postgres: outbox: a resync event without its "
 		    "position");
 	params[4] = key + 1;
-	if ((rc = q(p, "UPDATE idemkit_outbox_relay SET resync_from = $3::bigint,"
+	if ((rc = ik_pgo_q(p, "UPDATE idemkit_outbox_relay SET resync_from = $3::bigint,"
 	    " resync_op = $4, resync_key = $5"
 	    " WHERE tbl = $1 AND holder = $2 AND lease_until > " NOW_MS, 5, params, 0,
 	    "outbox resync checkpoint", &r, err)))
@@ -855,14 +854,14 @@ ik_pgo_ack(struct ik_store *st, const char *holder, const struct ik_outbox_ev *e
 
 	if (n == 0)
 		return IK_OK;
-	if ((rc = ready(p, err)))
+	if ((rc = ik_pgo_ready(p, err)))
 		return rc;
 	if (ev[n - 1].pos && strncmp(ev[n - 1].pos, "R ", 2) == 0)
 		return resync_ack(p, holder, ev[n - 1].pos + 2, err);
 	if (!ev[n - 1].pos || sscanf(ev[n - 1].pos, "%23s %23s", commit, msg) != 2)
 		return ik_errf(err, IK_SOFTWARE, "postgres: outbox: an event without its position");
 	/* The fence and the checkpoint in one statement; never backwards. */
-	if ((rc = q(p, "UPDATE idemkit_outbox_relay SET"
+	if ((rc = ik_pgo_q(p, "UPDATE idemkit_outbox_relay SET"
 	    " ckpt_msg = CASE WHEN ($3::pg_lsn, $4::pg_lsn) > (ckpt_commit, ckpt_msg)"
 	    "  THEN $4::pg_lsn ELSE ckpt_msg END,"
 	    " ckpt_commit = greatest(ckpt_commit, $3::pg_lsn), ckpt_at = " NOW_MS
@@ -882,137 +881,5 @@ int
 ik_pgo_purge(struct ik_store *st, int64_t before_ms, size_t batch, int64_t *n, ik_err *err)
 {
 	*n = 0;
-	return IK_OK;
-}
-
-struct cnt {
-	int64_t n, oldest;
-};
-
-/* An open resync window's events, counted first (the oldest). */
-static int
-resync_stats(struct pg *p, struct cnt *c, ik_err *err)
-{
-	char from[3][160], to[24];
-	const char *params[] = { from[0], from[1], from[2], to, "2147483647" };
-	char *sql;
-	PGresult *r;
-	int rc;
-
-	if ((rc = resync_window(p, from, to, err)) || strcmp(to, "0") == 0)
-		return rc;
-	if (!(sql = resync_sql(p, "SELECT count(*), min(at) FROM (%s) AS w")))
-		return ik_errf(err, IK_SOFTWARE, "out of memory");
-	rc = q(p, sql, 5, params, 0, "outbox resync", &r, err);
-	free(sql);
-	if (rc)
-		return rc;
-	c->n = ik_pg_col_i64(r, 0, 0);
-	c->oldest = ik_pg_col_i64(r, 0, 1);
-	PQclear(r);
-	return IK_OK;
-}
-
-/* The most WAL changes the lag gauge decodes (IDEMKIT_OUTBOX_COUNT_MAX;
- * 0: no bound): past them the events waiting are counted no further.
- * Anything else set there is CONFIG. */
-#define COUNT_MAX_DEFAULT 30000
-
-static int
-count_max(int *max, ik_err *err)
-{
-	const char *v = getenv("IDEMKIT_OUTBOX_COUNT_MAX");
-	char *end;
-	long n;
-
-	*max = COUNT_MAX_DEFAULT;
-	if (!v || !*v)
-		return IK_OK;
-	n = strtol(v, &end, 10);
-	if (*end || end == v || n < 0 || n > INT32_MAX)
-		return ik_errf(err, IK_CONFIG, "IDEMKIT_OUTBOX_COUNT_MAX=%.32s: not a number of "
-		    "WAL changes (0 to %d; 0: no bound)", v, INT32_MAX);
-	*max = (int)n;
-	return IK_OK;
-}
-
-/* A big-endian 8-byte field of a pgoutput message as a bigint. */
-#define BE64(E) "('x' || encode(" E ", 'hex'))::bit(64)::bigint"
-
-/* The events waiting in the slot past the checkpoint, counted by the server
- * (peek() above would bring every one of them here: a backlog's whole
- * size, at every metrics write of a --follow relay) and within the first
- * count_max changes: the gauge's cost is bounded, not the backlog.
- * The same filter as peek(): our prefix, transactional, past the
- * checkpoint's position (the commit's LSN, then the message's), the
- * commit's time from its transaction's Begin. */
-static int
-slot_count(struct pg *p, uint64_t ck_commit, uint64_t ck_msg, struct cnt *c, int *capped,
-    ik_err *err)
-{
-	char slot[IK_PG_TABLE_MAX + 16], lim[16], prefix[2 * (IK_PG_TABLE_MAX + 24) + 4];
-	char plen_s[16], ckc[24], ckm[24];
-	char name[IK_PG_TABLE_MAX + 24];
-	const char *params[] = { slot, NULL, ckc, ckm, plen_s, prefix };
-	int max, plen, rc;
-	PGresult *r;
-
-	*capped = 0;
-	if (count_max(&max, err))
-		return err->code;
-	slot_name(p, slot);
-	snprintf(lim, sizeof lim, "%d", max);
-	params[1] = max > 0 ? lim : NULL;
-	snprintf(ckc, sizeof ckc, "%llu", (unsigned long long)ck_commit);
-	snprintf(ckm, sizeof ckm, "%llu", (unsigned long long)ck_msg);
-	plen = snprintf(name, sizeof name, "idemkit.outbox.%s", p->u.table) + 1;
-	snprintf(plen_s, sizeof plen_s, "%d", plen);
-	memcpy(prefix, "\\x", 2);
-	for (int i = 0; i < plen; i++)
-		snprintf(prefix + 2 + 2 * i, 3, "%02x", (unsigned char)name[i]);
-	/* Decoding hands transactions out whole and in commit order (Begin,
-	 * its messages, Commit), so a message's commit LSN is the largest
-	 * Begin's so far in the peek's own order: one pass, no join. */
-	if ((rc = slot_query(p, "WITH ch AS MATERIALIZED (SELECT n, data FROM"
-	    " pg_logical_slot_peek_binary_changes($1, NULL, $2::int, 'proto_version', '1',"
-	    " 'publication_names', '" PUBLICATION "', 'messages', 'true')"
-	    " WITH ORDINALITY AS t(lsn, xid, data, n)),"
-	    " w AS (SELECT data, max(CASE WHEN substr(data, 1, 1) = '\\x42'::bytea AND"
-	    " length(data) >= 21 THEN n END) OVER (ORDER BY n) AS bn,"
-	    " max(CASE WHEN substr(data, 1, 1) = '\\x42'::bytea AND length(data) >= 21 THEN "
-	    BE64("substr(data, 2, 8)") " END) OVER (ORDER BY n) AS cl FROM ch),"
-	    " q AS (SELECT count(*) AS c, min(bn) AS bn FROM w"
-	    " WHERE substr(data, 1, 2) = '\\x4d01'::bytea AND length(data) >= 14 + $5::int"
-	    " AND substr(data, 11, $5::int) = $6::bytea AND bn IS NOT NULL"
-	    " AND (cl, " BE64("substr(data, 3, 8)") ") > ($3::numeric, $4::numeric))"
-	    " SELECT q.c, (SELECT " BE64("substr(data, 10, 8)") " FROM ch WHERE n = q.bn),"
-	    " (SELECT count(*) FROM ch) FROM q", 6, params, 0, "outbox count", slot, &r, err)))
-		return rc;
-	if (!c->n && ik_pg_col_i64(r, 0, 0))
-		c->oldest = ik_pg_col_i64(r, 0, 1) / 1000 + PG_EPOCH_MS;
-	c->n += ik_pg_col_i64(r, 0, 0);
-	*capped = max > 0 && ik_pg_col_i64(r, 0, 2) >= max;
-	PQclear(r);
-	return IK_OK;
-}
-
-/* The lag gauge: the events waiting, counted by the server within
- * count_max changes (slot_count), and the oldest one's age. */
-int
-ik_pgo_stats(struct ik_store *st, int64_t now_ms, struct ik_outbox_stats *out, ik_err *err)
-{
-	struct pg *p = st->impl;
-	struct cnt c = { 0, 0 };
-	uint64_t ck_commit, ck_msg;
-	int rc, capped = 0;
-
-	memset(out, 0, sizeof *out);
-	if ((rc = ready(p, err)) || (rc = resync_stats(p, &c, err)) ||
-	    (rc = checkpoint(p, &ck_commit, &ck_msg, err)) ||
-	    (rc = slot_count(p, ck_commit, ck_msg, &c, &capped, err)))
-		return rc;
-	out->waiting = c.n;
-	out->waiting_capped = capped;
-	out->oldest_ms = c.n && now_ms > c.oldest ? now_ms - c.oldest : 0;
 	return IK_OK;
 }
