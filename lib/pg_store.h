@@ -2,6 +2,7 @@
  * (store_postgres.c: the store and its blocking statements; pg_pipe.c: its
  * claims and finishes in flight, libpq's pipeline mode; pg_err.c: its
  * errors as outcomes, a server that does not answer in time one of them;
+ * store_postgres_init.c: idemp-init's part, the schema and the purge;
  * store_postgres_outbox.c: its outbox; store_postgres_outbox_stats.c: the
  * outbox's lag gauge; pg_repl.c: idemp-init's look at the server's
  * replication).  Nothing else includes it. */
@@ -15,6 +16,8 @@
 #include "store.h"
 
 #define MAX_RETRIES 5          /* serialization failures / deadlocks */
+/* The server's clock, epoch ms. */
+#define NOW_MS "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
 enum { Q_CLAIM, Q_GET, Q_FINISH, Q_RENOTIFIED, Q_RELEASE, Q_FORGET, Q_STATS, Q_RENEW, Q_NOTE,
        Q_N };
@@ -64,6 +67,18 @@ int ik_pg_connect_config(const char *msg);
 int ik_pg_prepare(struct pg *p, int which, int n, const char *doing, char *name, ik_err *err);
 int64_t ik_pg_col_i64(PGresult *r, int row, int col);
 void ik_pg_read_record(PGresult *r, int row, struct ik_record *rec);
+/* and for idemp-init's part: the connection made (or made again), the
+ * history column looked for, a statement with no parameters and no rows, a
+ * rollback, a statement with the table's names (malloc'd; NULL when out of
+ * memory). */
+int ik_pg_conn_ok(struct pg *p, ik_err *err);
+int ik_pg_history_column(struct pg *p, ik_err *err);
+int ik_pg_exec_sql(struct pg *p, const char *q, const char *doing, ik_err *err);
+void ik_pg_rollback(struct pg *p);
+char *ik_pg_with_table(struct pg *p, const char *fmt);
+
+/* store_postgres_init.c: the port's init (idemp-init). */
+int ik_pg_init(struct ik_store *st, ik_err *err);
 
 /* pg_pipe.c: the in-flight ops (store.h), and for the store: a blocking
  * call first waits for the batch out (drain), close frees what is left. */

@@ -25,7 +25,9 @@
  * the rest of the group (store.h).  Claims and finishes in flight, the
  * same statements in libpq's pipeline mode, are pg_pipe.c's; the outbox
  * (the event emitted by the finish's own statement, the relay's ops) is
- * store_postgres_outbox.c's; its errors' classification pg_err.c's.
+ * store_postgres_outbox.c's; its errors' classification pg_err.c's;
+ * idemp-init's part (the schema's migrations, the purge)
+ * store_postgres_init.c's.
  */
 #include <poll.h>
 #include <stdlib.h>
@@ -40,13 +42,8 @@
 #include "store.h"
 #include "util.h"
 
-#define SCHEMA_VERSION 3
 #define RECONNECT_MS 5000      /* wait for a server that went away, once per outage */
-#define PURGE_BATCH "1000"     /* rows per purge transaction */
-#define ADVISORY_NS "7652"     /* pg_advisory_lock(ns, hashtext(table)) */
 
-/* The server's clock, epoch ms. */
-#define NOW_MS "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 #define COLS "key, state, owner, lease_until, attempts, fingerprint, event," \
              " debit_ref, last_error, created_at, updated_at, expires_at"
 #define XSTR(x) STR(x)
@@ -154,44 +151,13 @@ static const char *const sql_fmt[2][Q_N] = {
 	},
 };
 
-/* Migration N takes the schema from version N-1 to N, each in its own
- * transaction.  %1$s the quoted table, %2$s its bare name (index names). */
-static const char *const migrations[SCHEMA_VERSION + 1] = {
-	[1] =
-	"CREATE TABLE %1$s ("
-	" key text PRIMARY KEY,"
-	" state text NOT NULL CHECK (state IN ('IN_PROGRESS', 'DONE', 'FAILED',"
-	"  'DEBITED_NOTIFICATION_FAILED')),"
-	" owner text,"
-	" lease_until bigint NOT NULL DEFAULT 0,"
-	" attempts bigint NOT NULL DEFAULT 0,"
-	" fingerprint text NOT NULL,"
-	" event text,"
-	" debit_ref text,"
-	" last_error text,"
-	" created_at bigint NOT NULL,"
-	" updated_at bigint NOT NULL,"
-	" expires_at bigint NOT NULL)",
-	/* Recovery lists only the unfinished states: a partial index keeps
-	 * them off a scan of the (mostly DONE) table; the purge walks
-	 * expires_at. */
-	[2] =
-	"CREATE INDEX \"%2$s_recover\" ON %1$s (state, updated_at, key)"
-	" WHERE state IN ('IN_PROGRESS', 'DEBITED_NOTIFICATION_FAILED', 'FAILED');"
-	"CREATE INDEX \"%2$s_expires\" ON %1$s (expires_at)",
-	/* Each record keeps its last transitions (store.h); a constant
-	 * default adds the column without rewriting the table. */
-	[3] =
-	"ALTER TABLE %1$s ADD COLUMN IF NOT EXISTS history jsonb NOT NULL DEFAULT '[]'::jsonb",
-};
-
 
 /* Whether the table has the history column, before the first statement
  * on each connection (an idemp-init elsewhere may have added it).  Without it (a table from
  * before schema version 3) the statements without history are used and a
  * warning says to run idemp-init. */
-static int
-history_column(struct pg *p, ik_err *err)
+int
+ik_pg_history_column(struct pg *p, ik_err *err)
 {
 	const char *params[] = { p->qtable };
 	PGresult *r = ik_pg_wait(p, PQsendQueryParams(p->conn, "SELECT 1 FROM pg_attribute WHERE "
@@ -232,8 +198,8 @@ no_notice(void *arg, const char *msg)
  * (what we send is UTF-8, utf8.h), and a database that cannot store all
  * of UTF-8 is refused before anything is claimed: a reason it could not
  * store would fail a finish after the debit. */
-static int
-conn_ok(struct pg *p, ik_err *err)
+int
+ik_pg_conn_ok(struct pg *p, ik_err *err)
 {
 	char msg[512];
 	const char *enc;
@@ -336,7 +302,7 @@ ik_pg_prepare(struct pg *p, int which, int n, const char *doing, char *name, ik_
 	PGresult *r;
 	int rc, bit;
 
-	if ((rc = conn_ok(p, err)) || (!p->checked && (rc = history_column(p, err))))
+	if ((rc = ik_pg_conn_ok(p, err)) || (!p->checked && (rc = ik_pg_history_column(p, err))))
 		return rc;
 	bit = which + Q_N * p->has_history;
 	snprintf(name, 16, "ik%d", bit);
@@ -399,13 +365,13 @@ again:
 }
 
 /* A statement with no parameters and no rows (BEGIN, COMMIT, DDL). */
-static int
-exec_sql(struct pg *p, const char *q, const char *doing, ik_err *err)
+int
+ik_pg_exec_sql(struct pg *p, const char *q, const char *doing, ik_err *err)
 {
 	PGresult *r;
 	int rc;
 
-	if ((rc = conn_ok(p, err)))
+	if ((rc = ik_pg_conn_ok(p, err)))
 		return rc;
 	if (!(r = ik_pg_wait(p, PQsendQuery(p->conn, q), doing, err)))
 		return err->code;
@@ -415,8 +381,8 @@ exec_sql(struct pg *p, const char *q, const char *doing, ik_err *err)
 	return rc;
 }
 
-static void
-rollback(struct pg *p)
+void
+ik_pg_rollback(struct pg *p)
 {
 	ik_err err;
 
@@ -489,7 +455,7 @@ group_write(struct pg *p, ik_err *err)
 		return ik_errf(err, IK_TEMPFAIL, "postgres %s: group rolled back after "
 		    "an earlier failure", p->u.table);
 	if (!p->in_tx) {
-		if ((rc = exec_sql(p, "BEGIN ISOLATION LEVEL READ COMMITTED", "begin", err))) {
+		if ((rc = ik_pg_exec_sql(p, "BEGIN ISOLATION LEVEL READ COMMITTED", "begin", err))) {
 			p->failed = 1;
 			return rc;
 		}
@@ -504,7 +470,7 @@ group_fail(struct pg *p)
 	if (!p->group)
 		return;
 	if (p->in_tx)
-		rollback(p);
+		ik_pg_rollback(p);
 	p->failed = 1;
 }
 
@@ -530,8 +496,8 @@ pg_commit(struct ik_store *st, ik_err *err)
 		return ik_errf(err, IK_SOFTWARE, "postgres %s: no group open", p->u.table);
 	if (p->failed)
 		rc = ik_errf(err, IK_TEMPFAIL, "postgres %s: group rolled back", p->u.table);
-	else if (p->in_tx && (rc = exec_sql(p, "COMMIT", "commit", err)))
-		rollback(p);
+	else if (p->in_tx && (rc = ik_pg_exec_sql(p, "COMMIT", "commit", err)))
+		ik_pg_rollback(p);
 	p->in_tx = 0;
 	p->group = p->failed = 0;
 	return rc;
@@ -729,7 +695,7 @@ pg_list(struct ik_store *st, const struct ik_list_filter *f, ik_record_cb cb, vo
 	enum ik_state state = f->expired ? IK_ST_IN_PROGRESS : f->state;
 
 	snprintf(older, sizeof older, "%lld", (long long)f->older_than_ms);
-	if ((rc = conn_ok(p, err)) || (!p->checked && (rc = history_column(p, err))))
+	if ((rc = ik_pg_conn_ok(p, err)) || (!p->checked && (rc = ik_pg_history_column(p, err))))
 		return rc;
 	ik_buf_addstr(&q, "SELECT " COLS);
 	ik_buf_addstr(&q, p->has_history ? ", history::text FROM " : ", NULL FROM ");
@@ -800,8 +766,8 @@ pg_stats(struct ik_store *st, int64_t now_ms, struct ik_store_stats *out, ik_err
 }
 
 /* printf of a migration or statement with the table's names. */
-static char *
-with_table(struct pg *p, const char *fmt)
+char *
+ik_pg_with_table(struct pg *p, const char *fmt)
 {
 	size_t n = strlen(fmt) + 4 * sizeof p->qtable;
 	char *s = malloc(n);
@@ -809,141 +775,6 @@ with_table(struct pg *p, const char *fmt)
 	if (s)
 		snprintf(s, n, fmt, p->qtable, p->u.table);
 	return s;
-}
-
-static int
-schema_version(struct pg *p, int *version, ik_err *err)
-{
-	const char *params[] = { p->u.table };
-	PGresult *r = ik_pg_exec(p, "SELECT version FROM idemkit_schema WHERE tbl = $1",
-	    1, params, 0, "schema version", err);
-	int rc = IK_OK;
-
-	if (!r)
-		return err->code;
-	if (PQresultStatus(r) != PGRES_TUPLES_OK)
-		rc = ik_pg_err(p, r, "schema version", err);
-	else
-		*version = PQntuples(r) ? atoi(PQgetvalue(r, 0, 0)) : 0;
-	PQclear(r);
-	return rc;
-}
-
-/* Each pending migration in its own transaction, under an advisory lock
- * so many hosts may run idemp-init at once: the first migrates, the others
- * wait and then find nothing to do. */
-static int
-migrate(struct pg *p, ik_err *err)
-{
-	const char *lparams[] = { p->u.table };
-	PGresult *lr;
-	int rc, version = 0;
-
-	if (!(lr = ik_pg_exec(p, "SELECT pg_advisory_lock(" ADVISORY_NS ", hashtext($1))",
-	    1, lparams, 0, "schema lock", err)))
-		return err->code;
-	rc = PQresultStatus(lr) == PGRES_TUPLES_OK ? IK_OK : ik_pg_err(p, lr, "schema lock", err);
-	PQclear(lr);
-	if (rc)
-		return rc;
-	rc = exec_sql(p, "CREATE TABLE IF NOT EXISTS idemkit_schema (tbl text PRIMARY KEY,"
-	    " version integer NOT NULL, migrated_at timestamptz NOT NULL DEFAULT now())",
-	    "create idemkit_schema", err);
-	if (!rc)
-		rc = schema_version(p, &version, err);
-	if (!rc && version > SCHEMA_VERSION)
-		rc = ik_errf(err, IK_CONFIG, "postgres %s: schema version %d is newer than "
-		    "this idemkit (%d)", p->u.table, version, SCHEMA_VERSION);
-	for (int v = version + 1; !rc && v <= SCHEMA_VERSION; v++) {
-		char *ddl = with_table(p, migrations[v]), num[16];
-		const char *params[] = { p->u.table, num };
-		PGresult *r;
-
-		snprintf(num, sizeof num, "%d", v);
-		if (!ddl) {
-			rc = ik_errf(err, IK_SOFTWARE, "out of memory");
-			break;
-		}
-		if (!(rc = exec_sql(p, "BEGIN", "begin migration", err)) &&
-		    !(rc = exec_sql(p, ddl, "migrate", err))) {
-			r = ik_pg_exec(p, "INSERT INTO idemkit_schema (tbl, version)"
-			    " VALUES ($1, $2::integer) ON CONFLICT (tbl) DO UPDATE"
-			    " SET version = excluded.version, migrated_at = now()",
-			    2, params, 0, "record schema version", err);
-			if (!r)
-				rc = err->code;
-			else if (PQresultStatus(r) != PGRES_COMMAND_OK)
-				rc = ik_pg_err(p, r, "record schema version", err);
-			PQclear(r);
-			if (!rc)
-				rc = exec_sql(p, "COMMIT", "commit migration", err);
-		}
-		if (rc)
-			rollback(p);
-		else
-			ik_log(IK_LOG_INFO, "migrated", "table", p->u.table, "version", num, NULL);
-		free(ddl);
-	}
-	if (p->conn && PQstatus(p->conn) == CONNECTION_OK) {
-		ik_err e = { 0 };
-		PQclear(ik_pg_exec(p, "SELECT pg_advisory_unlock(" ADVISORY_NS ", hashtext($1))",
-		    1, lparams, 0, "schema unlock", &e));
-	}
-	return rc;
-}
-
-/* Deletes records past their retention in batches of PURGE_BATCH rows, each
- * its own short transaction (SKIP LOCKED: never waits on a worker); never
- * one whose lease is live on the server's clock (expiresAt is on the
- * claiming worker's): forgotten, it could be claimed afresh and debited
- * while its holder debits it. */
-static int
-purge(struct pg *p, ik_err *err)
-{
-	char *q = with_table(p,
-	    "DELETE FROM %1$s WHERE key IN (SELECT key FROM %1$s"
-	    " WHERE expires_at < floor(extract(epoch FROM clock_timestamp()))::bigint"
-	    " AND NOT (state = 'IN_PROGRESS' AND lease_until >= " NOW_MS ")"
-	    " ORDER BY expires_at LIMIT " PURGE_BATCH " FOR UPDATE SKIP LOCKED)");
-	long long total = 0, got;
-	char num[24];
-	int rc = IK_OK;
-
-	if (!q)
-		return ik_errf(err, IK_SOFTWARE, "out of memory");
-	do {
-		PGresult *r = ik_pg_exec(p, q, 0, NULL, 0, "purge", err);
-		if (!r) {
-			rc = err->code;
-			break;
-		}
-		if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-			rc = ik_pg_err(p, r, "purge", err);
-			PQclear(r);
-			break;
-		}
-		got = atoll(PQcmdTuples(r));
-		total += got;
-		PQclear(r);
-	} while (got == atoll(PURGE_BATCH));
-	free(q);
-	snprintf(num, sizeof num, "%lld", total);
-	if (!rc)
-		ik_log(IK_LOG_INFO, "purged expired records", "table", p->u.table, "deleted", num, NULL);
-	return rc;
-}
-
-static int
-pg_init(struct ik_store *st, ik_err *err)
-{
-	struct pg *p = st->impl;
-	int rc;
-
-	if ((rc = conn_ok(p, err)) || (rc = migrate(p, err)) || (rc = history_column(p, err)) ||
-	    (ik_pgo_on() && (rc = ik_pgo_init(p, err))))
-		return rc;
-	ik_pg_replication_check(p);
-	return purge(p, err);
 }
 
 static void
@@ -969,7 +800,7 @@ pg_close(struct ik_store *st)
 
 static const struct ik_store_ops postgres_ops = {
 	.name = "postgres",
-	.init = pg_init,
+	.init = ik_pg_init,
 	.claim = pg_claim,
 	.finish = pg_finish,
 	.renew = pg_renew,
@@ -1023,7 +854,7 @@ ik_store_postgres_open(const char *url, struct ik_store *st, ik_err *err)
 	}
 	for (int v = 0; v < 2; v++)
 		for (int i = 0; i < Q_N; i++)
-			if (!(p->sql[v][i] = with_table(p, sql_fmt[v][i]))) {
+			if (!(p->sql[v][i] = ik_pg_with_table(p, sql_fmt[v][i]))) {
 				rc = ik_errf(err, IK_SOFTWARE, "out of memory");
 				goto fail;
 			}

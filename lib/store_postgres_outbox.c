@@ -43,7 +43,6 @@
 #include "store.h"
 #include "util.h"
 
-#define NOW_MS "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 #define PEEK_FIRST 2048                /* changes a read peeks at first */
 #define AHEAD_MAX 1024                 /* events read ahead from one peek */
 #define PEEK_MAX (1 << 22)             /* and at most, doubling */
