@@ -294,16 +294,19 @@ struct holds {
 	size_t n;
 };
 
-/* ms until the first held line is due (0: now), -1 when none is held. */
+/* ms until the first held line is due (0: now, or overdue), -1 when none
+ * is held; at most a second (the loop looks again). */
 static int
 held_due(const struct holds *hs)
 {
-	int64_t now = ik_mono_ms(), due = -1;
+	int64_t now = ik_mono_ms(), due = INT64_MAX;
 
+	if (!hs->n)
+		return -1;
 	for (size_t i = 0; i < hs->n; i++)
-		if (due < 0 || hs->h[i].retry_at - now < due)
+		if (hs->h[i].retry_at - now < due)
 			due = hs->h[i].retry_at - now;
-	return due < 0 ? -1 : due > 1000 ? 1000 : (int)(due < 0 ? 0 : due);
+	return due <= 0 ? 0 : due > 1000 ? 1000 : (int)due;
 }
 
 static void
