@@ -456,7 +456,12 @@ retry_held(struct ctx *c)
 	int rc;
 
 	while ((j = *pp)) {
-		if (!ik_stop_signal && (j->retry_at > now ||
+		/* A held copy whose time is up (it waited for a slot past it)
+		 * goes as answered, never tried again after it: a try past its
+		 * original's lease would take the lease over. */
+		int go = !j->unsent && (ik_stop_signal || now >= j->hold_until);
+
+		if (!go && !ik_stop_signal && (j->retry_at > now ||
 		    store->ops->active(store) >= c->store_max)) {
 			/* not yet due, or no slot: an answer frees one */
 			if (j->retry_at > now && (next < 0 || j->retry_at - now < next))
@@ -465,7 +470,7 @@ retry_held(struct ctx *c)
 			continue;
 		}
 		*pp = j->next;
-		if (ik_stop_signal && !j->unsent) {
+		if (go) {
 			claimed(j, store, IK_OK, NULL);    /* DUP_IN_PROGRESS, as answered */
 			ik_store_lazy_done(&c->db, j->env);
 			free(j);

@@ -438,8 +438,17 @@ stream(const struct ik_step *st)
 					break;
 			}
 		} else {
-			/* The held lines that are due first, then what came. */
+			/* The held lines that are due first, then what came; one
+			 * whose time is up goes with its last answer, never tried
+			 * again after it (a try past its original's lease would
+			 * take the lease over). */
 			int64_t now = ik_mono_ms();
+			for (size_t i = 0; i < hs.n; i++)
+				if (hs.h[i].until <= now) {
+					out_put(&o, hs.h[i].env);
+					held_drop(&hs.h[i]);
+				}
+			held_compact(&hs);
 			for (size_t i = 0; i < hs.n && n < gmax; i++)
 				if (hs.h[i].retry_at <= now) {
 					src[n] = &hs.h[i];
