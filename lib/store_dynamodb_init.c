@@ -226,19 +226,26 @@ add_index(struct ddb *d, const cJSON *table, const struct index *ix, ik_err *err
  * turning it off, which would cut its readers: the relay reads the index
  * then, and says so).  An endpoint without streams (dynalite) is told
  * nothing it does not keep: the relay reads the index there. */
+static void
+add_stream_spec(cJSON *req)
+{
+	cJSON *ss = cJSON_AddObjectToObject(req, "StreamSpecification");
+
+	cJSON_AddTrueToObject(ss, "StreamEnabled");
+	cJSON_AddStringToObject(ss, "StreamViewType", "NEW_IMAGE");
+}
+
 static int
 ensure_stream(struct ddb *d, const cJSON *table, ik_err *err)
 {
 	const cJSON *spec = cJSON_GetObjectItemCaseSensitive(table, "StreamSpecification");
-	cJSON *req, *resp = NULL, *ss;
+	cJSON *req, *resp = NULL;
 	int rc;
 
 	if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(spec, "StreamEnabled")))
 		return IK_OK;
 	req = ddb_new_req(d, NULL);
-	ss = cJSON_AddObjectToObject(req, "StreamSpecification");
-	cJSON_AddTrueToObject(ss, "StreamEnabled");
-	cJSON_AddStringToObject(ss, "StreamViewType", "NEW_IMAGE");
+	add_stream_spec(req);
 	rc = ddb_call(d, "UpdateTable", req, "ValidationException", &resp, err);
 	cJSON_Delete(req);
 	cJSON_Delete(resp);
@@ -345,11 +352,8 @@ ddb_init(struct ik_store *st, ik_err *err)
 			cJSON_AddStringToObject(t, "KeyType", "HASH");
 			cJSON_AddItemToArray(a, t);
 			cJSON_AddStringToObject(req, "BillingMode", "PAY_PER_REQUEST");
-			if (ik_outbox_url()) {
-				t = cJSON_AddObjectToObject(req, "StreamSpecification");
-				cJSON_AddTrueToObject(t, "StreamEnabled");
-				cJSON_AddStringToObject(t, "StreamViewType", "NEW_IMAGE");
-			}
+			if (ik_outbox_url())
+				add_stream_spec(req);
 			rc = ddb_call(d, "CreateTable", req, "ResourceInUseException", &resp, err);
 			cJSON_Delete(req);
 			cJSON_Delete(resp);

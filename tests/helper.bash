@@ -200,3 +200,20 @@ finish_across() {
 	exec 5>&- 6<&-
 	wait "$pid"
 }
+
+# stream_start [ARGS...]: idemp-claim --stream ARGS on a fifo (fd 5 open on
+# it: write envelopes with >&5, close with exec 5>&-), its output in
+# STREAM_OUT, its pid CLAIM_PID; stream_lines N waits (bounded) until it
+# wrote N envelopes, and fails unless it wrote exactly N.
+stream_start() {
+	rm -f "$BATS_TEST_TMPDIR/in"
+	mkfifo "$BATS_TEST_TMPDIR/in"
+	STREAM_OUT=$BATS_TEST_TMPDIR/out
+	idemp-claim --stream "$@" < "$BATS_TEST_TMPDIR/in" > "$STREAM_OUT" 2> "$BATS_TEST_TMPDIR/err" 3>&- &
+	CLAIM_PID=$!
+	exec 5> "$BATS_TEST_TMPDIR/in"
+}
+stream_lines() {
+	for _ in $(seq 300); do [ "$(wc -l < "$STREAM_OUT")" -ge "$1" ] && break; sleep 0.05; done
+	[ "$(wc -l < "$STREAM_OUT")" -eq "$1" ]
+}

@@ -242,49 +242,36 @@ print(json.dumps(e))' "$1" "$(ev "$1")" "$2" "${3:-attr}"
 }
 
 @test "--stream (the group path): a copy held for its original is passed on DUP_IN_PROGRESS before the original's lease ends (never takes it over), after 5 s at most, at a stop signal at once, and at end of input only when its time is up" {
-	start() {
-		rm -f "$BATS_TEST_TMPDIR/in"
-		mkfifo "$BATS_TEST_TMPDIR/in"
-		OUT=$BATS_TEST_TMPDIR/out.$1
-		shift
-		idemp-claim --stream "$@" < "$BATS_TEST_TMPDIR/in" > "$OUT" 2>/dev/null 3>&- &
-		PID=$!
-		exec 5> "$BATS_TEST_TMPDIR/in"
-	}
-	lines() {
-		for _ in $(seq 300); do [ "$(wc -l < "$OUT")" -ge "$1" ] && break; sleep 0.05; done
-		[ "$(wc -l < "$OUT")" -eq "$1" ]
-	}
 	# a lease of 2 s: passed on within it (its margin is 1 s), never finished
-	start a --lease 2s
+	stream_start --lease 2s
 	{ ev CHG-HL-1; ev CHG-HL-1; } >&5
-	lines 2
-	[ "$(jget "$(sed -n 2p "$OUT")" claim.outcome)" = DUP_IN_PROGRESS ]
+	stream_lines 2
+	[ "$(jget "$(sed -n 2p "$STREAM_OUT")" claim.outcome)" = DUP_IN_PROGRESS ]
 	exec 5>&-
-	wait "$PID"
+	wait "$CLAIM_PID"
 	run idemp-show --json CHG-HL-1
 	[ "$(jget "$output" attempts)" = 1 ]
-	[ "$(jget "$output" owner)" = "$(jget "$(sed -n 1p "$OUT")" claim.token)" ]
+	[ "$(jget "$output" owner)" = "$(jget "$(sed -n 1p "$STREAM_OUT")" claim.token)" ]
 	# a long lease: 5 s at most; end of input does not cut it short
-	start b --lease 120s
+	stream_start --lease 120s
 	{ ev CHG-HL-2; ev CHG-HL-2; } >&5
 	exec 5>&-
 	t0=$(date +%s%N)
-	wait "$PID"
+	wait "$CLAIM_PID"
 	t1=$(date +%s%N)
 	echo "held for $(( (t1 - t0) / 1000000 )) ms"
 	[ $(( (t1 - t0) / 1000000 )) -ge 3000 ] && [ $(( (t1 - t0) / 1000000 )) -lt 9000 ]
-	[ "$(wc -l < "$OUT")" -eq 2 ]
-	[ "$(jget "$(sed -n 2p "$OUT")" claim.outcome)" = DUP_IN_PROGRESS ]
+	[ "$(wc -l < "$STREAM_OUT")" -eq 2 ]
+	[ "$(jget "$(sed -n 2p "$STREAM_OUT")" claim.outcome)" = DUP_IN_PROGRESS ]
 	# a stop signal passes it on at once
-	start c --lease 120s
+	stream_start --lease 120s
 	{ ev CHG-HL-3; ev CHG-HL-3; } >&5
-	lines 1
-	kill -TERM "$PID"
+	stream_lines 1
+	kill -TERM "$CLAIM_PID"
 	st=0
-	wait "$PID" || st=$?
+	wait "$CLAIM_PID" || st=$?
 	exec 5>&-
 	[ "$st" -eq 143 ]
-	[ "$(wc -l < "$OUT")" -eq 2 ]
-	[ "$(jget "$(sed -n 2p "$OUT")" claim.outcome)" = DUP_IN_PROGRESS ]
+	[ "$(wc -l < "$STREAM_OUT")" -eq 2 ]
+	[ "$(jget "$(sed -n 2p "$STREAM_OUT")" claim.outcome)" = DUP_IN_PROGRESS ]
 }

@@ -336,20 +336,6 @@ for l in sys.stdin:
 	[ "$(pg_sql "SELECT count(*) FROM $TBL WHERE key LIKE '$id-c-%'")" -eq 0 ]
 }
 
-# A stream on a fifo: STREAM_IN (fd 5 open on it), STREAM_OUT; stream_lines N
-# waits (bounded) until it wrote N envelopes.
-stream_start() {
-	mkfifo "$BATS_TEST_TMPDIR/in"
-	STREAM_OUT=$BATS_TEST_TMPDIR/out
-	idemp-claim --stream "$@" < "$BATS_TEST_TMPDIR/in" > "$STREAM_OUT" 2> "$BATS_TEST_TMPDIR/err" &
-	CLAIM_PID=$!
-	exec 5> "$BATS_TEST_TMPDIR/in"
-}
-stream_lines() {
-	for _ in $(seq 300); do [ "$(wc -l < "$STREAM_OUT")" -ge "$1" ] && break; sleep 0.05; done
-	[ "$(wc -l < "$STREAM_OUT")" -eq "$1" ]
-}
-
 @test "a claim that waited for the server to come back goes with its whole lease: its sentBootMs is read when it is sent, not when it was read (the debit's proof of the lease)" {
 	id=$(uid late)
 	stream_start

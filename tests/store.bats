@@ -433,27 +433,14 @@ PY
 	[ "$(ledger_debits)" -eq 1 ]
 }
 
-# (idemp-claim --stream on a fifo, as tests/pg-inflight.bats drives it:
-# the group path on SQLite and Redis, claims in flight on PostgreSQL and
-# DynamoDB)
-hold_stream_start() {
-	mkfifo "$BATS_TEST_TMPDIR/in"
-	STREAM_OUT=$BATS_TEST_TMPDIR/out
-	idemp-claim --stream "$@" < "$BATS_TEST_TMPDIR/in" > "$STREAM_OUT" 2> "$BATS_TEST_TMPDIR/err" 3>&- &
-	CLAIM_PID=$!
-	exec 5> "$BATS_TEST_TMPDIR/in"
-}
-hold_stream_lines() {
-	for _ in $(seq 300); do [ "$(wc -l < "$STREAM_OUT")" -ge "$1" ] && break; sleep 0.05; done
-	[ "$(wc -l < "$STREAM_OUT")" -eq "$1" ]
-}
-
+# (idemp-claim --stream on a fifo: helper.bash's stream_start; the group
+# path on SQLite and Redis, claims in flight on PostgreSQL and DynamoDB)
 @test "--stream: a copy next to its original in the same pipeline waits there for the original's finish (DUP_DONE, not left on the queue); another process's claim is DUP_IN_PROGRESS at once; the envelopes after the copy go on meanwhile" {
 	id=$(uid hold)
 	ev "$id-other" | idemp-claim >/dev/null 2>&1
-	hold_stream_start
+	stream_start
 	{ ev "$id-1"; ev "$id-1"; ev "$id-2"; ev "$id-other"; } >&5
-	hold_stream_lines 3
+	stream_lines 3
 	orig=$(grep -e "\"$id-1\"" "$STREAM_OUT")
 	[ "$(jget "$orig" claim.outcome)" = ACQUIRED ]
 	[ "$(jget "$(grep -e "\"$id-2\"" "$STREAM_OUT")" claim.outcome)" = ACQUIRED ]
@@ -462,7 +449,7 @@ hold_stream_lines() {
 	! grep -q hold "$STREAM_OUT"
 	run --separate-stderr idemp-done --state DONE <<<"$orig"
 	[ "$status" -eq 0 ]
-	hold_stream_lines 4
+	stream_lines 4
 	copy=$(sed -n 4p "$STREAM_OUT")
 	[ "$(jget "$copy" claim.chargeId)" = "$id-1" ]
 	[ "$(jget "$copy" claim.outcome)" = DUP_DONE ]
