@@ -522,9 +522,10 @@ out:
 	return rc;
 }
 
-/* The events of items (oldest first) into d->obx.  idemp-run's records
- * are no charge: their events are dropped, never published (as the other
- * stores write none). */
+/* The events of items (oldest first) into d->obx, which holds none now
+ * (its array, emptied by the checkpoints, is made anew).  idemp-run's
+ * records are no charge: their events are dropped, never published (as
+ * the other stores write none). */
 static int
 take_items(struct ddb *d, cJSON *items, ik_err *err)
 {
@@ -532,6 +533,9 @@ take_items(struct ddb *d, cJSON *items, ik_err *err)
 	cJSON *rec;
 	int rc = IK_OK;
 
+	free(d->obx);
+	d->obx = NULL;
+	d->obx_n = 0;
 	if (cap && !(d->obx = calloc(cap, sizeof *d->obx)))
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	cJSON_ArrayForEach(rec, items) {
