@@ -446,14 +446,14 @@ PY
 	[ "$(jget "$(grep -e "\"$id-2\"" "$STREAM_OUT")" claim.outcome)" = ACQUIRED ]
 	[ "$(jget "$(grep -e "\"$id-other\"" "$STREAM_OUT")" claim.outcome)" = DUP_IN_PROGRESS ]
 	# nothing of the hold leaves the process
-	! grep -q hold "$STREAM_OUT"
+	run ! grep -q hold-ms "$STREAM_OUT"
 	run --separate-stderr idemp-done --state DONE <<<"$orig"
 	[ "$status" -eq 0 ]
 	stream_lines 4
 	copy=$(sed -n 4p "$STREAM_OUT")
 	[ "$(jget "$copy" claim.chargeId)" = "$id-1" ]
 	[ "$(jget "$copy" claim.outcome)" = DUP_DONE ]
-	! grep -q hold "$STREAM_OUT"
+	run ! grep -q hold-ms "$STREAM_OUT"
 	exec 5>&-
 	wait "$CLAIM_PID"
 	run idemp-show --json "$id-1"
