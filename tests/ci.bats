@@ -99,6 +99,20 @@ inner() {
 	[[ "$output" == *"cannot read $BATS_TEST_TMPDIR/none"* ]]
 }
 
+@test "run.sh names every failure again at the end, with its run and diagnostics, before the tally" {
+	d=$BATS_TEST_TMPDIR/suite
+	mkdir -p "$d"
+	printf '@test "fine" { true; }\n@test "broken one" {\n\t[ 1 -eq 2 ]\n}\n' > "$d/a.bats"
+	printf '@test "also fine" { true; }\n' > "$d/b.bats"
+	run inner IDEMKIT_TEST_JOBS=2 sh "$IDEMKIT_SRC/tests/run.sh" "X=1 $d/a.bats" "$d/b.bats"
+	[ "$status" -eq 1 ]
+	n=${#lines[@]}
+	[ "${lines[n-1]}" = "2 passed, 1 failed, 0 skipped" ]
+	[ "${lines[n-4]}" = "FAILED X=1 $d/a.bats: not ok 2 broken one" ]
+	[[ "${lines[n-3]}" == "    # (in test file "*"a.bats, line 3)" ]]
+	[[ "${lines[n-2]}" == *'`[ 1 -eq 2 ]'"' failed" ]]
+}
+
 @test "mutants: MUTANTS_JOBS must be a count" {
 	run inner MUTANTS_JOBS=0 MUTANTS_DIR="$BATS_TEST_TMPDIR/m" sh "$IDEMKIT_SRC/tests/mutants/run.sh"
 	[ "$status" -eq 64 ]

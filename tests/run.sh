@@ -1,9 +1,9 @@
 #!/bin/sh
 # tests/run.sh: runs bats suites, one run per argument ("[VAR=value ...]
 # PATH", PATH a .bats file or a directory of them, each file its own run),
-# keeps going after a failing run, and ends with one plain tally line,
-# "N passed, N failed, N skipped", so a reader of the log need not count
-# TAP lines.  Exits non-zero when any run failed.
+# keeps going after a failing run, and ends with each failure again (its
+# run, its name, its diagnostics) and one plain tally line, "N passed, N
+# failed, N skipped", so a reader of the log's tail need not search it.  Exits non-zero when any run failed.
 #
 # The suites mostly wait (servers starting, leases and visibility running
 # out), so runs go IDEMKIT_TEST_JOBS at a time (GNU parallel; default 4,
@@ -148,6 +148,15 @@ if [ -n "${IDEMKIT_TEST_TIMES:-}" ]; then
 		    { r = $0; sub(/^[0-9]+ /, "", r) } !(r in seen)' "$dir/times" "$IDEMKIT_TEST_TIMES"
 	} | sort -nr > "$dir/times.all" && mv "$dir/times.all" "$IDEMKIT_TEST_TIMES"
 fi
+# Every failure again at the end, with its run and its diagnostics (the
+# "# " lines after it), so the tail of a long log names them all.
+for out in "$dir"/*.out; do
+	[ -e "$out" ] || continue
+	awk 'NR == 1 { run = $0; sub(/^== bats /, "", run); next }
+	    /^not ok / { print "FAILED " run ": " $0; on = 1; next }
+	    on && /^# / { print "    " $0; next }
+	    { on = 0 }' "$out"
+done
 passed=$(cat "$dir"/*.out 2>/dev/null | grep -c '^ok ')
 skipped=$(cat "$dir"/*.out 2>/dev/null | grep -c '^ok .* # skip')
 failed=$(cat "$dir"/*.out 2>/dev/null | grep -c '^not ok ')
