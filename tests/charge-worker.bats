@@ -190,6 +190,35 @@ summary() { grep '"summary":true' <<<"$stderr"; }
 	[ "$(qcount)" = "0 0 0" ]
 }
 
+@test "--stream -j 2, copies next to their originals (held in the worker): SIGTERM to the whole process group; every debit the bank made is recorded, nothing lost, later runs debit the rest once" {
+	bank_start --latency 300ms
+	for i in $(seq 1 30); do e=$(event "CHG-G$i"); printf '%s\n%s\n' "$e" "$e"; done | sqs-send >/dev/null
+	setsid charge-worker --stream -j 2 --drain "${fast[@]}" 2>"$BATS_TEST_TMPDIR/w.err" 3>&- &
+	w=$!
+	until_bank debits 4
+	kill -TERM -- "-$w"
+	rc=0; wait "$w" || rc=$?
+	[ "$rc" -eq 143 ]
+	for _ in $(seq 100); do pgrep -s "$w" >/dev/null || break; sleep 0.05; done
+	run -1 pgrep -s "$w"
+	# every debit the bank made is recorded: nothing waits IN_PROGRESS
+	got=$(bank_stat debits)
+	run -1 idemp-list --state IN_PROGRESS
+	[ "$(idemp-list --state DONE | wc -l)" -eq "$got" ]
+	# nothing lost: later drains (copies left DUP_IN_PROGRESS come back
+	# after their backoff) debit each charge once, none twice
+	for _ in $(seq 20); do
+		charge-worker --stream --drain "${fast[@]}" 2>/dev/null || true
+		[ "$(qcount)" = "0 0 0" ] && break
+		sleep 0.5
+	done
+	[ "$(qcount)" = "0 0 0" ]
+	[ "$(qcount --queue "$IDEMKIT_DLQ")" = "0 0 0" ]
+	[ "$(bank_stat debits)" -eq 30 ]
+	[ "$(bank_stat replays)" -eq 0 ]
+	[ "$(idemp-list --state DONE | wc -l)" -eq 30 ]
+}
+
 @test "--once: one message per loop, then stop" {
 	bank_start
 	for i in 1 2 3; do event "CHG-ONCE$i"; echo; done | sqs-send >/dev/null

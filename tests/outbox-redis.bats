@@ -34,6 +34,7 @@ teardown() {
 	for p in ${RELAYS:-}; do kill -KILL "$p" 2>/dev/null || true; done
 	redis_stop
 	redis_stop replica
+	redis_stop vol
 }
 
 # aof_blocks: the commands of the append-only file, one transaction (a

@@ -50,9 +50,6 @@ setup() {
 	*) echo "unknown IDEMKIT_TEST_BACKEND=$IDEMKIT_TEST_BACKEND" >&2; return 1 ;;
 	esac
 }
-# sqlite_only WHY: the test reaches into the SQLite file (a writer holding
-# its lock, its published times rewritten).
-sqlite_only() { [ "${IDEMKIT_TEST_BACKEND:-sqlite}" = sqlite ] || skip "SQLite only: $1"; }
 teardown() {
 	for p in ${RELAYS:-}; do kill -KILL "$p" 2>/dev/null || true; done
 	bank_stop

@@ -34,6 +34,9 @@ _redis_launch() {
 		# ours, not another server that took the port meanwhile
 		if redis-cli -p "$port" INFO server 2>/dev/null | grep -q "^process_id:$pid"; then
 			eval "REDIS_PID_$name=$pid REDIS_PORT_$name=$port"
+			# (also in its directory: a server of setup_file that a
+			# test restarted has a pid teardown_file never saw)
+			echo "$pid" > "$dir/pid"
 			export "REDIS_PID_$name" "REDIS_PORT_$name"
 			: > "$dir/args"; [ $# -eq 0 ] || printf "%s\n" "$@" > "$dir/args"
 			return 0
@@ -68,9 +71,18 @@ redis_start() {
 	return 1
 }
 
+# _redis_pid NAME: the pid of the server NAME last started, restarts by a
+# test included.
+_redis_pid() {
+	local dir pid
+	eval "dir=\${REDIS_DIR_$1:-} pid=\${REDIS_PID_$1:-}"
+	[ -n "$dir" ] && [ -s "$dir/pid" ] && pid=$(cat "$dir/pid")
+	echo "$pid"
+}
+
 redis_stop() {
 	local name=${1:-main} pid
-	eval "pid=\${REDIS_PID_$name:-}"
+	pid=$(_redis_pid "$name")
 	if [ -n "$pid" ]; then
 		kill "$pid" 2>/dev/null
 		_redis_gone "$pid"
@@ -89,7 +101,7 @@ _redis_gone() {
 
 redis_kill9() {
 	local name=${1:-main} pid
-	eval "pid=\${REDIS_PID_$name:-}"
+	pid=$(_redis_pid "$name")
 	kill -9 "$pid" 2>/dev/null
 	_redis_gone "$pid"
 	return 0
