@@ -3,7 +3,8 @@
 # PATH", PATH a .bats file or a directory of them, each file its own run),
 # keeps going after a failing run, and ends with each failure again (its
 # run, its name, its diagnostics) and one plain tally line, "N passed, N
-# failed, N skipped", so a reader of the log's tail need not search it.  Exits non-zero when any run failed.
+# failed, N skipped", so a reader of the log's tail need not search it.
+# Exits non-zero when any run failed.
 #
 # The suites mostly wait (servers starting, leases and visibility running
 # out), so runs go IDEMKIT_TEST_JOBS at a time (GNU parallel; default 4,
