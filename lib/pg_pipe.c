@@ -30,7 +30,8 @@
  * send the charge to the bank again once its lease ended), and answers
  * its claims TEMPFAIL (a claim's statement may or may not have
  * committed: never replayed blindly, its lease settles it); the ops still
- * queued go out on the reconnected one.  One batch out at a
+ * queued go out on the reconnected one.  A batch goes out sorted by
+ * key (pop_sorted), so batches never lock rows in a cycle.  One batch out at a
  * time: the server runs one connection's statements one after another
  * anyway, and the next batch gathers while this one commits.  Blocking
  * mode: a batch is at most the in-flight count (1024) of short statements
@@ -98,6 +99,37 @@ pop_stage(struct pop *o, int which)
 	o->n = which == Q_GET ? 1 : 6;   /* a claim and a finish: 6 */
 }
 
+/* The queue sorted by key, stably (a key's own ops keep their order):
+ * every batch, of this connection and of every other process's, takes
+ * its row locks in the same order, so two batches wait for each other's
+ * commit at most, never in a cycle.  Unsorted, a claim batch (whose
+ * refused INSERT ... ON CONFLICT still locks the row) and a finish batch
+ * that met two keys in opposite orders deadlocked, and the server broke
+ * it only after deadlock_timeout (1 s by default), holding both steps. */
+static struct pop *
+pop_sorted(struct pop *a)
+{
+	struct pop *b, *h, **t = &h, *slow = a, *fast;
+
+	if (!a || !a->next)
+		return a;
+	for (fast = a->next; fast && fast->next; fast = fast->next->next)
+		slow = slow->next;
+	b = slow->next;
+	slow->next = NULL;
+	a = pop_sorted(a);
+	b = pop_sorted(b);
+	while (a && b) {
+		struct pop **m = strcmp(b->params[0], a->params[0]) < 0 ? &b : &a;
+
+		*t = *m;
+		t = &(*m)->next;
+		*m = (*m)->next;
+	}
+	*t = a ? a : b;
+	return h;
+}
+
 /* Sends what is queued as one batch, then its sync.  Ops that cannot be
  * sent (no connection) answer the error at once. */
 static void
@@ -117,6 +149,11 @@ send_batch(struct pg *p)
 	    (rc = ik_pg_prepare(p, Q_FINISH, 6, "finish", name, &err)) == IK_OK &&
 	    PQenterPipelineMode(p->conn) != 1)
 		rc = ik_pg_err(p, NULL, "pipeline mode", &err);
+	if (rc == IK_OK) {
+		p->queued = pop_sorted(p->queued);
+		for (p->queued_last = &p->queued; *p->queued_last; p->queued_last = &(*p->queued_last)->next)
+			;
+	}
 	while (rc == IK_OK && (o = pop_take(&p->queued, &p->queued_last))) {
 		ik_err gerr;
 		if (o->which == Q_CLAIM && ik_pgo_claim_gate(p, &gerr)) {
