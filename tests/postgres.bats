@@ -379,6 +379,40 @@ assert abs(s["states"]["DONE"] - 199400) < 2000, s
 PY
 }
 
+@test "on a new table every keyed write plans on the primary key, never the _recover index (the server's plans, auto_explain): one-shot and a stream's prepared statements" {
+	# A plan made on a new table took the partial _recover index (state,
+	# updated_at, key) for "key = \$1 AND state = 'IN_PROGRESS'": every
+	# finish read all IN_PROGRESS entries, live and dead, and a stream
+	# kept that plan until the table was next analyzed.
+	idemp-init >/dev/null 2>&1
+	pg_sql "ALTER ROLE idemkit SET auto_explain.log_min_duration = 0"
+	: > "$PG_DIR/server.log"
+	id=$(uid keyed)
+	ev "$id-done" | idemp-claim 2>/dev/null | idemp-done --state DONE >/dev/null 2>&1
+	ev "$id-dnf" | idemp-claim 2>/dev/null | idemp-done --state DEBITED_NOTIFICATION_FAILED >/dev/null 2>&1
+	idemp-list --state DEBITED_NOTIFICATION_FAILED --format envelope 2>/dev/null \
+		| sed 's/}$/,"notify":{"outcome":"OK"}}/' | idemp-done --renotified >/dev/null 2>&1
+	ev "$id-failed" | idemp-claim 2>/dev/null | idemp-done --state FAILED >/dev/null 2>&1
+	idemp-forget "$id-failed" >/dev/null 2>&1
+	# past the 5 custom plans: the stream's prepared statements go generic
+	for i in $(seq 30); do ev "$id-s$i"; done | idemp-claim --stream 2>/dev/null \
+		| idemp-done --stream --state DONE >/dev/null 2>&1
+	pg_sql "ALTER ROLE idemkit RESET auto_explain.log_min_duration"
+	[ "$(pg_sql "SELECT state, count(*) FROM $TBL GROUP BY state")" = "DONE|32" ]
+	python3 - "$PG_DIR/server.log" "$TBL" <<'PY'
+import re, sys
+log, tbl = open(sys.argv[1]).read(), sys.argv[2]
+# one auto_explain entry per "duration:" line; the keyed writes are the
+# UPDATEs and DELETEs by key (the listing's plan rightly takes _recover)
+entries = re.split(r"\n(?=\S.*LOG:  duration: )", log)
+keyed = [e for e in entries if re.search(r"Query Text: .*(UPDATE|DELETE FROM) .*\bkey = \$1", e)]
+print("keyed writes planned:", len(keyed))
+assert len(keyed) >= 34, len(keyed)
+for e in keyed:
+    assert "Index Scan using %s_pkey" % tbl in e and "_recover" not in e, e
+PY
+}
+
 @test "sslmode=verify-full with our CA: connects; another CA or another host name -> 78" {
 	idemp-init >/dev/null 2>&1
 	url="postgres://idemkit:$PG_PASSWORD@localhost:$PG_PORT/idemkit?table=$TBL&sslmode=verify-full"
