@@ -8,7 +8,8 @@ queue and store, durable commits) with bank-sim as the core-banking API:
 
   limits        always: durable single-row SQLite commits/s (WAL,
                 synchronous=FULL, as lib/sqlite.c), at the start and the end
-  oneshot       charge-worker, one process per step per message (-j 2)
+  oneshot       charge-worker, one process per step per receive of up to 10
+                messages (per message before issue 30) (-j 2)
   stream        charge-worker --stream (-j BENCH_J, default 1)
   oneshot-lat   one-shot, bank latency 50 ms, -j 32
   stream-lat    --stream, bank latency 50 ms: -j 1 --inflight 64 when
@@ -111,6 +112,9 @@ def worker_help():
 # charge-worker --inflight N (requests outstanding per --stream step): passed
 # when this build has it, so the bench runs before and after that option.
 HAS_INFLIGHT = "--inflight" in worker_help()
+# One-shot: one process per step for each receive, up to 10 messages in
+# flight per loop (issue 30 item 3); before, one message at a time.
+ONESHOT_INFLIGHT = 10 if "for each receive (up to 10" in worker_help() else 1
 INFLIGHT = knob("BENCH_INFLIGHT", 0, 0)            # 0: the command's default
 LAT_INFLIGHT = knob("BENCH_LATENCY_INFLIGHT", 64, 64) if HAS_INFLIGHT else 1
 LAT_J = knob("BENCH_LATENCY_J", 1 if HAS_INFLIGHT else 32, 1 if HAS_INFLIGHT else 32)
@@ -331,6 +335,13 @@ exit $rc
 """
 
 
+TAP_BESIDE = r"""#!/bin/bash
+# bench tap beside charge-worker: sqs-ack (%s), its output also kept.
+"%s" "$@" | tee -a "$BENCH_TAP_DIR/ack.$PPID"
+exit "${PIPESTATUS[0]}"
+"""
+
+
 DEBIT_TAP = r"""#!/bin/bash
 # bench tap: charge-debit, then its own CPU kept for the per-step figure:
 # bash's times (no pipe: a subshell would have no children), whose second
@@ -378,19 +389,34 @@ def worker_run(name, n, stream, jobs, latency_ms=0, tap=True, bank_env=None,
             os.chmod(dtap, 0o755)
             extra.update({"CHARGE_DEBIT_CMD": dtap,
                           "BENCH_DEBIT_CPU": os.path.join(state, "debit.cpu")})
+        worker = os.path.join(BIN, "charge-worker")
         if tap:
             tapdir = os.path.join(state, "tap")
             os.mkdir(tapdir)
-            tapsh = os.path.join(state, "ack-tap")
-            with open(tapsh, "w") as f:
-                f.write(TAP)
-            os.chmod(tapsh, 0o755)
-            extra.update({"SQS_ACK_CMD": tapsh, "BENCH_TAP_DIR": tapdir})
+            extra["BENCH_TAP_DIR"] = tapdir
+            if stream or ONESHOT_INFLIGHT == 1:
+                tapsh = os.path.join(state, "ack-tap")
+                with open(tapsh, "w") as f:
+                    f.write(TAP)
+                os.chmod(tapsh, 0o755)
+                extra["SQS_ACK_CMD"] = tapsh
+            else:
+                # One-shot takes a message at a time when a step is
+                # replaced through the environment: the tap is put
+                # beside a copy of charge-worker instead, which finds
+                # its steps beside itself first.
+                tapbin = os.path.join(state, "tapbin")
+                os.mkdir(tapbin)
+                shutil.copy(worker, tapbin)
+                worker = os.path.join(tapbin, "charge-worker")
+                with open(os.path.join(tapbin, "sqs-ack"), "w") as f:
+                    f.write(TAP_BESIDE % ((os.path.join(BIN, "sqs-ack"),) * 2))
+                os.chmod(os.path.join(tapbin, "sqs-ack"), 0o755)
         env = env_for(state, extra)
         bodies, unique = messages(n, "CHG-" + name.upper())
         subprocess.run([os.path.join(BIN, "sqs-send")], input="\n".join(bodies) + "\n",
                        text=True, env=env, check=True, stdout=subprocess.DEVNULL)
-        args = [os.path.join(BIN, "charge-worker"), "--drain", "--no-lock", "-j", str(jobs)]
+        args = [worker, "--drain", "--no-lock", "-j", str(jobs)]
         if stream:
             args.append("--stream")
         if inflight and HAS_INFLIGHT:
@@ -431,7 +457,8 @@ def worker_run(name, n, stream, jobs, latency_ms=0, tap=True, bank_env=None,
         res = {
             "scenario": name, "backend": backend,
             "mode": "stream" if stream else "one-shot", "jobs": jobs,
-            "inflight": (inflight or "default") if HAS_INFLIGHT and stream else 1,
+            "inflight": ((inflight or "default") if HAS_INFLIGHT else 1) if stream else
+                        ONESHOT_INFLIGHT,
             "bankLatencyMs": latency_ms, "messages": n, "uniqueCharges": unique,
             "workerExit": rc, "wallSeconds": round(wall, 3),
             "chargesPerSecond": round(received / wall, 1) if wall else None,
@@ -451,7 +478,7 @@ def worker_run(name, n, stream, jobs, latency_ms=0, tap=True, bank_env=None,
         if meter:
             meter.stop(res)
         if latency_ms:
-            inf = inflight if (HAS_INFLIGHT and stream and inflight) else 1
+            inf = (inflight if HAS_INFLIGHT and inflight else 1) if stream else ONESHOT_INFLIGHT
             res["ceilingPerSecond"] = round(inf * jobs * 1000.0 / latency_ms, 1)
             res["ofCeiling"] = round(res["chargesPerSecond"] / res["ceilingPerSecond"], 3)
         if res["duplicatesDebited"]:

@@ -47,6 +47,8 @@ Options:
   -1, --once               process at most one message per loop, then stop
   -s, --stream             chain long-lived --stream processes with pipes
                            (one pipeline per job) instead of one process per step
+                           for each receive (up to 10 messages; one at a time
+                           with --once or a step replaced through the environment)
   -l, --lease DUR          claim lease (default 120s); refused when shorter than
                            the debit and notify timeouts plus a 10s margin
   -w, --wait SECS          long-poll wait of each receive (default 5; 1 with --drain)
@@ -190,6 +192,9 @@ export IDEMKIT_RUN_PID
 # The lease in milliseconds, parsed as every C command parses a duration.
 lease_ms=$(idemkit-code --duration "$lease" 2>/dev/null) || die "--lease: not a duration: '$lease'"
 
+# Any step replaced through the environment: the one-shot loop takes one
+# message at a time (loop).
+replaced=${SQS_RECV_CMD:-}${IDEMP_CLAIM_CMD:-}${CHARGE_DEBIT_CMD:-}${CHARGE_NOTIFY_CMD:-}${IDEMP_DONE_CMD:-}${SQS_ACK_CMD:-}
 RECV=${SQS_RECV_CMD:-sqs-recv}
 CLAIM=${IDEMP_CLAIM_CMD:-idemp-claim}
 DEBIT=${CHARGE_DEBIT_CMD:-charge-debit}
@@ -265,6 +270,29 @@ process() {
 	fi
 	run_step idemp-done "$final" "$work/done" $DONE
 	[ ! -s "$work/done" ] || final=$work/done
+}
+
+# --- the messages of one receive, one process per step ---------------------
+
+# batch: the envelopes of one receive ($work/recv, up to 10) through one
+# process per step, each with --stream over them all and chained by pipes
+# as a --stream pipeline is, ending with the batch: the bank and gateway
+# calls go out together, and a copy next to its original is held in
+# idemp-claim until the original's finish is recorded (DUP_DONE).  The
+# steps ignore the stop signals (nostop) and finish the batch; the loop
+# stops after it.  sqs-ack's lines go to $work/acked, its status in $arc;
+# what charge-debit wrote and sqs-ack never saw (a later step died) goes
+# through idemp-done and sqs-ack again, as after a pipeline.
+batch() {
+	arc=0
+	nostop $CLAIM --stream $claim_args < "$work/recv" | nostop $DEBIT --stream $debit_args \
+		| nostop tee -p "$work/debited" | nostop $NOTIFY --stream $notify_args \
+		| nostop $DONE --stream | nostop $ACK --stream > "$work/acked" || arc=$?
+	unacked "$work/debited" "$work/acked" > "$work/left"
+	if [ -s "$work/left" ]; then
+		echo "$clr$PROG: $(wc -l < "$work/left") envelope(s) past charge-debit did not reach sqs-ack (a step ended early); recording them now" >&2
+		nostop $DONE --stream < "$work/left" | nostop $ACK --stream >> "$work/acked" || arc=$?
+	fi
 }
 
 # --- trace ------------------------------------------------------------------
@@ -466,18 +494,24 @@ loop() {
 	work=$tmp/w$id
 	mkdir -p "$work"
 	: > "$tmp/$id.out"
+	# The messages of each receive go through the steps together (batch),
+	# up to 10; one at a time with --once, and when a step is replaced: a
+	# replaced step keeps the one-envelope contract, its exit code the
+	# outcome (process).
+	max=10
+	[ "$once" -eq 0 ] && [ -z "$replaced" ] || max=1
 	[ "$tty" -eq 0 ] || export IDEMKIT_PROGRESS="$tmp/$id.progress"
 	for k in $COUNTERS; do eval "n_$k=0"; done
 	n=0 config_run=0
 	while [ "$stop" -eq 0 ]; do
 		rc=0
-		$RECV --max 1 --wait "$wait" > "$work/recv" || rc=$?
+		$RECV --max "$max" --wait "$wait" > "$work/recv" || rc=$?
 		if [ "$rc" -eq 1 ] && [ "$drain" -eq 1 ]; then
 			# Empty now; a drain waits for the copies it left that
 			# are due back within one lease (sqs-recv reads them
 			# from what sqs-ack wrote).
 			rc=0
-			$RECV --max 1 --wait "$wait" --acked "$tmp/$id.out" --settle "${settle_ms}ms" \
+			$RECV --max "$max" --wait "$wait" --acked "$tmp/$id.out" --settle "${settle_ms}ms" \
 				> "$work/recv" || rc=$?
 		fi
 		if [ "$rc" -eq 1 ]; then
@@ -494,6 +528,29 @@ loop() {
 			# would wait out the outage with the lock held.
 			{ [ "$drain" -eq 1 ] || [ "$once" -eq 1 ]; } && { n_recv_failed=$((n_recv_failed + 1)); break; }
 			sleep 2
+			continue
+		fi
+		if [ "$max" -gt 1 ]; then
+			n=$((n + $(wc -l < "$work/recv")))
+			batch
+			cat "$work/acked" >> "$tmp/$id.out"
+			# 78: sqs-ack halted, the bank (or the store, at the
+			# claim) refused IK_ACKER_CONFIG_RUN charges in a row as
+			# CONFIG, or the queue's configuration is refused.
+			# Across batches, as the one-at-a-time loop counts below:
+			# a batch with a debit answered starts the count again.
+			[ "$arc" -ne 78 ] || break
+			idemkit-code --tally < "$work/acked" > "$work/tally"
+			b_OK=0 b_NOTIFY_FAILED=0 b_DECLINED=0 b_CONFIG=0
+			while IFS=$tab read -r k v; do
+				case $k in OK|NOTIFY_FAILED|DECLINED|CONFIG) eval "b_$k=\$v" ;; esac
+			done < "$work/tally"
+			if [ $((b_OK + b_NOTIFY_FAILED + b_DECLINED)) -gt 0 ]; then
+				config_run=0
+			else
+				config_run=$((config_run + b_CONFIG))
+				[ "$config_run" -lt 3 ] || break
+			fi
 			continue
 		fi
 		n=$((n + 1))

@@ -399,20 +399,35 @@ assert a["idemkit.chargeId"]=="CHG-CF-1", a' "$output"
 	[ "$(jget "$(idemp-show --json CHG-CF-1)" state)" = IN_PROGRESS ]   # nothing debited
 }
 
-@test "sqs-ack: a configuration that refuses every charge stops the worker at the third refusal in a row (78), one message at a time or --stream; nothing dead-lettered" {
+@test "sqs-ack: a configuration that refuses every charge stops the worker at the third refusal in a row (78), one message at a time, a receive at a time or --stream; nothing dead-lettered" {
 	bank_start
 	config_setup 40
 	bank_post /control '{"errorStatus":400,"errorRate":1}' >/dev/null
-	run --separate-stderr charge-worker --drain "${cfast[@]}"
+	# one message at a time (a step replaced through the environment)
+	IDEMP_DONE_CMD=idemp-done run --separate-stderr charge-worker --drain "${cfast[@]}"
 	[ "$status" -eq 78 ]
 	[ "$(bank_stat attempts)" -eq 3 ]
 	[[ "$stderr" == *'"config":3}'* ]]
+	# a receive's batch at a time: sqs-ack halts the batch, at most its 10
+	run --separate-stderr charge-worker --drain "${cfast[@]}"
+	[ "$status" -eq 78 ]
+	[ "$(bank_stat attempts)" -gt 3 ] && [ "$(bank_stat attempts)" -le $((3 + 10)) ]
+	# across batches of one message each (each sent a second after the
+	# other): the loop counts the refusals, and stops at the third
+	local q="sqlite:$BATS_TEST_TMPDIR/cq.db#one" i n0
+	for i in 0 1 2 3 4; do event "CHG-CF1-$i" | sqs-send --queue "$q" --delay "$i" >/dev/null; done
+	n0=$(bank_stat attempts)
+	IDEMKIT_QUEUE=$q run --separate-stderr charge-worker --drain --wait 2 "${cfast[@]}"
+	[ "$status" -eq 78 ]
+	[ "$(bank_stat attempts)" -eq $((n0 + 3)) ]
+	[[ "$stderr" == *'"received":3,'* ]]
 	# --stream: sqs-ack halts, and the pipeline winds down
+	n0=$(bank_stat attempts)
 	run --separate-stderr charge-worker --drain --stream --window 4 "${cfast[@]}"
 	[ "$status" -eq 78 ]
 	# bounded by what the receiver may hand out before it learns:
 	# --window 4 plus one receive of up to 10, never the 40
-	[ "$(bank_stat attempts)" -le $((3 + 3 + 4 + 10)) ]
+	[ "$(bank_stat attempts)" -le $((n0 + 3 + 4 + 10)) ]
 	[ "$(bank_stat debits)" -eq 0 ]
 	[ "$(sqs-stat --queue "$IDEMKIT_DLQ")" = '{"visible":0,"inflight":0,"delayed":0}' ]
 	s=$(sqs-stat)
