@@ -541,10 +541,16 @@ loop() {
 			# a batch with a debit answered starts the count again.
 			[ "$arc" -ne 78 ] || break
 			idemkit-code --tally < "$work/acked" > "$work/tally"
-			b_OK=0 b_NOTIFY_FAILED=0 b_DECLINED=0 b_CONFIG=0
+			b_OK=0 b_NOTIFY_FAILED=0 b_DECLINED=0 b_CONFIG=0 b_ACK_FAILED=0
 			while IFS=$tab read -r k v; do
-				case $k in OK|NOTIFY_FAILED|DECLINED|CONFIG) eval "b_$k=\$v" ;; esac
+				case $k in OK|NOTIFY_FAILED|DECLINED|CONFIG|ACK_FAILED) eval "b_$k=\$v" ;; esac
 			done < "$work/tally"
+			# The queue refused acks: as below, one at a time.
+			if [ "$b_ACK_FAILED" -gt 0 ]; then
+				echo "$clr$PROG: ack failed for $b_ACK_FAILED message(s); left" >&2
+				{ [ "$drain" -eq 1 ] || [ "$once" -eq 1 ]; } && break
+				sleep 2
+			fi
 			if [ $((b_OK + b_NOTIFY_FAILED + b_DECLINED)) -gt 0 ]; then
 				config_run=0
 			else

@@ -11,7 +11,9 @@
 
 load faults
 
-N=20
+# one-shot takes up to 10 a receive, finished at a stop: enough for two
+# stops of -j 2 and a rest
+N=50
 
 setup() {
 	embedded_queue 20
@@ -107,7 +109,7 @@ then_rest() {
 	then_rest
 }
 
-@test "one-shot -j 1: SIGTERM to the process group records the charge in flight, exits 143" {
+@test "one-shot -j 1: SIGTERM to the process group records the charges of the receive in flight, exits 143" {
 	stop_run TERM group -j 1
 	[ "$RC" -eq 143 ]
 	check_recorded
