@@ -20,16 +20,17 @@
  * the same prepare and claimed around the blocking claim; a stale
  * refusal's finish, rare, is a blocking call from the answer.
  *
- * A copy that meets its original in flight in this same pipeline (the
- * record's owner is a token this process issued) is held here rather than
+ * A copy that meets its original in flight in this same run (the
+ * record's owner is a token this process issued, or one of a sibling
+ * pipeline of the same charge-worker: the same holder) is held here rather than
  * passed on as DUP_IN_PROGRESS to wait on the queue: it is claimed again,
  * with a short backoff, until the original's finish is recorded (then
  * DUP_DONE, deleted at once) -- never past its original's lease less a
  * margin, so a held copy never takes over a lease (it is then
  * DUP_IN_PROGRESS, as before).  Each try is an ordinary claim: whatever
  * order the two come in, the store decides.  A stop signal passes the held
- * copies on as DUP_IN_PROGRESS at once.  Across processes the queue's
- * visibility still does this job.  On the group path (SQLite, Redis) the
+ * copies on as DUP_IN_PROGRESS at once.  Across runs and hosts the
+ * queue's visibility still does this job.  On the group path (SQLite, Redis) the
  * step loop holds such a copy's line (step.h's hold) and runs it again in
  * a later group, with the same bounds.
  */
@@ -84,6 +85,7 @@ struct ctx {
 	struct ik_store_lazy db;
 	int64_t lease_ms, retention_ms;
 	char (*mine)[IK_TOKEN_HEX];     /* NULL: copies are not held (one-shot) */
+	char holder[IK_TOKEN_HEX];      /* our tokens' "@host:pid" (mine) */
 	int group_hold;                 /* --stream's group path: claim() marks them */
 	size_t mine_next;
 	struct job *held;               /* copies held for their original, and claims
@@ -345,13 +347,22 @@ claim_hold(cJSON *env, void *arg)
 
 /* --stream on a store with in-flight claims: step.h's start, wait, reap. */
 
+/* Whether owner is a claim of this run: a token this process issued, or
+ * one whose holder (ik_store_token's "@host:pid", the pid charge-worker's
+ * IDEMKIT_RUN_PID) is ours -- a sibling pipeline or loop of the same
+ * charge-worker -j N, whose finish comes as soon.  A pid reused after a
+ * crash only makes a copy wait, never longer than hold_ms allows. */
 static int
 mine(const struct ctx *c, const char *owner)
 {
+	const char *at;
+
 	/* tokens are strings of varying length (random part, then the
 	 * holder): compared as strings, never past their end */
 	if (!c->mine || !owner || !*owner || strlen(owner) >= IK_TOKEN_HEX)
 		return 0;
+	if ((at = strchr(owner, '@')) && c->holder[0] && strcmp(at, c->holder) == 0)
+		return 1;
 	for (size_t i = 0; i < MINE_MAX; i++)
 		if (strcmp(c->mine[i], owner) == 0)
 			return 1;
@@ -612,8 +623,13 @@ main(int argc, char **argv)
 		ik_store_lazy_close(&c.db);
 		return IK_OK;
 	}
-	if (st.stream)
-		c.mine = calloc(MINE_MAX, sizeof *c.mine);   /* NULL: copies not held */
+	if (st.stream && (c.mine = calloc(MINE_MAX, sizeof *c.mine))) {   /* NULL: not held */
+		char tok[IK_TOKEN_HEX], *at;
+
+		ik_store_token(tok);
+		if ((at = strchr(tok, '@')))
+			snprintf(c.holder, sizeof c.holder, "%s", at);
+	}
 	if (st.stream && ik_store_lazy_inflight(&c.db, st.inflight + HOLD_EXTRA)) {
 		c.store_max = st.inflight;
 		st.inflight += HOLD_EXTRA;

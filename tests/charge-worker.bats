@@ -260,6 +260,19 @@ records_debited() { { idemp-list --state DONE; idemp-list --state DEBITED_NOTIFI
 	done
 }
 
+@test "-j 2: a copy received by one loop while its original is in flight in the other is held in idemp-claim until the original is recorded (DUP_DONE), not left on the queue" {
+	bank_start --latency 300ms
+	# ten originals, then their ten copies: one receive each, one per loop
+	for i in $(seq 1 10); do event "CHG-SIB$i"; echo; done > "$BATS_TEST_TMPDIR/evs"
+	cat "$BATS_TEST_TMPDIR/evs" "$BATS_TEST_TMPDIR/evs" | sqs-send >/dev/null
+	run --separate-stderr charge-worker -j 2 --drain "${fast[@]}"
+	summary
+	[ "$status" -eq 0 ]
+	[[ "$(summary)" == *'"received":20,"debited":10,'*'"dupDone":10,"dupInProgress":0,'* ]]
+	[ "$(bank_stat attempts)" -eq 10 ]
+	[ "$(qcount)" = "0 0 0" ]
+}
+
 @test "one-shot: SIGTERM to the whole process group finishes the receive in flight; every debit recorded, nothing IN_PROGRESS, the rest queued" {
 	bank_start --latency 300ms
 	for i in $(seq 1 25); do event "CHG-PG$i"; echo; done | sqs-send >/dev/null
