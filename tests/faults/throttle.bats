@@ -146,9 +146,10 @@ claim_fault() {
 @test "SQS throttles every delete after the debit: 75, the charges DONE and not acked; the redelivery is DUP_DONE, the bank sees nothing more" {
 	t='"do":"error","status":400,"type":"ThrottlingException"'
 	inject '[]' "[{\"op\":\"DeleteMessage\",\"times\":null,$t},{\"op\":\"DeleteMessageBatch\",\"times\":null,$t}]"
-	# each of the 2 loops debits one charge, cannot ack it, and ends the
-	# drain (75) instead of debiting more charges it cannot ack
-	ATTEMPTS_AT_BANK=2 outlasting "ThrottlingException on the ack"
+	# a loop debits the charges of one receive (the 5 here, up to 10),
+	# cannot ack them, and ends the drain (75) instead of debiting more
+	# charges it cannot ack
+	ATTEMPTS_AT_BANK=$N outlasting "ThrottlingException on the ack"
 	[ "$(stat_of "$(bank_stats)" attempts)" -eq "$N" ]
 	[ "$REPLAYS" -eq 0 ]
 }
