@@ -22,17 +22,17 @@
  *
  * A copy that meets its original in flight in this same run (the
  * record's owner is a token this process issued, or one of a sibling
- * pipeline of the same charge-worker: the same holder) is held here rather than
- * passed on as DUP_IN_PROGRESS to wait on the queue: it is claimed again,
- * with a short backoff, until the original's finish is recorded (then
- * DUP_DONE, deleted at once) -- never past its original's lease less a
- * margin, so a held copy never takes over a lease (it is then
+ * pipeline of the same charge-worker: the same holder) is held here
+ * rather than passed on as DUP_IN_PROGRESS to wait on the queue: it is
+ * claimed again, with a short backoff, until the original's finish is
+ * recorded (then DUP_DONE, deleted at once) -- never past its original's
+ * lease less a margin, so a held copy never takes over a lease (it is then
  * DUP_IN_PROGRESS, as before).  Each try is an ordinary claim: whatever
  * order the two come in, the store decides.  A stop signal passes the held
  * copies on as DUP_IN_PROGRESS at once.  Across runs and hosts the
- * queue's visibility still does this job.  On the group path (SQLite, Redis) the
- * step loop holds such a copy's line (step.h's hold) and runs it again in
- * a later group, with the same bounds.
+ * queue's visibility still does this job.  On the group path (SQLite,
+ * Redis) the step loop holds such a copy's line (step.h's hold) and runs
+ * it again in a later group, with the same bounds.
  */
 #include <getopt.h>
 #include <poll.h>
