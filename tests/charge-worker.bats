@@ -21,6 +21,21 @@ summary() { grep '"summary":true' <<<"$stderr"; }
 # records_debited: how many records say the bank debited the charge
 records_debited() { { idemp-list --state DONE; idemp-list --state DEBITED_NOTIFICATION_FAILED; } 2>/dev/null | wc -l; }
 
+# stop_group COUNTER N ARGS...: charge-worker ARGS in a session (and process
+# group) of its own, SIGTERM to the whole group once bank-sim's COUNTER
+# reached N; its status in $rc, then every process of the session gone.
+stop_group() {
+	local counter=$1 n=$2 w
+	shift 2
+	setsid charge-worker "$@" 2>"$BATS_TEST_TMPDIR/w.err" 3>&- &
+	w=$!
+	until_bank "$counter" "$n"
+	kill -TERM -- "-$w"
+	rc=0; wait "$w" || rc=$?
+	for _ in $(seq 100); do pgrep -s "$w" >/dev/null || break; sleep 0.05; done
+	run -1 pgrep -s "$w"
+}
+
 @test "--help, --version, usage errors, and a lease too short for the timeouts" {
 	run charge-worker --help
 	[ "$status" -eq 0 ]
@@ -196,14 +211,8 @@ records_debited() { { idemp-list --state DONE; idemp-list --state DEBITED_NOTIFI
 @test "--stream -j 2, copies next to their originals (held in the worker): SIGTERM to the whole process group; every debit the bank made is recorded, nothing lost, later runs debit the rest once" {
 	bank_start --latency 300ms
 	for i in $(seq 1 30); do e=$(event "CHG-G$i"); printf '%s\n%s\n' "$e" "$e"; done | sqs-send >/dev/null
-	setsid charge-worker --stream -j 2 --drain "${fast[@]}" 2>"$BATS_TEST_TMPDIR/w.err" 3>&- &
-	w=$!
-	until_bank debits 4
-	kill -TERM -- "-$w"
-	rc=0; wait "$w" || rc=$?
+	stop_group debits 4 --stream -j 2 --drain "${fast[@]}"
 	[ "$rc" -eq 143 ]
-	for _ in $(seq 100); do pgrep -s "$w" >/dev/null || break; sleep 0.05; done
-	run -1 pgrep -s "$w"
 	# every debit the bank made is recorded (DONE, or DEBITED_NOTIFICATION_FAILED
 	# for a notification the stop cut short): nothing waits IN_PROGRESS
 	got=$(bank_stat debits)
@@ -276,14 +285,8 @@ records_debited() { { idemp-list --state DONE; idemp-list --state DEBITED_NOTIFI
 @test "one-shot: SIGTERM to the whole process group finishes the receive in flight; every debit recorded, nothing IN_PROGRESS, the rest queued" {
 	bank_start --latency 300ms
 	for i in $(seq 1 25); do event "CHG-PG$i"; echo; done | sqs-send >/dev/null
-	setsid charge-worker --drain "${fast[@]}" 2>"$BATS_TEST_TMPDIR/w.err" 3>&- &
-	w=$!
-	until_bank attempts 1
-	kill -TERM -- "-$w"
-	rc=0; wait "$w" || rc=$?
+	stop_group attempts 1 --drain "${fast[@]}"
 	[ "$rc" -eq 143 ]
-	for _ in $(seq 100); do pgrep -s "$w" >/dev/null || break; sleep 0.05; done
-	run -1 pgrep -s "$w"
 	got=$(bank_stat debits)
 	[ "$got" -ge 1 ] && [ "$got" -le 10 ]
 	run -1 idemp-list --state IN_PROGRESS
