@@ -123,9 +123,10 @@ stop_group() {
 	kill -TERM "$w"
 	rc=0; wait "$w" || rc=$?
 	[ "$rc" -eq 143 ]
-	# a receive takes up to 10 messages: those are finished, no more received
+	# a receive takes up to 10 messages: those are finished, no more
+	# received (two receives when the stop comes late on a loaded machine)
 	done1=$(bank_stat debits)
-	[ "$done1" -ge 1 ] && [ "$done1" -le 10 ]
+	[ "$done1" -ge 1 ] && [ "$done1" -le 20 ]
 	# nothing half-done: no record is left IN_PROGRESS, no message invisible
 	run idemp-list --state IN_PROGRESS
 	[ "$status" -eq 1 ]
@@ -287,8 +288,9 @@ stop_group() {
 	for i in $(seq 1 25); do event "CHG-PG$i"; echo; done | sqs-send >/dev/null
 	stop_group attempts 1 --drain "${fast[@]}"
 	[ "$rc" -eq 143 ]
+	# the receive in flight finished (two when the stop came late)
 	got=$(bank_stat debits)
-	[ "$got" -ge 1 ] && [ "$got" -le 10 ]
+	[ "$got" -ge 1 ] && [ "$got" -le 20 ]
 	run -1 idemp-list --state IN_PROGRESS
 	[ "$(records_debited)" -eq "$got" ]
 	[ "$(qcount)" = "$((25 - got)) 0 0" ]
@@ -299,13 +301,15 @@ stop_group() {
 }
 
 @test "one-shot: charge-notify killed (SIGKILL) in the middle of a receive's batch: every debited charge is recorded DNF, the messages deleted, nothing debited twice" {
-	bank_start --latency 400ms
+	# the gateway never answers: charge-notify waits out its 5 s timeout,
+	# and is killed long before that, whatever the machine's load
+	bank_start --notify-hang
 	for i in $(seq 1 10); do event "CHG-NK$i"; echo; done | sqs-send >/dev/null
-	setsid charge-worker --drain "${fast[@]}" 2>"$BATS_TEST_TMPDIR/w.err" 3>&- &
+	setsid charge-worker --drain --debit-timeout 2 --notify-timeout 5 --notify-retries 0 \
+		--lease 20s 2>"$BATS_TEST_TMPDIR/w.err" 3>&- &
 	w=$!
-	# the debits answered: their notifications are on their way
-	until_bank debits 10
-	sleep 0.1
+	# the debits answered: their notifications are at the gateway
+	until_bank notificationAttempts 1
 	pkill -KILL -s "$w" -x charge-notify
 	rc=0; wait "$w" || rc=$?
 	cat "$BATS_TEST_TMPDIR/w.err"
@@ -313,7 +317,7 @@ stop_group() {
 	grep -q 'did not reach sqs-ack (a step ended early); recording them now' "$BATS_TEST_TMPDIR/w.err"
 	run -1 idemp-list --state IN_PROGRESS
 	[ "$(records_debited)" -eq 10 ]
-	[ "$(idemp-list --state DEBITED_NOTIFICATION_FAILED | wc -l)" -ge 1 ]
+	[ "$(idemp-list --state DEBITED_NOTIFICATION_FAILED | wc -l)" -eq 10 ]
 	[ "$(qcount)" = "0 0 0" ]
 	[ "$(bank_stat debits)" -eq 10 ]
 	[ "$(bank_stat attempts)" -eq 10 ]

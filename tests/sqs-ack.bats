@@ -412,12 +412,12 @@ assert a["idemkit.chargeId"]=="CHG-CF-1", a' "$output"
 	run --separate-stderr charge-worker --drain "${cfast[@]}"
 	[ "$status" -eq 78 ]
 	[ "$(bank_stat attempts)" -gt 3 ] && [ "$(bank_stat attempts)" -le $((3 + 10)) ]
-	# across batches of one message each (each sent a second after the
-	# other): the loop counts the refusals, and stops at the third
+	# across batches of one message each (each due 2 s after the other):
+	# the loop counts the refusals, and stops at the third
 	local q="sqlite:$BATS_TEST_TMPDIR/cq.db#one" i n0
-	for i in 0 1 2 3 4; do event "CHG-CF1-$i" | sqs-send --queue "$q" --delay "$i" >/dev/null; done
+	for i in 0 2 4 6 8; do event "CHG-CF1-$i" | sqs-send --queue "$q" --delay "$i" >/dev/null; done
 	n0=$(bank_stat attempts)
-	IDEMKIT_QUEUE=$q run --separate-stderr charge-worker --drain --wait 2 "${cfast[@]}"
+	IDEMKIT_QUEUE=$q run --separate-stderr charge-worker --drain --wait 3 "${cfast[@]}"
 	[ "$status" -eq 78 ]
 	[ "$(bank_stat attempts)" -eq $((n0 + 3)) ]
 	[[ "$stderr" == *'"received":3,'* ]]
