@@ -74,20 +74,14 @@ static const int codes[] = { IK_OK, IK_DUP_DONE, IK_DUP_IN_PROGRESS,
 	IK_DUP_FAILED, IK_PAYLOAD_MISMATCH, IK_STALE_EVENT, IK_USAGE,
 	IK_DATAERR, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1 };
 
-/* Tokens this process issued (in flight or recent): a ring bigger than
- * the most claims in flight, so an original's token is found even when
- * its copy's answer comes first. */
-#define MINE_MAX (2 * IK_STORE_INFLIGHT_MAX)
-
 struct job;
 
 struct ctx {
 	struct ik_store_lazy db;
 	int64_t lease_ms, retention_ms;
-	char (*mine)[IK_TOKEN_HEX];     /* NULL: copies are not held (one-shot) */
-	char holder[IK_TOKEN_HEX];      /* our tokens' "@host:pid" (mine) */
+	char holder[IK_TOKEN_HEX];      /* our tokens' "@host:pid" (mine); empty:
+	                                 * copies are not held (one-shot) */
 	int group_hold;                 /* --stream's group path: claim() marks them */
-	size_t mine_next;
 	struct job *held;               /* copies held for their original, and claims
 	                                 * waiting for a slot (not yet sent) */
 	size_t store_max;               /* claims at the store at once (--inflight) */
@@ -190,10 +184,6 @@ stamp(struct job *j, const char *body)
 	struct ctx *c = j->c;
 
 	ik_store_token(j->token);
-	if (c->mine) {
-		memcpy(c->mine[c->mine_next], j->token, IK_TOKEN_HEX);
-		c->mine_next = (c->mine_next + 1) % MINE_MAX;
-	}
 	/* Read before the wall clock and the send, so the lease, on whatever
 	 * clock runs it, began after this reading (envelope.h). */
 	j->sent_boot_ms = ik_boot_ms();
@@ -347,11 +337,12 @@ claim_hold(cJSON *env, void *arg)
 
 /* --stream on a store with in-flight claims: step.h's start, wait, reap. */
 
-/* Whether owner is a claim of this run: a token this process issued, or
- * one whose holder (ik_store_token's "@host:pid", the pid charge-worker's
- * IDEMKIT_RUN_PID) is ours -- a sibling pipeline or loop of the same
- * charge-worker -j N, whose finish comes as soon.  A pid reused after a
- * crash only makes a copy wait, never longer than hold_ms allows. */
+/* Whether owner is a claim of this run: its holder (ik_store_token's
+ * "@host:pid", the pid charge-worker's IDEMKIT_RUN_PID, else this
+ * process's) is ours -- every token this process issued, and those of a
+ * sibling pipeline or loop of the same charge-worker -j N, whose finish
+ * comes as soon.  A pid reused after a crash only makes a copy wait, never
+ * longer than hold_ms allows. */
 static int
 mine(const struct ctx *c, const char *owner)
 {
@@ -359,14 +350,9 @@ mine(const struct ctx *c, const char *owner)
 
 	/* tokens are strings of varying length (random part, then the
 	 * holder): compared as strings, never past their end */
-	if (!c->mine || !owner || !*owner || strlen(owner) >= IK_TOKEN_HEX)
+	if (!c->holder[0] || !owner || strlen(owner) >= IK_TOKEN_HEX)
 		return 0;
-	if ((at = strchr(owner, '@')) && c->holder[0] && strcmp(at, c->holder) == 0)
-		return 1;
-	for (size_t i = 0; i < MINE_MAX; i++)
-		if (strcmp(c->mine[i], owner) == 0)
-			return 1;
-	return 0;
+	return (at = strchr(owner, '@')) && strcmp(at, c->holder) == 0;
 }
 
 /* At most this long: an original not finished by then is slow (a bank
@@ -623,7 +609,7 @@ main(int argc, char **argv)
 		ik_store_lazy_close(&c.db);
 		return IK_OK;
 	}
-	if (st.stream && (c.mine = calloc(MINE_MAX, sizeof *c.mine))) {   /* NULL: not held */
+	if (st.stream) {   /* copies held: the holder our tokens name */
 		char tok[IK_TOKEN_HEX], *at;
 
 		ik_store_token(tok);
@@ -636,12 +622,11 @@ main(int argc, char **argv)
 		st.start = claim_start;
 		st.wait = claim_wait;
 		st.reap = claim_reap;
-	} else if (st.stream && c.mine) {
+	} else if (st.stream && c.holder[0]) {
 		c.group_hold = 1;
 		st.hold = claim_hold;
 	}
 	rc = ik_step_run(&st);
 	ik_store_lazy_close(&c.db);
-	free(c.mine);
 	return rc;
 }
