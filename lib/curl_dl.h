@@ -27,7 +27,7 @@
 	X(curl_url_cleanup) X(curl_url_set) X(curl_url_get) \
 	X(curl_url_strerror) X(curl_multi_init) X(curl_multi_cleanup) \
 	X(curl_multi_setopt) X(curl_multi_add_handle) X(curl_multi_remove_handle) \
-	X(curl_multi_perform) X(curl_multi_poll) X(curl_multi_info_read) \
+	X(curl_multi_socket_action) X(curl_multi_info_read) \
 	X(curl_multi_strerror) X(curl_version_info)
 
 struct ik_curl_api {
@@ -63,8 +63,7 @@ int ik_curl_load(ik_err *err);
 #define curl_multi_setopt        (ik_curl.curl_multi_setopt)
 #define curl_multi_add_handle    (ik_curl.curl_multi_add_handle)
 #define curl_multi_remove_handle (ik_curl.curl_multi_remove_handle)
-#define curl_multi_perform       (ik_curl.curl_multi_perform)
-#define curl_multi_poll          (ik_curl.curl_multi_poll)
+#define curl_multi_socket_action (ik_curl.curl_multi_socket_action)
 #define curl_multi_info_read     (ik_curl.curl_multi_info_read)
 #define curl_multi_strerror      (ik_curl.curl_multi_strerror)
 #define curl_version_info        (ik_curl.curl_version_info)
