@@ -18,6 +18,7 @@
  */
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <errno.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -851,6 +852,8 @@ wait_ready(struct ik_http *h, struct pollfd *fds, unsigned nfds, int timeout_ms,
 			ms = (int)(left > INT_MAX ? INT_MAX : left);
 	}
 	got = poll(h->pfd, (nfds_t)n, ms);
+	if (got < 0 && errno != EINTR)
+		return ik_errf(err, IK_SOFTWARE, "poll: %s", strerror(errno));
 	if (got <= 0)
 		return IK_OK;           /* the time is up, or a signal */
 	for (i = 0; i < nfds; i++)
