@@ -1,6 +1,7 @@
 /* log.c: one JSON object per line on stderr; see log.h.  Strings are
  * escaped by json.c exactly as cJSON escapes them, so any value, however
  * odd, is written correctly. */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,12 +77,18 @@ put_key(struct ik_jbuf *b, const char *k)
 void
 ik_log(enum ik_level lvl, const char *msg, ...)
 {
-	static struct ik_jbuf b;   /* reused: a log line per charge */
+	/* Reused: a log line per charge.  Shared, so held under mu: bank-sim
+	 * logs from a thread per connection and idemp-run from its renewer
+	 * (unguarded, two threads grew it at once: the sanitizer build found
+	 * one's allocation leaked, and a line torn by the other). */
+	static struct ik_jbuf b;
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 	va_list ap;
 	const char *k, *v;
 
 	if (lvl != IK_LOG_AUDIT && lvl < threshold())
 		return;
+	pthread_mutex_lock(&mu);
 	b.len = 0;
 	b.oom = 0;
 	ik_jbuf_put(&b, "{\"ts\":", 6);
@@ -116,4 +123,5 @@ ik_log(enum ik_level lvl, const char *msg, ...)
 		fwrite(b.p, 1, b.len, stderr);
 		fflush(stderr);
 	}
+	pthread_mutex_unlock(&mu);
 }
