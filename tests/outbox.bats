@@ -45,7 +45,9 @@ setup() {
 		# with IDEMKIT_OUTBOX set) on the file's server
 		OB_TABLE=ob_$$_$RANDOM$RANDOM
 		export IDEMKIT_STORE=$PG_URL?table=$OB_TABLE
-		idemp-init >/dev/null 2>&1
+		# quiet when it works; why, when it does not (CI saw a 70 once)
+		idemp-init >/dev/null 2>"$BATS_TEST_TMPDIR/init.err" ||
+			{ rc=$?; cat "$BATS_TEST_TMPDIR/init.err" >&2; return "$rc"; }
 		;;
 	*) echo "unknown IDEMKIT_TEST_BACKEND=$IDEMKIT_TEST_BACKEND" >&2; return 1 ;;
 	esac
