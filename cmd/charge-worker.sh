@@ -51,7 +51,8 @@ Options:
                            with --once or a step replaced through the environment)
   -l, --lease DUR          claim lease (default 120s); refused when shorter than
                            the debit and notify timeouts plus a 10s margin
-  -w, --wait SECS          long-poll wait of each receive (default 5; 1 with --drain)
+  -w, --wait SECS          long-poll wait of each receive (default 5; with
+                           --drain 1 on SQS, 0 on the embedded queue)
       --debit-timeout S    total timeout of one debit call (default 10)
       --notify-timeout S   total timeout of one notification call (default 5)
       --notify-retries N   notification retries before NOTIFY_FAILED (default 3)
@@ -147,7 +148,7 @@ for v in "$debit_timeout" "$notify_timeout" "$notify_retries" "$window"; do
 	isnum "$v" || die "timeouts and retries are whole numbers of seconds, got '$v'"
 done
 [ -z "$wait" ] || isnum "$wait" || die "--wait: want whole seconds, got '$wait'"
-[ -n "$wait" ] || { [ "$drain" -eq 1 ] && wait=1 || wait=5; }
+[ -n "$wait" ] || [ "$drain" -eq 1 ] || wait=5
 
 # --- metrics (--metrics FILE) --------------------------------------------------
 # idemkit-metrics writes the file at every exit from here on, whatever the
@@ -333,11 +334,17 @@ rc=0
 resolved=$(sqs-stat --resolve) || rc=$?
 [ "$rc" -eq 0 ] || die "sqs-stat: configuration refused (above); nothing was received" "$rc"
 tab=$(printf '\t')
+queue=
 while IFS=$tab read -r k v; do
-	case $k in stateDir) state=$v ;; esac
+	case $k in stateDir) state=$v ;; queue) queue=$v ;; esac
 done <<EOF2
 $resolved
 EOF2
+# A drain's receive that finds the embedded queue empty is exact at once;
+# SQS's short poll samples some of its servers, so there it long-polls.
+if [ -z "$wait" ]; then
+	case $queue in sqlite:*) wait=0 ;; *) wait=1 ;; esac
+fi
 
 # --- the lock ----------------------------------------------------------------
 

@@ -336,6 +336,42 @@ unsettled(struct window *w, int64_t settle, int64_t grace_ms)
 	return 0;
 }
 
+/* 1 when a message handed out less than settle ago is still in flight:
+ * what unsettled() waits for first, which its ack will settle or turn into
+ * a copy due back. */
+static int
+awaiting(const struct window *w, int64_t settle)
+{
+	return w->nfl && ik_mono_ms() - w->fl[w->nfl - 1].at <= settle;
+}
+
+/* How long a drain that does not long-poll sleeps before it looks for the
+ * copies due back again: until the next is due, 10 to 200 ms. */
+static int64_t
+due_sleep(const struct window *w)
+{
+	int64_t now = ik_mono_ms(), ms = 200;
+
+	for (size_t i = 0; i < w->ndu; i++)
+		if (w->du[i].at > now && w->du[i].at - now < ms)
+			ms = w->du[i].at - now;
+	return ms < 10 ? 10 : ms;
+}
+
+/* Waits until nothing handed out less than settle ago is in flight, or a
+ * stop signal: the acks read every few milliseconds.  Long-polling a queue
+ * found empty meanwhile only delayed the end of a drain by up to --wait
+ * after its last ack (a second of every cron drain), and found no more:
+ * the copies a step leaves are known from its ack. */
+static void
+wait_acks(struct window *w, int64_t settle)
+{
+	while (!ik_stop_signal && awaiting(w, settle)) {
+		ik_sleep_ms(5);
+		count_acked(w);
+	}
+}
+
 static void
 window_free(struct window *w)
 {
@@ -414,7 +450,7 @@ receive_loop(struct ik_queue *q, const struct loop *l, int *got)
 	struct recv r[RECV_INFLIGHT_MAX];
 	struct window *win = l->win;
 	size_t out = 0, pending = 0;
-	int rc = IK_OK, quiet = 0, brought = 0, done = 0, dead = 0, gone = 0;
+	int rc = IK_OK, quiet = 0, brought = 0, done = 0, dead = 0, gone = 0, nowait = 0;
 	int64_t backoff = 0, hold = 0;
 
 	memset(r, 0, sizeof r);
@@ -438,8 +474,9 @@ receive_loop(struct ik_queue *q, const struct loop *l, int *got)
 				;
 			r[i].busy = 1;
 			r[i].op = (struct ik_qop){ .kind = IK_QOP_RECEIVE, .max = take,
-			    .wait_s = l->wait, .visibility_s = l->vis, .msgs = r[i].msgs,
-			    .arg = &r[i] };
+			    .wait_s = nowait ? 0 : l->wait, .visibility_s = l->vis,
+			    .msgs = r[i].msgs, .arg = &r[i] };
+			nowait = 0;
 			out++;
 			pending += (size_t)take;
 			ik_queue_submit(q, &r[i].op);
@@ -457,8 +494,16 @@ receive_loop(struct ik_queue *q, const struct loop *l, int *got)
 				}
 				if (l->settle >= 0 &&
 				    unsettled(win, l->settle, (int64_t)l->wait * 1000 + 2000)) {
-					if (!l->wait)
-						ik_sleep_ms(200);
+					if (awaiting(win, l->settle)) {
+						/* the queue was empty a moment ago and
+						 * what is in flight is ours: its acks
+						 * say what comes back, then one look
+						 * that does not wait */
+						wait_acks(win, l->settle);
+						nowait = 1;
+					} else if (!l->wait) {
+						ik_sleep_ms(due_sleep(win));
+					}
 					continue;
 				}
 				break;

@@ -233,6 +233,41 @@ acked() {
 	[ "$(jget "$output" receiveCount)" = 2 ]
 }
 
+@test "--drain --settle: the messages in flight are waited for by their acks; a copy an ack left is received again when due; the drain ends with the last ack" {
+	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/d.db#charges"
+	printf 'm1\nm2\nm3\n' | sqs-send >/dev/null
+	: > "$BATS_TEST_TMPDIR/acked"
+	# --wait 0, as charge-worker drains the embedded queue
+	sqs-recv --drain --max 10 --wait 0 --acked "$BATS_TEST_TMPDIR/acked" --settle 30s \
+		> "$BATS_TEST_TMPDIR/got" 2> "$BATS_TEST_TMPDIR/err" 3>&- &
+	pid=$!
+	for _ in $(seq 1 100); do [ "$(wc -l < "$BATS_TEST_TMPDIR/got")" -ge 3 ] && break; sleep 0.1; done
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/got")" -eq 3 ]
+	sleep 1
+	kill -0 "$pid"             # three in flight: not the end
+	# sqs-ack deletes m1 and m2 and leaves m3, visible again in 1 s
+	sed -n '1,2s/}$/,"claim":{"outcome":"DUP_DONE"}}/p' "$BATS_TEST_TMPDIR/got" |
+		sqs-ack --stream >> "$BATS_TEST_TMPDIR/acked"
+	sed -n '3s/}$/,"claim":{"outcome":"TEMPFAIL"}}/p' "$BATS_TEST_TMPDIR/got" |
+		sqs-ack --backoff-base 1 --backoff-cap 1 >> "$BATS_TEST_TMPDIR/acked"
+	[ "$(jget "$(sed -n 3p "$BATS_TEST_TMPDIR/acked")" ack.visibility)" = 1 ]
+	for _ in $(seq 1 100); do [ "$(wc -l < "$BATS_TEST_TMPDIR/got")" -ge 4 ] && break; sleep 0.1; done
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/got")" -eq 4 ]
+	last=$(sed -n 4p "$BATS_TEST_TMPDIR/got")
+	[ "$(jget "$last" body)" = m3 ]
+	[ "$(jget "$last" receiveCount)" = 2 ]
+	sleep 0.5
+	kill -0 "$pid"             # m3 in flight again
+	sed 's/}$/,"claim":{"outcome":"DUP_DONE"}}/' <<<"$last" | sqs-ack >> "$BATS_TEST_TMPDIR/acked"
+	for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+	run kill -0 "$pid"
+	[ "$status" -ne 0 ]
+	wait "$pid"
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/got")" -eq 4 ]
+	run sqs-recv
+	[ "$status" -eq 1 ]        # all three deleted
+}
+
 @test "--max-age: a message in flight for twice DUR (a step lost it) no longer stops the receiving" {
 	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/l.db#charges"
 	for i in $(seq 1 20); do echo "m$i"; done | sqs-send >/dev/null
