@@ -87,6 +87,7 @@ int ik_pg_claim_start(struct ik_store *st, const struct ik_claim_req *req,
 int ik_pg_finish_start(struct ik_store *st, const struct ik_finish_req *req, ik_store_cb cb,
     void *arg, ik_err *err);
 int ik_pg_run(struct ik_store *st, int fd, int *readable, int timeout_ms, ik_err *err);
+void ik_pg_warm(struct ik_store *st);
 size_t ik_pg_active(struct ik_store *st);
 void ik_pg_drain(struct pg *p);
 void ik_pg_pops_free(struct pop *o);

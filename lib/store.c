@@ -596,6 +596,8 @@ ik_store_lazy_inflight(struct ik_store_lazy *l, size_t n)
 	    !s->ops->active || !n || !(l->done = calloc(n, sizeof *l->done)))
 		return 0;
 	l->done_cap = n;
+	if (s->ops->warm)
+		s->ops->warm(s);
 	return 1;
 }
 

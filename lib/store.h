@@ -303,6 +303,11 @@ struct ik_store_ops {
 	int (*run)(struct ik_store *s, int fd, int *readable, int timeout_ms, ik_err *err);
 	/* Ops started whose callback has not yet been called. */
 	size_t (*active)(struct ik_store *s);
+	/* Optional: make the in-flight ops ready now (PostgreSQL: connect and
+	 * prepare), so that a stream's first envelope does not wait for it.
+	 * Nothing is reported: what failed is tried again by the first op,
+	 * which says why, exactly as without this call. */
+	void (*warm)(struct ik_store *s);
 	/* Optional outbox ops (see above); all five or none.
 	 * outbox_lease: take or renew the relay lease for holder (a random
 	 * token per relay process) until now_ms + lease_ms: one conditional
@@ -375,7 +380,7 @@ struct ik_store *ik_store_lazy_get(struct ik_store_lazy *l, ik_err *err);
 /* Whether the store offers the in-flight ops (claim_start...), for up to
  * n envelopes in flight: opens it now, and a failure to open is kept as on
  * first use (then 0: the steps take the group path, and each envelope
- * records the failure). */
+ * records the failure); when 1, the store is made ready (ops->warm). */
 int ik_store_lazy_inflight(struct ik_store_lazy *l, size_t n);
 /* step.h's wait and reap for the store steps: wait runs the open store
  * (1 s at most, so the loop sees a stop signal): 0, or -1 after a

@@ -830,6 +830,7 @@ static const struct ik_store_ops postgres_ops = {
 	.finish_start = ik_pg_finish_start,
 	.run = ik_pg_run,
 	.active = ik_pg_active,
+	.warm = ik_pg_warm,
 	.outbox_lease = ik_pgo_lease,
 	.outbox_read = ik_pgo_read,
 	.outbox_ack = ik_pgo_ack,

@@ -482,3 +482,41 @@ for l in sys.stdin:
 	wait "$CLAIM_PID"
 	CLAIM_PID=
 }
+
+@test "a stream's store steps connect and prepare at start, before their first envelope; with the server down at start the first envelope says why (75), as before" {
+	id=$(uid warm)
+	conns() { pg_sql "SELECT count(*) FROM pg_stat_activity WHERE usename = 'idemkit'"; }
+	[ "$(conns)" -eq 0 ]
+	mkfifo "$BATS_TEST_TMPDIR/fifo"
+	idemp-claim --stream < "$BATS_TEST_TMPDIR/fifo" > "$BATS_TEST_TMPDIR/out" 2>&1 3>&- &
+	CLAIM_PID=$!
+	exec 5> "$BATS_TEST_TMPDIR/fifo"
+	# nothing sent yet: the connection is there (before: made by the first envelope)
+	for _ in $(seq 100); do [ "$(conns)" -ge 1 ] && break; sleep 0.1; done
+	[ "$(conns)" -eq 1 ]
+	ev "$id-1" >&5
+	for _ in $(seq 100); do grep -q ACQUIRED "$BATS_TEST_TMPDIR/out" && break; sleep 0.1; done
+	exec 5>&-
+	wait "$CLAIM_PID"
+	CLAIM_PID=
+	[ "$(grep -c '"outcome":"ACQUIRED"' "$BATS_TEST_TMPDIR/out")" -eq 1 ]
+	# the server down when the step starts: nothing to connect to, and the
+	# first envelope is refused with the reason at once (not held for a
+	# reconnect), the next one goes on once the server is back
+	pg_halt
+	: > "$BATS_TEST_TMPDIR/out"
+	idemp-claim --stream < "$BATS_TEST_TMPDIR/fifo" > "$BATS_TEST_TMPDIR/out" 2> "$BATS_TEST_TMPDIR/err" 3>&- &
+	CLAIM_PID=$!
+	exec 5> "$BATS_TEST_TMPDIR/fifo"
+	ev "$id-2" >&5
+	for _ in $(seq 100); do [ -s "$BATS_TEST_TMPDIR/out" ] && break; sleep 0.1; done
+	[ "$(jget "$(head -1 "$BATS_TEST_TMPDIR/out")" claim.outcome)" = TEMPFAIL ]
+	grep -q 'connect' <<<"$(jget "$(head -1 "$BATS_TEST_TMPDIR/out")" claim.error)"
+	pg_resume 5>&-             # the server must not hold the pipe open
+	ev "$id-3" >&5
+	for _ in $(seq 300); do [ "$(wc -l < "$BATS_TEST_TMPDIR/out")" -ge 2 ] && break; sleep 0.1; done
+	exec 5>&-
+	wait "$CLAIM_PID" || true
+	CLAIM_PID=
+	[ "$(jget "$(sed -n 2p "$BATS_TEST_TMPDIR/out")" claim.outcome)" = ACQUIRED ]
+}
