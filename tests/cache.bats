@@ -27,6 +27,11 @@ setup() {
 	export IDEMKIT_CACHE=redis://127.0.0.1:$REDIS_PORT_cache
 	export IDEMKIT_BUSY_TIMEOUT=200ms
 }
+# A test that failed before it stopped its proxy leaves it to us (a proxy
+# left running outlived the whole suite once).
+teardown() {
+	[ -z "${PROXY_PID:-}" ] || { kill "$PROXY_PID" 2>/dev/null; wait "$PROXY_PID" 2>/dev/null; } || true
+}
 
 # finished ID STATE [AMOUNT]: claim and record STATE.
 finished() {
