@@ -17,7 +17,9 @@
  *    whose answer was lost (DynamoDB) decides a refused finish from the
  *    record with ik_finish_decide, as a refused claim with ik_claim_decide.
  *  - renew (idemp-run's heartbeat) is fenced exactly as finish is: ONE
- *    conditional write on state = IN_PROGRESS AND owner = token that sets
+ *    conditional write on state = IN_PROGRESS AND owner = token AND
+ *    leaseUntil <> 0 (a claim released is no longer ours: renewing it
+ *    would take back the lease its release gave away) that sets
  *    leaseUntil = now + lease_ms on the clock the claim used (the
  *    caller's now_ms, or the server's on postgres and redis), and nothing
  *    else; no match is IK_LEASE_LOST.  It adds no history entry: a run of

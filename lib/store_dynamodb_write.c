@@ -623,7 +623,9 @@ ddb_renew(struct ik_store *st, const char *key, const char *token, int64_t now_m
 	cJSON_AddItemToObject(v, ":ip", ddb_av_s("IN_PROGRESS"));
 	cJSON_AddItemToObject(v, ":tok", ddb_av_s(token));
 	cJSON_AddItemToObject(v, ":lu", ddb_av_n(now_ms + lease_ms));
-	return ddb_cond_update(d, r, "#st = :ip AND #ow = :tok", "SET #lu = :lu", err);
+	cJSON_AddItemToObject(v, ":zero", ddb_av_n(0));
+	return ddb_cond_update(d, r, "#st = :ip AND #ow = :tok AND #lu <> :zero", "SET #lu = :lu",
+	                       err);
 }
 
 /* step.h's wait, for the store: see store.h. */

@@ -101,7 +101,8 @@
 /* The lease on the server's clock, as the claim set it; no history. */
 #define RENEW_SQL \
 	"UPDATE %1$s SET lease_until = " NOW_MS " + $3::bigint" \
-	" WHERE key = $1 AND" KEYED_STATE("state", "IN_PROGRESS") " AND owner = $2"
+	" WHERE key = $1 AND" KEYED_STATE("state", "IN_PROGRESS") " AND owner = $2" \
+	" AND lease_until <> 0"
 #define FORGET_SQL "DELETE FROM %1$s WHERE key = $1 AND" KEYED_STATE("state", "FAILED")
 /* The reason a claim is left (store.h's note): fenced as the finish is,
  * and nothing else; no history. */

@@ -177,8 +177,8 @@ static const char note_lua[] =
 /* KEYS: record, IN_PROGRESS index (by lease end).  ARGV: chargeId, token,
  * lease ms.  1 or 0.  No history (store.h). */
 static const char renew_lua[] = LUA_PRELUDE
-	"local r = redis.call('HMGET', KEYS[1], 'state', 'owner')\n"
-	"if r[1] ~= 'IN_PROGRESS' or r[2] ~= ARGV[2] then return 0 end\n"
+	"local r = redis.call('HMGET', KEYS[1], 'state', 'owner', 'leaseUntil')\n"
+	"if r[1] ~= 'IN_PROGRESS' or r[2] ~= ARGV[2] or r[3] == '0' then return 0 end\n"
 	"local lease = now + tonumber(ARGV[3])\n"
 	"redis.call('HSET', KEYS[1], 'leaseUntil', s(lease))\n"
 	"redis.call('ZADD', KEYS[2], s(lease), ARGV[1])\n"

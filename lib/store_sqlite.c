@@ -83,7 +83,7 @@ static const char *const sql[Q_N] = {
 	" ORDER BY updated_at, key",
 	[Q_RENEW] = (   /* no history: store.h; parenthesized for clang's -Wstring-concatenation */
 	"UPDATE records SET lease_until = ?3"
-	" WHERE key = ?1 AND state = 'IN_PROGRESS' AND owner = ?2"),
+	" WHERE key = ?1 AND state = 'IN_PROGRESS' AND owner = ?2 AND lease_until <> 0"),
 	[Q_BEGIN] = "BEGIN IMMEDIATE",
 	[Q_COMMIT] = "COMMIT",
 	[Q_ROLLBACK] = "ROLLBACK",

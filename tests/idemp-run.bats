@@ -341,6 +341,33 @@ no_overlap() {
 	[ "$(jget "$output" attempts)" = 2 ]
 }
 
+@test "a claim the command released itself is not renewed: the next renewal is refused (LEASE_LOST, 13) and the command stopped, though nobody took the key" {
+	k=$(key released)
+	# The command releases its claim with its own token (as idemp-done does
+	# for LEASE_SHORT) and runs on; a renewal that took the lease back would
+	# hold off the run the release let in (CI once saw exactly that: the
+	# other run DUP_IN_PROGRESS behind a renewal after the release).
+	cat > "$BATS_TEST_TMPDIR/release.sh" <<-'EOF'
+	#!/bin/sh
+	trap 'echo "end term" >> "$1"; exit 143' TERM
+	printf '{"v":1,"body":"{}","claim":{"outcome":"ACQUIRED","chargeId":"%s","token":"%s"},"debit":{"outcome":"LEASE_SHORT"}}\n' \
+		"$IDEMP_KEY" "$IDEMP_TOKEN" | idemp-done >/dev/null
+	echo released >> "$1"
+	sleep 20 & wait $!
+	echo "end done" >> "$1"
+	EOF
+	chmod +x "$BATS_TEST_TMPDIR/release.sh"
+	run --separate-stderr idemp-run --key "$k" --lease 6s -- "$BATS_TEST_TMPDIR/release.sh" "$LOG"
+	cat "$LOG"
+	[ "$status" -eq 13 ]
+	grep -q '^released$' "$LOG"
+	grep -q '^end term$' "$LOG"
+	! grep -q '^end done$' "$LOG"
+	# the key is free: the next run runs at once
+	run --separate-stderr idemp-run --key "$k" --lease 6s -- "$JOB" "$LOG" c 0
+	[ "$status" -eq 0 ]
+}
+
 @test "SIGTERM to idemp-run: passed to the command's group, claim released, 143; the next run runs it at once" {
 	k=$(key sigterm)
 	idemp-run --key "$k" --lease 30s -- "$JOB" "$LOG" a 60 2>"$BATS_TEST_TMPDIR/a.err" &

@@ -433,15 +433,18 @@ PY
 	idemp-init >/dev/null 2>&1
 	for i in $(seq 1 20); do ev "$(uid "g$i")"; done > "$BATS_TEST_TMPDIR/evs"
 	: > "$PG_DIR/server.log"
-	# each write transaction takes one transaction id: 20 claims in a
-	# batch or two take far fewer than 20 (the probes take one each)
+	# each write transaction takes one transaction id: 20 claims share
+	# far fewer than 20 (the probes take one each).  The connection is made
+	# before the first line is read, so the first claim goes out alone and
+	# the rest with the batches after it, as they are parsed: two or three
+	# here, eight under the sanitizer build's slower parsing
 	x0=$(pg_sql "SELECT pg_current_xact_id()")
 	run --separate-stderr idemp-claim --stream < "$BATS_TEST_TMPDIR/evs"
 	x1=$(pg_sql "SELECT pg_current_xact_id()")
 	[ "$status" -eq 0 ]
 	[ "$(grep -c '"outcome":"ACQUIRED"' <<<"$output")" -eq 20 ]
 	echo "transactions for 20 claims: $((x1 - x0 - 1))"
-	[ $((x1 - x0 - 1)) -ge 1 ] && [ $((x1 - x0 - 1)) -le 5 ]
+	[ $((x1 - x0 - 1)) -ge 1 ] && [ $((x1 - x0 - 1)) -le 10 ]
 	# one connection for the whole stream
 	[ "$(grep -c 'connection authorized: user=idemkit' "$PG_DIR/server.log")" -eq 1 ]
 	run --separate-stderr idemp-done --stream --state DONE <<<"$output"
