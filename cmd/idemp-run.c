@@ -507,7 +507,7 @@ supervise(struct run *r, struct hb *h)
 		pthread_mutex_unlock(&h->mu);
 		kill_by = ok + lease - margin;
 		if (!term_sent && (lost || now >= kill_by - grace)) {
-			ik_log(IK_LOG_ERROR, lost ? "lease taken by another holder: stopping the command"
+			ik_log(IK_LOG_ERROR, lost ? "lease taken by another holder or released: stopping the command"
 			    : "no lease renewal succeeded in time: stopping the command",
 			    "key", r->key, IK_LOG_NUM("pid", r->pid), NULL);
 			kill(-r->pid, SIGTERM);
