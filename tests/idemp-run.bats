@@ -318,13 +318,15 @@ no_overlap() {
 	sleep 60 & wait $!
 	EOF
 	chmod +x "$BATS_TEST_TMPDIR/handover.sh"
-	idemp-run --key "$k" --lease 6s -- "$BATS_TEST_TMPDIR/handover.sh" "$LOG" \
+	# a's lease is 30 s, so its first renewal (10 s in) comes after b took
+	# the key (a renewal after the release alone is refused too, since the
+	# release: the next test); b runs past it, so that renewal meets b's
+	# live claim, and is refused
+	idemp-run --key "$k" --lease 30s -- "$BATS_TEST_TMPDIR/handover.sh" "$LOG" \
 		2>"$BATS_TEST_TMPDIR/a.err" &
 	apid=$!
 	wait_for test -e "$LOG.released"
-	# b runs longer than a's renewal interval (2 s): a's next renewal comes
-	# while b holds the key, and is refused
-	run --separate-stderr idemp-run --key "$k" --lease 6s -- "$JOB" "$LOG" b 4
+	run --separate-stderr idemp-run --key "$k" --lease 6s -- "$JOB" "$LOG" b 14
 	echo "b: $status $stderr"
 	[ "$status" -eq 0 ]
 	st=0
