@@ -311,6 +311,15 @@ room(struct window *w, int max, size_t pending)
 	return left <= 0 ? 0 : left < max ? (int)left : max;
 }
 
+/* 1 when a message handed out less than settle ago is still in flight:
+ * what unsettled() waits for first, which its ack will settle or turn into
+ * a copy due back. */
+static int
+awaiting(const struct window *w, int64_t settle)
+{
+	return w->nfl && ik_mono_ms() - w->fl[w->nfl - 1].at <= settle;
+}
+
 /* 1 while a receive that brought nothing is not the end: something handed
  * out less than settle ago is still in flight, or a copy left is due back
  * within settle (or was due a moment ago: another worker may have it, so
@@ -326,7 +335,7 @@ unsettled(struct window *w, int64_t settle, int64_t grace_ms)
 	int64_t now = ik_mono_ms();
 
 	count_acked(w);
-	if (w->nfl && now - w->fl[w->nfl - 1].at <= settle)
+	if (awaiting(w, settle))
 		return 1;
 	if (now - w->progress > settle)
 		return 0;
@@ -334,15 +343,6 @@ unsettled(struct window *w, int64_t settle, int64_t grace_ms)
 		if (w->du[i].at && w->du[i].at >= now - grace_ms && w->du[i].at <= now + settle)
 			return 1;
 	return 0;
-}
-
-/* 1 when a message handed out less than settle ago is still in flight:
- * what unsettled() waits for first, which its ack will settle or turn into
- * a copy due back. */
-static int
-awaiting(const struct window *w, int64_t settle)
-{
-	return w->nfl && ik_mono_ms() - w->fl[w->nfl - 1].at <= settle;
 }
 
 /* How long a drain that does not long-poll sleeps before it looks for the

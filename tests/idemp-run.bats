@@ -364,7 +364,7 @@ no_overlap() {
 	[ "$status" -eq 13 ]
 	grep -q '^released$' "$LOG"
 	grep -q '^end term$' "$LOG"
-	! grep -q '^end done$' "$LOG"
+	run ! grep -q '^end done$' "$LOG"
 	# the key is free: the next run runs at once
 	run --separate-stderr idemp-run --key "$k" --lease 6s -- "$JOB" "$LOG" c 0
 	[ "$status" -eq 0 ]
