@@ -69,13 +69,22 @@ ik_sqlite_open(const char *path, const char *what, sqlite3 **db, ik_err *err)
 	if (bt && *bt && ik_parse_duration(bt, &busy_ms) < 0)
 		return ik_errf(err, IK_CONFIG, "IDEMKIT_BUSY_TIMEOUT: \"%s\" is not a duration", bt);
 	/* Create the file ourselves so it is 0600 from its first byte; SQLite
-	 * gives the -wal and -shm files the same mode. */
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (fd < 0)
+	 * gives the -wal and -shm files the same mode.  Only a file not there
+	 * yet: SQLite's locks are POSIX record locks, which belong to the
+	 * process, and closing any descriptor of the file drops them all.  A
+	 * process that opens the file a second time (the embedded queue and
+	 * its DLQ live in one file) would lose the shared lock its first
+	 * connection holds; another process closing its last connection would
+	 * then take the file as unused, checkpoint and delete the WAL under
+	 * this one, whose writes went on into the deleted WAL: acked deletes
+	 * lost, then "database disk image is malformed". */
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		close(fd);
+	else if (errno != EEXIST || access(path, R_OK | W_OK) != 0)
 		return ik_errf(err, errno == EACCES || errno == ENOENT || errno == EROFS ||
 		    errno == EISDIR || errno == ENOTDIR ? IK_CONFIG : IK_TEMPFAIL,
 		    "%s %s: %s", what, path, strerror(errno));
-	close(fd);
 	rc = sqlite3_open_v2(path, db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
 	if (rc != SQLITE_OK)
 		goto fail;

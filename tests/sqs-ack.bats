@@ -11,7 +11,10 @@ load lock
 load queue_backend
 load bank_helper
 
-teardown() { bank_stop; }
+teardown() {
+	bank_stop
+	[ -z "${ACK_PID:-}" ] || { kill "$ACK_PID" 2>/dev/null; wait "$ACK_PID" 2>/dev/null || true; }
+}
 
 # config_setup N: N charges (CHG-CF-1..N, ACC-1) on a fresh embedded queue
 # whose redrive policy allows 3 deliveries, visibility 1 s, and a store.
@@ -49,6 +52,49 @@ recv_with() {
 	[[ "$stderr" == *'"level":"audit"'*'"chargeId":"CHG-7"'*'"outcome":"DUP_FAILED"'* ]]
 	run sqs-recv --queue "sqlite:$IDEMKIT_STATE_DIR/queue.db#charges-dlq"
 	[ "$(jget "$output" body)" = '{"chargeId":"CHG-7","amount":1}' ]
+}
+
+# acked N: waits (bounded) until the background sqs-ack wrote N lines
+acked() {
+	for _ in $(seq 200); do [ "$(wc -l <"$BATS_TEST_TMPDIR/out")" -ge "$1" ] && break; sleep 0.05; done
+	[ "$(wc -l <"$BATS_TEST_TMPDIR/out")" -eq "$1" ]
+}
+
+@test "sqs-ack --stream: a delete after a DLQ send into the same file is there for every process at once, whoever closes meanwhile" {
+	# The embedded queue and its DLQ share a file, so sqs-ack opens it a
+	# second time.  SQLite's locks belong to the process: had that second
+	# open closed a descriptor of the file, the first connection's lock was
+	# gone, the next process to close its last connection (sqs-stat here,
+	# another pipeline of charge-worker -j 4 in the demo) took the file as
+	# unused and deleted the WAL under sqs-ack, and sqs-ack's later deletes
+	# went into the deleted WAL: acked, yet in flight for every other
+	# process, then "database disk image is malformed" (CI, make demo-postgres).
+	printf '%s\n' poison good | sqs-send >/dev/null
+	sqs-recv --max 2 --visibility 60 >"$BATS_TEST_TMPDIR/r"
+	[ "$(wc -l <"$BATS_TEST_TMPDIR/r")" -eq 2 ]
+	mkfifo "$BATS_TEST_TMPDIR/in"
+	sqs-ack --stream <"$BATS_TEST_TMPDIR/in" >"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" 3>&- &
+	ACK_PID=$!
+	exec 5>"$BATS_TEST_TMPDIR/in"
+	sed -n 1p "$BATS_TEST_TMPDIR/r" | envset '{"claim":{"outcome":"DATAERR","error":"not JSON"}}' >&5
+	acked 1
+	[ "$(jget "$(cat "$BATS_TEST_TMPDIR/out")" ack.action)" = dlq ]
+	[[ $(sqs-stat) == *'"visible":0,"inflight":1,"delayed":0'* ]]   # opened and closed
+	sed -n 2p "$BATS_TEST_TMPDIR/r" | envset "$FINISHED" >&5
+	acked 2
+	[ "$(jget "$(sed -n 2p "$BATS_TEST_TMPDIR/out")" ack.action)" = delete ]
+	# sqs-ack still running: its delete is seen by another process
+	run sqs-stat
+	echo "$output"
+	[[ $output == *'"visible":0,"inflight":0,"delayed":0'* ]]
+	exec 5>&-
+	wait "$ACK_PID"
+	ACK_PID=
+	[[ $(sqs-stat) == *'"visible":0,"inflight":0,"delayed":0'* ]]
+	run sqs-stat --queue "sqlite:$IDEMKIT_STATE_DIR/queue.db#charges-dlq"
+	[[ $output == *'"visible":1,'* ]]
+	run sqlite3 "$IDEMKIT_STATE_DIR/queue.db" 'PRAGMA integrity_check'
+	[ "$output" = ok ]
 }
 
 @test "sqs-ack: the TEMPFAIL backoff is capped" {
