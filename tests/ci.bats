@@ -162,3 +162,39 @@ PY
 	run clock 95000 120500 103000
 	[ "$output" = "95000 None None" ]
 }
+
+@test "the checker's storage check (11): a log line naming a corrupt file, or an embedded file integrity_check faults, is a violation; a sound run is none" {
+	cd "$IDEMKIT_SRC"
+	r=$BATS_TEST_TMPDIR/run
+	mkdir -p "$r/logs" "$r/shared"
+	sqlite3 "$r/shared/queue.db" 'CREATE TABLE t (a PRIMARY KEY, b); INSERT INTO t VALUES (1, 2), (3, 4)'
+	echo '{"msg":"ack failed","error":"sqlite queue q.db: delete: busy"}' > "$r/logs/worker-w1.log"
+	storage() {
+		python3 - "$r" <<'PY'
+import sys
+sys.path.insert(0, "tests/chaos")
+import checker
+out = []
+checker.storage_checks(sys.argv[1], lambda i, cid, why: out.append("%d %s" % (i, why)))
+print("\n".join(out) or "none")
+PY
+	}
+	run storage
+	[ "$status" -eq 0 ]
+	[ "$output" = none ]
+	echo '{"msg":"ack failed","error":"sqlite queue q.db: delete: database disk image is malformed"}' >> "$r/logs/worker-w1.log"
+	run storage
+	[[ $output == "11 1 line(s) in worker-w1.log name a corrupt file, the first: "*"malformed"* ]]
+	[ "${#lines[@]}" -eq 1 ]
+	rm "$r/logs/worker-w1.log"
+	python3 - "$r/shared/queue.db" <<'PY'
+import sys
+# a page of the file overwritten: what a write into a deleted WAL leaves
+with open(sys.argv[1], "r+b") as f:
+    f.seek(4096 + 8)
+    f.write(b"\xff" * 64)
+PY
+	run storage
+	echo "$output"
+	[[ $output == "11 queue.db: integrity_check says "* ]] || [[ $output == "11 queue.db: "*"malformed"* ]]
+}

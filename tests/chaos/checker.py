@@ -35,7 +35,13 @@ INVARIANTS = [
     (8, "each debit's outcome is what the contract says of the bank's answer"),
     (9, "no bank call outside a live lease; no call refused on a live one"),
     (10, "outbox: one event applied downstream per finish and re-notification, none other"),
+    (11, "storage stays sound: no step reports a corrupt file; the embedded files pass "
+         "integrity_check"),
 ]
+# What SQLite says of a corrupt file (SQLITE_CORRUPT, SQLITE_NOTADB): an
+# acked delete or a finish written into a WAL another process deleted
+# comes back as one of these.
+CORRUPT = ("database disk image is malformed", "file is not a database")
 # Faults that open the crash window (an answer held by a process that
 # dies or stops past its lease, or a store it cannot reach): after one of
 # these, a charge the bank answered may be claimed and sent again under
@@ -405,6 +411,7 @@ def check(run, planted, facts):
         bad(6, "-", "drained in %.0f s, over the bound of %d s"
             % (facts["drained_s"], facts["drain_bound_s"]))
 
+    storage_checks(run, bad)
     money_checks(run, wl, records, reqs, bad)
     judged = {i for i, _ in INVARIANTS}
     if not outbox_checks(run, records, bad):
@@ -458,6 +465,27 @@ def check(run, planted, facts):
         json.dump(v, f, indent=1)
     print_table(v, run)
     return v
+
+
+def storage_checks(run, bad):
+    """11: any step's log line naming a corrupt file, and what SQLite's
+    integrity_check says of the embedded backend's files (read only, the
+    workers stopped)."""
+    for p in sorted(glob.glob(os.path.join(run, "logs", "*"))):
+        with open(p, errors="replace") as f:
+            hits = [line.strip() for line in f if any(c in line for c in CORRUPT)]
+        if hits:
+            bad(11, "-", "%d line(s) in %s name a corrupt file, the first: %s"
+                % (len(hits), os.path.basename(p), hits[0][:300]))
+    for p in sorted(glob.glob(os.path.join(run, "shared", "*.db"))):
+        try:
+            db = sqlite3.connect("file:%s?mode=ro" % p, uri=True, timeout=30)
+            said = "; ".join(r[0] for r in db.execute("PRAGMA integrity_check"))
+            db.close()
+        except sqlite3.Error as e:
+            said = str(e)
+        if said != "ok":
+            bad(11, "-", "%s: integrity_check says %s" % (os.path.basename(p), said[:300]))
 
 
 def money_checks(run, wl, records, reqs, bad):
