@@ -56,9 +56,12 @@ qvisible() { sqs-stat "$@" | sed -n 's/.*"visible":\([0-9]*\).*/\1/p'; }
 @test "--redrive: a charge whose worker died after the debit is re-enqueued and finished once" {
 	bank_start
 	# the worker dies after the debit: claimed and debited, never recorded or acked
-	event CHG-RD | idemp-claim --lease 1s 2>/dev/null | charge-debit --timeout 500ms --lease-margin 0 >/dev/null
+	# (a 3 s lease: the sanitizer build on a loaded machine took 650 ms
+	# from the claim to charge-debit's lease check, past a 1 s lease's room
+	# for a 500 ms call)
+	event CHG-RD | idemp-claim --lease 3s 2>/dev/null | charge-debit --timeout 500ms --lease-margin 0 >/dev/null
 	[ "$(bank_stat debits)" -eq 1 ]
-	sleep 1.2
+	sleep 3.2
 	run --separate-stderr charge-recover --redrive --older-than 1s
 	[ "$status" -eq 0 ]
 	[[ "$stderr" == *'"found":1,"requeued":1'* ]]
@@ -76,9 +79,9 @@ qvisible() { sqs-stat "$@" | sed -n 's/.*"visible":\([0-9]*\).*/\1/p'; }
 	[ "$(printf '%s\n' "$pretty" | wc -l)" -eq 8 ]
 	# an envelope whose body (from a publisher that pretty-prints) spans lines
 	python3 -c 'import json,sys; print(json.dumps({"v": 1, "body": sys.argv[1]}))' "$pretty" \
-		| idemp-claim --lease 1s 2>/dev/null | charge-debit --timeout 500ms --lease-margin 0 >/dev/null
+		| idemp-claim --lease 3s 2>/dev/null | charge-debit --timeout 500ms --lease-margin 0 >/dev/null
 	[ "$(jget "$(idemp-show --json CHG-PR)" event)" = "$pretty" ]
-	sleep 1.2
+	sleep 3.2
 	run --separate-stderr charge-recover --redrive --older-than 1s
 	[ "$status" -eq 0 ]
 	[[ "$stderr" == *'"found":1,"requeued":1'* ]]

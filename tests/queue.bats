@@ -303,7 +303,9 @@ for line in open(sys.argv[1]):
                   "debit": {"outcome": "DECLINED", "error": "insufficient funds"},
                   "done": {"outcome": "OK"}})
     elif name == "DUP_IN_PROGRESS":
-        e["claim"] = {"outcome": name, "leaseUntil": int(time.time() * 1000) + 1500}
+        # a lease far off: the backoff (2 s, the cap) sets its visibility;
+        # one 1.5 s off ran out before a loaded sanitizer run acked it (1)
+        e["claim"] = {"outcome": name, "leaseUntil": int(time.time() * 1000) + 30000}
     else:
         e["claim"] = {"outcome": name, "error": "why " + name}
     print(json.dumps(e))
