@@ -196,5 +196,5 @@ with open(sys.argv[1], "r+b") as f:
 PY
 	run storage
 	echo "$output"
-	[[ $output == "11 queue.db: integrity_check says "* ]] || [[ $output == "11 queue.db: "*"malformed"* ]]
+	[[ $output == "11 queue.db: integrity_check says *** in database main ***"*"page 2"* ]]
 }
