@@ -141,6 +141,17 @@ lease_from_now() {
 	LEASE_FROM=$(date +%s%3N)
 }
 
+# lease_now_on MS: stdin's envelopes, made by leased ID MS with
+# LEASE_FROM=0 LEASE_FROM_BOOT=0, given one lease of MS granted now
+# (lease_from_now): made first and stamped in one pass, so that however
+# long a loaded machine takes to make them, none of the lease is spent
+# before the step that reads them starts.
+lease_now_on() {
+	lease_from_now
+	sed -e "s/\"leaseUntil\":$1,/\"leaseUntil\":$((LEASE_FROM + $1)),/" \
+	    -e "s/\"sentBootMs\":0,/\"sentBootMs\":$LEASE_FROM_BOOT,/"
+}
+
 # leased ID MS [ACCOUNT]: an ACQUIRED envelope whose claim's lease of MS
 # milliseconds was granted now, or at LEASE_FROM / LEASE_FROM_BOOT when
 # set (lease_from_now), so that a batch of envelopes share one lease end
