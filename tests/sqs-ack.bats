@@ -54,12 +54,6 @@ recv_with() {
 	[ "$(jget "$output" body)" = '{"chargeId":"CHG-7","amount":1}' ]
 }
 
-# acked N: waits (bounded) until the background sqs-ack wrote N lines
-acked() {
-	for _ in $(seq 200); do [ "$(wc -l <"$BATS_TEST_TMPDIR/out")" -ge "$1" ] && break; sleep 0.05; done
-	[ "$(wc -l <"$BATS_TEST_TMPDIR/out")" -eq "$1" ]
-}
-
 @test "sqs-ack --stream: a delete after a DLQ send into the same file is there for every process at once, whoever closes meanwhile" {
 	# The embedded queue and its DLQ share a file, so sqs-ack opens it a
 	# second time.  SQLite's locks belong to the process: had that second
@@ -75,13 +69,14 @@ acked() {
 	mkfifo "$BATS_TEST_TMPDIR/in"
 	sqs-ack --stream <"$BATS_TEST_TMPDIR/in" >"$BATS_TEST_TMPDIR/out" 2>"$BATS_TEST_TMPDIR/err" 3>&- &
 	ACK_PID=$!
+	STREAM_OUT=$BATS_TEST_TMPDIR/out   # for helper.bash's stream_lines
 	exec 5>"$BATS_TEST_TMPDIR/in"
 	sed -n 1p "$BATS_TEST_TMPDIR/r" | envset '{"claim":{"outcome":"DATAERR","error":"not JSON"}}' >&5
-	acked 1
+	stream_lines 1
 	[ "$(jget "$(cat "$BATS_TEST_TMPDIR/out")" ack.action)" = dlq ]
 	[[ $(sqs-stat) == *'"visible":0,"inflight":1,"delayed":0'* ]]   # opened and closed
 	sed -n 2p "$BATS_TEST_TMPDIR/r" | envset "$FINISHED" >&5
-	acked 2
+	stream_lines 2
 	[ "$(jget "$(sed -n 2p "$BATS_TEST_TMPDIR/out")" ack.action)" = delete ]
 	# sqs-ack still running: its delete is seen by another process
 	run sqs-stat
