@@ -138,11 +138,13 @@ recv_with() {
 @test "sqs-ack: LEASE_SHORT from the debit: the claim was released, so leave with a backoff" {
 	echo x | sqs-send >/dev/null
 	env=$(recv_with '{"claim":{"outcome":"ACQUIRED","chargeId":"CHG-1","token":"t","attempt":1,"leaseUntil":1},"debit":{"outcome":"LEASE_SHORT","error":"lease has 2s left, the bank call needs 12s"},"receiveCount":2}')
-	run --separate-stderr sqs-ack --backoff-base 1 <<<"$env"
+	# (base 10: hidden for 20 s; a base of 1 hid it 2 s, which CI's loaded
+	# sanitizer run spent between sqs-ack's start and sqs-stat's look)
+	run --separate-stderr sqs-ack --backoff-base 10 <<<"$env"
 	[ "$status" -eq 0 ]
 	[ "$(jget "$output" ack.verdict)" = LEASE_SHORT ]
 	[ "$(jget "$output" ack.action)" = leave-backoff ]
-	[ "$(jget "$output" ack.visibility)" = 2 ]   # 2^attempt x base: the tries, not the receives
+	[ "$(jget "$output" ack.visibility)" = 20 ]   # 2^attempt x base: the tries, not the receives
 	[ "$(sqs-stat)" = '{"visible":0,"inflight":1,"delayed":0}' ]   # left, hidden for the backoff
 }
 
