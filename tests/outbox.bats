@@ -65,17 +65,22 @@ sqlite_only() {
 	*) skip "SQLite's own file; tests/outbox-$IDEMKIT_TEST_BACKEND.bats has this store's" ;;
 	esac
 }
-# republish_first N: the store forgets it published its first N events (a
-# relay that died before its checkpoint), so they go out again.  Redis:
-# the group reads the stream again from its start (every event waits).
-republish_first() {
+# republish N: the store forgets it published N of its events (a relay
+# that died before its checkpoint), so they go out again: the first N, or
+# on Redis the last N (the group reads the stream again from the entry
+# before them; from its start, every event went out twice, and a sanitized
+# consumer on a loaded machine took the whole test's 300 s over 400).
+republish() {
 	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
 	redis)
 		# in one script: a relay polling between the two would publish
 		# some before the count was set, and it would never come to 0
-		rcli EVAL "redis.call('XGROUP', 'SETID', KEYS[1], 'relay', '0')
-			return redis.call('SET', KEYS[2], redis.call('XLEN', KEYS[1]))" \
-			2 idemkit:outbox idemkit:outbox:waiting >/dev/null
+		rcli EVAL "local e = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', ARGV[1] + 1)
+			local from = '0'
+			if #e > tonumber(ARGV[1]) then from = e[#e][1] end
+			redis.call('XGROUP', 'SETID', KEYS[1], 'relay', from)
+			return redis.call('SET', KEYS[2], math.min(#e, tonumber(ARGV[1])))" \
+			2 idemkit:outbox idemkit:outbox:waiting "$1" >/dev/null
 		;;
 	# DynamoDB keeps nothing published (the checkpoint removes the event
 	# from the item), PostgreSQL's slot has passed it: their own suites
@@ -497,9 +502,13 @@ print(json.loads(open(sys.argv[1], "rb").read().decode("utf-8", "surrogateescape
 	[ "$(wc -l < "$BATS_TEST_TMPDIR/relay")" -eq "$N" ]
 	# A duplicate on the events queue (a relay that died before its
 	# checkpoint): applied once all the same.
-	republish_first 7
+	republish 7
 	for _ in $(seq 600); do [ "$(waiting)" = 0 ] && break; sleep 0.1; done
 	[ "$(waiting)" = 0 ]
+	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
+	dynamodb*|postgres) [ "$(wc -l < "$BATS_TEST_TMPDIR/relay")" -eq "$N" ] ;;
+	*) [ "$(wc -l < "$BATS_TEST_TMPDIR/relay")" -eq "$(( N + 7 ))" ] ;;
+	esac
 	run -0 env CONSUMER_STORE="sqlite:$BATS_TEST_TMPDIR/consumer.db" \
 		"$IDEMKIT_SRC/examples/outbox-consumer.sh" -- sh -c "cat >> '$BATS_TEST_TMPDIR/ledger'"
 	[ "$(wc -l < "$BATS_TEST_TMPDIR/ledger")" -eq "$N" ]
