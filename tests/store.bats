@@ -355,10 +355,11 @@ PY
 	export IDEMKIT_BANK_REPLAY_HEADER='Idempotent-Replayed: true'
 	id=$(uid repl)
 	# The crash window: the debit reached the bank, the worker died before
-	# idemp-done (its envelope is dropped here), the 2 s lease runs out
-	# (a second and a half of it for the call: a loaded machine or a
-	# sanitizer build starts charge-debit slowly).
-	ev "$id" | idemp-claim --lease 2s 2>/dev/null | charge-debit --timeout 500ms --lease-margin 0 >/dev/null
+	# idemp-done (its envelope is dropped here), the 5 s lease runs out
+	# (four and a half seconds of it for the call: a loaded machine or a
+	# sanitizer build starts charge-debit slowly; a local clean-clone
+	# sanitizer pass on DynamoDB spent 1.65 s of a 2 s one: LEASE_SHORT).
+	ev "$id" | idemp-claim --lease 5s 2>/dev/null | charge-debit --timeout 500ms --lease-margin 0 >/dev/null
 	[ "$(bank_stat debits)" -eq 1 ]
 	for _ in $(seq 1 200); do
 		idemp-list --expired 2>/dev/null | grep -qF "\"$id\"" && break
