@@ -466,11 +466,7 @@ assert a["idemkit.chargeId"]=="CHG-CF-1", a' "$output"
 		2>"$BATS_TEST_TMPDIR/one.err" 3>&- &
 	w=$!
 	for i in 2 3 4 5; do
-		for _ in $(seq 600); do
-			[ "$(bank_stat attempts)" -ge $((n0 + i - 1)) ] && break
-			kill -0 "$w" 2>/dev/null || break
-			sleep 0.05
-		done
+		until_bank attempts $((n0 + i - 1)) || break
 		kill -0 "$w" 2>/dev/null || break
 		event "CHG-CF1-$i" | sqs-send --queue "$q" >/dev/null
 	done
