@@ -356,9 +356,10 @@ PY
 	id=$(uid repl)
 	# The crash window: the debit reached the bank, the worker died before
 	# idemp-done (its envelope is dropped here), the 5 s lease runs out
-	# (four and a half seconds of it for the call: a loaded machine or a
-	# sanitizer build starts charge-debit slowly; a local clean-clone
-	# sanitizer pass on DynamoDB spent 1.65 s of a 2 s one: LEASE_SHORT).
+	# (four and a half seconds of it before the 500 ms call: a loaded
+	# machine or a sanitizer build starts charge-debit slowly; a local
+	# clean-clone sanitizer pass on DynamoDB spent 1.65 s of a 2 s one
+	# before its lease check: LEASE_SHORT).
 	ev "$id" | idemp-claim --lease 5s 2>/dev/null | charge-debit --timeout 500ms --lease-margin 0 >/dev/null
 	[ "$(bank_stat debits)" -eq 1 ]
 	for _ in $(seq 1 200); do
