@@ -22,6 +22,12 @@ die() {
 	kill -9 "$PPID"
 	exit 137
 }
+# run_as_is CMD...: the step itself in this process, on the input read above; the
+# files are removed first (an exec skips the EXIT trap; the open input
+# outlives its name).
+run_as_is() {
+	{ rm -f "$in" "$out"; exec "$@"; } < "$in"
+}
 case $point in
 after-claim)
 	rc=0; "$@" < "$in" > "$out" || rc=$?
@@ -34,14 +40,14 @@ during-debit)
 		kill -9 $! "$PPID"
 		exit 137
 	fi
-	exec "$@" < "$in" ;;
+	run_as_is "$@" ;;
 after-debit)
 	rc=0; "$@" < "$in" > "$out" || rc=$?
 	[ "$rc" -eq 0 ] && first && die
 	cat "$out"; exit "$rc" ;;
 after-done)
 	grep -q '"done":{"outcome":"OK"' "$in" && first && die
-	exec "$@" < "$in" ;;
+	run_as_is "$@" ;;
 esac
 echo "crashstep: unknown point $point" >&2
 exit 64
