@@ -50,7 +50,10 @@ wait4 gives for charge-worker, which waits for all of its descendants
 (bank-sim and the emulators are not in that tree); peak RSS is the
 largest single process of that tree, from GNU time's %M (the bench's own
 python would otherwise count: Linux keeps the peak RSS across exec).  Stream
-scenarios also sample /proc for the split per command.  Claim-to-ack
+scenarios also sample /proc for the split per command.  bank-sim's CPU
+and the PostgreSQL server's, outside that tree, are read from /proc around
+the run: with the client's, what the machine's cores allow when every
+process a charge needs shares them (cpu_ceiling).  Claim-to-ack
 latency is taken for the charges a worker acquired: from the claim
 (claim.leaseUntil minus the lease) to ack.at, in the envelopes sqs-ack
 writes, kept by a tee after sqs-ack (stream); one-shot latency comes from a
@@ -386,11 +389,13 @@ def tap_seconds(path):
 
 def worker_run(name, n, stream, jobs, latency_ms=0, tap=True, bank_env=None,
                bank_args=(), debit_tap=False, inflight=0, env_extra=None, backend="embedded",
-               meter=None):
+               meter=None, server_cpu=None):
     """Sends n messages, runs charge-worker --drain over them; returns the
     figures.  bank_env(url) -> extra environment for the bank's mapping;
     debit_tap: charge-debit's own CPU, measured in the same run; meter:
-    start() just before the worker starts, stop(res) after it ended."""
+    start() just before the worker starts, stop(res) after it ended;
+    server_cpu() -> seconds of CPU the store's server has used (it is
+    outside the worker's tree, as bank-sim is)."""
     state = tempfile.mkdtemp(prefix="idemkit-bench.", dir=os.environ.get("TMPDIR"))
     try:
         bank = Bank(state, latency_ms, bank_args)
@@ -447,6 +452,8 @@ def worker_run(name, n, stream, jobs, latency_ms=0, tap=True, bank_env=None,
             args = ["/usr/bin/time", "-f", "%M", "-o", rssf] + args
         if meter:
             meter.start()
+        bank0 = proc_cpu_s(bank.p.pid)
+        srv0 = server_cpu() if server_cpu else None
         t0 = time.monotonic()
         p = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=err)
         watch = ProcWatch(p.pid) if stream else None
@@ -455,6 +462,8 @@ def worker_run(name, n, stream, jobs, latency_ms=0, tap=True, bank_env=None,
         _, status, ru = os.wait4(p.pid, 0)
         p.returncode = rc = os.waitstatus_to_exitcode(status)
         wall = time.monotonic() - t0
+        bank1 = proc_cpu_s(bank.p.pid)
+        srv1 = server_cpu() if server_cpu else None
         cpu0, cpu1, maxrss = 0.0, ru.ru_utime + ru.ru_stime, ru.ru_maxrss
         procs = watch.finish() if watch else None
         try:
@@ -494,8 +503,13 @@ def worker_run(name, n, stream, jobs, latency_ms=0, tap=True, bank_env=None,
             d = tap_seconds(os.path.join(state, "debit.cpu"))
             res["debitCpuMsPerCharge"] = round(d * 1000 / max(received, 1), 4)
             res["debitCpuMsPerDebit"] = round(d * 1000 / max(ledger["debits"], 1), 4)
+        per = max(received, 1)
+        res["bankCpuMsPerCharge"] = round((bank1 - bank0) * 1000 / per, 3)
+        if server_cpu:
+            res["serverCpuMsPerCharge"] = round((srv1 - srv0) * 1000 / per, 3)
         if meter:
             meter.stop(res)
+        cpu_ceiling(res)
         if latency_ms:
             inf = (inflight if HAS_INFLIGHT and inflight else 1) if stream else ONESHOT_INFLIGHT
             res["ceilingPerSecond"] = round(inf * jobs * 1000.0 / latency_ms, 1)
@@ -583,15 +597,30 @@ class EmulatorMeter:
             per[name] = round((proc_cpu_s(p.pid) - c0) * 1000 / got, 3)
         res["emulatorCpuMsPerMessage"] = per
         one = min(1000.0 / v for v in per.values() if v > 0) if any(per.values()) else None
-        total = res["clientCpuMsPerCharge"] + sum(per.values())
-        cores = os.cpu_count() or 1
         res["emulatorThreadCeilingPerSecond"] = round(one, 1) if one else None
-        res["machineCeilingPerSecond"] = round(cores * 1000.0 / total, 1) if total else None
+        cpu_ceiling(res)
         lims = [v for v in (res["emulatorThreadCeilingPerSecond"],
                             res["machineCeilingPerSecond"]) if v]
         if lims:
             res["ceilingPerSecond"] = min(lims)
             res["ofCeiling"] = round(res["chargesPerSecond"] / res["ceilingPerSecond"], 3)
+
+
+def cpu_ceiling(res):
+    """What this machine's cores allow when every process a charge needs
+    shares them: the toolkit's, bank-sim's, and the store's server's or the
+    emulators' (each outside the worker's tree, read from /proc), as
+    nproc x 1000 / their ms of CPU per charge summed; and the share of it
+    the scenario reached.  On a machine whose bank and servers run
+    elsewhere, as in production, only the first would count."""
+    total = (res["clientCpuMsPerCharge"] + res.get("bankCpuMsPerCharge", 0)
+             + res.get("serverCpuMsPerCharge", 0)
+             + sum(res.get("emulatorCpuMsPerMessage", {}).values()))
+    cores = os.cpu_count() or 1
+    res["cpuMsPerChargeAll"] = round(total, 3)
+    res["machineCeilingPerSecond"] = round(cores * 1000.0 / total, 1) if total else None
+    if res["machineCeilingPerSecond"] and res.get("chargesPerSecond"):
+        res["ofMachineCeiling"] = round(res["chargesPerSecond"] / res["machineCeilingPerSecond"], 3)
 
 
 def emulator_run(n, jobs):
@@ -649,7 +678,8 @@ def postgres_run(n, jobs, latency_ms=0, name="postgres", inflight=None):
         log("  PostgreSQL single-row durable commits/s (pgbench, one client): %d" % limit)
         s = worker_run(name, n, True, jobs, latency_ms, tap=True,
                        inflight=INFLIGHT if inflight is None else inflight,
-                       env_extra=extra, backend="PostgreSQL store, SQLite queue")
+                       env_extra=extra, backend="PostgreSQL store, SQLite queue",
+                       server_cpu=pg.cpu)
         s["pgCommitsPerSecond"] = limit
         if s.get("chargesPerSecond") and limit and not latency_ms:
             s["ofPgCommits"] = round(s["chargesPerSecond"] / limit, 3)
@@ -1379,6 +1409,18 @@ def fmt(v, unit=""):
     return "-" if v is None else "%s%s" % (v, unit)
 
 
+def log_cpu(s):
+    if not s.get("machineCeilingPerSecond"):
+        return
+    parts = ["client %s" % s["clientCpuMsPerCharge"], "bank-sim %s" % s.get("bankCpuMsPerCharge")]
+    if "serverCpuMsPerCharge" in s:
+        parts.append("server %s" % s["serverCpuMsPerCharge"])
+    parts += ["%s %s" % kv for kv in s.get("emulatorCpuMsPerMessage", {}).items()]
+    log("  CPU ms per charge: %s; %d cores shared by them allow %s/s (%s of it)" % (
+        ", ".join(parts), os.cpu_count() or 1, s["machineCeilingPerSecond"],
+        s.get("ofMachineCeiling")))
+
+
 def markdown(r):
     m = r["machine"]
     lim = r["limits"]
@@ -1392,7 +1434,9 @@ def markdown(r):
            "just before each embedded scenario (its ratio is against that one); a latency "
            "scenario's ceiling is inflight x jobs / bank latency; the emulators' ceiling is "
            "the lower of what their own CPU per message allows one node thread and what the "
-           "client's and theirs together allow this machine's cores.%s" % (
+           "client's, bank-sim's and theirs together allow this machine's cores; that last "
+           "limit, the cores shared by every process a charge needs, is given for each "
+           "scenario below the table.%s" % (
                lim["sqliteBefore"]["commitsPerSecond"], lim["sqliteAfter"]["commitsPerSecond"],
                lim["sqliteCommitsPerSecond"],
                "" if r["params"]["hasInflight"] else
@@ -1418,11 +1462,28 @@ def markdown(r):
     for s in r["scenarios"]:
         if s.get("emulatorCpuMsPerMessage"):
             out += ["", "%s: the emulators' own CPU per message: %s; one node thread allows "
-                    "%s/s, the client and the emulators on %d cores %s/s." % (
+                    "%s/s, the client, bank-sim and the emulators on %d cores %s/s." % (
                         s["scenario"], ", ".join("%s %s ms" % kv for kv in
                                                  s["emulatorCpuMsPerMessage"].items()),
                         fmt(s["emulatorThreadCeilingPerSecond"]), os.cpu_count() or 1,
                         fmt(s["machineCeilingPerSecond"]))]
+    rows = [s for s in r["scenarios"] if s.get("machineCeilingPerSecond")]
+    if rows:
+        out += ["", "The machine's CPU per charge: the toolkit's (the client), bank-sim's and "
+                "the store's server's or the emulators' (outside the worker's tree, from "
+                "/proc), and what %d cores shared by all of them allow (nproc x 1000 / their "
+                "sum); in production the bank and the servers run elsewhere:" % (
+                    os.cpu_count() or 1), "",
+                "| scenario | client ms | bank-sim ms | server or emulators ms | all ms "
+                "| the cores allow | charges/s, of that |",
+                "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for s in rows:
+            other = s.get("serverCpuMsPerCharge",
+                          round(sum(s.get("emulatorCpuMsPerMessage", {}).values()), 3) or None)
+            out.append("| %s | %s | %s | %s | %s | %s/s | %s, %s |" % (
+                s["scenario"], s["clientCpuMsPerCharge"], fmt(s.get("bankCpuMsPerCharge")),
+                fmt(other), s["cpuMsPerChargeAll"], fmt(s["machineCeilingPerSecond"]),
+                fmt(s["chargesPerSecond"]), fmt(s.get("ofMachineCeiling"))))
     left = ["%s %d" % (s["scenario"], s["summary"].get("dupInProgress", 0))
             for s in r["scenarios"] if s.get("summary")]
     if left:
@@ -1609,6 +1670,7 @@ def main():
         log("  %s/s, %s ms CPU per charge, p50 %s ms, p99 %s ms, duplicates debited %d" % (
             s["chargesPerSecond"], s["clientCpuMsPerCharge"], s["latencyP50Ms"],
             s["latencyP99Ms"], s["duplicatesDebited"]))
+        log_cpu(s)
         r["scenarios"].append(s)
     for name, fn, n in (("emulators", emulator_run, EMU_N), ("postgres", postgres_run, PG_N),
                         ("postgres-lat", postgres_lat_run, PG_N)):
@@ -1624,6 +1686,7 @@ def main():
         log("  %s/s, %s ms CPU per charge, p50 %s ms, p99 %s ms, duplicates debited %d" % (
             s["chargesPerSecond"], s["clientCpuMsPerCharge"], s["latencyP50Ms"],
             s["latencyP99Ms"], s["duplicatesDebited"]))
+        log_cpu(s)
         if s.get("emulatorCpuMsPerMessage"):
             log("  emulators' CPU ms per message %s; ceiling %s/s (%s of it)" % (
                 json.dumps(s["emulatorCpuMsPerMessage"]), s.get("ceilingPerSecond"),
