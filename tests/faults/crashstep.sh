@@ -22,9 +22,9 @@ die() {
 	kill -9 "$PPID"
 	exit 137
 }
-# run_as_is CMD...: the step itself in this process, on the input read above; the
-# files are removed first (an exec skips the EXIT trap; the open input
-# outlives its name).
+# run_as_is CMD...: the step itself in this process, on the input read
+# above; the files are removed first (an exec skips the EXIT trap; the
+# open input outlives its name).
 run_as_is() {
 	{ rm -f "$in" "$out"; exec "$@"; } < "$in"
 }
