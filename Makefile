@@ -85,6 +85,10 @@ BINS     := $(addprefix $(O)/bin/,$(CMDS) $(SCRIPTS))
 MANS     := $(wildcard man/*.[1-8])
 UNIT_SRC := $(wildcard tests/unit/*.c)
 UNITS    := $(patsubst tests/unit/%.c,$(O)/test/%,$(UNIT_SRC))
+# The suites' own tools in C (tests/tools/NAME.c -> $(O)/test/NAME): what a
+# test calls thousands of times, where a python3 start per call was most of
+# the suite's CPU.  They use none of the product's code.
+TOOLS    := $(patsubst tests/tools/%.c,$(O)/test/%,$(wildcard tests/tools/*.c))
 REPLAYS  := $(patsubst tests/fuzz/fuzz_%.c,$(O)/test/replay_%,$(wildcard tests/fuzz/fuzz_*.c))
 LIBA     := $(O)/lib/libidemkit.a
 
@@ -123,6 +127,10 @@ $(O)/test/%: tests/unit/%.c $(LIBA)
 	@mkdir -p $(@D)
 	$(CC) $(IK_CFLAGS) $(CPPFLAGS) $(CFLAGS) $(IK_LDFLAGS) $(LDFLAGS) -o $@ $< $(LIBA) $(LDLIBS)
 
+$(O)/test/%: tests/tools/%.c
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra $(WERROR) -Wshadow $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $<
+
 # Each fuzz target also built with a plain main (tests/fuzz/replay.c), so
 # tests/fuzz.bats replays the corpora and the regressions without libFuzzer.
 $(O)/test/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(LIBA)
@@ -153,7 +161,7 @@ NODE_STAMP := node_modules/.package-lock.json
 $(NODE_STAMP): package-lock.json package.json
 	npm ci --no-audit --no-fund --loglevel=error
 
-check-build: all $(UNITS) $(REPLAYS)
+check-build: all $(UNITS) $(TOOLS) $(REPLAYS)
 # The slowest runs are named first, slowest first by a CI run's times, so
 # they start first on a fresh clone (tests/run.sh; later runs go by
 # $(O)/test-times): a long run that starts last is the whole run's tail.
