@@ -141,7 +141,7 @@ $(O)/test/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(LIBA)
 # (tests/run.sh: IDEMKIT_TEST_JOBS, IDEMKIT_TEST_FILE_JOBS), the slowest
 # first by the times the last run of the same build left in $(O)/test-times.
 TEST_ENV = IDEMKIT_BIN=$(CURDIR)/$(O)/bin IDEMKIT_TEST_BIN=$(CURDIR)/$(O)/test IDEMKIT_SRC=$(CURDIR) \
-           IDEMKIT_TEST_TIMES=$(CURDIR)/$(O)/test-times
+           IDEMKIT_TEST_TIMES=$(CURDIR)/$(O)/test-times IDEMKIT_TEST_CPU=$(CURDIR)/$(O)/test-cpu
 
 # The builds that test, sanitize and fuzz start use every core (unless make
 # was given -j: its jobserver is shared then).
@@ -149,9 +149,12 @@ NPROC   := $(shell nproc 2>/dev/null || echo 2)
 SUBJOBS  = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(NPROC))
 
 # The README's two commands: install what is missing, then the real target.
+# `make test SANITIZE=1`: the same suite, every run, on the ASan + UBSan
+# build (make sanitize SAN_ALL=1) instead of the plain one: CI's one pass
+# (.ci/run), so that no run is made twice.
 test:
 	@sh mk/deps.sh $(DEBS_BUILD) $(DEBS_TEST)
-	@$(MAKE) --no-print-directory $(SUBJOBS) check
+	@$(MAKE) --no-print-directory $(SUBJOBS) $(if $(filter 1,$(SANITIZE)),sanitize SAN_ALL=1,check)
 demo:
 	@sh mk/deps.sh $(DEBS_BUILD) $(DEBS_DEMO)
 	@$(MAKE) --no-print-directory demo-embedded
