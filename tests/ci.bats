@@ -198,3 +198,10 @@ PY
 	echo "$output"
 	[[ $output == "11 queue.db: integrity_check says *** in database main ***"*"page 2"* ]]
 }
+
+@test "the suites' jget (tests/tools/jget.c) answers as Python's json does: 200 random documents and paths, those it hands to python3 included" {
+	run python3 "$IDEMKIT_SRC/tests/tools/jget_check.py" "$IDEMKIT_TEST_BIN/jget" 43 200
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "${lines[${#lines[@]}-1]}" = "0 differ of 200" ]
+}

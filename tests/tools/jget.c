@@ -268,7 +268,8 @@ static int value(FILE *o, int top)
 	case 'n':
 		if (strncmp(p, "null", 4)) return -1;
 		p += 4;
-		return 0;   /* None prints as "" */
+		if (o && !top) fputs("null", o);   /* print(None) is never reached: "" */
+		return 0;
 	default:
 		return number(o);
 	}
