@@ -36,7 +36,7 @@ ev() {
 # jget JSON PATH: a value out of a JSON line, as Python's json prints it
 # (tests/tools/jget.c: C for the plain cases, python3 for the rest).
 jget() {
-	"$IDEMKIT_TEST_BIN/jget" "$1" "$2"
+	"$IDEMKIT_TEST_BIN/jget" "$2" <<<"$1"
 }
 
 # require_node: node is needed; skip outside CI only.

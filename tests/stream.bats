@@ -141,6 +141,8 @@ for line in open(sys.argv[1]):
     if c["outcome"] == "ACQUIRED": won[c["chargeId"]] += 1
     else: other[c["outcome"]] += 1
 print(len(won), max(won.values()), dict(other))' "$BATS_TEST_TMPDIR/all"
+	echo "$output"
+	grep -v '"outcome":"\(ACQUIRED\|DUP_IN_PROGRESS\)"' "$BATS_TEST_TMPDIR/all" | head -3
 	[ "$output" = "300 1 {'DUP_IN_PROGRESS': 900}" ]
 	run records
 	[ "${#lines[@]}" -eq 300 ]

@@ -52,7 +52,7 @@ for _ in range(n):
         doc = doc[:-1]   # cut short: not JSON
     path = ".".join(R.choice(KEYS + ["0", "1", "-1"]) for _ in range(R.randint(1, 3)))
     want = python(doc, path)
-    got = subprocess.run([jget, doc, path], capture_output=True)
+    got = subprocess.run([jget, path], input=doc.encode() + b"\n", capture_output=True)
     if (want is None and (got.returncode == 0 or got.stdout)) or (want is not None and got.stdout != want):
         bad += 1
         print("differs:", repr(doc), repr(path), "python:", want, "jget:", got.stdout, got.returncode)
