@@ -19,7 +19,9 @@
 #include "metrics.h"
 #include "outcome.h"
 #include "queue.h"
+#include "queue_open.h"
 #include "store.h"
+#include "store_open.h"
 #include "util.h"
 
 static const char usage[] =

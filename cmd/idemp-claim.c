@@ -49,6 +49,7 @@
 #include "settle.h"
 #include "step.h"
 #include "store.h"
+#include "store_open.h"
 #include "util.h"
 
 static const char usage[] =

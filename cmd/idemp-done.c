@@ -24,6 +24,7 @@
 #include "settle.h"
 #include "step.h"
 #include "store.h"
+#include "store_open.h"
 #include "utf8.h"
 #include "util.h"
 

@@ -10,6 +10,7 @@
 #include "log.h"
 #include "outcome.h"
 #include "store.h"
+#include "store_open.h"
 #include "util.h"
 
 static const char usage[] =

@@ -15,6 +15,7 @@
 #include "log.h"
 #include "outcome.h"
 #include "store.h"
+#include "store_open.h"
 
 static const char usage[] =
 	"usage: idemp-init [--store URL]\n";

@@ -12,6 +12,7 @@
 #include "envelope.h"
 #include "outcome.h"
 #include "store.h"
+#include "store_open.h"
 #include "util.h"
 
 static const char usage[] =

@@ -42,6 +42,7 @@
 #include "log.h"
 #include "outcome.h"
 #include "store.h"
+#include "store_open.h"
 #include "util.h"
 
 extern char **environ;

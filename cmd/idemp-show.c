@@ -19,6 +19,7 @@
 #include "log.h"
 #include "outcome.h"
 #include "store.h"
+#include "store_open.h"
 #include "utf8.h"
 #include "util.h"
 

@@ -21,6 +21,7 @@
 #include "log.h"
 #include "outcome.h"
 #include "queue.h"
+#include "queue_open.h"
 #include "util.h"
 
 static const char usage[] =

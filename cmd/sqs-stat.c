@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "outcome.h"
 #include "queue.h"
+#include "queue_open.h"
 #include "util.h"
 
 static const char usage[] =

@@ -9,6 +9,7 @@
 #include "log.h"
 #include "outcome.h"
 #include "queue.h"
+#include "queue_open.h"
 #include "util.h"
 
 /* An envelope whose action needs the queue, held until the flush. */

@@ -17,7 +17,6 @@
 
 #include "aws.h"
 #include "aws_int.h"
-#include "cli.h"
 #include "http.h"
 #include "json.h"
 #include "log.h"

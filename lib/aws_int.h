@@ -6,6 +6,7 @@
  *   aws_err.c    the error classifier (pure)
  *   aws_ini.c    the shared config and credentials files
  *   aws_cred.c   the credential chain: its order, refusals and refresh
+ *   aws_keys.c   the credentials as every source fills them
  *   aws_sts.c    STS AssumeRole and AssumeRoleWithWebIdentity
  *   aws_meta.c   container credentials and EC2 IMDSv2
  *   aws_process.c  credential_process
@@ -30,6 +31,7 @@ struct ik_aws_creds {
 	int64_t expires_ms;      /* 0: does not expire */
 	int64_t fetched_ms;      /* when they were obtained */
 };
+/* aws_keys.c: */
 void ik_aws_creds_free(struct ik_aws_creds *c);   /* wipes; c reusable */
 /* Copies into c (tok may be NULL or ""); IK_OK or IK_SOFTWARE. */
 int ik_aws_creds_set(struct ik_aws_creds *c, const char *ak, const char *sk,

@@ -20,26 +20,17 @@
 #include <sodium.h>
 
 #include "bankapi_int.h"
-#include "cli.h"
 #include "envelope.h"
 #include "json.h"
 #include "log.h"
 #include "outcome.h"
+#include "proc.h"
 #include "utf8.h"
 
 #define SECRET_MAX IK_BANKAPI_SECRET_MAX
 #define BEARER IK_BANKAPI_BEARER
 #define BEARER_LEN IK_BANKAPI_BEARER_LEN
 #define token_ok ik_bankapi_token_ok
-
-const char *
-ik_bankapi_env(const char *prefix, const char *name, char *buf, size_t n)
-{
-	const char *v;
-	snprintf(buf, n, "IDEMKIT_%s_%s", prefix, name);
-	v = getenv(buf);
-	return v && *v ? v : NULL;
-}
 
 void
 ik_bankapi_take_env(struct ik_bankapi *a, const char *prefix)
@@ -69,16 +60,6 @@ header_name_ok(const char *s)
 		if (!isalnum((unsigned char)*s) && *s != '-' && *s != '_')
 			return 0;
 	return 1;
-}
-
-int
-ik_bankapi_token_ok(const char *s, size_t n)
-{
-	size_t i;
-	for (i = 0; i < n; i++)
-		if ((unsigned char)s[i] < 0x21 || (unsigned char)s[i] > 0x7e)
-			return 0;
-	return n > 0;
 }
 
 int
@@ -238,16 +219,6 @@ ik_bankapi_cli_open(struct ik_bankapi *a, struct ik_bankapi_cli *c, const ik_err
 	}
 	*why = &c->open_err;
 	return c->open_err.code;
-}
-
-int
-ik_bankapi_classify(const struct ik_bankapi *a, long status)
-{
-	if (status >= 200 && status < 300)
-		return IK_OK;
-	if (status >= 100 && status < 600 && a->cls[status])
-		return a->cls[status];
-	return IK_CONFIG;   /* not a debit endpoint's answer, or not ours to guess */
 }
 
 /* Mutual TLS: a certificate and its key, both or neither; the key file

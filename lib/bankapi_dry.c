@@ -7,10 +7,10 @@
 #include <string.h>
 
 #include "bankapi.h"
-#include "cli.h"
 #include "envelope.h"
 #include "lines.h"
 #include "outcome.h"
+#include "util.h"
 
 int
 ik_bankapi_cli_dry_run(struct ik_bankapi *a, struct ik_bankapi_cli *c, int fd,

@@ -1,6 +1,7 @@
 /* bankapi_int.h: what the files of the bank API (bankapi.c, the endpoint
- * and its requests; bankapi_oauth.c, the OAuth2 token) share, and nothing
- * outside them uses. */
+ * and its requests; bankapi_oauth.c, the OAuth2 token; bankapi_conf.c, the
+ * variables and status classes both read) share, and nothing outside them
+ * uses. */
 #ifndef IK_BANKAPI_INT_H
 #define IK_BANKAPI_INT_H
 

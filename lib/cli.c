@@ -1,7 +1,6 @@
 /* cli.c: the parts of main that every command shares; see cli.h. */
 #include <errno.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,8 +11,6 @@
 #include "log.h"
 #include "outcome.h"
 #include "util.h"
-
-volatile sig_atomic_t ik_stop_signal;
 
 static void
 on_signal(int sig)
@@ -52,18 +49,6 @@ ik_cli_init(const char *argv0)
 	stop_on(SIGHUP, &sa);
 }
 
-void
-ik_warnx(const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "%s: ", ik_prog());
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
-
 int
 ik_fail(const ik_err *e)
 {
@@ -79,12 +64,12 @@ ik_usage(const char *usage)
 	return IK_USAGE;
 }
 
-/* Weak: a command that opens no store does not link store.c (and its
+/* Weak: a command that opens no store does not link store_open.c (and its
  * adapters) for its help; one that has an @STORES@ in its help does. */
 extern char *ik_store_forms(void) __attribute__((weak));
 
 /* The options text with each @STORES@ replaced by the store URL forms of
- * lib/store.c's table (one fact, one place), wrapped at 79 columns under
+ * lib/store_open.c's table (one fact, one place), wrapped at 79 columns under
  * the column where it stood. */
 static void
 print_options(const char *options)
@@ -144,32 +129,6 @@ ik_version(void)
 }
 
 int
-ik_opt_duration(const char *opt, const char *s, int64_t min_ms, int64_t max_ms, int64_t *ms)
-{
-	if (ik_parse_duration(s, ms) < 0 || *ms < min_ms || *ms > max_ms) {
-		if (max_ms == INT64_MAX) {
-			ik_warnx("%s: \"%s\" is not a duration of at least %lldms (e.g. 90s, 5m)",
-			    opt, s, (long long)min_ms);
-			return -1;
-		}
-		ik_warnx("%s: \"%s\" is not a duration from %lldms to %llds (e.g. 500ms, 30s, 5m)",
-		    opt, s, (long long)min_ms, (long long)(max_ms / 1000));
-		return -1;
-	}
-	return 0;
-}
-
-int
-ik_opt_int(const char *opt, const char *s, long long min, long long max, long long *v)
-{
-	if (ik_parse_int(s, min, max, v) < 0) {
-		ik_warnx("%s: \"%s\" is not an integer in %lld..%lld", opt, s, min, max);
-		return -1;
-	}
-	return 0;
-}
-
-int
 ik_keys_check(int n, char **keys)
 {
 	for (int i = 0; i < n; i++)
@@ -216,14 +175,4 @@ ik_each_key(int n, char **keys, int (*fn)(const char *, void *), void *ctx)
 	}
 	ik_lines_free(&in);
 	return rc;
-}
-
-int
-ik_finish(int code)
-{
-	if (fflush(stdout) == EOF || ferror(stdout)) {
-		ik_warnx("stdout: %s", strerror(errno ? errno : EIO));
-		return code ? code : IK_SOFTWARE;
-	}
-	return code;
 }

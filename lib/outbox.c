@@ -1,5 +1,5 @@
-/* outbox.c: the outbox relay and what every store's outbox shares (the
- * setting, the eventId).  See outbox.h.
+/* outbox.c: the outbox relay (what every store's outbox shares, the
+ * setting and the eventId, is the port's: store.c).  See outbox.h.
  *
  * Rules: the checkpoint (outbox_ack) comes only after the queue accepted
  * the messages, and only for the accepted prefix of a batch; the lease is
@@ -15,9 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <sodium.h>
-
-#include "cli.h"
 #include "log.h"
 #include "outbox.h"
 #include "outcome.h"
@@ -26,59 +23,6 @@
 
 #define BACKOFF_BASE_MS 200
 #define BACKOFF_CAP_MS 10000
-
-const char *
-ik_outbox_url(void)
-{
-	const char *u = getenv("IDEMKIT_OUTBOX");
-	return u && *u ? u : NULL;
-}
-
-void
-ik_outbox_event_id(const char *op, const char *key, const char *owner,
-    char out[IK_EVENT_ID_HEX])
-{
-	static const char tag[] = "idemkit.outbox.v1";
-	crypto_hash_sha256_state h;
-	unsigned char d[crypto_hash_sha256_BYTES];
-
-	/* Each part with its NUL, so no two (op, key, owner) hash alike. */
-	crypto_hash_sha256_init(&h);
-	crypto_hash_sha256_update(&h, (const unsigned char *)tag, sizeof tag);
-	crypto_hash_sha256_update(&h, (const unsigned char *)op, strlen(op) + 1);
-	crypto_hash_sha256_update(&h, (const unsigned char *)key, strlen(key) + 1);
-	crypto_hash_sha256_update(&h, (const unsigned char *)(owner ? owner : ""),
-	    owner ? strlen(owner) + 1 : 1);
-	crypto_hash_sha256_final(&h, d);
-	ik_hex(d, (IK_EVENT_ID_HEX - 1) / 2, out);   /* 128 of the 256 bits */
-}
-
-void
-ik_outbox_ev_free(struct ik_outbox_ev *e)
-{
-	free(e->pos);
-	free(e->id);
-	free(e->charge_id);
-	free(e->type);
-	free(e->body);
-	memset(e, 0, sizeof *e);
-}
-
-int
-ik_outbox_ev_copy(struct ik_outbox_ev *to, const struct ik_outbox_ev *from)
-{
-	*to = (struct ik_outbox_ev){ .seq = from->seq, .at = from->at };
-	to->pos = from->pos ? strdup(from->pos) : NULL;
-	to->id = strdup(from->id);
-	to->charge_id = strdup(from->charge_id);
-	to->type = strdup(from->type);
-	to->body = strdup(from->body);
-	if ((from->pos && !to->pos) || !to->id || !to->charge_id || !to->type || !to->body) {
-		ik_outbox_ev_free(to);
-		return -1;
-	}
-	return 0;
-}
 
 static void
 at(struct ik_relay *r, enum ik_relay_point p, const struct ik_outbox_ev *ev, size_t n)

@@ -21,21 +21,6 @@
 
 struct ik_queue;
 
-/* $IDEMKIT_OUTBOX: the queue URL events go to; NULL when unset or empty
- * (the outbox is off: the stores write no events). */
-const char *ik_outbox_url(void);
-
-/* The eventId of a transition: the first 128 bits of SHA-256 over
- * "idemkit.outbox.v1", op ("finish", "renotified"), the chargeId and the
- * owner token the record holds, as 32 hex digits (out: IK_EVENT_ID_HEX
- * bytes with the NUL).  The
- * owner token is new for every claim and a finish keeps it, so this is
- * unique per transition and the same whoever computes it again; the hash
- * keeps the token itself out of what goes downstream. */
-#define IK_EVENT_ID_HEX 33
-void ik_outbox_event_id(const char *op, const char *key, const char *owner,
-    char out[IK_EVENT_ID_HEX]);
-
 #define IK_OUTBOX_LEASE_DEFAULT_MS 30000
 #define IK_OUTBOX_RETENTION_DEFAULT_MS (7LL * 86400000)
 #define IK_OUTBOX_PURGE_BATCH 1000

@@ -1,23 +1,60 @@
-/* pg_store.h: what the PostgreSQL store's files share
- * (store_postgres.c: the store and its blocking statements; pg_pipe.c: its
- * claims and finishes in flight, libpq's pipeline mode; pg_err.c: its
- * errors as outcomes, a server that does not answer in time one of them;
- * store_postgres_init.c: idemp-init's part, the schema and the purge;
- * store_postgres_outbox.c: its outbox; store_postgres_outbox_stats.c: the
- * outbox's lag gauge; pg_repl.c: idemp-init's look at the server's
- * replication).  Nothing else includes it. */
+/* pg_store.h: what the PostgreSQL store's files share, each calling only
+ * those listed after it (store_postgres.c: the port's ops, the store's
+ * blocking statements, opening and closing; store_postgres_init.c:
+ * idemp-init's part, the schema and the purge; store_postgres_outbox_stats.c:
+ * the outbox's lag gauge; store_postgres_outbox.c: its outbox; pg_pipe.c:
+ * the connection and its statements, and the claims and finishes in flight,
+ * libpq's pipeline mode; pg_slot.c: the outbox's slot as each connection
+ * sees it; pg_repl.c: idemp-init's look at the server's replication;
+ * pg_url.c: the store URL; pg_err.c: its errors as outcomes, a server that
+ * does not answer in time one of them).  Nothing else includes it but the
+ * factory (store_open.c), for the constructor. */
 #ifndef IK_PG_STORE_H
 #define IK_PG_STORE_H
 
 #include <stdint.h>
 
-#include "pg_url.h"
+#include "err.h"
 #include "pq_dl.h"
 #include "store.h"
 
 #define MAX_RETRIES 5          /* serialization failures / deadlocks */
 /* The server's clock, epoch ms. */
 #define NOW_MS "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+
+/* The store URL (pg_url.c: postgres://..., postgresql://..., or
+ * postgres: followed by a libpq key=value string or nothing), read with
+ * libpq's own parser (PQconninfoParse), never by searching the text.
+ *
+ * Rules: which options are secret is libpq's word (dispchar "*": password,
+ * sslpassword), and a secret is never copied into a message or into the
+ * display form.  libpq's own messages about a string it cannot parse may
+ * quote any part of it, a password's included, so they are shown with
+ * their quoted parts cut out.  A URL whose password holds an unencoded '@'
+ * or '/' is read by libpq as another host, port or database name, which
+ * its connect errors then quote: refused (IK_CONFIG) before anything
+ * connects, without quoting it.  Needs ik_pq_load (pq_dl.h) first.
+ */
+#define IK_PG_TABLE_MAX 48
+
+struct ik_pg_url {
+	char *conninfo;      /* for libpq: the URL without table=; wiped on free */
+	char table[IK_PG_TABLE_MAX + 1];
+	int secret;          /* a password (or another secret option) is in it */
+	char *display;       /* for messages and output: secrets as *** */
+};
+
+/* url is the whole store URL.  IK_OK, IK_CONFIG (a bad URL, a bad
+ * table=, a misread password: err says which without quoting it) or
+ * IK_SOFTWARE. */
+int ik_pg_url_parse(const char *url, struct ik_pg_url *u, ik_err *err);
+void ik_pg_url_free(struct ik_pg_url *u);
+
+/* The adapter's constructor, for the factory (store_open.c). */
+int ik_store_postgres_open(const char *url, struct ik_store *s, ik_err *err);
+/* The URL as messages show it (malloc'd; secrets as ***, from libpq's
+ * parser), *secret set when it holds one. */
+char *ik_store_postgres_display(const char *url, int *secret);
 
 enum { Q_CLAIM, Q_GET, Q_FINISH, Q_RENOTIFIED, Q_RELEASE, Q_FORGET, Q_STATS, Q_RENEW, Q_NOTE,
        Q_N };
@@ -63,7 +100,7 @@ PGresult *ik_pg_exec(struct pg *p, const char *sql, int n, const char *const *pa
 int ik_pg_late(struct pg *p, const char *doing, ik_err *err);
 int ik_pg_connect_config(const char *msg);
 
-/* store_postgres.c */
+/* pg_pipe.c: the connection and its statements */
 int ik_pg_prepare(struct pg *p, int which, int n, const char *doing, char *name, ik_err *err);
 int64_t ik_pg_col_i64(PGresult *r, int row, int col);
 void ik_pg_read_record(PGresult *r, int row, struct ik_record *rec);
@@ -92,17 +129,23 @@ size_t ik_pg_active(struct ik_store *st);
 void ik_pg_drain(struct pg *p);
 void ik_pg_pops_free(struct pop *o);
 
-/* store_postgres_outbox.c: with $IDEMKIT_OUTBOX set, the finish and
- * re-notification statements made to emit their event (wrap, at open),
- * the slot checked per connection (check) and claims refused without it
- * (claim_gate), idemp-init's part (init), and the outbox ops. */
+/* pg_slot.c: with $IDEMKIT_OUTBOX set (on), the slot checked per
+ * connection (check, which drops the relay's read-ahead: close) and claims
+ * refused without it (claim_gate); the slot's name, and a statement (q). */
 int ik_pgo_on(void);
-int ik_pgo_wrap(struct pg *p, int which, char **sql, ik_err *err);
 int ik_pgo_check(struct pg *p, ik_err *err);
 int ik_pgo_claim_gate(struct pg *p, ik_err *err);
+void ik_pgo_close(struct pg *p);
+void ik_pgo_slot_name(const struct pg *p, char out[IK_PG_TABLE_MAX + 16]);
+int ik_pgo_q(struct pg *p, const char *sql, int n, const char *const *params, int binary,
+    const char *doing, PGresult **out, ik_err *err);
+
+/* store_postgres_outbox.c: the finish and re-notification statements made
+ * to emit their event (wrap, at open), idemp-claim --check-store's look at
+ * the slot (claim_check), idemp-init's part (init), and the outbox ops. */
+int ik_pgo_wrap(struct pg *p, int which, char **sql, ik_err *err);
 int ik_pgo_claim_check(struct ik_store *st, ik_err *err);
 int ik_pgo_init(struct pg *p, ik_err *err);
-void ik_pgo_close(struct pg *p);
 int ik_pgo_lease(struct ik_store *st, const char *holder, int64_t now_ms, int64_t lease_ms,
     int64_t *until, ik_err *err);
 int ik_pgo_read(struct ik_store *st, size_t max, struct ik_outbox_ev *ev, size_t *n,
@@ -112,14 +155,11 @@ int ik_pgo_ack(struct ik_store *st, const char *holder, const struct ik_outbox_e
 int ik_pgo_purge(struct ik_store *st, int64_t before_ms, size_t batch, int64_t *n,
     ik_err *err);
 /* and for the lag gauge: the publication pgoutput reads, the zero of the
- * server's timestamps, the slot's name, a statement (q) and one on the slot
- * (slot_query: a slot another backend holds is waited for), the connection
- * made ready, the checkpoint, an open resync window and its statement. */
+ * server's timestamps, a statement on the slot (slot_query: a slot another
+ * backend holds is waited for), the connection made ready, the checkpoint,
+ * an open resync window and its statement. */
 #define PUBLICATION "idemkit_outbox"
 #define PG_EPOCH_MS 946684800000LL     /* 2000-01-01, PostgreSQL's timestamps' zero */
-void ik_pgo_slot_name(const struct pg *p, char out[IK_PG_TABLE_MAX + 16]);
-int ik_pgo_q(struct pg *p, const char *sql, int n, const char *const *params, int binary,
-    const char *doing, PGresult **out, ik_err *err);
 int ik_pgo_slot_query(struct pg *p, const char *sql, int n, const char *const *params,
     int binary, const char *doing, const char *slot, PGresult **out, ik_err *err);
 int ik_pgo_ready(struct pg *p, ik_err *err);

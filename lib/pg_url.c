@@ -1,10 +1,10 @@
-/* pg_url.c: the PostgreSQL store URL, through libpq's parser; see pg_url.h. */
+/* pg_url.c: the PostgreSQL store URL, through libpq's parser; see pg_store.h. */
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "outcome.h"
-#include "pg_url.h"
+#include "pg_store.h"
 #include "pq_dl.h"
 #include "util.h"
 

@@ -2,7 +2,7 @@
  *
  * Commands talk to this port only.  Each adapter (queue_sqlite.c,
  * queue_sqs.c) fills a struct ik_queue_ops and knows nothing of the
- * others; ik_queue_open picks one from the URL:
+ * others; ik_queue_open (queue_open.h) picks one from the URL:
  *
  *   sqlite:PATH#NAME[?maxReceiveCount=N&dlq=NAME&visibility=SECS&retention=DUR]
  *   https://sqs.REGION.amazonaws.com/ACCOUNT/NAME   (http:// for an emulator)
@@ -174,21 +174,7 @@ struct ik_qop *ik_queue_reap(struct ik_queue *q, int timeout_ms);
 /* For adapters: op has finished (rc, err and the outputs are set). */
 void ik_queue_done(struct ik_queue *q, struct ik_qop *op);
 
-/* url: as above, or NULL for $IDEMKIT_QUEUE, else
- * sqlite:STATE_DIR/queue.db#charges.  IK_OK, IK_CONFIG (malformed URL,
- * with a message that says what was expected), or IK_TEMPFAIL. */
-int ik_queue_open(const char *url, struct ik_queue **out, ik_err *err);
+/* Closes q (opened by ik_queue_open, queue_open.h). */
 void ik_queue_close(struct ik_queue *q);
-
-/* The dead-letter queue URL for a queue: dlq when given, else $IDEMKIT_DLQ,
- * else for sqlite:PATH#NAME the queue sqlite:PATH#NAME-dlq; NULL (with
- * IK_CONFIG in err) for an SQS queue with no DLQ configured.  malloc'd. */
-char *ik_queue_dlq_url(const char *dlq, const char *queue_url, ik_err *err);
-
-/* Adapter constructors, for queue.c only.  params is the query string of a
- * sqlite URL ("" when none). */
-int ik_queue_sqlite_open(const char *path, const char *name, const char *params,
-                         struct ik_queue *q, ik_err *err);
-int ik_queue_sqs_open(const char *url, struct ik_queue *q, ik_err *err);
 
 #endif

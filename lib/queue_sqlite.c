@@ -34,6 +34,7 @@
 
 #include "outcome.h"
 #include "queue.h"
+#include "queue_sqlite.h"
 #include "sqlite.h"
 #include "util.h"
 

@@ -1,5 +1,6 @@
 /* queue_sqs.h: the SQS adapter's pure parts, exposed for its fuzz target
- * (tests/fuzz/fuzz_sqs_response.c).  Commands use queue.h only. */
+ * (tests/fuzz/fuzz_sqs_response.c), and its constructor, for the factory
+ * (queue_open.c).  Commands use queue.h only. */
 #ifndef IK_QUEUE_SQS_H
 #define IK_QUEUE_SQS_H
 
@@ -8,6 +9,9 @@
 #include <cjson/cJSON.h>
 
 #include "queue.h"
+
+/* The adapter's constructor. */
+int ik_queue_sqs_open(const char *url, struct ik_queue *q, ik_err *err);
 
 /* One element of a ReceiveMessage response's "Messages" as a message
  * (missing strings become ""; Binary attributes are not carried).  0, or

@@ -3,6 +3,7 @@
 #include "log.h"
 #include "outcome.h"
 #include "settle.h"
+#include "store_open.h"
 #include "util.h"
 
 static const char *

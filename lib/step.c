@@ -6,11 +6,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
 #include "envelope.h"
 #include "lines.h"
 #include "log.h"
 #include "outcome.h"
+#include "proc.h"
 #include "step.h"
 #include "util.h"
 

@@ -2,7 +2,7 @@
  *
  * Commands talk to this port only.  Each adapter (store_sqlite.c,
  * store_dynamodb.c) fills a struct ik_store_ops and knows nothing of the
- * others; ik_store_open picks one from the URL.
+ * others; ik_store_open (store_open.h) picks one from the URL.
  *
  * Rules every adapter keeps:
  *  - claim is ONE atomic conditional write: it succeeds iff the key is
@@ -213,6 +213,21 @@ void ik_outbox_ev_free(struct ik_outbox_ev *e);
  * until they are checkpointed).  0, or -1 when out of memory (to freed). */
 int ik_outbox_ev_copy(struct ik_outbox_ev *to, const struct ik_outbox_ev *from);
 
+/* $IDEMKIT_OUTBOX: the queue URL events go to; NULL when unset or empty
+ * (the outbox is off: the stores write no events). */
+const char *ik_outbox_url(void);
+
+/* The eventId of a transition: the first 128 bits of SHA-256 over
+ * "idemkit.outbox.v1", op ("finish", "renotified"), the chargeId and the
+ * owner token the record holds, as 32 hex digits (out: IK_EVENT_ID_HEX
+ * bytes with the NUL).  The
+ * owner token is new for every claim and a finish keeps it, so this is
+ * unique per transition and the same whoever computes it again; the hash
+ * keeps the token itself out of what goes downstream. */
+#define IK_EVENT_ID_HEX 33
+void ik_outbox_event_id(const char *op, const char *key, const char *owner,
+    char out[IK_EVENT_ID_HEX]);
+
 struct ik_outbox_stats {
 	int64_t waiting;      /* written and not yet checkpointed */
 	int64_t oldest_ms;    /* now - the oldest waiting one's time; 0 when none */
@@ -345,55 +360,7 @@ struct ik_store {
 	char *url;
 };
 
-/* url: "sqlite:PATH", "dynamodb:TABLE", "redis://...", or NULL for
- * $IDEMKIT_STORE, else sqlite:STATE_DIR/idempotency.db.  When
- * $IDEMKIT_CACHE is set, the store returned is the cache (store_cache.c)
- * in front of that one.  A url given here (from argv) must carry no
- * password.  IK_OK or IK_CONFIG/IK_TEMPFAIL. */
-int ik_store_open(const char *url, struct ik_store **out, ik_err *err);
-/* The same for a command that only reads (idemp-show, -list, -stats):
- * a store that does not exist is IK_CONFIG "no store at URL" naming the
- * variables that choose it, never created empty. */
-int ik_store_open_existing(const char *url, struct ik_store **out, ik_err *err);
 void ik_store_close(struct ik_store *s);
-/* The URL forms ik_store_open takes, from its table ("sqlite:PATH,
- * dynamodb:TABLE, ... or rediss://HOST:PORT"), for help and messages;
- * malloc'd, NULL when out of memory. */
-char *ik_store_forms(void);
-
-/* A store the envelope steps open on first use.  A failure to open is kept
- * and recorded in every envelope (a stream goes on, sqs-ack leaves the
- * messages) rather than ending the process; one that may pass (not
- * IK_CONFIG) is kept only until reopen_at, then the open is tried again on
- * the next envelope, the wait growing with each failure in a row. */
-struct ik_store_lazy {
-	const char *url;          /* NULL: $IDEMKIT_STORE or the default */
-	struct ik_store *store;
-	ik_err open_err;
-	int64_t reopen_at;        /* monotonic ms */
-	int64_t open_failures;    /* in a row */
-	/* in flight: the envelopes answered and not yet reaped, oldest first
-	 * (a ring of the in-flight count's slots: never full) */
-	struct cJSON **done;
-	size_t done_cap, done_head, done_n;
-};
-/* The open store, or NULL with *err set to why it could not be opened. */
-struct ik_store *ik_store_lazy_get(struct ik_store_lazy *l, ik_err *err);
-/* Whether the store offers the in-flight ops (claim_start...), for up to
- * n envelopes in flight: opens it now, and a failure to open is kept as on
- * first use (then 0: the steps take the group path, and each envelope
- * records the failure); when 1, the store is made ready (ops->warm). */
-int ik_store_lazy_inflight(struct ik_store_lazy *l, size_t n);
-/* step.h's wait and reap for the store steps: wait runs the open store
- * (1 s at most, so the loop sees a stop signal): 0, or -1 after a
- * message; an op's callback hands its envelope, result recorded, to
- * ik_store_lazy_done, and reap returns them in that order, NULL when
- * none is waiting. */
-int ik_store_lazy_wait(struct ik_store_lazy *l, int fd, int *readable, int timeout_ms);
-void ik_store_lazy_done(struct ik_store_lazy *l, struct cJSON *env);
-struct cJSON *ik_store_lazy_reap(struct ik_store_lazy *l);
-/* Closes the store and frees what the lazy holds. */
-void ik_store_lazy_close(struct ik_store_lazy *l);
 /* --inflight for the store steps in --stream: opt when set, else
  * $IDEMKIT_STORE_INFLIGHT, else IK_STORE_INFLIGHT_DEFAULT (idemp-claim(1)
  * says why), 1 to IK_STORE_INFLIGHT_MAX.  IK_OK, or IK_USAGE (a bad
@@ -401,9 +368,6 @@ void ik_store_lazy_close(struct ik_store_lazy *l);
 #define IK_STORE_INFLIGHT_DEFAULT 32
 #define IK_STORE_INFLIGHT_MAX 1024
 int ik_store_inflight(const char *opt, size_t *out);
-/* step.h's group hooks over a struct ik_store_lazy (its group_ctx). */
-int ik_store_group_begin(void *lazy);
-int ik_store_group_commit(void *lazy);
 
 /* finish and finish_start (the ops above) as commands call them: the
  * record's reason (last_error) and debit_ref are what a bank or a gateway
@@ -476,21 +440,5 @@ int ik_store_lease(const char *opt, int64_t *ms);
 #define IK_RETENTION_DEFAULT_MS (30LL * 86400000)
 #define IK_RETENTION_MAX_MS (3650LL * 86400000)
 int ik_store_retention(int64_t lease_ms, int64_t *ms, ik_err *err);
-
-/* Adapter constructors, for store.c only. */
-int ik_store_sqlite_open(const char *path, struct ik_store *s, ik_err *err);
-int ik_store_dynamodb_open(const char *table, struct ik_store *s, ik_err *err);
-int ik_store_postgres_open(const char *url, struct ik_store *s, ik_err *err);
-/* The URL as messages show it (malloc'd; secrets as ***, from libpq's
- * parser), *secret set when it holds one. */
-char *ik_store_postgres_display(const char *url, int *secret);
-int ik_store_redis_open(const char *rest, struct ik_store *s, ik_err *err);
-int ik_store_rediss_open(const char *rest, struct ik_store *s, ik_err *err);
-/* The Redis fast path (IDEMKIT_CACHE=cache_url) in front of the store that
- * open(rest) opens, filling s.  A store that is unreachable (IK_TEMPFAIL)
- * is opened again on use, so the cache can answer meanwhile. */
-int ik_store_cache_open(const char *cache_url,
-    int (*open)(const char *rest, struct ik_store *s, ik_err *err), const char *rest,
-    struct ik_store *s, ik_err *err);
 
 #endif

@@ -50,10 +50,10 @@
 #include <sodium.h>
 
 #include "log.h"
-#include "outbox.h"
 #include "outcome.h"
 #include "redis.h"
 #include "store.h"
+#include "store_cache.h"
 #include "util.h"
 
 #define CACHE_PREFIX "idemkit:cache:"

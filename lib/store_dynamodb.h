@@ -1,9 +1,13 @@
 /* store_dynamodb.h: the DynamoDB adapter's pure parts, exposed for its unit
- * test (tests/unit/ddb_claim.c), and what its parts share: store_dynamodb.c
- * (items, requests, the calls, the port's table), store_dynamodb_write.c
- * (the conditional writes, in flight), store_dynamodb_list.c (listing and
- * stats on the open index), store_dynamodb_init.c (the table's schema).
- * Commands use store.h only. */
+ * test (tests/unit/ddb_claim.c), its constructor (for the factory,
+ * store_open.c), and what its parts share: store_dynamodb.c (the port's
+ * table, opening and closing: it calls the parts), store_dynamodb_write.c
+ * (the conditional writes, in flight, and the outbox's part in them),
+ * store_dynamodb_list.c (listing and stats on the open index),
+ * store_dynamodb_init.c (the table's schema), store_dynamodb_outbox.c (the
+ * relay's ops) over store_dynamodb_stream.c (the table's stream), and
+ * store_dynamodb_call.c under them all (items, requests, the calls), which
+ * calls none of them back.  Commands use store.h only. */
 #ifndef IK_STORE_DYNAMODB_H
 #define IK_STORE_DYNAMODB_H
 
@@ -13,6 +17,9 @@
 #include <cjson/cJSON.h>
 
 #include "store.h"
+
+/* The adapter's constructor, for the factory (store_open.c). */
+int ik_store_dynamodb_open(const char *table, struct ik_store *s, ik_err *err);
 
 /* An item in DynamoDB JSON ({"pk":{"S":"..."},"attempts":{"N":"2"},...})
  * as a record.  0, or -1 on ENOMEM. */
@@ -44,6 +51,7 @@ int ik_ddb_finish_refused(const cJSON *resp, const char *keyattr,
                           const struct ik_finish_req *req);
 
 /* ---- shared by the adapter's parts only ------------------------------- */
+/* store_dynamodb_call.c: */
 
 #define DDB_TARGET_PREFIX "DynamoDB_20120810."
 
@@ -149,7 +157,7 @@ void ddb_ops_drop(struct ddb *d);
 #define DDB_OUTBOX_BATCH 99
 /* The clause a finish's (a re-notification's) UpdateExpression SETs, its
  * values added to vals: the event, inside that write; "" when the outbox
- * is off. */
+ * is off (store_dynamodb_write.c). */
 const char *ddb_outbox_finish(cJSON *vals, const struct ik_finish_req *req);
 const char *ddb_outbox_renotified(cJSON *vals, const char *key, int64_t now_ms);
 int ddb_outbox_lease(struct ik_store *st, const char *holder, int64_t now_ms,

@@ -11,7 +11,6 @@
 
 #include "aws.h"
 #include "log.h"
-#include "outbox.h"
 #include "outcome.h"
 #include "store.h"
 #include "store_dynamodb.h"
@@ -50,16 +49,6 @@ check_schema(struct ddb *d, const cJSON *table, ik_err *err)
 		               cJSON_GetArraySize(ks) > 1 ? "composite, first " : "",
 		               name ? name : "?", kt ? kt : "?", type ? type : "?", d->key);
 	return IK_OK;
-}
-
-int
-ddb_describe(struct ddb *d, cJSON **resp, ik_err *err)
-{
-	cJSON *req = ddb_new_req(d, NULL);
-	int rc = ddb_call(d, "DescribeTable", req, "ResourceNotFoundException", resp, err);
-
-	cJSON_Delete(req);
-	return rc;
 }
 
 static int

@@ -59,20 +59,6 @@ open_req(struct ddb *d, enum ik_state state, int shard, const char *range, cJSON
 	return req;
 }
 
-/* Pages on from resp's LastEvaluatedKey into req; 0 when there is none. */
-int
-ddb_next_page(cJSON *req, cJSON *resp)
-{
-	cJSON *lek = resp ? cJSON_GetObjectItemCaseSensitive(resp, "LastEvaluatedKey") : NULL;
-
-	if (!cJSON_IsObject(lek) || !lek->child)
-		return 0;
-	cJSON_DeleteItemFromObjectCaseSensitive(req, "ExclusiveStartKey");
-	lek = cJSON_DetachItemFromObjectCaseSensitive(resp, "LastEvaluatedKey");
-	cJSON_AddItemToObject(req, "ExclusiveStartKey", lek);
-	return 1;
-}
-
 /* The state whose open-index shards hold every record f can match;
  * IK_ST_NONE when f takes DONE records too (then only a Scan finds them),
  * -1 when nothing can match (expired with another state than IN_PROGRESS). */

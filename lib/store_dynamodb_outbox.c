@@ -40,9 +40,7 @@
 
 #include "aws.h"
 #include "log.h"
-#include "outbox.h"
 #include "outcome.h"
-#include "queue.h"
 #include "store.h"
 #include "store_dynamodb.h"
 #include "util.h"
@@ -119,56 +117,6 @@ par_free(struct par *p, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		cJSON_Delete(p[i].resp);
-}
-
-/* ---- the writes' part: inside the finish's and the re-notification's
- * own UpdateItem (store_dynamodb_write.c) ---------------------------------- */
-
-/* The outbox index's key for an item: its shard, as the open index has
- * them for the same reason (store_dynamodb.h). */
-static const char *
-pend_key(char buf[16], const char *key)
-{
-	snprintf(buf, 16, "%u", ddb_shard(key));
-	return buf;
-}
-
-const char *
-ddb_outbox_finish(cJSON *vals, const struct ik_finish_req *req)
-{
-	cJSON *m;
-	char p[16];
-
-	if (!ik_outbox_url())
-		return "";
-	m = cJSON_AddObjectToObject(cJSON_AddObjectToObject(vals, ":obf"), "M");
-	cJSON_AddItemToObject(m, "t", ddb_av_n(req->now_ms));
-	cJSON_AddItemToObject(m, "s", ddb_av_s(ik_state_name(req->state)));
-	if (req->debit_ref)
-		cJSON_AddItemToObject(m, "r", ddb_av_s(req->debit_ref));
-	if (req->last_error)
-		cJSON_AddItemToObject(m, "e", ddb_av_s(req->last_error));
-	cJSON_AddItemToObject(vals, ":obp", ddb_av_s(pend_key(p, req->key)));
-	cJSON_AddItemToObject(vals, ":oba", ddb_av_n(req->now_ms));
-	return ", #obf = :obf, #obp = :obp, #oba = :oba";
-}
-
-const char *
-ddb_outbox_renotified(cJSON *vals, const char *key, int64_t now_ms)
-{
-	cJSON *m;
-	char p[16];
-
-	if (!ik_outbox_url())
-		return "";
-	m = cJSON_AddObjectToObject(cJSON_AddObjectToObject(vals, ":obr"), "M");
-	cJSON_AddItemToObject(m, "t", ddb_av_n(now_ms));
-	cJSON_AddItemToObject(vals, ":obp", ddb_av_s(pend_key(p, key)));
-	cJSON_AddItemToObject(vals, ":oba", ddb_av_n(now_ms));
-	/* A finished event still waiting keeps its place (obAt): the item's
-	 * events go out in their order. */
-	return ", #obr = :obr, #obp = if_not_exists(#obp, :obp),"
-	       " #oba = if_not_exists(#oba, :oba)";
 }
 
 /* ---- the relay's lease --------------------------------------------------- */

@@ -17,7 +17,7 @@
  * prepared once per connection; SQL only through bound parameters (the
  * table name is checked against a strict identifier alphabet and quoted).
  * The URL's password is never copied into a message: only libpq sees it
- * (pg_url.h reads the URL).  Text is sent as UTF-8 to a UTF8 database
+ * (pg_url.c reads the URL).  Text is sent as UTF-8 to a UTF8 database
  * only; what a finish, release or forget writes is ours, so the server
  * refusing it is never DATAERR (a claim's event is the message's own).
  * Group commit (begin/commit) as in store_sqlite.c: the group's first
@@ -36,13 +36,10 @@
 
 #include "log.h"
 #include "outcome.h"
-#include "pg_url.h"
 #include "pg_store.h"
 #include "pq_dl.h"
 #include "store.h"
 #include "util.h"
-
-#define RECONNECT_MS 5000      /* wait for a server that went away, once per outage */
 
 #define COLS "key, state, owner, lease_until, attempts, fingerprint, event," \
              " debit_ref, last_error, created_at, updated_at, expires_at"
@@ -163,177 +160,9 @@ static const char *const sql_fmt[2][Q_N] = {
 	},
 };
 
-
-/* Whether the table has the history column, before the first statement
- * on each connection (an idemp-init elsewhere may have added it).  Without it (a table from
- * before schema version 3) the statements without history are used and a
- * warning says to run idemp-init. */
-int
-ik_pg_history_column(struct pg *p, ik_err *err)
-{
-	const char *params[] = { p->qtable };
-	PGresult *r = ik_pg_wait(p, PQsendQueryParams(p->conn, "SELECT 1 FROM pg_attribute WHERE "
-	    "attrelid = to_regclass($1) AND attname = 'history' AND NOT attisdropped",
-	    1, NULL, params, NULL, NULL, 0), "read the table's columns", err);
-	int rc = IK_OK, had = p->has_history;
-
-	if (!r)
-		return err->code;
-	if (PQresultStatus(r) != PGRES_TUPLES_OK)
-		rc = ik_pg_err(p, r, "read the table's columns", err);
-	else if (!(p->has_history = PQntuples(r) == 1) && (had || !p->warned)) {
-		p->warned = 1;
-		ik_log(IK_LOG_WARN, "the table has no history column (a schema from before "
-		    "version 3): records keep no history until idemp-init migrates it",
-		    "table", p->u.table, NULL);
-	}
-	PQclear(r);
-	if (rc == IK_OK && ik_pgo_on())
-		rc = ik_pgo_check(p, err);     /* the outbox's slot, on this connection too */
-	p->checked = rc == IK_OK;
-	return rc;
-}
-
-
-/* The server's notices (CREATE ... IF NOT EXISTS skipping) are not ours
- * to print: libpq would write them to stderr, outside the log's format. */
-static void
-no_notice(void *arg, const char *msg)
-{
-	(void)arg;
-	(void)msg;
-}
-
-/* Connected, or reconnected when the server went away.  libpq's own
- * message never holds the password (pg_url.h refuses a URL it would
- * misread).  The client encoding is UTF8 whatever the environment says
- * (what we send is UTF-8, utf8.h), and a database that cannot store all
- * of UTF-8 is refused before anything is claimed: a reason it could not
- * store would fail a finish after the debit. */
-int
-ik_pg_conn_ok(struct pg *p, ik_err *err)
-{
-	char msg[512];
-	const char *enc;
-
-	if (p->batch)
-		ik_pg_drain(p);     /* a blocking call while ops are in flight: store.h */
-	/* A connection kept from an earlier statement may have been closed by
-	 * the server since (a restart, a kill, a fail-over): no answer is due,
-	 * so read what it sent (a notice, or its FATAL and end of file) and
-	 * connect afresh below, before anything is sent, rather than lose the
-	 * next statement to it; a finish after the bank's yes would otherwise
-	 * be refused and the charge sent to the bank again. */
-	for (int i = 0; i < 8 && p->conn && PQstatus(p->conn) == CONNECTION_OK &&
-	    ik_fd_ready(PQsocket(p->conn)); i++)
-		if (PQconsumeInput(p->conn) != 1)
-			break;
-	if (p->conn && PQstatus(p->conn) == CONNECTION_OK)
-		return IK_OK;
-	p->connect_failed = 1;      /* until a connect below succeeds */
-	if (p->in_tx) {
-		/* The transaction went with the connection: never carry on in a
-		 * new one as if the group's earlier writes were there. */
-		p->in_tx = 0;
-		return ik_errf(err, IK_TEMPFAIL, "postgres %s: connection lost inside a "
-		    "transaction", p->u.table);
-	}
-	p->prepared = 0;
-	if (p->conn) {
-		/* A connection we had went away (a restart, a fail-over): wait
-		 * up to RECONNECT_MS for the server rather than fail every
-		 * envelope that arrives meanwhile, each of which would be
-		 * debited again once its lease ends.  Once per outage: after
-		 * that wait each call tries once, so a stream cannot stall. */
-		int64_t until = ik_mono_ms() + (p->waited ? 0 : RECONNECT_MS);
-
-		PQreset(p->conn);
-		while (PQstatus(p->conn) != CONNECTION_OK && ik_mono_ms() < until &&
-		    ik_sleep_ms(200) == 0)
-			PQreset(p->conn);
-		p->waited = PQstatus(p->conn) != CONNECTION_OK;
-		/* Said once per outage, so that an operator sees the restart
-		 * or fail-over the workers rode through. */
-		if (!p->waited)
-			ik_log(IK_LOG_WARN, "store connection lost; reconnected", "store", "postgres",
-			    "table", p->u.table, NULL);
-	} else {
-		/* client_encoding after dbname: it overrides the URL's and
-		 * PGCLIENTENCODING. */
-		/* A peer gone silently (a host down, a partition) is found by
-		 * TCP within about 30 s, not the kernel's 15 minutes: keepalives
-		 * while an answer is awaited, a bound on data left unacknowledged.
-		 * Before dbname, so that the URL's own settings win. */
-		const char *kw[] = { "connect_timeout", "keepalives", "keepalives_idle",
-		                     "keepalives_interval", "keepalives_count", "tcp_user_timeout",
-		                     "fallback_application_name", "dbname", "client_encoding", NULL };
-		const char *val[] = { getenv("PGCONNECT_TIMEOUT") ? getenv("PGCONNECT_TIMEOUT") : "10",
-		                      "1", "10", "5", "3", "30000",
-		                      "idemkit", p->u.conninfo, "UTF8", NULL };
-		p->conn = PQconnectdbParams(kw, val, 1);
-	}
-	if (!p->conn)
-		return ik_errf(err, IK_SOFTWARE, "out of memory");
-	if (PQstatus(p->conn) == CONNECTION_OK) {
-		PQsetNoticeProcessor(p->conn, no_notice, NULL);
-		p->checked = 0;
-		p->connect_failed = 0;
-		if ((enc = PQparameterStatus(p->conn, "server_encoding")) && strcmp(enc, "UTF8") != 0) {
-			snprintf(msg, sizeof msg, "%.64s", enc);
-			PQfinish(p->conn);
-			p->conn = NULL;
-			return ik_errf(err, IK_CONFIG, "postgres %s: the database's encoding is %s, "
-			    "not UTF8: it cannot store every reason a bank may give; use a UTF8 "
-			    "database (CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0, or "
-			    "createdb -E UTF8 -T template0)", p->u.table, msg);
-		}
-		return IK_OK;
-	}
-	snprintf(msg, sizeof msg, "%s", PQerrorMessage(p->conn));
-	ik_pg_trim(msg);
-	if (PQconnectionNeedsPassword(p->conn))
-		return ik_errf(err, IK_CONFIG, "postgres %s: connect: a password is needed "
-		    "(PGPASSWORD, PGPASSFILE or ~/.pgpass): %s", p->u.table, msg);
-	return ik_errf(err, ik_pg_connect_config(msg) ? IK_CONFIG : IK_TEMPFAIL,
-	    "postgres %s: connect: %s", p->u.table, msg);
-}
-
 /* Runs statement which with n text parameters; *out holds the result on
  * IK_OK (PGRES_COMMAND_OK or TUPLES_OK), else the error is in err.
  * Outside a transaction, serialization failures and deadlocks are retried. */
-/* Statement which prepared on this connection (connected, history
- * known), its name in name[16]. */
-/* The finish's $6 (the bank's replay, for the history entry) typed here:
- * a table without the history column does not use it, and the server
- * refuses a parameter it cannot type from the statement.  0: inferred. */
-static const Oid finish_types[6] = { 0, 0, 0, 0, 0, 16 /* BOOLOID */ };
-
-int
-ik_pg_prepare(struct pg *p, int which, int n, const char *doing, char *name, ik_err *err)
-{
-	PGresult *r;
-	int rc, bit;
-
-	if ((rc = ik_pg_conn_ok(p, err)) || (!p->checked && (rc = ik_pg_history_column(p, err))))
-		return rc;
-	bit = which + Q_N * p->has_history;
-	snprintf(name, 16, "ik%d", bit);
-	if (!(p->prepared & (1u << bit))) {
-		r = ik_pg_wait(p, PQsendPrepare(p->conn, name, p->sql[p->has_history][which], n,
-		    which == Q_FINISH ? finish_types : NULL), doing, err);
-		if (!r)
-			return err->code;
-		if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-			rc = ik_pg_err(p, r, doing, err);
-			PQclear(r);
-			return rc;
-		}
-		PQclear(r);
-		p->prepared |= 1u << bit;
-	}
-	return IK_OK;
-}
-
 static int
 run(struct pg *p, int which, int n, const char *const *params, const char *doing,
     PGresult **out, ik_err *err)
@@ -374,63 +203,6 @@ again:
 	}
 	PQclear(r);
 	return rc;
-}
-
-/* A statement with no parameters and no rows (BEGIN, COMMIT, DDL). */
-int
-ik_pg_exec_sql(struct pg *p, const char *q, const char *doing, ik_err *err)
-{
-	PGresult *r;
-	int rc;
-
-	if ((rc = ik_pg_conn_ok(p, err)))
-		return rc;
-	if (!(r = ik_pg_wait(p, PQsendQuery(p->conn, q), doing, err)))
-		return err->code;
-	rc = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK ?
-	    IK_OK : ik_pg_err(p, r, doing, err);
-	PQclear(r);
-	return rc;
-}
-
-void
-ik_pg_rollback(struct pg *p)
-{
-	ik_err err;
-
-	if (p->conn && PQstatus(p->conn) == CONNECTION_OK)
-		PQclear(ik_pg_wait(p, PQsendQuery(p->conn, "ROLLBACK"), "roll back", &err));
-	p->in_tx = 0;
-}
-
-int64_t
-ik_pg_col_i64(PGresult *r, int row, int col)
-{
-	return PQgetisnull(r, row, col) ? 0 : strtoll(PQgetvalue(r, row, col), NULL, 10);
-}
-
-static char *
-col_str(PGresult *r, int row, int col)
-{
-	return PQgetisnull(r, row, col) ? NULL : strdup(PQgetvalue(r, row, col));
-}
-
-void
-ik_pg_read_record(PGresult *r, int row, struct ik_record *rec)
-{
-	rec->key = col_str(r, row, 0);
-	rec->state = ik_state_parse(PQgetvalue(r, row, 1));
-	rec->owner = col_str(r, row, 2);
-	rec->lease_until = ik_pg_col_i64(r, row, 3);
-	rec->attempts = ik_pg_col_i64(r, row, 4);
-	rec->fingerprint = col_str(r, row, 5);
-	rec->event = col_str(r, row, 6);
-	rec->debit_ref = col_str(r, row, 7);
-	rec->last_error = col_str(r, row, 8);
-	rec->created_at = ik_pg_col_i64(r, row, 9);
-	rec->updated_at = ik_pg_col_i64(r, row, 10);
-	rec->expires_at = ik_pg_col_i64(r, row, 11);
-	rec->history = col_str(r, row, 12);
 }
 
 /* The record and the server's now; IK_OK, IK_EMPTY or an error. */
@@ -775,18 +547,6 @@ pg_stats(struct ik_store *st, int64_t now_ms, struct ik_store_stats *out, ik_err
 	out->done_approx = 1;
 	PQclear(r);
 	return IK_OK;
-}
-
-/* printf of a migration or statement with the table's names. */
-char *
-ik_pg_with_table(struct pg *p, const char *fmt)
-{
-	size_t n = strlen(fmt) + 4 * sizeof p->qtable;
-	char *s = malloc(n);
-
-	if (s)
-		snprintf(s, n, fmt, p->qtable, p->u.table);
-	return s;
 }
 
 static void

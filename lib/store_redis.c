@@ -37,7 +37,6 @@
 #include <string.h>
 
 #include "log.h"
-#include "outbox.h"
 #include "outcome.h"
 #include "redis.h"
 #include "store.h"

@@ -1,9 +1,10 @@
 /* store_redis.h: the Redis store's outbox (store.h, outbox.h),
  * between store_redis.c (the finish and re-notification scripts that
  * write the events, the ops table) and store_redis_outbox.c (the relay's
- * ops).  Events are entries of one stream, RS_OUTBOX_STREAM, read by the
- * consumer group RS_OUTBOX_GROUP, one consumer per relay process (its
- * lease holder token); the relay lease is the key RS_OUTBOX_LEASE. */
+ * ops), and its constructors.  Events are entries of one stream,
+ * RS_OUTBOX_STREAM, read by the consumer group RS_OUTBOX_GROUP, one
+ * consumer per relay process (its lease holder token); the relay lease is
+ * the key RS_OUTBOX_LEASE. */
 #ifndef IK_STORE_REDIS_H
 #define IK_STORE_REDIS_H
 
@@ -15,6 +16,12 @@
 
 struct ik_outbox_ev;
 struct ik_outbox_stats;
+struct ik_store;
+
+/* The adapter's constructors (redis://, rediss://), for the factory
+ * (store_open.c). */
+int ik_store_redis_open(const char *rest, struct ik_store *s, ik_err *err);
+int ik_store_rediss_open(const char *rest, struct ik_store *s, ik_err *err);
 
 #define RS_OUTBOX_STREAM "idemkit:outbox"
 #define RS_OUTBOX_LEASE "idemkit:outbox:relay"

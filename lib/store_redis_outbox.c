@@ -22,7 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "outbox.h"
 #include "outcome.h"
 #include "redis.h"
 #include "store.h"

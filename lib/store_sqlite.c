@@ -21,9 +21,8 @@
 #include <sqlite3.h>
 
 #include "log.h"
-#include "outbox.h"
-#include "sqlite.h"
 #include "outcome.h"
+#include "sqlite.h"
 #include "store.h"
 #include "store_sqlite.h"
 #include "util.h"

@@ -1,8 +1,8 @@
 /* store_sqlite.h: the SQLite adapter's statements for the stats op, exposed
  * for the query-plan test (tests/unit/sqlite_stats_plan.c), which proves
  * they search the records_state index instead of scanning the table; and
- * its outbox (store_sqlite_outbox.c), on the adapter's connection db.
- * Commands use store.h only. */
+ * its outbox (store_sqlite_outbox.c), on the adapter's connection db; its
+ * constructor.  Commands use store.h only. */
 #ifndef IK_STORE_SQLITE_H
 #define IK_STORE_SQLITE_H
 
@@ -18,6 +18,10 @@ extern const char *const ik_sq_stats_sql[IK_SQ_STATS_N];
 
 struct ik_outbox_ev;
 struct ik_outbox_stats;
+struct ik_store;
+
+/* The adapter's constructor, for the factory (store_open.c). */
+int ik_store_sqlite_open(const char *path, struct ik_store *s, ik_err *err);
 
 /* The outbox tables (in the migration's transaction); the trigger and its
  * eventId function on this connection ($IDEMKIT_OUTBOX set); the outbox

@@ -15,7 +15,6 @@
 
 #include <sqlite3.h>
 
-#include "outbox.h"
 #include "outcome.h"
 #include "sqlite.h"
 #include "store.h"

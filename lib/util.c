@@ -12,7 +12,6 @@
 
 #include <sodium.h>
 
-#include "cli.h"
 #include "outcome.h"
 #include "util.h"
 
@@ -69,6 +68,8 @@ ik_boot_id(void)
 	id[n > 0 ? IK_BOOT_ID_MAX - 1 : 0] = '\0';
 	return id;
 }
+
+volatile sig_atomic_t ik_stop_signal;
 
 int
 ik_sleep_ms(int64_t ms)

@@ -3,6 +3,7 @@
 #ifndef IK_UTIL_H
 #define IK_UTIL_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,7 +22,11 @@ int64_t ik_boot_ms(void);
 #define IK_BOOT_ID_MAX 37
 const char *ik_boot_id(void);
 
-/* Sleeps ms milliseconds.  A stop signal (ik_stop_signal, cli.h) ends the
+/* Set by the signal handler (cli.h's ik_cli_init): the signal number that
+ * asked us to stop. */
+extern volatile sig_atomic_t ik_stop_signal;
+
+/* Sleeps ms milliseconds.  A stop signal (ik_stop_signal, above) ends the
  * sleep early and returns -1, so a loop that waits can check it and finish
  * or roll back its record; any other signal resumes it.  0 when the whole
  * time passed. */

@@ -154,9 +154,9 @@ absent() {
 	local f bad=0
 	for f in $(product_c); do
 		case $f in
-		*/lib/store_postgres.c|*/lib/pg_pipe.c|*/lib/pg_url.c|*/lib/store_postgres_init.c|*/lib/store_postgres_outbox.c|*/lib/store_postgres_outbox_stats.c|*/lib/pg_err.c|*/lib/pg_repl.c) ;;   # the same adapter's in-flight half, idemp-init part, outbox, its lag gauge, errors and replication check
+		*/lib/store_postgres.c|*/lib/pg_pipe.c|*/lib/pg_slot.c|*/lib/pg_url.c|*/lib/store_postgres_init.c|*/lib/store_postgres_outbox.c|*/lib/store_postgres_outbox_stats.c|*/lib/pg_err.c|*/lib/pg_repl.c) ;;   # the same adapter's in-flight half, idemp-init part, outbox, its lag gauge, errors and replication check
 		*) if grep -nE '(^|[^A-Za-z_])PQ[a-zA-Z]+[[:space:]]*\(' "$f"; then
-			echo "libpq called outside lib/store_postgres.c, pg_pipe.c, pg_url.c, store_postgres_init.c, store_postgres_outbox.c, store_postgres_outbox_stats.c, pg_err.c, pg_repl.c: $f" >&2
+			echo "libpq called outside lib/store_postgres.c, pg_pipe.c, pg_slot.c, pg_url.c, store_postgres_init.c, store_postgres_outbox.c, store_postgres_outbox_stats.c, pg_err.c, pg_repl.c: $f" >&2
 			bad=1
 		   fi ;;
 		esac

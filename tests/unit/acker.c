@@ -12,6 +12,7 @@
 #include "envelope.h"
 #include "outcome.h"
 #include "queue.h"
+#include "queue_open.h"
 #include "util.h"
 
 #define FINISHED "{\"claim\":{\"outcome\":\"ACQUIRED\",\"chargeId\":\"CHG-1\"}," \

@@ -10,6 +10,7 @@
 
 #include "outcome.h"
 #include "store.h"
+#include "store_open.h"
 #include "store_sqlite.h"
 
 static const char *const names[IK_SQ_STATS_N] = { "COUNT", "STUCK", "DNF" };

@@ -18,6 +18,7 @@
 
 #include "outcome.h"
 #include "store.h"
+#include "store_open.h"
 #include "util.h"
 
 #define FP "243d21ec76d04362e7f3f90d52ed9b52b45bf51641592c23ab31402081d37c46"
