@@ -6,7 +6,7 @@
 load helper
 bats_require_minimum_version 1.5.0
 
-@test "idemkit(7) prints the table of lib/outcome.c, row for row" {
+@test "idemkit(7) prints the table of lib/core/outcome.c, row for row" {
 	run "$IDEMKIT_TEST_BIN/outcome_table"
 	[ "$status" -eq 0 ]
 	[ "${#lines[@]}" -eq 17 ]
@@ -69,28 +69,24 @@ bats_require_minimum_version 1.5.0
 }
 
 # layout_violations DIR: the includes that break the ports rule (DESIGN.md
-# "Layout"), one per line: an adapter (lib/store_X.c, lib/queue_X.c) that
+# "Layout"), one per line: an adapter (lib/store/X/, lib/queue/X/) that
 # includes another adapter's header, a command that includes an adapter's
-# header (or the AWS client under them), or product code that includes
-# the bank simulator's.
+# header (or the AWS client or the SQLite file under them), or product code
+# that includes the bank simulator's.
 layout_violations() {
-	local dir=$1 f base h
-	for f in "$dir"/lib/store_*.c "$dir"/lib/queue_*.c; do
+	local dir=$1 f own h
+	for f in "$dir"/lib/store/*/*.c "$dir"/lib/queue/*/*.c; do
 		[ -e "$f" ] || continue
-		base=$(basename "$f" .c)
-		# the factories: the one place that names the adapters
-		case $base in store_open|queue_open) continue ;; esac
-		for h in $(sed -n 's/^#include "\(\(store\|queue\)_[a-z0-9_]*\)\.h".*/\1/p' "$f"); do
-			# its own header, or a part of one adapter split along a seam
-			# (store_sqlite_outbox.c) including that adapter's header
-			[ "$h" = "$base" ] || [ "${base#"$h"_}" != "$base" ] || echo "$f includes $h.h"
+		own=${f#"$dir"/lib/}
+		own=${own%/*}
+		for h in $(sed -n 's/^#include "\(\(store\|queue\)\/[a-z0-9_]*\)\/[a-z0-9_]*\.h".*/\1/p' "$f"); do
+			[ "$h" = "$own" ] || echo "$f includes $h/"
 		done
 	done
-	for f in "$dir"/cmd/*.c "$dir"/lib/*.c; do
+	for f in "$dir"/cmd/*.c "$dir"/lib/*/*.c "$dir"/lib/*/*/*.c; do
 		[ -e "$f" ] || continue
 		case $f in */cmd/*)
-			sed -n 's/^#include "\(\(store\|queue\)_[a-z0-9_]*\.h\|aws[a-z0-9_]*\.h\|sqlite\.h\)".*/\1/p' "$f" |
-				grep -vx 'store_open.h\|queue_open.h' |   # the ports' factories
+			sed -n 's/^#include "\(\(store\|queue\)\/[a-z0-9_]*\/[a-z0-9_]*\.h\|aws\/[a-z0-9_]*\.h\|conn\/sqlite\.h\)".*/\1/p' "$f" |
 				while read -r h; do echo "$f includes $h"; done ;;
 		esac
 		sed -n 's/^#include "\(banksim[a-z0-9_]*\.h\)".*/\1/p' "$f" |
@@ -106,24 +102,24 @@ layout_violations() {
 
 @test "ports: the layout check finds each kind of violation" {
 	d=$BATS_TEST_TMPDIR/tree
-	mkdir -p "$d/lib" "$d/cmd"
-	printf '#include "store.h"\n#include "store_sqlite.h"\n' > "$d/lib/store_sqlite.c"
-	printf '#include "store.h"\n#include "store_sqlite.h"\n' > "$d/lib/store_pg.c"
-	printf '#include "queue.h"\n#include "store_pg.h"\n' > "$d/lib/queue_x.c"
-	printf '#include "cli.h"\n#include "queue_sqs.h"\n#include "aws.h"\n' > "$d/cmd/a.c"
-	printf '#include "banksim.h"\n' > "$d/lib/http.c"
+	mkdir -p "$d/lib/store/sqlite" "$d/lib/store/pg" "$d/lib/queue/x" "$d/lib/conn" "$d/cmd"
+	printf '#include "store/store.h"\n#include "store/sqlite/store_sqlite.h"\n' > "$d/lib/store/sqlite/store_sqlite.c"
+	printf '#include "store/store.h"\n#include "store/sqlite/store_sqlite.h"\n' > "$d/lib/store/pg/store_pg.c"
+	printf '#include "queue/queue.h"\n#include "store/pg/store_pg.h"\n' > "$d/lib/queue/x/queue_x.c"
+	printf '#include "cli/cli.h"\n#include "queue/sqs/queue_sqs.h"\n#include "aws/aws.h"\n' > "$d/cmd/a.c"
+	printf '#include "banksim.h"\n' > "$d/lib/conn/http.c"
 	# a part of the sqlite adapter may include its header, not another's
-	printf '#include "store_sqlite.h"\n' > "$d/lib/store_sqlite_outbox.c"
-	printf '#include "store_pg.h"\n' > "$d/lib/store_sqlitex.c"
+	printf '#include "store/sqlite/store_sqlite.h"\n' > "$d/lib/store/sqlite/store_sqlite_outbox.c"
+	printf '#include "store/pg/store_pg.h"\n' > "$d/lib/store/sqlite/store_sqlitex.c"
 	run layout_violations "$d"
 	[ "$status" -eq 0 ]
 	[ "${#lines[@]}" -eq 6 ]
-	[[ "$output" == *"store_sqlitex.c includes store_pg.h"* ]]
+	[[ "$output" == *"store_sqlitex.c includes store/pg/"* ]]
 	[[ "$output" != *"store_sqlite_outbox.c includes"* ]]
-	[[ "$output" == *"store_pg.c includes store_sqlite.h"* ]]
-	[[ "$output" == *"queue_x.c includes store_pg.h"* ]]
-	[[ "$output" == *"a.c includes queue_sqs.h"* ]]
-	[[ "$output" == *"a.c includes aws.h"* ]]
+	[[ "$output" == *"store_pg.c includes store/sqlite/"* ]]
+	[[ "$output" == *"queue_x.c includes store/pg/"* ]]
+	[[ "$output" == *"a.c includes queue/sqs/queue_sqs.h"* ]]
+	[[ "$output" == *"a.c includes aws/aws.h"* ]]
 	[[ "$output" == *"http.c includes banksim.h (the bank simulator is a test double)"* ]]
 	[[ "$output" != *"store_sqlite.c includes"* ]]
 }
@@ -147,7 +143,7 @@ without() {
 	for b in "$IDEMKIT_BIN"/*; do
 		head -c 4 "$b" | grep -q ELF || continue
 		if readelf -d "$b" | grep -E 'NEEDED.*\[(libcurl|libpq|libhiredis)'; then
-			echo "$b links a library that lib/dl.h loads on first use" >&2
+			echo "$b links a library that lib/dl/dl.h loads on first use" >&2
 			return 1
 		fi
 	done
