@@ -68,62 +68,6 @@ bats_require_minimum_version 1.5.0
 	grep -q '^VERSION=[0-9]' "$dest/opt/idemkit/bin/charge-worker"
 }
 
-# layout_violations DIR: the includes that break the ports rule (DESIGN.md
-# "Layout"), one per line: an adapter (lib/store/X/, lib/queue/X/) that
-# includes another adapter's header, a command that includes an adapter's
-# header (or the AWS client or the SQLite file under them), or product code
-# that includes the bank simulator's.
-layout_violations() {
-	local dir=$1 f own h
-	for f in "$dir"/lib/store/*/*.c "$dir"/lib/queue/*/*.c; do
-		[ -e "$f" ] || continue
-		own=${f#"$dir"/lib/}
-		own=${own%/*}
-		for h in $(sed -n 's/^#include "\(\(store\|queue\)\/[a-z0-9_]*\)\/[a-z0-9_]*\.h".*/\1/p' "$f"); do
-			[ "$h" = "$own" ] || echo "$f includes $h/"
-		done
-	done
-	for f in "$dir"/cmd/*.c "$dir"/lib/*/*.c "$dir"/lib/*/*/*.c; do
-		[ -e "$f" ] || continue
-		case $f in */cmd/*)
-			sed -n 's/^#include "\(\(store\|queue\)\/[a-z0-9_]*\/[a-z0-9_]*\.h\|aws\/[a-z0-9_]*\.h\|conn\/sqlite\.h\)".*/\1/p' "$f" |
-				while read -r h; do echo "$f includes $h"; done ;;
-		esac
-		sed -n 's/^#include "\(banksim[a-z0-9_]*\.h\)".*/\1/p' "$f" |
-			while read -r h; do echo "$f includes $h (the bank simulator is a test double)"; done
-	done
-}
-
-@test "ports: no adapter includes another adapter, no command includes an adapter" {
-	run layout_violations "$IDEMKIT_SRC"
-	[ "$status" -eq 0 ]
-	[ -z "$output" ] || { echo "$output"; return 1; }
-}
-
-@test "ports: the layout check finds each kind of violation" {
-	d=$BATS_TEST_TMPDIR/tree
-	mkdir -p "$d/lib/store/sqlite" "$d/lib/store/pg" "$d/lib/queue/x" "$d/lib/conn" "$d/cmd"
-	printf '#include "store/store.h"\n#include "store/sqlite/store_sqlite.h"\n' > "$d/lib/store/sqlite/store_sqlite.c"
-	printf '#include "store/store.h"\n#include "store/sqlite/store_sqlite.h"\n' > "$d/lib/store/pg/store_pg.c"
-	printf '#include "queue/queue.h"\n#include "store/pg/store_pg.h"\n' > "$d/lib/queue/x/queue_x.c"
-	printf '#include "cli/cli.h"\n#include "queue/sqs/queue_sqs.h"\n#include "aws/aws.h"\n' > "$d/cmd/a.c"
-	printf '#include "banksim.h"\n' > "$d/lib/conn/http.c"
-	# a part of the sqlite adapter may include its header, not another's
-	printf '#include "store/sqlite/store_sqlite.h"\n' > "$d/lib/store/sqlite/store_sqlite_outbox.c"
-	printf '#include "store/pg/store_pg.h"\n' > "$d/lib/store/sqlite/store_sqlitex.c"
-	run layout_violations "$d"
-	[ "$status" -eq 0 ]
-	[ "${#lines[@]}" -eq 6 ]
-	[[ "$output" == *"store_sqlitex.c includes store/pg/"* ]]
-	[[ "$output" != *"store_sqlite_outbox.c includes"* ]]
-	[[ "$output" == *"store_pg.c includes store/sqlite/"* ]]
-	[[ "$output" == *"queue_x.c includes store/pg/"* ]]
-	[[ "$output" == *"a.c includes queue/sqs/queue_sqs.h"* ]]
-	[[ "$output" == *"a.c includes aws/aws.h"* ]]
-	[[ "$output" == *"http.c includes banksim.h (the bank simulator is a test double)"* ]]
-	[[ "$output" != *"store_sqlite.c includes"* ]]
-}
-
 # without "SONAME..." CMD...: CMD where none of those libraries can be
 # loaded: a private mount namespace with /dev/null bound over each.
 without() {
