@@ -1,4 +1,6 @@
-# idemkit: one static library (lib/) and one small binary per cmd/*.c.
+# idemkit: one static library (lib/, a folder per port and per shared
+# concern: lib/*/*.c, and an adapter's own folder, lib/*/*/*.c) and one
+# small binary per cmd/*.c.
 # Shell commands are cmd/*.sh, installed without the suffix.
 # Build output goes to $(O) (default build/), so the sanitizer build
 # (O=build/san) lives beside the normal one.
@@ -29,7 +31,7 @@ DEPS := libcurl:libcurl4-openssl-dev libcjson:libcjson-dev \
 SIM_DEPS := libmicrohttpd:libmicrohttpd-dev gnutls:libgnutls28-dev
 PKG_CONFIG ?= pkg-config
 PKGS := $(foreach d,$(DEPS),$(word 1,$(subst :, ,$(d))))
-# Loaded with dlopen on first use (lib/dl.h): their headers, never their
+# Loaded with dlopen on first use (lib/dl/dl.h): their headers, never their
 # link flags, so a process that does not use them does not load them.
 DL_PKGS := libcurl hiredis libpq
 
@@ -76,7 +78,9 @@ IK_CFLAGS := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
 IK_LDFLAGS := -Wl,--as-needed
 LDLIBS += $(PKG_LIBS) -ljq -lm
 
-LIB_SRC  := $(wildcard lib/*.c)
+# Each object's name is its source's (the archive keeps a member by its
+# name alone: tests/layout.bats checks that no two lib sources share one).
+LIB_SRC  := $(wildcard lib/*/*.c lib/*/*/*.c)
 LIB_OBJ  := $(patsubst lib/%.c,$(O)/obj/lib/%.o,$(LIB_SRC))
 CMD_SRC  := $(wildcard cmd/*.c)
 CMDS     := $(patsubst cmd/%.c,%,$(CMD_SRC))

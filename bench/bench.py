@@ -7,7 +7,8 @@ redeliveries of an earlier charge) go through the embedded default (SQLite
 queue and store, durable commits) with bank-sim as the core-banking API:
 
   limits        always: durable single-row SQLite commits/s (WAL,
-                synchronous=FULL, as lib/sqlite.c), at the start and the end
+                synchronous=FULL, as lib/conn/sqlite.c), at the start and the
+                end
   oneshot       charge-worker, one process per step per receive of up to 10
                 messages (per message before issue 30) (-j 2)
   stream        charge-worker --stream (-j BENCH_J, default 1)

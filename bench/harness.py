@@ -199,7 +199,7 @@ class Bank:
 
 def sqlite_commit_limit(seconds=None):
     """Durable single-row commits per second SQLite does here, with the
-    pragmas the store and queue use (lib/sqlite.c: journal_mode=WAL,
+    pragmas the store and queue use (lib/conn/sqlite.c: journal_mode=WAL,
     synchronous=FULL): one INSERT per transaction, on the file system the
     bench's stores are on (TMPDIR), for about `seconds`."""
     seconds = seconds or (1.0 if QUICK else 3.0)

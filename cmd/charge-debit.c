@@ -16,7 +16,8 @@
  *   any other status (401, 403, 404, other 4xx, 1xx, 3xx)
  *                                              CONFIG: the message is left,
  *                          the record stays claimable, an operator looks
- * The status classes live in lib/bankapi.c (ik_bankapi_classify).
+ * The status classes live in lib/bank/ (made by bankapi.c, read by
+ * ik_bankapi_classify in bankapi_conf.c).
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -24,16 +25,17 @@
 #include <string.h>
 #include <strings.h>
 
-#include "bankapi.h"
-#include "cli.h"
-#include "envelope.h"
-#include "event.h"
-#include "log.h"
-#include "outcome.h"
-#include "settle.h"
-#include "step.h"
-#include "store.h"
-#include "util.h"
+#include "bank/bankapi.h"
+#include "cli/cli.h"
+#include "core/envelope.h"
+#include "core/event.h"
+#include "core/log.h"
+#include "core/outcome.h"
+#include "core/step.h"
+#include "core/util.h"
+#include "flow/settle.h"
+#include "open/store_open.h"
+#include "store/store.h"
 
 static const char usage[] =
 	"usage: charge-debit [--check | --dry-run] [--stream] [--url URL] [--key-header NAME]\n"

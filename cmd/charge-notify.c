@@ -5,7 +5,7 @@
  * untouched.  A failed notification never touches the debit: it is
  * recorded as NOTIFY_FAILED (the charge becomes DEBITED_NOTIFICATION_FAILED
  * and is re-driven separately).  The statuses are classed as the debit's
- * (lib/bankapi.c): the retry list (408 409 425 429 5xx), timeouts and
+ * (lib/bank/bankapi.c): the retry list (408 409 425 429 5xx), timeouts and
  * connection errors are retried in process, a bounded number of times with
  * exponential backoff and full jitter, then NOTIFY_FAILED; the declined
  * list (402 422) is NOTIFY_FAILED at once; any other status (401, 403,
@@ -18,16 +18,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bankapi.h"
-#include "cli.h"
-#include "envelope.h"
-#include "event.h"
-#include "log.h"
-#include "outcome.h"
-#include "settle.h"
-#include "step.h"
-#include "store.h"
-#include "util.h"
+#include "bank/bankapi.h"
+#include "cli/cli.h"
+#include "core/envelope.h"
+#include "core/event.h"
+#include "core/log.h"
+#include "core/outcome.h"
+#include "core/step.h"
+#include "core/util.h"
+#include "flow/settle.h"
+#include "open/store_open.h"
+#include "store/store.h"
 
 static const char usage[] =
 	"usage: charge-notify [--check | --dry-run] [--stream] [--url URL] [--key-header NAME]\n"

@@ -1,5 +1,6 @@
-/* idemkit-code: explain exit codes from the one table in lib/outcome.c, for
- * a person at 3 a.m. ("what does 11 mean?") and for shell drivers.
+/* idemkit-code: explain exit codes from the one table in
+ * lib/core/outcome.c, for a person at 3 a.m. ("what does 11 mean?") and
+ * for shell drivers.
  *
  * The drivers also ask it what they must not work out again in shell:
  * --duration parses a duration as every command does (ik_parse_duration),
@@ -13,11 +14,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "envelope.h"
-#include "lines.h"
-#include "outcome.h"
-#include "util.h"
+#include "cli/cli.h"
+#include "core/envelope.h"
+#include "core/lines.h"
+#include "core/outcome.h"
+#include "core/util.h"
 
 static const char usage[] =
 	"usage: idemkit-code [--json] [CODE|NAME ...]\n"

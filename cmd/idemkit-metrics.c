@@ -1,5 +1,5 @@
 /* idemkit-metrics: writes a run's Prometheus metrics file for
- * node_exporter's textfile collector (lib/metrics.h): the summary line of
+ * node_exporter's textfile collector (lib/flow/metrics.h): the summary line of
  * charge-worker or charge-recover on stdin, the store's stats gauges and
  * the DLQ's counts.  The scripts call it at the end of a run (--metrics
  * FILE), so no shell formats the exposition; --clock gives them the start
@@ -13,14 +13,16 @@
 
 #include <cjson/cJSON.h>
 
-#include "cli.h"
-#include "lines.h"
-#include "log.h"
-#include "metrics.h"
-#include "outcome.h"
-#include "queue.h"
-#include "store.h"
-#include "util.h"
+#include "cli/cli.h"
+#include "core/lines.h"
+#include "core/log.h"
+#include "core/outcome.h"
+#include "core/util.h"
+#include "flow/metrics.h"
+#include "open/queue_open.h"
+#include "open/store_open.h"
+#include "queue/queue.h"
+#include "store/store.h"
 
 static const char usage[] =
 	"usage: idemkit-metrics --file FILE --job NAME --started MS --status N\n"

@@ -41,15 +41,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "envelope.h"
-#include "event.h"
-#include "log.h"
-#include "outcome.h"
-#include "settle.h"
-#include "step.h"
-#include "store.h"
-#include "util.h"
+#include "cli/cli.h"
+#include "core/envelope.h"
+#include "core/event.h"
+#include "core/log.h"
+#include "core/outcome.h"
+#include "core/step.h"
+#include "core/util.h"
+#include "flow/settle.h"
+#include "open/store_open.h"
+#include "store/store.h"
 
 static const char usage[] =
 	"usage: idemp-claim [--check | --check-store] [--stream] [--inflight N] [--lease DUR]\n"

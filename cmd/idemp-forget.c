@@ -6,11 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "log.h"
-#include "outcome.h"
-#include "store.h"
-#include "util.h"
+#include "cli/cli.h"
+#include "core/log.h"
+#include "core/outcome.h"
+#include "core/util.h"
+#include "open/store_open.h"
+#include "store/store.h"
 
 static const char usage[] =
 	"usage: idemp-forget [--store URL] [CHARGEID ...]\n";

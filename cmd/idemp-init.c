@@ -11,10 +11,11 @@
 #include <getopt.h>
 #include <stdio.h>
 
-#include "cli.h"
-#include "log.h"
-#include "outcome.h"
-#include "store.h"
+#include "cli/cli.h"
+#include "core/log.h"
+#include "core/outcome.h"
+#include "open/store_open.h"
+#include "store/store.h"
 
 static const char usage[] =
 	"usage: idemp-init [--store URL]\n";

@@ -8,11 +8,12 @@
 
 #include <cjson/cJSON.h>
 
-#include "cli.h"
-#include "envelope.h"
-#include "outcome.h"
-#include "store.h"
-#include "util.h"
+#include "cli/cli.h"
+#include "core/envelope.h"
+#include "core/outcome.h"
+#include "core/util.h"
+#include "open/store_open.h"
+#include "store/store.h"
 
 static const char usage[] =
 	"usage: idemp-list [--state STATE] [--expired] [--older-than DUR]\n"

@@ -5,7 +5,7 @@
  * relay at a time per store by a lease in the store.  One NDJSON line per
  * event on stdout once checkpointed; progress on stderr on a terminal;
  * with --metrics FILE, the lag gauge for node_exporter's textfile
- * collector (lib/metrics.h), every --metrics-every seconds and at exit. */
+ * collector (lib/flow/metrics.h), every --metrics-every seconds and at exit. */
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,14 +13,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "log.h"
-#include "metrics.h"
-#include "outbox.h"
-#include "outcome.h"
-#include "queue.h"
-#include "store.h"
-#include "util.h"
+#include "cli/cli.h"
+#include "core/log.h"
+#include "core/outcome.h"
+#include "core/util.h"
+#include "flow/metrics.h"
+#include "flow/outbox.h"
+#include "open/queue_open.h"
+#include "open/store_open.h"
+#include "queue/queue.h"
+#include "store/store.h"
 
 static const char usage[] =
 	"usage: idemp-outbox [--once | --follow] [--stats] [--store URL] [--queue URL]\n"

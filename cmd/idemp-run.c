@@ -36,13 +36,14 @@
 #include <cjson/cJSON.h>
 #include <sodium.h>
 
-#include "cli.h"
-#include "event.h"
-#include "lines.h"
-#include "log.h"
-#include "outcome.h"
-#include "store.h"
-#include "util.h"
+#include "cli/cli.h"
+#include "core/event.h"
+#include "core/lines.h"
+#include "core/log.h"
+#include "core/outcome.h"
+#include "core/util.h"
+#include "open/store_open.h"
+#include "store/store.h"
 
 extern char **environ;
 

@@ -14,13 +14,14 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli.h"
-#include "envelope.h"
-#include "log.h"
-#include "outcome.h"
-#include "store.h"
-#include "utf8.h"
-#include "util.h"
+#include "cli/cli.h"
+#include "core/envelope.h"
+#include "core/log.h"
+#include "core/outcome.h"
+#include "core/utf8.h"
+#include "core/util.h"
+#include "open/store_open.h"
+#include "store/store.h"
 
 static const char usage[] =
 	"usage: idemp-show [--json] [--store URL] [CHARGEID ...]\n";

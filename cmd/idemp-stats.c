@@ -7,10 +7,11 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "outcome.h"
-#include "store.h"
-#include "util.h"
+#include "cli/cli.h"
+#include "core/outcome.h"
+#include "core/util.h"
+#include "open/store_open.h"
+#include "store/store.h"
 
 static const char usage[] =
 	"usage: idemp-stats [--json] [--store URL]\n";

@@ -1,7 +1,7 @@
 /* sqs-ack: do with each message what its envelope's verdict says.
  *
- * The acker (lib/acker.c) carries the verdict out; this file runs it on
- * the step loop (lib/step.c), whose groups of already-available lines are
+ * The acker (lib/flow/acker.c) carries the verdict out; this file runs it on
+ * the step loop (lib/core/step.c), whose groups of already-available lines are
  * its delete batches: a group is begun, acked, flushed (on SQS the DLQ
  * copies, then a DeleteMessageBatch per 10 and the visibility changes, each
  * phase's calls in flight together; one transaction for the whole group on
@@ -12,13 +12,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "acker.h"
-#include "cli.h"
-#include "envelope.h"
-#include "outcome.h"
-#include "queue.h"
-#include "step.h"
-#include "util.h"
+#include "cli/cli.h"
+#include "core/envelope.h"
+#include "core/outcome.h"
+#include "core/step.h"
+#include "core/util.h"
+#include "flow/acker.h"
+#include "queue/queue.h"
 
 static const char usage[] =
 	"usage: sqs-ack [--queue URL] [--dlq URL] [--stream] [--backoff-base SECS]\n"

@@ -35,12 +35,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "envelope.h"
-#include "log.h"
-#include "outcome.h"
-#include "queue.h"
-#include "util.h"
+#include "cli/cli.h"
+#include "core/envelope.h"
+#include "core/log.h"
+#include "core/outcome.h"
+#include "core/util.h"
+#include "open/queue_open.h"
+#include "queue/queue.h"
 
 static const char usage[] =
 	"usage: sqs-recv [--queue URL] [--max N] [--wait SECS] [--visibility SECS]\n"

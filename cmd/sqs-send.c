@@ -15,13 +15,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "envelope.h"
-#include "lines.h"
-#include "log.h"
-#include "outcome.h"
-#include "queue.h"
-#include "util.h"
+#include "cli/cli.h"
+#include "core/envelope.h"
+#include "core/lines.h"
+#include "core/log.h"
+#include "core/outcome.h"
+#include "core/util.h"
+#include "open/queue_open.h"
+#include "queue/queue.h"
 
 static const char usage[] =
 	"usage: sqs-send [--queue URL] [--delay SECS] [--attr K=V]... [--from-envelope] < bodies\n";

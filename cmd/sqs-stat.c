@@ -9,10 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "cli.h"
-#include "outcome.h"
-#include "queue.h"
-#include "util.h"
+#include "cli/cli.h"
+#include "core/outcome.h"
+#include "core/util.h"
+#include "open/queue_open.h"
+#include "queue/queue.h"
 
 static const char usage[] =
 	"usage: sqs-stat [--queue URL] [--dlq URL] [--resolve]\n";

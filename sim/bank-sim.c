@@ -9,10 +9,10 @@
 #include <unistd.h>
 
 #include "banksim.h"
-#include "cli.h"
-#include "log.h"
-#include "outcome.h"
-#include "util.h"
+#include "cli/cli.h"
+#include "core/log.h"
+#include "core/outcome.h"
+#include "core/util.h"
 
 static const char USAGE[] =
 	"usage: bank-sim [--listen ADDR] [--port N] [--port-file FILE] [--db FILE]\n"

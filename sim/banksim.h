@@ -18,8 +18,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "err.h"
-#include "event.h"
+#include "core/err.h"
+#include "core/event.h"
 
 /* ---- ledger ---- */
 

@@ -22,8 +22,8 @@
 #include <sqlite3.h>
 
 #include "banksim.h"
-#include "outcome.h"
-#include "util.h"
+#include "core/outcome.h"
+#include "core/util.h"
 
 enum { S_BEGIN, S_COMMIT, S_ROLLBACK, S_BUMP, S_FIND, S_REPLAY, S_INSERT, S_NOTIFY, S_N };
 

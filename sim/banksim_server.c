@@ -26,11 +26,11 @@
 #include <microhttpd.h>
 #include <sodium.h>
 
-#include "bankapi.h"
+#include "bank/bankapi.h"
 #include "banksim.h"
-#include "log.h"
-#include "outcome.h"
-#include "util.h"
+#include "core/log.h"
+#include "core/outcome.h"
+#include "core/util.h"
 
 #define MAX_BODY      (64u << 10)
 #define MAX_SECRET    4096

@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# lib/aws_cred.c: every credential source of the chain, and its order,
+# lib/aws/aws_cred.c: every credential source of the chain, and its order,
 # against tests/credsrv.py: loopback stand-ins for STS, IMDSv2 and the
 # ECS/EKS container endpoint (no emulator of these exists on npm or
 # Debian).  They check each request as the real services do: STS verifies

@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# lib/aws: the error classifier on recorded DynamoDB and SQS error bodies
+# lib/aws/: the error classifier on recorded DynamoDB and SQS error bodies
 # (a C unit test), and the client's credential chain, region, endpoint,
 # signing and retries against a loopback fake (tests/lib/awsfake.py).
 # Nothing here contacts a non-loopback address: IMDS is disabled.

@@ -27,11 +27,11 @@ inner() {
 	cd "$IDEMKIT_SRC"
 	make -s check-runs > "$BATS_TEST_TMPDIR/runs"
 	grep -v '^run [0-9]* [0-9]* tests/idemp-claim.bats$' tests/san-cover.txt |
-		grep -v '^source lib/envelope.c$' > "$BATS_TEST_TMPDIR/old.txt"
+		grep -v '^source lib/core/envelope.c$' > "$BATS_TEST_TMPDIR/old.txt"
 	run python3 tests/sancover.py check "$BATS_TEST_TMPDIR/old.txt" "$BATS_TEST_TMPDIR/runs"
 	[ "$status" -eq 1 ]
 	[[ "$output" == *"unseen, sanitized in full: tests/idemp-claim.bats"* ]]
-	[[ "$output" == *"stale: a C source it has not seen: lib/envelope.c"* ]]
+	[[ "$output" == *"stale: a C source it has not seen: lib/core/envelope.c"* ]]
 	[[ "$output" == *"is stale: make san-cover renews it" ]]
 	# a new run alone: named, not stale (select gives it in full)
 	{ cat "$BATS_TEST_TMPDIR/runs"; echo 'tests/brand-new.bats'; } > "$BATS_TEST_TMPDIR/more"

@@ -6,7 +6,7 @@
 load helper
 bats_require_minimum_version 1.5.0
 
-@test "idemkit(7) prints the table of lib/outcome.c, row for row" {
+@test "idemkit(7) prints the table of lib/core/outcome.c, row for row" {
 	run "$IDEMKIT_TEST_BIN/outcome_table"
 	[ "$status" -eq 0 ]
 	[ "${#lines[@]}" -eq 17 ]
@@ -68,63 +68,6 @@ bats_require_minimum_version 1.5.0
 	grep -q '^VERSION=[0-9]' "$dest/opt/idemkit/bin/charge-worker"
 }
 
-# layout_violations DIR: the includes that break the ports rule (DESIGN.md
-# "Layout"), one per line: an adapter (lib/store_X.c, lib/queue_X.c) that
-# includes another adapter's header, a command that includes an adapter's
-# header (or the AWS client under them), or product code that includes
-# the bank simulator's.
-layout_violations() {
-	local dir=$1 f base h
-	for f in "$dir"/lib/store_*.c "$dir"/lib/queue_*.c; do
-		[ -e "$f" ] || continue
-		base=$(basename "$f" .c)
-		for h in $(sed -n 's/^#include "\(\(store\|queue\)_[a-z0-9_]*\)\.h".*/\1/p' "$f"); do
-			# its own header, or a part of one adapter split along a seam
-			# (store_sqlite_outbox.c) including that adapter's header
-			[ "$h" = "$base" ] || [ "${base#"$h"_}" != "$base" ] || echo "$f includes $h.h"
-		done
-	done
-	for f in "$dir"/cmd/*.c "$dir"/lib/*.c; do
-		[ -e "$f" ] || continue
-		case $f in */cmd/*)
-			sed -n 's/^#include "\(\(store\|queue\)_[a-z0-9_]*\.h\|aws[a-z0-9_]*\.h\|sqlite\.h\)".*/\1/p' "$f" |
-				while read -r h; do echo "$f includes $h"; done ;;
-		esac
-		sed -n 's/^#include "\(banksim[a-z0-9_]*\.h\)".*/\1/p' "$f" |
-			while read -r h; do echo "$f includes $h (the bank simulator is a test double)"; done
-	done
-}
-
-@test "ports: no adapter includes another adapter, no command includes an adapter" {
-	run layout_violations "$IDEMKIT_SRC"
-	[ "$status" -eq 0 ]
-	[ -z "$output" ] || { echo "$output"; return 1; }
-}
-
-@test "ports: the layout check finds each kind of violation" {
-	d=$BATS_TEST_TMPDIR/tree
-	mkdir -p "$d/lib" "$d/cmd"
-	printf '#include "store.h"\n#include "store_sqlite.h"\n' > "$d/lib/store_sqlite.c"
-	printf '#include "store.h"\n#include "store_sqlite.h"\n' > "$d/lib/store_pg.c"
-	printf '#include "queue.h"\n#include "store_pg.h"\n' > "$d/lib/queue_x.c"
-	printf '#include "cli.h"\n#include "queue_sqs.h"\n#include "aws.h"\n' > "$d/cmd/a.c"
-	printf '#include "banksim.h"\n' > "$d/lib/http.c"
-	# a part of the sqlite adapter may include its header, not another's
-	printf '#include "store_sqlite.h"\n' > "$d/lib/store_sqlite_outbox.c"
-	printf '#include "store_pg.h"\n' > "$d/lib/store_sqlitex.c"
-	run layout_violations "$d"
-	[ "$status" -eq 0 ]
-	[ "${#lines[@]}" -eq 6 ]
-	[[ "$output" == *"store_sqlitex.c includes store_pg.h"* ]]
-	[[ "$output" != *"store_sqlite_outbox.c includes"* ]]
-	[[ "$output" == *"store_pg.c includes store_sqlite.h"* ]]
-	[[ "$output" == *"queue_x.c includes store_pg.h"* ]]
-	[[ "$output" == *"a.c includes queue_sqs.h"* ]]
-	[[ "$output" == *"a.c includes aws.h"* ]]
-	[[ "$output" == *"http.c includes banksim.h (the bank simulator is a test double)"* ]]
-	[[ "$output" != *"store_sqlite.c includes"* ]]
-}
-
 # without "SONAME..." CMD...: CMD where none of those libraries can be
 # loaded: a private mount namespace with /dev/null bound over each.
 without() {
@@ -144,7 +87,7 @@ without() {
 	for b in "$IDEMKIT_BIN"/*; do
 		head -c 4 "$b" | grep -q ELF || continue
 		if readelf -d "$b" | grep -E 'NEEDED.*\[(libcurl|libpq|libhiredis)'; then
-			echo "$b links a library that lib/dl.h loads on first use" >&2
+			echo "$b links a library that lib/dl/dl.h loads on first use" >&2
 			return 1
 		fi
 	done

@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# The outbox on the Redis store (issue 27; lib/store_redis_outbox.c): what
+# The outbox on the Redis store (issue 27; lib/store/redis/store_redis_outbox.c): what
 # is this store's own.  The generic tests (the events and their format, a
 # refused finish, kill -9 of the relay at each boundary, a worker killed
 # between debit and finish, two relays racing, the downstream consumer)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # idemp-claim and idemp-done --stream on the PostgreSQL store: claims and
-# finishes in flight in libpq's pipeline mode (lib/pg_pipe.c), each
+# finishes in flight in libpq's pipeline mode (lib/store/postgres/pg_conn.c), each
 # still its own conditional statement with its own outcome, a batch one
 # implicit transaction.  Against a real throwaway PostgreSQL
 # (pg_helper.bash).  Envelopes leave in the order the answers come, so the

@@ -804,7 +804,7 @@ no_secret() {
 	[ "$(jget "$(PGCLIENTENCODING=LATIN1 idemp-show --json "$(uid enc)")" lastError)" = "HTTP 503: café ₹ 五" ]
 }
 
-@test "lib/utf8.c calls valid exactly what PostgreSQL accepts as UTF-8; repairs and cuts are valid to it (C unit test)" {
+@test "lib/core/utf8.c calls valid exactly what PostgreSQL accepts as UTF-8; repairs and cuts are valid to it (C unit test)" {
 	cases=(41 c3a9 e282b9 f09f9880 efbfbd f48fbfbf c2 c0af c1bf e080af e09fbf eda080 edbfbf
 		f08fbfbf f4908080 f5808080 f8 ff 80 bf e282 e241 f09f98 41e282b94142 4142434445e282b9)
 	run "$IDEMKIT_TEST_BIN/utf8" "${cases[@]}"

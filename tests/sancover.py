@@ -44,7 +44,8 @@ SRC_DIRS = ("lib", "cmd", "sim")
 def sources(root):
     out = []
     for d in SRC_DIRS:
-        out += sorted(os.path.relpath(p, root) for p in glob.glob(os.path.join(root, d, "*.c")))
+        out += sorted(os.path.relpath(p, root)
+                      for p in glob.glob(os.path.join(root, d, "**", "*.c"), recursive=True))
     return out
 
 

@@ -132,38 +132,38 @@ absent() {
 	[ "$status" -eq 1 ]
 }
 
-@test "TLS: only lib/http.c drives curl, and it never turns verification off" {
+@test "TLS: only lib/conn/http.c drives curl, and it never turns verification off" {
 	local files f
 	files=$(product_c)
 	for f in $files; do
-		case $f in */lib/http.c) continue ;; esac
-		# (lib/curl_dl.c names the symbols it loads; it calls none of them)
+		case $f in */lib/conn/http.c) continue ;; esac
+		# (lib/dl/curl_dl.c names the symbols it loads; it calls none of them)
 		if grep -nE '(curl_easy_setopt|curl_easy_init|easy_setopt|easy_init)[[:space:]]*\(|CURLOPT_' "$f"; then
-			echo "curl used outside lib/http.c: $f" >&2
+			echo "curl used outside lib/conn/http.c: $f" >&2
 			return 1
 		fi
 	done
-	grep -q 'CURLOPT_SSL_VERIFYPEER, 1L' "$IDEMKIT_SRC/lib/http.c"
-	grep -q 'CURLOPT_SSL_VERIFYHOST, 2L' "$IDEMKIT_SRC/lib/http.c"
+	grep -q 'CURLOPT_SSL_VERIFYPEER, 1L' "$IDEMKIT_SRC/lib/conn/http.c"
+	grep -q 'CURLOPT_SSL_VERIFYHOST, 2L' "$IDEMKIT_SRC/lib/conn/http.c"
 	# shellcheck disable=SC2086
 	run ! grep -nE 'SSL_VERIFY(PEER|HOST|STATUS)[^;]*, *0|CURLSSLOPT_NO_REVOKE|CURLOPT_SSL_VERIFY[A-Z]*, *[a-z_]' $files
 	[ -z "$output" ] || { echo "TLS verification switched off: $output"; return 1; }
 }
 
-@test "libpq and hiredis: only their adapters drive them; the lib/*_dl.c loaders name symbols and call none" {
+@test "libpq and hiredis: only their adapters drive them; the lib/dl/ loaders name symbols and call none" {
 	local f bad=0
 	for f in $(product_c); do
 		case $f in
-		*/lib/store_postgres.c|*/lib/pg_pipe.c|*/lib/pg_url.c|*/lib/store_postgres_init.c|*/lib/store_postgres_outbox.c|*/lib/store_postgres_outbox_stats.c|*/lib/pg_err.c|*/lib/pg_repl.c) ;;   # the same adapter's in-flight half, idemp-init part, outbox, its lag gauge, errors and replication check
+		*/lib/store/postgres/*.c) ;;   # the PostgreSQL adapter's own folder
 		*) if grep -nE '(^|[^A-Za-z_])PQ[a-zA-Z]+[[:space:]]*\(' "$f"; then
-			echo "libpq called outside lib/store_postgres.c, pg_pipe.c, pg_url.c, store_postgres_init.c, store_postgres_outbox.c, store_postgres_outbox_stats.c, pg_err.c, pg_repl.c: $f" >&2
+			echo "libpq called outside lib/store/postgres/: $f" >&2
 			bad=1
 		   fi ;;
 		esac
 		case $f in
-		*/lib/redis.c|*/lib/store_redis.c|*/lib/store_redis_outbox.c|*/lib/store_cache.c) ;;   # store_redis_outbox.c: the same adapter's outbox half
+		*/lib/conn/redis.c|*/lib/store/redis/*.c|*/lib/store/cache/*.c) ;;   # the client, the Redis store, the cache
 		*) if grep -nE '(^|[^A-Za-z_])(redis[A-Z][a-zA-Z]*|freeReplyObject)[[:space:]]*\(' "$f"; then
-			echo "hiredis called outside redis.c, store_redis.c, store_redis_outbox.c, store_cache.c: $f" >&2
+			echo "hiredis called outside lib/conn/redis.c, lib/store/redis/, lib/store/cache/: $f" >&2
 			bad=1
 		   fi ;;
 		esac
@@ -171,7 +171,7 @@ absent() {
 	[ "$bad" -eq 0 ]
 	# Their own headers only through the loaders' (a direct include would
 	# call the library by name, and the link would need it again).
-	run grep -lE '#include <(curl/curl|libpq-fe|hiredis/hiredis)\.h>' $(product_c) "$IDEMKIT_SRC"/lib/*.h
+	run grep -lE '#include <(curl/curl|libpq-fe|hiredis/hiredis)\.h>' $(product_c) $(find "$IDEMKIT_SRC/lib" -name '*.h')
 	[ "$(printf '%s\n' "$output" | sed 's#.*/##' | sort | tr '\n' ' ')" = "curl_dl.h pq_dl.h redis_dl.h " ]
 }
 

@@ -40,13 +40,13 @@ load helper
 
 @test "-Werror in a checkout, not in a packager's tree without .git" {
 	cd "$IDEMKIT_SRC"
-	run env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory -n -B build/obj/lib/err.o O=build
+	run env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory -n -B build/obj/lib/core/err.o O=build
 	[ "$status" -eq 0 ]
 	[[ "$output" == *" -Werror "* ]]
 	tree=$BATS_TEST_TMPDIR/tarball
 	mkdir -p "$tree"
 	cp -r Makefile lib cmd mk "$tree/"
-	run env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory -n -B -C "$tree" build/obj/lib/err.o O=build
+	run env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory -n -B -C "$tree" build/obj/lib/core/err.o O=build
 	[ "$status" -eq 0 ]
 	[[ "$output" == *" -Wall -Wextra "* ]]
 	[[ "$output" != *"-Werror"* ]]

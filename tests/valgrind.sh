@@ -4,8 +4,8 @@
 # the sample expects; valgrind turns any memory error or definite leak into
 # exit 99, so a clean run is the expected code and nothing else.
 # With node and dynalite present (or CI=true), the store commands also run
-# once against DynamoDB (dynalite on loopback), which exercises lib/aws and
-# lib/http.  Usage: IDEMKIT_BIN=build/bin sh tests/valgrind.sh
+# once against DynamoDB (dynalite on loopback), which exercises lib/aws/ and
+# lib/conn/http.c.  Usage: IDEMKIT_BIN=build/bin sh tests/valgrind.sh
 
 set -u
 BIN=${IDEMKIT_BIN:?set IDEMKIT_BIN}

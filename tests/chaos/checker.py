@@ -75,7 +75,7 @@ def jlines(path):
 def legacy_ref(ref):
     """The bank's ref as the product records it after the fault bank-legacy
     (proxy.py): the branch's name added in ISO-8859-1, made valid UTF-8
-    at the store's port (each invalid byte U+FFFD, lib/utf8.c)."""
+    at the store's port (each invalid byte U+FFFD, lib/core/utf8.c)."""
     return (ref + BRANCH).encode("latin-1").decode("utf-8", "replace")
 
 

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "aws.h"
-#include "outcome.h"
+#include "aws/aws.h"
+#include "core/outcome.h"
 
 static void
 check_str(const char *s, size_t sz)

@@ -11,8 +11,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "outcome.h"
-#include "store_dynamodb.h"
+#include "core/outcome.h"
+#include "store/dynamodb/store_dynamodb.h"
 
 #define FP "243d21ec76d04362e7f3f90d52ed9b52b45bf51641592c23ab31402081d37c46"
 #define NOW 1800000000000LL

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "envelope.h"
-#include "outcome.h"
+#include "core/envelope.h"
+#include "core/outcome.h"
 
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

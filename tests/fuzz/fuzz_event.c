@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "event.h"
-#include "outcome.h"
+#include "core/event.h"
+#include "core/outcome.h"
 
 static void
 check_id(const char *s, size_t max)

@@ -111,12 +111,12 @@ mtype = {
 #define RECORDED(d) (d == OK || d == DECLINED)   /* idemp-done.c derive() */
 #endif
 
-/* the idempotency record (lib/store.h struct ik_record) */
+/* the idempotency record (lib/store/store.h struct ik_record) */
 mtype rs;               /* 0 = absent */
 short rl = -1;          /* leaseUntil - now */
 byte owner;             /* the claim token, see "Tokens" below */
 
-/* the message (lib/queue_sqlite.c messages row) */
+/* the message (lib/queue/sqlite/queue_sqlite.c messages row) */
 mtype ms = QUEUED;
 short vis = -1;         /* visible_at - now: visible when <= 0 */
 byte rcpt;              /* receives, for BROKEN_KEYDELIVERY only */
@@ -185,8 +185,9 @@ proctype worker(byte me)
 idle:
 	atomic { tok = 0; cl = 0; db = 0; nt = 0; dn = 0; act = 0; key = 0; early = false };
 
-	/* sqs-recv: lib/queue_sqlite.c receive (one BEGIN IMMEDIATE picks a
-	 * visible message, a fresh receipt, visible_at = now + visibility) */
+	/* sqs-recv: lib/queue/sqlite/queue_sqlite.c receive (one BEGIN
+	 * IMMEDIATE picks a visible message, a fresh receipt, visible_at = now +
+	 * visibility) */
 endrecv:
 	if
 	:: atomic { ms == QUEUED && vis <= 0 -> vis = VIS; busy++;
@@ -204,11 +205,11 @@ endrecv:
 	CRASHPOINT;
 
 	/* idemp-claim: claim() -> store->ops->claim, ONE conditional write:
-	 * lib/store_sqlite.c INSERT ... ON CONFLICT DO UPDATE ... WHERE
+	 * lib/store/sqlite/ INSERT ... ON CONFLICT DO UPDATE ... WHERE
 	 * state = 'IN_PROGRESS' AND lease_until < now AND fingerprint = ...;
-	 * lib/store_dynamodb.c attribute_not_exists(#k) OR (#st = :ip AND
-	 * #lu < :now AND #fp = :fp).  Refused: ik_claim_decide (lib/store.c)
-	 * on the record that refused it. */
+	 * lib/store/dynamodb/ attribute_not_exists(#k) OR (#st = :ip AND
+	 * #lu < :now AND #fp = :fp).  Refused: ik_claim_decide
+	 * (lib/store/store.c) on the record that refused it. */
 claim:
 	atomic {
 		if
@@ -271,7 +272,7 @@ claim:
 		:: else -> dl[me] = CALL   /* ik_bankapi_post: the request leaves */
 		fi
 	};
-	/* The bank, on its side (lib/banksim_ledger.c stands for it).  It
+	/* The bank, on its side (sim/banksim_ledger.c stands for it).  It
 	 * acts on a request before the client's timeout or not at all
 	 * (assumed; idemkit(7) says so).  With its key it replays what it
 	 * decided for the key; without, every call applied is a new debit. */
@@ -332,8 +333,8 @@ done:
 	 * DONE or DEBITED_NOTIFICATION_FAILED whatever the notification did;
 	 * LEASE_SHORT -> release; anything else: nothing to record.  finish
 	 * and release are each ONE conditional write on state = IN_PROGRESS
-	 * AND owner = token (lib/store_sqlite.c UPDATE ... WHERE ... owner =
-	 * ?2; lib/store_dynamodb.c "#st = :ip AND #ow = :tok"); no match is
+	 * AND owner = token (lib/store/sqlite/ UPDATE ... WHERE ... owner =
+	 * ?2; lib/store/dynamodb/ "#st = :ip AND #ow = :tok"); no match is
 	 * LEASE_LOST and changes nothing. */
 	atomic {
 		if
@@ -380,8 +381,8 @@ done:
 	fi;
 
 ack:
-	/* sqs-ack: the verdict (lib/envelope.c ik_env_verdict) and its
-	 * action (lib/outcome.c): delete, DLQ then delete, or leave. */
+	/* sqs-ack: the verdict (lib/core/envelope.c ik_env_verdict) and its
+	 * action (lib/core/outcome.c): delete, DLQ then delete, or leave. */
 	atomic {
 		if
 		:: cl == DUP_DONE ->
@@ -422,7 +423,7 @@ ack:
 	fi;
 	if
 	:: act == DELETE || act == DLQ ->
-		/* q->ops->delete (lib/queue_sqlite.c S_DELETE; SQS may accept
+		/* q->ops->delete (lib/queue/sqlite/queue_sqlite.c S_DELETE; SQS may accept
 		 * a stale receipt, so the model lets any receipt delete) */
 		atomic {
 			PASSERT(3, FINAL(rs) || act == DLQ);                       /* P3 */

@@ -1,4 +1,4 @@
-/* acker: the acker (lib/acker.c) driven against the embedded SQLite queue
+/* acker: the acker (lib/flow/acker.c) driven against the embedded SQLite queue
  * in the directory given as argv[1]: batched deletes held until their
  * batch completes (a whole group on this queue), the DLQ send-then-delete,
  * with the first-sent time, the backoff and lease visibilities, a stale
@@ -8,11 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "acker.h"
-#include "envelope.h"
-#include "outcome.h"
-#include "queue.h"
-#include "util.h"
+#include "core/envelope.h"
+#include "core/outcome.h"
+#include "core/util.h"
+#include "flow/acker.h"
+#include "open/queue_open.h"
+#include "queue/queue.h"
 
 #define FINISHED "{\"claim\":{\"outcome\":\"ACQUIRED\",\"chargeId\":\"CHG-1\"}," \
 	"\"debit\":{\"outcome\":\"OK\"},\"notify\":{\"outcome\":\"OK\"}," \

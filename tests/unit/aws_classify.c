@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "aws.h"
-#include "outcome.h"
+#include "aws/aws.h"
+#include "core/outcome.h"
 
 static int failed, n;
 

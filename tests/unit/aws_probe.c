@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "aws.h"
-#include "outcome.h"
+#include "aws/aws.h"
+#include "core/outcome.h"
 
 static int last_rc = IK_OK;
 static int reported;

@@ -9,8 +9,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "store.h"
-#include "store_dynamodb.h"
+#include "store/dynamodb/store_dynamodb.h"
+#include "store/store.h"
 
 static int failed, n;
 

@@ -13,8 +13,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "json.h"
-#include "log.h"
+#include "core/json.h"
+#include "core/log.h"
 
 static int fails;
 

@@ -1,8 +1,8 @@
-/* Prints the exit-code table of lib/outcome.c, one row a line, in the form
+/* Prints the exit-code table of lib/core/outcome.c, one row a line, in the form
  * man/idemkit.7 uses, so tests/contract.bats can check the page against it. */
 #include <stdio.h>
 
-#include "outcome.h"
+#include "core/outcome.h"
 
 int
 main(void)

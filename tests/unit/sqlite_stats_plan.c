@@ -8,9 +8,10 @@
 
 #include <sqlite3.h>
 
-#include "outcome.h"
-#include "store.h"
-#include "store_sqlite.h"
+#include "core/outcome.h"
+#include "open/store_open.h"
+#include "store/sqlite/store_sqlite.h"
+#include "store/store.h"
 
 static const char *const names[IK_SQ_STATS_N] = { "COUNT", "STUCK", "DNF" };
 

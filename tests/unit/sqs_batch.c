@@ -8,8 +8,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "outcome.h"
-#include "queue_sqs.h"
+#include "core/outcome.h"
+#include "queue/sqs/queue_sqs.h"
 
 #define N 3
 

@@ -16,9 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "outcome.h"
-#include "store.h"
-#include "util.h"
+#include "core/outcome.h"
+#include "core/util.h"
+#include "open/store_open.h"
+#include "store/store.h"
 
 #define FP "243d21ec76d04362e7f3f90d52ed9b52b45bf51641592c23ab31402081d37c46"
 #define HOUR 3600000LL

@@ -1,4 +1,4 @@
-/* utf8: lib/utf8.c on the byte strings given as hex arguments: one line
+/* utf8: lib/core/utf8.c on the byte strings given as hex arguments: one line
  * each, "HEX valid|invalid CLEANHEX CUT5HEX" (the string repaired, and
  * copied into 6 bytes: at most 5 and a NUL).  tests/postgres.bats holds
  * the answers against PostgreSQL's own UTF-8 check. */
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "utf8.h"
+#include "core/utf8.h"
 
 static void
 hex(const char *s, size_t n)
