@@ -34,6 +34,10 @@
 # options (e.g. --timing).  IDEMKIT_TEST_GCOV=DIR: each run's gcov data
 # under DIR/N (GCOV_PREFIX), its run in DIR/N/run and its seconds in
 # DIR/N/time (make san-cover, on a --coverage build).
+# IDEMKIT_TEST_PLAIN: a file of runs (as --list prints them) made with
+# IDEMKIT_BIN=$IDEMKIT_PLAIN_BIN and IDEMKIT_TEST_BIN=$IDEMKIT_PLAIN_TEST_BIN
+# (make test SANITIZE=1: the plain build for the runs the sanitizer pass
+# does not need), in the same schedule as the others.
 # run.sh --list RUN...: prints the runs, one a line, and runs none.
 set -u
 # A test that hangs (a receive loop that never ends, a server that never
@@ -123,6 +127,15 @@ if [ -n "${IDEMKIT_TEST_ONLY:-}" ]; then
 	[ -s "$dir/left" ] && echo "not run here (not in $IDEMKIT_TEST_ONLY): $(tr '\n' ' ' < "$dir/left")"
 fi
 [ -n "$list" ] && { cat "$dir/runs"; exit 0; }
+if [ -n "${IDEMKIT_TEST_PLAIN:-}" ]; then
+	# these runs on the plain build (make test SANITIZE=1: the runs the
+	# sanitizer's set cover leaves out), the rest on the one given
+	[ -r "$IDEMKIT_TEST_PLAIN" ] || { echo "run.sh: cannot read $IDEMKIT_TEST_PLAIN" >&2; exit 64; }
+	: "${IDEMKIT_PLAIN_BIN:?IDEMKIT_TEST_PLAIN needs IDEMKIT_PLAIN_BIN}" "${IDEMKIT_PLAIN_TEST_BIN:?IDEMKIT_TEST_PLAIN needs IDEMKIT_PLAIN_TEST_BIN}"
+	awk -v pre="IDEMKIT_BIN=$IDEMKIT_PLAIN_BIN IDEMKIT_TEST_BIN=$IDEMKIT_PLAIN_TEST_BIN " \
+	    'NR == FNR { plain[$0] = 1; next } { print (($0 in plain) ? pre : "") $0 }' \
+	    "$IDEMKIT_TEST_PLAIN" "$dir/runs" > "$dir/runs.p" && mv "$dir/runs.p" "$dir/runs"
+fi
 [ -s "$dir/skip" ] && echo "not run here (IDEMKIT_TEST_SKIP): $(tr '\n' ' ' < "$dir/skip")"
 if [ -s "${IDEMKIT_TEST_TIMES:-}" ]; then
 	# the slowest first by the last measure; runs it has not seen first of
