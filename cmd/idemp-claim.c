@@ -49,7 +49,7 @@
 #include "core/step.h"
 #include "core/util.h"
 #include "flow/settle.h"
-#include "open/store_open.h"
+#include "open/open_store.h"
 #include "store/store.h"
 
 static const char usage[] =

@@ -25,7 +25,7 @@
 #include "core/utf8.h"
 #include "core/util.h"
 #include "flow/settle.h"
-#include "open/store_open.h"
+#include "open/open_store.h"
 #include "store/store.h"
 
 static const char usage[] =

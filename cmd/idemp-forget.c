@@ -10,7 +10,7 @@
 #include "core/log.h"
 #include "core/outcome.h"
 #include "core/util.h"
-#include "open/store_open.h"
+#include "open/open_store.h"
 #include "store/store.h"
 
 static const char usage[] =

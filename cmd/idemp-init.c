@@ -14,7 +14,7 @@
 #include "cli/cli.h"
 #include "core/log.h"
 #include "core/outcome.h"
-#include "open/store_open.h"
+#include "open/open_store.h"
 #include "store/store.h"
 
 static const char usage[] =

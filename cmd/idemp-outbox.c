@@ -19,8 +19,8 @@
 #include "core/util.h"
 #include "flow/metrics.h"
 #include "flow/outbox.h"
-#include "open/queue_open.h"
-#include "open/store_open.h"
+#include "open/open_queue.h"
+#include "open/open_store.h"
 #include "queue/queue.h"
 #include "store/store.h"
 

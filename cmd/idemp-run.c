@@ -42,7 +42,7 @@
 #include "core/log.h"
 #include "core/outcome.h"
 #include "core/util.h"
-#include "open/store_open.h"
+#include "open/open_store.h"
 #include "store/store.h"
 
 extern char **environ;

@@ -20,7 +20,7 @@
 #include "core/outcome.h"
 #include "core/utf8.h"
 #include "core/util.h"
-#include "open/store_open.h"
+#include "open/open_store.h"
 #include "store/store.h"
 
 static const char usage[] =

@@ -21,7 +21,7 @@
 #include "core/log.h"
 #include "core/outcome.h"
 #include "core/util.h"
-#include "open/queue_open.h"
+#include "open/open_queue.h"
 #include "queue/queue.h"
 
 static const char usage[] =

@@ -12,7 +12,7 @@
 #include "cli/cli.h"
 #include "core/outcome.h"
 #include "core/util.h"
-#include "open/queue_open.h"
+#include "open/open_queue.h"
 #include "queue/queue.h"
 
 static const char usage[] =

@@ -45,13 +45,13 @@ tree() {
 		lib/store/sqlite/store_sqlite.h '' \
 		lib/store/sqlite/store_sqlite.c '#include "store/sqlite/store_sqlite.h"\n#include "queue/queue.h"\n' \
 		lib/store/pg/store_pg.c '#include "store/store.h"\n#include "store/sqlite/store_sqlite.h"\n' \
-		lib/open/store_open.c '#include "store/sqlite/store_sqlite.h"\n' \
+		lib/open/open_store.c '#include "store/sqlite/store_sqlite.h"\n' \
 		lib/flow/acker.c '#include "store/sqlite/store_sqlite.h"\n' \
 		lib/aws/aws.h '' \
 		lib/bank/bankapi.c '#include "aws/aws.h"\n' \
 		lib/conn/http.c '#include "banksim.h"\n#include "util.h"\n' \
 		lib/amqp/amqp.c '#include "core/util.h"\n' \
-		lib/queue/x/store_open.c '' \
+		lib/queue/x/open_store.c '' \
 		cmd/a.c '#include "cli/cli.h"\n#include "store/sqlite/store_sqlite.h"\n#include "aws/aws.h"\n' \
 		sim/banksim.h '' \
 		sim/bank-sim.c '#include "banksim.h"\n#include "core/util.h"\n'
@@ -67,11 +67,11 @@ tree() {
 	[[ "$output" == *'lib/conn/http.c includes "banksim.h": no such file under lib/'* ]]
 	[[ "$output" == *'lib/conn/http.c includes "util.h": no such file under lib/ (a path from lib/, as "core/util.h")'* ]]
 	[[ "$output" == *"lib/amqp/amqp.c: lib/amqp/ is on no line of the order in tests/layout.py"* ]]
-	[[ "$output" == *"lib/open/store_open.c and lib/queue/x/store_open.c share the name store_open.c: the archive keeps one of them"* ]]
+	[[ "$output" == *"lib/open/open_store.c and lib/queue/x/open_store.c share the name open_store.c: the archive keeps one of them"* ]]
 	[[ "$output" == *"cmd/a.c includes lib/store/sqlite/store_sqlite.h: a command talks to ports, not to store/sqlite/"* ]]
 	[[ "$output" == *"cmd/a.c includes lib/aws/aws.h: a command talks to ports, not to aws/"* ]]
 	# what may be: the factory names adapters, sim/ its own header
-	[[ "$output" != *"lib/open/store_open.c includes"* ]]
+	[[ "$output" != *"lib/open/open_store.c includes"* ]]
 	[[ "$output" != *"sim/bank-sim.c"* ]]
 	[[ "$output" != *"lib/store/store.c includes lib/store/store.h"* ]]
 }

@@ -175,7 +175,7 @@ lock_held() {
 	[[ "$(sqs-stat)" == *'"visible":2,'* ]]
 }
 
-@test "every --store help lists the store forms of lib/open/store_open.c's table, the same as its refusal does (item 9)" {
+@test "every --store help lists the store forms of lib/open/open_store.c's table, the same as its refusal does (item 9)" {
 	run --separate-stderr idemp-show --store foo:x CHG-1
 	[ "$status" -eq 78 ]
 	forms=${stderr#*(want }; forms=${forms%)}

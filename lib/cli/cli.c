@@ -64,12 +64,12 @@ ik_usage(const char *usage)
 	return IK_USAGE;
 }
 
-/* Weak: a command that opens no store does not link store_open.c (and its
+/* Weak: a command that opens no store does not link open_store.c (and its
  * adapters) for its help; one that has an @STORES@ in its help does. */
 extern char *ik_store_forms(void) __attribute__((weak));
 
 /* The options text with each @STORES@ replaced by the store URL forms of
- * lib/open/store_open.c's table (one fact, one place), wrapped at 79
+ * lib/open/open_store.c's table (one fact, one place), wrapped at 79
  * columns under the column where it stood. */
 static void
 print_options(const char *options)

@@ -9,7 +9,7 @@
 #include "core/outcome.h"
 #include "core/util.h"
 #include "flow/acker.h"
-#include "open/queue_open.h"
+#include "open/open_queue.h"
 #include "queue/queue.h"
 
 /* An envelope whose action needs the queue, held until the flush. */

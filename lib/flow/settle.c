@@ -4,7 +4,7 @@
 #include "core/outcome.h"
 #include "core/util.h"
 #include "flow/settle.h"
-#include "open/store_open.h"
+#include "open/open_store.h"
 
 static const char *
 field(const cJSON *env, const char *step, const char *name)

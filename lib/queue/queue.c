@@ -1,6 +1,6 @@
 /* queue.c: the queue port (queue.h): what both adapters share, freeing
  * messages and the calls in flight.  Picking an adapter from a URL, the
- * default URLs and the DLQ rule are queue_open.c's. */
+ * default URLs and the DLQ rule are open_queue.c's. */
 #include <stdlib.h>
 #include <string.h>
 

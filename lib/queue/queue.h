@@ -2,7 +2,7 @@
  *
  * Commands talk to this port only.  Each adapter (queue_sqlite.c,
  * queue_sqs.c) fills a struct ik_queue_ops and knows nothing of the
- * others; ik_queue_open (queue_open.h) picks one from the URL:
+ * others; ik_queue_open (open_queue.h) picks one from the URL:
  *
  *   sqlite:PATH#NAME[?maxReceiveCount=N&dlq=NAME&visibility=SECS&retention=DUR]
  *   https://sqs.REGION.amazonaws.com/ACCOUNT/NAME   (http:// for an emulator)
@@ -174,7 +174,7 @@ struct ik_qop *ik_queue_reap(struct ik_queue *q, int timeout_ms);
 /* For adapters: op has finished (rc, err and the outputs are set). */
 void ik_queue_done(struct ik_queue *q, struct ik_qop *op);
 
-/* Closes q (opened by ik_queue_open, queue_open.h). */
+/* Closes q (opened by ik_queue_open, open_queue.h). */
 void ik_queue_close(struct ik_queue *q);
 
 #endif

@@ -1,7 +1,7 @@
 /* store.c: the store port: what all adapters share (tokens, states,
  * records as JSON, the claim and finish decisions, the outbox's setting
  * and eventId).  See store.h; picking an adapter from a URL is
- * store_open.c's. */
+ * open_store.c's. */
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
  *
  * Commands talk to this port only.  Each adapter (store_sqlite.c,
  * store_dynamodb.c) fills a struct ik_store_ops and knows nothing of the
- * others; ik_store_open (store_open.h) picks one from the URL.
+ * others; ik_store_open (open_store.h) picks one from the URL.
  *
  * Rules every adapter keeps:
  *  - claim is ONE atomic conditional write: it succeeds iff the key is

@@ -12,7 +12,7 @@
 #include "core/outcome.h"
 #include "core/util.h"
 #include "flow/acker.h"
-#include "open/queue_open.h"
+#include "open/open_queue.h"
 #include "queue/queue.h"
 
 #define FINISHED "{\"claim\":{\"outcome\":\"ACQUIRED\",\"chargeId\":\"CHG-1\"}," \

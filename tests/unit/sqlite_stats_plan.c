@@ -9,7 +9,7 @@
 #include <sqlite3.h>
 
 #include "core/outcome.h"
-#include "open/store_open.h"
+#include "open/open_store.h"
 #include "store/sqlite/store_sqlite.h"
 #include "store/store.h"
 

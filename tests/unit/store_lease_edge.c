@@ -18,7 +18,7 @@
 
 #include "core/outcome.h"
 #include "core/util.h"
-#include "open/store_open.h"
+#include "open/open_store.h"
 #include "store/store.h"
 
 #define FP "243d21ec76d04362e7f3f90d52ed9b52b45bf51641592c23ab31402081d37c46"

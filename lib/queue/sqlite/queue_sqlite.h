@@ -1,5 +1,5 @@
 /* queue_sqlite.h: the embedded queue's constructor, for the factory
- * (queue_open.c).  Commands use queue.h only. */
+ * (open_queue.c).  Commands use queue.h only. */
 #ifndef IK_QUEUE_SQLITE_H
 #define IK_QUEUE_SQLITE_H
 

@@ -1,6 +1,6 @@
 /* queue_sqs.h: the SQS adapter's pure parts, exposed for its fuzz target
  * (tests/fuzz/fuzz_sqs_response.c), and its constructor, for the factory
- * (queue_open.c).  Commands use queue.h only. */
+ * (open_queue.c).  Commands use queue.h only. */
 #ifndef IK_QUEUE_SQS_H
 #define IK_QUEUE_SQS_H
 

@@ -1,5 +1,5 @@
 /* store_cache.h: the Redis fast path (IDEMKIT_CACHE=redis://...) in front of
- * any store, for the factory (store_open.c); commands never know it is
+ * any store, for the factory (open_store.c); commands never know it is
  * there (store.h). */
 #ifndef IK_STORE_CACHE_H
 #define IK_STORE_CACHE_H

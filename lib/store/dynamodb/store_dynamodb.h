@@ -1,6 +1,6 @@
 /* store_dynamodb.h: the DynamoDB adapter's pure parts, exposed for its unit
  * test (tests/unit/ddb_claim.c), its constructor (for the factory,
- * store_open.c), and what its parts share: store_dynamodb.c (the port's
+ * open_store.c), and what its parts share: store_dynamodb.c (the port's
  * table, opening and closing: it calls the parts), store_dynamodb_write.c
  * (the conditional writes, in flight, and the outbox's part in them),
  * store_dynamodb_list.c (listing and stats on the open index),
@@ -18,7 +18,7 @@
 
 #include "store/store.h"
 
-/* The adapter's constructor, for the factory (store_open.c). */
+/* The adapter's constructor, for the factory (open_store.c). */
 int ik_store_dynamodb_open(const char *table, struct ik_store *s, ik_err *err);
 
 /* An item in DynamoDB JSON ({"pk":{"S":"..."},"attempts":{"N":"2"},...})

@@ -8,7 +8,7 @@
  * sees it; pg_repl.c: idemp-init's look at the server's replication;
  * pg_url.c: the store URL; pg_err.c: its errors as outcomes, a server that
  * does not answer in time one of them).  Nothing else includes it but the
- * factory (store_open.c), for the constructor. */
+ * factory (open_store.c), for the constructor. */
 #ifndef IK_PG_STORE_H
 #define IK_PG_STORE_H
 
@@ -50,7 +50,7 @@ struct ik_pg_url {
 int ik_pg_url_parse(const char *url, struct ik_pg_url *u, ik_err *err);
 void ik_pg_url_free(struct ik_pg_url *u);
 
-/* The adapter's constructor, for the factory (store_open.c). */
+/* The adapter's constructor, for the factory (open_store.c). */
 int ik_store_postgres_open(const char *url, struct ik_store *s, ik_err *err);
 /* The URL as messages show it (malloc'd; secrets as ***, from libpq's
  * parser), *secret set when it holds one. */

@@ -19,7 +19,7 @@ struct ik_outbox_stats;
 struct ik_store;
 
 /* The adapter's constructors (redis://, rediss://), for the factory
- * (store_open.c). */
+ * (open_store.c). */
 int ik_store_redis_open(const char *rest, struct ik_store *s, ik_err *err);
 int ik_store_rediss_open(const char *rest, struct ik_store *s, ik_err *err);
 

@@ -20,7 +20,7 @@ struct ik_outbox_ev;
 struct ik_outbox_stats;
 struct ik_store;
 
-/* The adapter's constructor, for the factory (store_open.c). */
+/* The adapter's constructor, for the factory (open_store.c). */
 int ik_store_sqlite_open(const char *path, struct ik_store *s, ik_err *err);
 
 /* The outbox tables (in the migration's transaction); the trigger and its

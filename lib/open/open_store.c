@@ -1,7 +1,7 @@
-/* store_open.c: the store port's factory: picking an adapter from a URL
+/* open_store.c: the store port's factory: picking an adapter from a URL
  * (the only place that names the adapters), the Redis fast path in front
  * of it, and the store the envelope steps open on first use.  See
- * store_open.h. */
+ * open_store.h. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +16,7 @@
 #include "core/outcome.h"
 #include "core/proc.h"
 #include "core/util.h"
-#include "open/store_open.h"
+#include "open/open_store.h"
 #include "store/cache/store_cache.h"
 #include "store/dynamodb/store_dynamodb.h"
 #include "store/postgres/pg_store.h"

@@ -1,4 +1,4 @@
-/* queue_open.c: the queue port's factory (queue_open.h): picks the queue
+/* open_queue.c: the queue port's factory (open_queue.h): picks the queue
  * adapter from the URL (the only place that names the adapters), and owns
  * the default URLs and the DLQ rule.  URLs are checked here, so a typo is
  * one clear IK_CONFIG line before any file is created or any request is
@@ -8,7 +8,7 @@
 
 #include "core/outcome.h"
 #include "core/util.h"
-#include "open/queue_open.h"
+#include "open/open_queue.h"
 #include "queue/queue.h"
 #include "queue/sqlite/queue_sqlite.h"
 #include "queue/sqs/queue_sqs.h"

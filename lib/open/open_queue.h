@@ -1,6 +1,6 @@
-/* queue_open.h: the queue port's factory (queue.h is the port): a queue
+/* open_queue.h: the queue port's factory (queue.h is the port): a queue
  * opened from its URL, and the DLQ rule.  The only code that names the
- * adapters (queue_open.c). */
+ * adapters (open_queue.c). */
 #ifndef IK_QUEUE_OPEN_H
 #define IK_QUEUE_OPEN_H
 

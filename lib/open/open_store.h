@@ -1,6 +1,6 @@
-/* store_open.h: the store port's factory (store.h is the port): a store
+/* open_store.h: the store port's factory (store.h is the port): a store
  * opened from its URL, and the store the envelope steps open on first
- * use.  The only code that names the adapters (store_open.c). */
+ * use.  The only code that names the adapters (open_store.c). */
 #ifndef IK_STORE_OPEN_H
 #define IK_STORE_OPEN_H
 
