@@ -41,14 +41,15 @@ DL_PKGS := libcurl hiredis libpq
 DEBS_BUILD := make gcc pkg-config libjq-dev $(foreach d,$(DEPS),$(word 2,$(subst :, ,$(d))))
 DEBS_SIM   := $(foreach d,$(SIM_DEPS),$(word 2,$(subst :, ,$(d))))
 DEBS_DEMO  := $(DEBS_SIM) python3 curl procps util-linux
+# the fault campaign's hosts: namespaces and veths (iproute2), partitions
+# (nftables), clocks (faketime); before DEBS_TEST, whose := reads it (it
+# read an empty one, so make test left nftables to chaos-ci's apt-get)
+DEBS_CHAOS := nft:nftables ip:iproute2 faketime
 DEBS_TEST  := $(DEBS_DEMO) bats clang libclang-rt-14-dev sqlite3 mandoc python3-botocore \
               python3-prometheus-client promtool:prometheus \
               shellcheck valgrind openssl redis-server postgresql spin node:nodejs npm:npm faketime \
               python3-jsonschema jq \
               java:openjdk-17-jre-headless parallel $(DEBS_CHAOS)
-# the fault campaign's hosts: namespaces and veths (iproute2), partitions
-# (nftables), clocks (faketime, above)
-DEBS_CHAOS := nft:nftables ip:iproute2 faketime
 DEBS_DEB   := dpkg-dev debhelper fakeroot lintian debootstrap
 
 # The README's two commands and `deps` need no libraries to parse this file.
@@ -128,9 +129,19 @@ $(O)/bin/%: cmd/%.sh
 	chmod 755 $@
 
 # C unit tests (tests/unit/NAME.c -> $(O)/test/NAME), run from the bats suites.
-$(O)/test/%: tests/unit/%.c $(LIBA)
+# Compiled to an object once and linked again when the library changes: a
+# seeded mutant (make mutants) rebuilds one file of lib/ and then relinks,
+# where compiling ~30 test programs again was most of each mutant's build.
+$(O)/obj/tests/%.o: tests/%.c
 	@mkdir -p $(@D)
-	$(CC) $(IK_CFLAGS) $(CPPFLAGS) $(CFLAGS) $(IK_LDFLAGS) $(LDFLAGS) -o $@ $< $(LIBA) $(LDLIBS)
+	$(CC) $(IK_CFLAGS) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+# (kept: an intermediate object would be deleted after the build, and
+# compiled again at the next relink)
+.SECONDARY: $(patsubst tests/%.c,$(O)/obj/tests/%.o,$(UNIT_SRC) $(wildcard tests/fuzz/*.c))
+$(O)/test/%: $(O)/obj/tests/unit/%.o $(LIBA)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(IK_LDFLAGS) $(LDFLAGS) -o $@ $< $(LIBA) $(LDLIBS)
 
 $(O)/test/%: tests/tools/%.c
 	@mkdir -p $(@D)
@@ -138,9 +149,9 @@ $(O)/test/%: tests/tools/%.c
 
 # Each fuzz target also built with a plain main (tests/fuzz/replay.c), so
 # tests/fuzz.bats replays the corpora and the regressions without libFuzzer.
-$(O)/test/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(LIBA)
+$(O)/test/replay_%: $(O)/obj/tests/fuzz/fuzz_%.o $(O)/obj/tests/fuzz/replay.o $(LIBA)
 	@mkdir -p $(@D)
-	$(CC) $(IK_CFLAGS) $(CPPFLAGS) $(CFLAGS) $(IK_LDFLAGS) $(LDFLAGS) -o $@ $< tests/fuzz/replay.c $(LIBA) $(LDLIBS)
+	$(CC) $(CFLAGS) $(IK_LDFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The test suites run the binaries in $(O)/bin, several runs at once
 # (tests/run.sh: IDEMKIT_TEST_JOBS, IDEMKIT_TEST_FILE_JOBS), the slowest
@@ -479,4 +490,5 @@ $(O)/bin/bank-sim: $(SIM_OBJ) $(LIBA)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(IK_LDFLAGS) $(LDFLAGS) -o $@ $(SIM_OBJ) $(LIBA) $(SIM_LIBS) $(LDLIBS) -lpthread
 
--include $(LIB_OBJ:.o=.d) $(patsubst cmd/%.c,$(O)/obj/cmd/%.d,$(CMD_SRC)) $(UNITS:=.d) $(SIM_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(patsubst cmd/%.c,$(O)/obj/cmd/%.d,$(CMD_SRC)) $(patsubst $(O)/test/%,$(O)/obj/tests/unit/%.d,$(UNITS)) \
+         $(wildcard $(O)/obj/tests/fuzz/*.d) $(SIM_OBJ:.o=.d)

@@ -53,6 +53,10 @@ command -v apt-get >/dev/null 2>&1 || {
 }
 echo "installing: $missing" >&2
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq >&2 || exit 1
+# Another apt-get (a target beside this one, an unattended upgrade) holds
+# apt's lock for a while: wait for it, up to ten minutes, not fail at once.
+lock='-o DPkg::Lock::Timeout=600'
 # shellcheck disable=SC2086
-apt-get install -y -qq --no-install-recommends $missing >&2 || exit 1
+apt-get $lock update -qq >&2 || exit 1
+# shellcheck disable=SC2086
+apt-get $lock install -y -qq --no-install-recommends $missing >&2 || exit 1
