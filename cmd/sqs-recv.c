@@ -156,6 +156,8 @@ struct window {
 	size_t nacks;
 	int started;
 	int64_t progress;           /* monotonic ms a message last settled (or the start) */
+	const char *held;           /* why the last room() was 0, NULL: it was not */
+	size_t held_nacks;          /* nacks when that was logged */
 };
 
 static int
@@ -278,6 +280,22 @@ count_acked(struct window *w)
  * flight = rate x wait), so a message received now is not made to wait
  * longer than --max-age behind the others; that bound takes what fits.
  * Before any ack one batch goes. */
+/* room() says 0: "held" at debug level, once per reason and per acks
+ * read (the operator sees why nothing is received; the tests wait for the
+ * line instead of a fixed sleep). */
+static int
+hold(struct window *w, const char *why)
+{
+	if (w->held != why || w->held_nacks != w->nacks) {
+		ik_log(IK_LOG_DEBUG, "held", "step", "recv", "reason", why,
+		       IK_LOG_NUM("inFlight", (int64_t)w->nfl),
+		       IK_LOG_NUM("acked", (int64_t)w->nacks), NULL);
+		w->held = why;
+		w->held_nacks = w->nacks;
+	}
+	return 0;
+}
+
 static int
 room(struct window *w, int max, size_t pending)
 {
@@ -296,10 +314,10 @@ room(struct window *w, int max, size_t pending)
 	}
 
 	if (w->size && (long)(w->nfl + pending) + max > w->size)
-		return 0;     /* the count bound waits for room for a whole batch */
+		return hold(w, "window");   /* room for a whole batch */
 	if (w->max_age >= 0) {
 		if (w->nfl && now - w->fl[0].at >= w->max_age)
-			return 0;
+			return hold(w, "max-age");
 		span = w->first && now - w->first < RATE_SPAN_MS ? now - w->first : RATE_SPAN_MS;
 		for (size_t i = 0; i < w->nacks && i < ACK_RING; i++)
 			n += w->acks[i] > now - span;
@@ -309,7 +327,10 @@ room(struct window *w, int max, size_t pending)
 		if (allowed - (int64_t)(w->nfl + pending) < left)
 			left = (long)(allowed - (int64_t)(w->nfl + pending));
 	}
-	return left <= 0 ? 0 : left < max ? (int)left : max;
+	if (left <= 0)
+		return hold(w, w->nacks ? "ack rate" : "first batch");
+	w->held = NULL;
+	return left < max ? (int)left : max;
 }
 
 /* 1 when a message handed out less than settle ago is still in flight:

@@ -169,28 +169,45 @@ acked() {
 	cat "$1.new" >> "$1"
 }
 
+# held REASON ACKED: waits (up to 60 s) for the receiver's debug line saying
+# it holds for REASON with ACKED acks read, and prints how many it had
+# handed out then (the file is counted after the line: the receiver hands
+# out nothing more while it holds, so the count is what it had).
+held() {
+	local line="\"msg\":\"held\",\"step\":\"recv\",\"reason\":\"$1\","
+	for _ in $(seq 600); do
+		grep -q "$line.*\"acked\":$2}" "$BATS_TEST_TMPDIR/err" && break
+		sleep 0.1
+	done
+	grep "$line" "$BATS_TEST_TMPDIR/err" | grep -q "\"acked\":$2}" || {
+		echo "no 'held $1' line after $2 acks:" >&2; grep -v '"received"' "$BATS_TEST_TMPDIR/err" >&2; return 1; }
+	wc -l < "$BATS_TEST_TMPDIR/got"
+}
+
 @test "--max-age DUR --acked FILE: nothing more while one in flight is older; then no more than the ack rate finishes in DUR" {
+	# Each phase waits for the receiver's own "held" line (IDEMKIT_LOG=debug),
+	# never a fixed sleep: a loaded machine only makes it slower.  With a
+	# --max-age of 4 s one in flight is given up on after 9 s (twice the
+	# age and a second), the margin a stalled machine has between phases.
 	export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/w.db#charges"
 	for i in $(seq 1 40); do echo "m$i"; done | sqs-send >/dev/null
 	: > "$BATS_TEST_TMPDIR/acked"
-	sqs-recv --max 10 --follow --wait 1 --window 100 --max-age 1s --acked "$BATS_TEST_TMPDIR/acked" \
-		> "$BATS_TEST_TMPDIR/got" 2>/dev/null 3>&- &
+	IDEMKIT_LOG=debug sqs-recv --max 10 --follow --wait 1 --window 100 --max-age 4s \
+		--acked "$BATS_TEST_TMPDIR/acked" > "$BATS_TEST_TMPDIR/got" 2>"$BATS_TEST_TMPDIR/err" 3>&- &
 	pid=$!
 	# before any ack: one batch, however wide the window
-	for _ in $(seq 1 50); do [ "$(wc -l < "$BATS_TEST_TMPDIR/got")" -ge 10 ] && break; sleep 0.1; done
-	sleep 1.5
-	[ "$(wc -l < "$BATS_TEST_TMPDIR/got")" -eq 10 ]
-	# two acked in the last seconds: a rate that finishes about one in 1s
+	[ "$(held 'first batch' 0)" -eq 10 ]
+	# the oldest in flight older than 4 s: nothing, whatever is acked
+	[ "$(held max-age 0)" -eq 10 ]
 	acked "$BATS_TEST_TMPDIR/acked" 2
-	sleep 0.5
-	# the oldest still in flight is older than 1s: nothing more
-	[ "$(wc -l < "$BATS_TEST_TMPDIR/got")" -eq 10 ]
+	[ "$(held max-age 2)" -eq 10 ]
+	# all acked (the first two again: counted once): a rate that finishes a few in 4 s lets more in, far fewer
+	# than the window's 100, and holds again
 	acked "$BATS_TEST_TMPDIR/acked" 10
-	for _ in $(seq 1 50); do [ "$(wc -l < "$BATS_TEST_TMPDIR/got")" -gt 10 ] && break; sleep 0.1; done
-	got=$(wc -l < "$BATS_TEST_TMPDIR/got")
+	got=$(held 'ack rate' 10)
 	kill "$pid"; wait "$pid" || true
-	# more came, but far fewer than the window's 100 allowed
 	[ "$got" -gt 10 ] && [ "$got" -lt 40 ]
+	! grep -q 'no longer waited for' "$BATS_TEST_TMPDIR/err"
 	run sqs-recv --max-age 1s
 	[ "$status" -eq 64 ]
 	run sqs-recv --acked "$BATS_TEST_TMPDIR/acked" --max-age soon
