@@ -47,6 +47,43 @@ inner() {
 	[[ "$output" == *"stale: a run make check no longer has: tests/store.bats"* ]]
 }
 
+@test "sancover.py add: a run measured on a --coverage build joins the list with its lines in a source the list had not seen; the list is no longer stale" {
+	# a tree of one old and one new source, built with --coverage as
+	# make san-cover builds (objects under build/obj), each run's data apart
+	# (GCOV_PREFIX, as run.sh's IDEMKIT_TEST_GCOV)
+	root=$BATS_TEST_TMPDIR/root
+	mkdir -p "$root/lib/a" "$root/lib/b" "$root/build/obj/lib/a" "$root/build/obj/lib/b"
+	printf 'int old(int x)\n{\n\treturn x + 1;\n}\n' > "$root/lib/a/old.c"
+	printf 'int old(int);\nint main(int c, char **v)\n{\n\t(void)v;\n\tif (c > 1)\n\t\treturn old(c) - c - 1;\n\treturn 0;\n}\n' > "$root/lib/b/new.c"
+	(cd "$root" && gcc -O0 --coverage -c -o build/obj/lib/a/old.o lib/a/old.c &&
+	    gcc -O0 --coverage -c -o build/obj/lib/b/new.o lib/b/new.c &&
+	    gcc --coverage -o build/prog build/obj/lib/a/old.o build/obj/lib/b/new.o)
+	GCOV_PREFIX=$BATS_TEST_TMPDIR/gc/0 "$root/build/prog" x
+	echo 'tests/new.bats' > "$BATS_TEST_TMPDIR/gc/0/run"
+	echo 7 > "$BATS_TEST_TMPDIR/gc/0/time"
+	printf '# a list\nsource lib/a/old.c\nrun 0 3 tests/old.bats\nlines 2 0\n' > "$root/list"
+	printf 'tests/old.bats\ntests/new.bats\n' > "$root/runs"
+	cd "$root"
+	run python3 "$IDEMKIT_SRC/tests/sancover.py" check list runs
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"stale: a C source it has not seen: lib/b/new.c"* ]]
+	run -0 python3 "$IDEMKIT_SRC/tests/sancover.py" add "$BATS_TEST_TMPDIR/gc" list
+	[[ "$output" =~ "1 runs added, "[1-9][0-9]*" lines in 1 new sources" ]]
+	grep -qx 'source lib/b/new.c' list
+	grep -qx 'run 1 7 tests/new.bats' list
+	# its lines in new.c are its own; old.c's, which it ran too, are not added
+	grep -Eqx 'lines [1-9][0-9]* 1' list
+	grep -qx 'lines 2 0' list
+	[ "$(grep -c '^lines' list)" -eq 2 ]
+	run -0 python3 "$IDEMKIT_SRC/tests/sancover.py" check list runs
+	[ -z "$output" ]
+	# the cover takes both: each alone has lines
+	[ "$(python3 "$IDEMKIT_SRC/tests/sancover.py" select list runs | sort | tr '\n' ' ')" = "tests/new.bats tests/old.bats " ]
+	# a run the list has already: renewing it is make san-cover's
+	run -1 python3 "$IDEMKIT_SRC/tests/sancover.py" add "$BATS_TEST_TMPDIR/gc" list
+	[[ "$output" == *"tests/new.bats is in the list already"* ]]
+}
+
 @test "the sanitizer's runs cover every line the whole suite covers, cheapest first, and runs it has not seen" {
 	# A: 10 lines in 100 s; B: 8 of them in 2 s; C: the other 2 in 1 s.
 	cat > "$BATS_TEST_TMPDIR/list" <<-'EOF'

@@ -19,6 +19,18 @@ build.
   sancover.py select LIST RUNS        prints the runs to sanitize: the
                                        cover, plus any run in the file RUNS
                                        (make check's) the list has not seen
+  sancover.py add GCOVDIR LIST         adds to LIST the runs measured in
+                                       GCOVDIR (make san-cover-add: a few
+                                       runs on the --coverage build, for C
+                                       sources new since LIST was made):
+                                       their lines in the new sources, as
+                                       sets of their own; the new sources
+                                       noted.  Their lines in older sources
+                                       are not (LIST has no line numbers to
+                                       match them with): such a run is in
+                                       the cover when it alone reaches a new
+                                       source's lines, and a run the list
+                                       has not seen is still given in full
   sancover.py check LIST RUNS         exits 1 (saying why) when LIST is
                                        stale: a run gone, or a C source
                                        file added or gone, since it was
@@ -121,6 +133,52 @@ def collect(gcovdir, runs_file, out):
     print("sancover: %d lines, %d runs -> %s" % (len(by_line), len(runs), out))
 
 
+def add(gcovdir, path):
+    """Appends the runs measured in gcovdir to the list at path: their
+    lines in the C sources the list has not seen, and those sources."""
+    root = os.getcwd()
+    srcs, runs, _ = load(path)
+    known_src = set(srcs)
+    known_run = {r for _, r in runs.values()}
+    new_src = [x for x in sources(root) if x not in known_src]
+    nxt = max(runs) + 1 if runs else 0
+    added, by_line = [], {}
+    for d in sorted(glob.glob(os.path.join(gcovdir, "*")), key=lambda p: int(os.path.basename(p))):
+        with open(os.path.join(d, "run")) as f:
+            run = f.read().strip()
+        if run in known_run:
+            sys.stderr.write("sancover: %s is in the list already (make san-cover renews it)\n" % run)
+            return 1
+        secs = 1
+        if os.path.exists(os.path.join(d, "time")):
+            with open(os.path.join(d, "time")) as f:
+                secs = max(1, int(f.read().strip() or 1))
+        for ln in run_lines(os.path.abspath(d), root):
+            if ln.split(":", 1)[0] in new_src:
+                by_line.setdefault(ln, []).append(nxt)
+        added.append((nxt, secs, run))
+        nxt += 1
+    sig = {}
+    for ids in by_line.values():
+        k = ",".join(map(str, ids))
+        sig[k] = sig.get(k, 0) + 1
+    with open(path) as f:
+        lines = f.read().splitlines()
+    head = [ln for ln in lines if ln.startswith("#")]
+    body = [ln for ln in lines if not ln.startswith("#")]
+    srcl = [ln for ln in body if ln.startswith("source ")] + ["source %s" % x for x in new_src]
+    runl = [ln for ln in body if ln.startswith("run ")] + ["run %d %d %s" % a for a in added]
+    setl = [ln for ln in body if ln.startswith("lines ")] + \
+        ["lines %d %s" % (sig[k], k) for k in sorted(sig, key=lambda k: (-sig[k], k))]
+    head.append("# added (sancover.py add): %d runs, %d lines in %d new sources" %
+                (len(added), len(by_line), len(new_src)))
+    with open(path, "w") as f:
+        f.write("\n".join(head + sorted(srcl, key=lambda x: x.split(" ", 1)[1]) + runl + setl) + "\n")
+    print("sancover: %d runs added, %d lines in %d new sources -> %s" %
+          (len(added), len(by_line), len(new_src), path))
+    return 0
+
+
 def load(path):
     srcs, runs, sets = [], {}, []
     with open(path) as f:
@@ -158,6 +216,8 @@ def read_runs(path):
 
 
 def main(argv):
+    if len(argv) == 4 and argv[1] == "add":
+        return add(argv[2], argv[3])
     if len(argv) == 5 and argv[1] == "collect":
         collect(argv[2], argv[3], argv[4])
         return 0
@@ -189,7 +249,7 @@ def main(argv):
             print("%s is stale: make san-cover renews it" % argv[2])
             return 1
         return 0
-    sys.stderr.write("usage: sancover.py collect GCOVDIR RUNS OUT | select LIST RUNS | check LIST RUNS\n")
+    sys.stderr.write("usage: sancover.py collect GCOVDIR RUNS OUT | add GCOVDIR LIST | select LIST RUNS | check LIST RUNS\n")
     return 64
 
 
