@@ -199,6 +199,7 @@ CHECK_RUNS := tests/charge-worker.bats tests/aws-creds.bats tests/charge-debit.b
 	'IDEMKIT_TEST_BACKEND=sqlite-cache tests/store.bats' \
 	'IDEMKIT_TEST_BACKEND=redis tests/store.bats' \
 	'IDEMKIT_TEST_QUEUE_BACKEND=sqs tests/queue.bats' \
+	'IDEMKIT_TEST_QUEUE_BACKEND=amqp tests/queue.bats' \
 	'IDEMKIT_TEST_BACKEND=dynamodb-local tests/dynamodb.bats' \
 	'IDEMKIT_TEST_BACKEND=dynamodb-local tests/ddb-inflight.bats' \
 	'IDEMKIT_TEST_BACKEND=dynamodb tests/idemp-stats.bats' \

@@ -80,15 +80,16 @@ ik_amqp_url_parse(const char *url, struct ik_amqp_url *u, ik_err *err)
 	else if (strncmp(url, "amqp://", 7) == 0)
 		p = url + 7;
 	else
-		return ik_errf(err, IK_CONFIG, "queue URL: unknown scheme; %s", expected);
-	if (!(hash = strchr(p, '#')))
-		return ik_errf(err, IK_CONFIG, "queue URL: no #QUEUE; %s", expected);
-	at = memchr(p, '@', (size_t)(hash - p));
-	if (!at || at == p)
-		return ik_errf(err, IK_CONFIG, "queue URL: no USER@; %s", expected);
-	if (memchr(p, ':', (size_t)(at - p)))
+		return ik_errf(err, IK_CONFIG, "queue URL '%s': unknown scheme; %s", url, expected);
+	/* the password first: a URL that has one is never printed */
+	at = strchr(p, '@');
+	if (at && memchr(p, ':', (size_t)(at - p)))
 		return ik_errf(err, IK_CONFIG, "queue URL: a password in the URL is refused "
 		    "(it would be in argv and in logs); %s", expected);
+	if (!(hash = strchr(p, '#')))
+		return ik_errf(err, IK_CONFIG, "queue URL '%s': no #QUEUE; %s", url, expected);
+	if (!at || at == p || at > hash)
+		return ik_errf(err, IK_CONFIG, "queue URL '%s': no USER@; %s", url, expected);
 	slash = memchr(at, '/', (size_t)(hash - at));
 	if (!slash)
 		slash = hash;
@@ -110,22 +111,23 @@ ik_amqp_url_parse(const char *url, struct ik_amqp_url *u, ik_err *err)
 		port = strtol(colon + 1, &end, 10);
 		if (end != slash || port < 1 || port > 65535) {
 			ik_amqp_url_free(u);
-			return ik_errf(err, IK_CONFIG, "queue URL: bad port; %s", expected);
+			return ik_errf(err, IK_CONFIG, "queue URL '%s': bad port; %s", url, expected);
 		}
 		u->port = (int)port;
 	}
 	if (!*u->host || strpbrk(u->host, " /?") || pct_decode(u->vhost) < 0 ||
 	    pct_decode(u->user) < 0 || !*u->vhost) {
 		ik_amqp_url_free(u);
-		return ik_errf(err, IK_CONFIG, "queue URL: bad host, user or vhost; %s", expected);
+		return ik_errf(err, IK_CONFIG, "queue URL '%s': bad host, user or vhost; %s", url,
+		               expected);
 	}
 	/* RabbitMQ's queue names: up to 255 bytes; ours: SQS's alphabet */
 	if (!*u->queue || strlen(u->queue) > 80 ||
 	    strspn(u->queue, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 	        != strlen(u->queue)) {
 		ik_amqp_url_free(u);
-		return ik_errf(err, IK_CONFIG, "queue URL: the queue name must be 1-80 of "
-		    "[A-Za-z0-9_.-]; %s", expected);
+		return ik_errf(err, IK_CONFIG, "queue URL '%s': the queue name must be 1-80 of "
+		    "[A-Za-z0-9_.-]; %s", url, expected);
 	}
 	snprintf(u->label, sizeof u->label, "amqp %s:%d%s%s", u->host, u->port,
 	         *u->vhost == '/' ? "" : "/", u->vhost);
@@ -236,6 +238,18 @@ password(struct ik_buf *b, ik_err *err)
 			b->p[--b->len] = '\0';
 		return IK_OK;
 	}
+	return ik_errf(err, IK_CONFIG, "no password for the queue: set IDEMKIT_AMQP_PASSWORD "
+	               "or IDEMKIT_AMQP_PASSWORD_FILE");
+}
+
+int
+ik_amqp_has_password(ik_err *err)
+{
+	const char *env = getenv("IDEMKIT_AMQP_PASSWORD");
+	const char *file = getenv("IDEMKIT_AMQP_PASSWORD_FILE");
+
+	if ((env && *env) || (file && *file))
+		return IK_OK;
 	return ik_errf(err, IK_CONFIG, "no password for the queue: set IDEMKIT_AMQP_PASSWORD "
 	               "or IDEMKIT_AMQP_PASSWORD_FILE");
 }

@@ -64,6 +64,9 @@ struct ik_amqp_msg {
 };
 void ik_amqp_msg_free(struct ik_amqp_msg *m);
 
+/* IK_OK when a password is configured (not read), else IK_CONFIG. */
+int ik_amqp_has_password(ik_err *err);
+
 /* Connects when not connected: socket, login, channel 1. */
 int ik_amqp_ensure(struct ik_amqp *a, ik_err *err);
 /* polite: connection.close first; else the socket is just closed. */

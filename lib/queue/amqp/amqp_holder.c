@@ -312,15 +312,25 @@ holder_main(struct amqp_queue *s, int pfd, int lfd)
 		expire(&h);
 		if (h.getting && ik_mono_ms() >= h.get_next)
 			get_step(&h, pfd);
-		if (pfd >= 0 && p[0].revents && !h.getting) {
+		if (pfd >= 0 && p[0].revents) {
 			char *line;
 			size_t len;
 			if (ik_lines_fill(&parent) <= 0 && parent.len == 0) {
 				close(pfd);
 				pfd = -1;
 			}
-			while (pfd >= 0 && !h.getting && (line = ik_lines_take(&parent, &len)))
-				on_get(&h, pfd, line);
+			while (pfd >= 0 && (line = ik_lines_take(&parent, &len))) {
+				if (strcmp(line, "STOP") == 0) {
+					/* the receiver was told to stop: answer with what
+					 * there is (a STOP after the answer: nothing) */
+					if (h.getting) {
+						h.get_deadline = 0;
+						get_step(&h, pfd);
+					}
+				} else if (!h.getting) {
+					on_get(&h, pfd, line);
+				}
+			}
 		}
 		if (p[1].revents && npeers < MAX_PEERS) {
 			int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);

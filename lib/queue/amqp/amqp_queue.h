@@ -6,7 +6,8 @@
  * sockets, one request per line:
  *  - its receiver's end of a socketpair: "GET MAX VIS_MS WAIT_MS" ->
  *    {"rc":0,"m":[{"tag":N,"key":HEX,"id":..,"body":..,"sentAt":..,
- *    "count":..,"attrs":{..}}]} or {"rc":CODE,"msg":..};
+ *    "count":..,"attrs":{..}}]} or {"rc":CODE,"msg":..}; "STOP" ends the
+ *    wait of a GET at once (the receiver got a stop signal);
  *  - a Linux abstract unix socket "@idemkit-amqp-HOLDERID", for any process
  *    of the same user that holds a receipt: "DEL TAG KEY" and
  *    "VIS TAG KEY SECS" -> "CODE MESSAGE".

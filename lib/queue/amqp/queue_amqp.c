@@ -74,10 +74,13 @@ holder_gone(struct amqp_queue *s)
 	s->holder = 0;
 }
 
-/* One line from fd within ms into b (without the newline). */
+/* One line from fd within ms into b (without the newline).  stop (may be
+ * NULL): once it is set, "STOP" is sent on fd, once. */
 static int
-read_line(int fd, int64_t ms, struct ik_buf *b, ik_err *err)
+read_line(int fd, int64_t ms, volatile sig_atomic_t *stop, struct ik_buf *b, ik_err *err)
 {
+	int stopped = 0;
+
 	int64_t deadline = ik_mono_ms() + ms;
 	char chunk[4096];
 
@@ -95,7 +98,12 @@ read_line(int fd, int64_t ms, struct ik_buf *b, ik_err *err)
 		}
 		if (left <= 0)
 			return ik_errf(err, IK_TEMPFAIL, "amqp holder: no answer");
-		if (poll(&p, 1, (int)left) < 0 && errno != EINTR)
+		if (stop && *stop && !stopped) {
+			stopped = 1;
+			send(fd, "STOP\n", 5, MSG_NOSIGNAL);
+		}
+		if (poll(&p, 1, stop && !stopped && left > 100 ? 100 : (int)left) < 0 &&
+		    errno != EINTR)
 			return ik_errf(err, IK_TEMPFAIL, "amqp holder: %s", strerror(errno));
 		if (!p.revents)
 			continue;
@@ -182,7 +190,8 @@ aq_receive(struct ik_queue *q, int max, int wait_s, int visibility_s,
 	snprintf(req, sizeof req, "GET %d %lld %lld\n", max, (long long)vis,
 	         (long long)wait_s * 1000);
 	if ((rc = send_line(s->holder_fd, req, err)) != IK_OK ||
-	    (rc = read_line(s->holder_fd, wait_s * 1000LL + 2 * 10000 + 5000, &b, err))
+	    (rc = read_line(s->holder_fd, wait_s * 1000LL + 2 * 10000 + 5000, q->stop,
+	                     &b, err))
 	        != IK_OK) {
 		holder_gone(s);   /* the next receive starts another */
 		ik_buf_free(&b);
@@ -283,7 +292,7 @@ settle(struct amqp_queue *s, const char *verb, const char *receipt, const char *
 		if ((rc = peer_connect(s, id, err)) != IK_OK)
 			return rc;
 		if ((rc = send_line(s->peer_fd, line, err)) == IK_OK &&
-		    (rc = read_line(s->peer_fd, 2 * 10000 + 5000, &b, err)) == IK_OK)
+		    (rc = read_line(s->peer_fd, 2 * 10000 + 5000, NULL, &b, err)) == IK_OK)
 			break;
 		close(s->peer_fd);
 		s->peer_fd = -1;
@@ -550,7 +559,8 @@ ik_queue_amqp_open(const char *url, struct ik_queue *q, ik_err *err)
 		return rc;
 	}
 	s->send.u = &s->u;
-	if ((rc = parse_params(s, err)) != IK_OK) {
+	/* misconfiguration said at once, before any receive is handed out */
+	if ((rc = parse_params(s, err)) != IK_OK || (rc = ik_amqp_has_password(err)) != IK_OK) {
 		ik_amqp_url_free(&s->u);
 		free(s->dlq);
 		free(s);
