@@ -116,7 +116,8 @@ setup() { queue_backend_setup; }
 @test "queue[$QB]: DLQ path keeps the body intact and says why in attributes" {
 	body='not json at all: {"chargeId": CHG-77 «poison»'
 	printf '%s\n' "$body" | sqs-send >/dev/null
-	env=$(sqs-recv --visibility 1 | envset '{"claim":{"outcome":"DATAERR","error":"body: not valid JSON"}}')
+	vis=1; [ "$QB" != amqp ] || vis=30   # (the 25 messages' test says why)
+	env=$(sqs-recv --visibility $vis | envset '{"claim":{"outcome":"DATAERR","error":"body: not valid JSON"}}')
 	run --separate-stderr sqs-ack <<<"$env"
 	[ "$status" -eq 0 ]
 	[ "$(jget "${lines[0]}" ack.action)" = dlq ]
@@ -205,7 +206,10 @@ attr() {
 	run sqs-send <"$BATS_TEST_TMPDIR/in"
 	[ "$status" -eq 0 ]
 	[ "${#lines[@]}" -eq 25 ]
-	drain --visibility 2 >"$BATS_TEST_TMPDIR/envs"
+	# RabbitMQ returns a delivery when its visibility ends (a late delete is
+	# LEASE_LOST there, not a delete as on SQS): room for a loaded machine
+	vis=2; [ "$QB" != amqp ] || vis=30
+	drain --visibility $vis >"$BATS_TEST_TMPDIR/envs"
 	[ "$(wc -l <"$BATS_TEST_TMPDIR/envs")" -eq 25 ]
 	[ "$(bodies "$BATS_TEST_TMPDIR/envs")" = "$(sort "$BATS_TEST_TMPDIR/in")" ]
 	envset "$FINISHED" <"$BATS_TEST_TMPDIR/envs" >"$BATS_TEST_TMPDIR/acks-in"
@@ -293,7 +297,8 @@ attr() {
 
 @test "queue[$QB]: re-drive the DLQ into the main queue" {
 	printf '%s\n' one two three | sqs-send --queue "$DLQ" >/dev/null
-	run bash -c 'sqs-recv --queue "$DLQ" --max 10 --visibility 1 | sqs-send --queue "$QUEUE" --from-envelope'
+	vis=1; [ "$QB" != amqp ] || vis=30   # (the 25 messages' test says why)
+	run bash -c 'sqs-recv --queue "$DLQ" --max 10 --visibility '$vis' | sqs-send --queue "$QUEUE" --from-envelope'
 	[ "$status" -eq 0 ]
 	[ "${#lines[@]}" -eq 3 ]
 	[ -n "$(jget "${lines[0]}" source)" ]
@@ -308,6 +313,8 @@ attr() {
 	sqs-ack --actions >"$BATS_TEST_TMPDIR/table"
 	[ "$(wc -l <"$BATS_TEST_TMPDIR/table")" -ge 10 ]
 	cut -f2 "$BATS_TEST_TMPDIR/table" | sqs-send >/dev/null
+	# (RabbitMQ: the "leave" rows must come back within the bound below,
+	# so 1 s there too; the others' acks must come within it)
 	drain --visibility 1 >"$BATS_TEST_TMPDIR/envs"
 	python3 - "$BATS_TEST_TMPDIR/envs" "$FINISHED" >"$BATS_TEST_TMPDIR/in" <<'EOF'
 import json, sys, time

@@ -298,7 +298,9 @@ holder_main(struct amqp_queue *s, int pfd, int lfd)
 				timeout = t < 0 ? 0 : (int)t;
 		}
 		p[np++] = (struct pollfd){ pfd, POLLIN, 0 };
-		p[np++] = (struct pollfd){ lfd, POLLIN, 0 };
+		/* full: the others wait in the backlog (a readable listener
+		 * polled and not accepted would spin) */
+		p[np++] = (struct pollfd){ npeers < MAX_PEERS ? lfd : -1, POLLIN, 0 };
 		p[np++] = (struct pollfd){ afd, POLLIN, 0 };
 		for (int i = 0; i < npeers; i++)
 			p[np++] = (struct pollfd){ peers[i].fd, POLLIN, 0 };
