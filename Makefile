@@ -26,14 +26,14 @@ VERSION := 0.1.0
 # pkg-config name : Debian package that provides it
 DEPS := libcurl:libcurl4-openssl-dev libcjson:libcjson-dev \
         libsodium:libsodium-dev sqlite3:libsqlite3-dev \
-        hiredis:libhiredis-dev libpq:libpq-dev
+        hiredis:libhiredis-dev libpq:libpq-dev librabbitmq:librabbitmq-dev
 # The simulator's own (sim/, below): never needed by the product.
 SIM_DEPS := libmicrohttpd:libmicrohttpd-dev gnutls:libgnutls28-dev
 PKG_CONFIG ?= pkg-config
 PKGS := $(foreach d,$(DEPS),$(word 1,$(subst :, ,$(d))))
 # Loaded with dlopen on first use (lib/dl/dl.h): their headers, never their
 # link flags, so a process that does not use them does not load them.
-DL_PKGS := libcurl hiredis libpq
+DL_PKGS := libcurl hiredis libpq librabbitmq
 
 # Debian packages per kind of target; mk/deps.sh installs the missing ones
 # (CMD:PACKAGE: only when CMD is not on PATH already).  `make demo` and
@@ -47,7 +47,7 @@ DEBS_DEMO  := $(DEBS_SIM) python3 curl procps util-linux
 DEBS_CHAOS := nft:nftables ip:iproute2 faketime
 DEBS_TEST  := $(DEBS_DEMO) bats clang libclang-rt-14-dev sqlite3 mandoc python3-botocore \
               python3-prometheus-client promtool:prometheus \
-              shellcheck valgrind openssl redis-server postgresql spin node:nodejs npm:npm faketime \
+              shellcheck valgrind openssl redis-server postgresql rabbitmq-server spin node:nodejs npm:npm faketime \
               python3-jsonschema jq \
               java:openjdk-17-jre-headless parallel $(DEBS_CHAOS)
 DEBS_DEB   := dpkg-dev debhelper fakeroot lintian debootstrap
@@ -210,6 +210,7 @@ CHECK_RUNS := tests/charge-worker.bats tests/aws-creds.bats tests/charge-debit.b
 	'IDEMKIT_TEST_BACKEND=sqlite-cache tests/store.bats' \
 	'IDEMKIT_TEST_BACKEND=redis tests/store.bats' \
 	'IDEMKIT_TEST_QUEUE_BACKEND=sqs tests/queue.bats' \
+	'IDEMKIT_TEST_QUEUE_BACKEND=amqp tests/queue.bats' tests/amqp.bats \
 	'IDEMKIT_TEST_BACKEND=dynamodb-local tests/dynamodb.bats' \
 	'IDEMKIT_TEST_BACKEND=dynamodb-local tests/ddb-inflight.bats' \
 	'IDEMKIT_TEST_BACKEND=dynamodb tests/idemp-stats.bats' \

@@ -100,7 +100,8 @@ tree() {
 	run layout graph "$IDEMKIT_SRC"
 	[ "$status" -eq 0 ]
 	printf '%s\n' "$output"
-	[[ "$output" == *"open: conn core queue queue/sqlite queue/sqs store store/cache store/dynamodb store/postgres store/redis store/sqlite"* ]]
+	[[ "$output" == *"open: conn core queue queue/amqp queue/sqlite queue/sqs store store/cache store/dynamodb store/postgres store/redis store/sqlite"* ]]
+	[[ "$output" == *"queue/amqp: conn core queue"* ]]
 	[[ "$output" == *"store/postgres: core dl store"* ]]
 	[[ "$output" == *$'\n'"store: core"$'\n'* ]]
 	[[ "$output" == *$'\n'"cli: core"$'\n'* ]]

@@ -4,8 +4,11 @@
 # package-lock.json) started once per file on a free loopback port, with
 # fake credentials; every test gets its own queues.  Needs node: skipped
 # only when node is absent outside CI (helper.bash require_node).
+# IDEMKIT_TEST_QUEUE_BACKEND=amqp: one RabbitMQ broker per file
+# (rabbit_helper.bash), every test its own quorum queue and DLQ.
 
 QB=${IDEMKIT_TEST_QUEUE_BACKEND:-sqlite}
+load rabbit_helper
 
 queue_backend_setup_file() {
 	case $QB in
@@ -22,6 +25,10 @@ queue_backend_setup_file() {
 		done
 		[ -s "$dir/sqs.port" ] || { cat "$dir/sqs.log" >&2; return 1; }
 		;;
+	amqp)
+		require_rabbit
+		rabbit_start
+		;;
 	*) echo "unknown IDEMKIT_TEST_QUEUE_BACKEND=$QB" >&2; return 1 ;;
 	esac
 }
@@ -31,6 +38,7 @@ queue_backend_teardown_file() {
 	if [ -s "$pidf" ]; then
 		kill "$(cat "$pidf")" 2>/dev/null || true
 	fi
+	[ "$QB" != amqp ] || rabbit_stop
 }
 
 # Fake credentials and the emulator's endpoint; nothing from the user's
@@ -78,6 +86,12 @@ queue_backend_setup() {
 		DLQ=$(sqs_create "$name-dlq")
 		[ -n "$max" ] && redrive="{\"RedrivePolicy\":\"{\\\"deadLetterTargetArn\\\":\\\"arn:aws:sqs:us-east-1:123456789012:$name-dlq\\\",\\\"maxReceiveCount\\\":\\\"$max\\\"}\"}"
 		QUEUE=$(sqs_create "$name" "$redrive")
+		;;
+	amqp)
+		require_rabbit
+		local name=t${BATS_TEST_NUMBER}x$$x$RANDOM
+		QUEUE=$(rabbit_url "$name" ${max:+"maxReceiveCount=$max&dlq=$name-dlq"})
+		DLQ=$(rabbit_url "$name-dlq")
 		;;
 	esac
 	export QUEUE DLQ IDEMKIT_QUEUE=$QUEUE IDEMKIT_DLQ=$DLQ

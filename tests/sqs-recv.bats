@@ -86,7 +86,7 @@ load lock
 @test "sqs-recv: 78 on a malformed queue URL or an unusable file" {
 	run sqs-recv --queue 'sqlite:/tmp/q.db'
 	[ "$status" -eq 78 ]
-	[ "$output" = "sqs-recv: queue URL 'sqlite:/tmp/q.db': no #NAME after the path; expected sqlite:PATH#NAME or an SQS queue URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME)" ]
+	[ "$output" = "sqs-recv: queue URL 'sqlite:/tmp/q.db': no #NAME after the path; expected sqlite:PATH#NAME, an SQS queue URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME) or amqp[s]://USER@HOST[:PORT][/VHOST]#QUEUE (RabbitMQ)" ]
 	IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/nodir/q.db#main" run sqs-recv
 	[ "$status" -eq 78 ]
 	run sqs-recv --queue "sqlite:$BATS_TEST_TMPDIR/q.db#main?maxReceiveCount=3"

@@ -9,6 +9,7 @@
 #include "core/outcome.h"
 #include "core/util.h"
 #include "open/open_queue.h"
+#include "queue/amqp/queue_amqp.h"
 #include "queue/queue.h"
 #include "queue/sqlite/queue_sqlite.h"
 #include "queue/sqs/queue_sqs.h"
@@ -17,8 +18,9 @@
 #define NAME_MAX_LEN 80
 
 static const char expected[] =
-	"expected sqlite:PATH#NAME or an SQS queue URL "
-	"(https://sqs.REGION.amazonaws.com/ACCOUNT/NAME)";
+	"expected sqlite:PATH#NAME, an SQS queue URL "
+	"(https://sqs.REGION.amazonaws.com/ACCOUNT/NAME) or "
+	"amqp[s]://USER@HOST[:PORT][/VHOST]#QUEUE (RabbitMQ)";
 
 /* SQS queue names: 1-80 of [A-Za-z0-9_-], ".fifo" allowed at the end. */
 static int
@@ -135,6 +137,8 @@ ik_queue_open(const char *url, struct ik_queue **out, ik_err *err)
 		rc = check_sqs(u, err);
 		if (rc == IK_OK)
 			rc = ik_queue_sqs_open(u, q, err);
+	} else if (strncmp(u, "amqp://", 7) == 0 || strncmp(u, "amqps://", 8) == 0) {
+		rc = ik_queue_amqp_open(u, q, err);
 	} else {
 		rc = ik_errf(err, IK_CONFIG, "queue URL '%s': unknown scheme; %s", u, expected);
 	}
@@ -163,6 +167,33 @@ param_dlq(const char *params)
 	return NULL;
 }
 
+/* amqp[s]://...#NAME[?params]: the same broker's DLQ, its dlq= or
+ * NAME-dlq (the queue the adapter dead-letters to). */
+static char *
+amqp_dlq_url(const char *url, ik_err *err)
+{
+	const char *hash = strrchr(url, '#'), *q;
+	struct ik_buf b = { 0 };
+	char *pd;
+
+	if (!hash)
+		return (ik_errf(err, IK_CONFIG, "queue URL '%s': no #QUEUE; %s", url, expected),
+		        NULL);
+	q = strchr(hash, '?');
+	pd = q ? param_dlq(q + 1) : NULL;
+	if (ik_buf_add(&b, url, (size_t)(hash - url + 1)) ||
+	    (pd ? ik_buf_addstr(&b, pd)
+	        : (ik_buf_add(&b, hash + 1, q ? (size_t)(q - hash - 1) : strlen(hash + 1)) ||
+	           ik_buf_addstr(&b, "-dlq")))) {
+		ik_buf_free(&b);
+		free(pd);
+		ik_errf(err, IK_SOFTWARE, "out of memory");
+		return NULL;
+	}
+	free(pd);
+	return b.p;
+}
+
 char *
 ik_queue_dlq_url(const char *dlq, const char *queue_url, ik_err *err)
 {
@@ -174,6 +205,9 @@ ik_queue_dlq_url(const char *dlq, const char *queue_url, ik_err *err)
 		return strdup(dlq);
 	if (env && *env)
 		return strdup(env);
+	if (queue_url && (strncmp(queue_url, "amqp://", 7) == 0 ||
+	                  strncmp(queue_url, "amqps://", 8) == 0))
+		return amqp_dlq_url(queue_url, err);
 	if (!queue_url || strncmp(queue_url, "sqlite:", 7) != 0) {
 		ik_errf(err, IK_CONFIG, "no dead-letter queue for %s: give --dlq or IDEMKIT_DLQ",
 		        queue_url ? queue_url : "the queue");

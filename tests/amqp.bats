@@ -1,0 +1,175 @@
+#!/usr/bin/env bats
+# RabbitMQ (AMQP 0-9-1) as the queue: what the queue suite cannot show
+# (tests/queue.bats runs on it too, IDEMKIT_TEST_QUEUE_BACKEND=amqp).  How
+# the promises are kept is idemkit(7) "RabbitMQ": a holder child keeps a
+# receiver's deliveries on its connection; sqs-ack settles through it.
+# One broker for the file (an Erlang start costs CPU seconds).
+
+bats_require_minimum_version 1.5.0
+load helper
+load bank_helper
+load rabbit_helper
+
+BATS_NO_PARALLELIZE_WITHIN_FILE=true
+
+setup_file() { require_rabbit; rabbit_start; }
+teardown_file() { rabbit_stop; }
+
+setup() {
+	require_rabbit
+	name=t${BATS_TEST_NUMBER}x$$x$RANDOM
+	export IDEMKIT_QUEUE IDEMKIT_DLQ
+	IDEMKIT_QUEUE=$(rabbit_url "$name" "visibility=30")
+	IDEMKIT_DLQ=$(rabbit_url "$name-dlq")
+	export IDEMKIT_STORE="sqlite:$BATS_TEST_TMPDIR/store.db"
+	export IDEMKIT_LOG=warn
+}
+teardown() { bank_stop; }
+
+fast=(--debit-timeout 2 --notify-timeout 1 --notify-retries 0 --lease 15s)
+summary() { grep '"summary":true' <<<"$stderr"; }
+FINISHED='{"claim":{"outcome":"ACQUIRED","chargeId":"CHG-1","token":"t","attempt":1,"leaseUntil":1},"debit":{"outcome":"OK","ref":"TXN-1"},"notify":{"outcome":"OK"},"done":{"outcome":"OK","state":"DONE"}}'
+finished() { sed 's/}$/,'"${FINISHED:1}"'/'; }
+
+# holder_pid RECEIPT: the pid of the holder a receipt names (its socket).
+holder_pid() {
+	local id=${1#amqp1.}
+	id=${id%%.*}
+	ss -xlp | sed -n "s/.*@idemkit-amqp-$id .*pid=\([0-9]*\).*/\1/p" | head -1
+}
+
+# until_recv ARGS...: sqs-recv ARGS until it brings a message (at most 20 s).
+until_recv() {
+	local i
+	for i in $(seq 1 100); do
+		sqs-recv "$@" && return 0
+		sleep 0.2
+	done
+	return 1
+}
+
+@test "amqp: charge-worker --stream -j 2 --drain: duplicates and a poison; every charge debited once, the poison in the DLQ with its reason" {
+	bank_start
+	for i in $(seq 1 20); do event "CHG-A$i"; echo; done > "$BATS_TEST_TMPDIR/evs"
+	cat "$BATS_TEST_TMPDIR/evs" <(head -5 "$BATS_TEST_TMPDIR/evs") <(echo poison) | sqs-send >/dev/null
+	run --separate-stderr charge-worker --stream -j 2 --drain "${fast[@]}"
+	echo "$stderr" | tail -3
+	[ "$status" -eq 0 ]
+	[ "$(bank_stat debits)" -eq 20 ]
+	[ "$(jget "$(summary)" leftForRetry)" -eq 0 ]
+	[ "$(sqs-stat)" = '{"visible":0,"inflight":0,"delayed":0}' ]
+	dead=$(sqs-recv --queue "$IDEMKIT_DLQ")
+	[ "$(jget "$dead" body)" = poison ]
+	[ -n "$(jget "$dead" attributes)" ]
+}
+
+@test "amqp: the holder killed (kill -9): what it held is delivered again at once, and its receipt is LEASE_LOST (13)" {
+	echo '{"chargeId":"CHG-K1"}' | sqs-send >/dev/null
+	first=$(sqs-recv --visibility 600)
+	run sqs-recv
+	[ "$status" -eq 1 ]                 # held
+	pid=$(holder_pid "$(jget "$first" receipt)")
+	[ -n "$pid" ]
+	kill -9 "$pid"
+	second=$(until_recv --visibility 30)
+	[ "$(jget "$second" messageId)" = "$(jget "$first" messageId)" ]
+	[ "$(jget "$second" receiveCount)" = 2 ]
+	run --separate-stderr sqs-ack <<<"$(finished <<<"$first")"
+	[ "$status" -eq 13 ]
+	[ "$(jget "${lines[0]}" ack.outcome)" = LEASE_LOST ]
+	run sqs-ack <<<"$(finished <<<"$second")"
+	[ "$status" -eq 0 ]
+	[ "$(sqs-stat)" = '{"visible":0,"inflight":0,"delayed":0}' ]
+}
+
+@test "amqp: the receiver killed (kill -9) mid-run: its deliveries stay held until their visibility ends, then come back; nothing acked" {
+	echo '{"chargeId":"CHG-R1"}' | sqs-send >/dev/null
+	sqs-recv --follow --wait 1 --visibility 4 >"$BATS_TEST_TMPDIR/out" 3>&- &
+	pid=$!
+	for _ in $(seq 1 200); do [ -s "$BATS_TEST_TMPDIR/out" ] && break; sleep 0.05; done
+	[ -s "$BATS_TEST_TMPDIR/out" ]
+	kill -9 "$pid"
+	wait "$pid" || true
+	got=$(date +%s%3N)
+	run sqs-recv
+	[ "$status" -eq 1 ]                 # still held by the holder
+	again=$(until_recv --visibility 30)
+	[ $(( $(date +%s%3N) - got )) -ge 2000 ]
+	[ "$(jget "$again" body)" = '{"chargeId":"CHG-R1"}' ]
+	[ "$(jget "$again" receiveCount)" = 2 ]
+}
+
+@test "amqp: past its delivery limit a message goes to the DLQ with the broker's reason; charge-recover --dlq re-drives it and it is debited once" {
+	bank_start
+	export IDEMKIT_QUEUE
+	IDEMKIT_QUEUE=$(rabbit_url "$name" "maxReceiveCount=2&dlq=$name-dlq")
+	event CHG-L1 | sqs-send >/dev/null
+	[ "$(jget "$(sqs-recv --visibility 0)" receiveCount)" = 1 ]
+	[ "$(jget "$(until_recv --visibility 0)" receiveCount)" = 2 ]
+	dead=$(until_recv --queue "$IDEMKIT_DLQ" --visibility 0)
+	[ "$(jget "$dead" attributes.deathReason)" = delivery_limit ]
+	[ "$(jget "$dead" attributes.deathQueue)" = "$name" ]
+	run sqs-recv
+	[ "$status" -eq 1 ]
+	run --separate-stderr charge-recover --dlq
+	echo "$stderr"
+	[ "$status" -eq 0 ]
+	run --separate-stderr charge-worker --drain "${fast[@]}"
+	echo "$stderr" | tail -2
+	[ "$status" -eq 0 ]
+	[ "$(bank_stat debits)" -eq 1 ]
+	[ "$(idemp-show --json CHG-L1 | sed -n 's/.*"state":"\([A-Z_]*\)".*/\1/p')" = DONE ]
+}
+
+@test "amqp: a TEMPFAIL leaves the message held for the backoff (change-visibility), not requeued in a loop" {
+	echo '{"chargeId":"CHG-T1"}' | sqs-send >/dev/null
+	env=$(sqs-recv --visibility 30)
+	run --separate-stderr sqs-ack <<<"$(sed 's/}$/,"claim":{"outcome":"TEMPFAIL"}}/' <<<"$env")"
+	[ "$status" -eq 0 ]
+	echo "$output"
+	[ "$(jget "$output" ack.action)" = leave-backoff ]
+	vis=$(jget "$output" ack.visibility)
+	[ "$vis" -ge 2 ]
+	start=$(date +%s%3N)
+	run sqs-recv
+	[ "$status" -eq 1 ]
+	again=$(until_recv --visibility 30)
+	[ $(( $(date +%s%3N) - start )) -ge $(( vis * 1000 - 1000 )) ]
+	[ "$(jget "$again" receiveCount)" = 2 ]
+}
+
+@test "amqp: publisher confirms: the broker restarted, sends while it is down are 75 and lose nothing confirmed; held deliveries come back" {
+	seq 1 20 | sqs-send >/dev/null
+	held=$(sqs-recv --max 5 --visibility 600 | wc -l)
+	[ "$held" -eq 5 ]
+	_rabbit_down
+	run sqs-send <<<"down"
+	[ "$status" -eq 75 ]
+	[[ "$output" == *"amqp 127.0.0.1:$RABBIT_PORT"* ]]
+	_rabbit_launch
+	# quorum queues elect their leader after the start: wait for it
+	for _ in $(seq 1 100); do [ "$(jget "$(sqs-stat 2>/dev/null)" visible)" = 20 ] && break; sleep 0.2; done
+	[ "$(jget "$(sqs-stat)" visible)" = 20 ]
+	run sqs-send <<<"up"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$(sqs-stat)" visible)" = 21 ]
+}
+
+@test "amqp: a disk alarm blocks publishers: the send is 75 (no confirm), and once the alarm clears a send is confirmed" {
+	export IDEMKIT_AMQP_TIMEOUT=2s
+	rabbit_ctl set_disk_free_limit 100000GB >/dev/null
+	run sqs-send <<<"blocked"
+	rabbit_ctl set_disk_free_limit 50MB >/dev/null
+	[ "$status" -eq 75 ]
+	[[ "$output" == *"no publisher confirm"* ]]
+	for _ in $(seq 1 50); do
+		echo ok | sqs-send >/dev/null 2>&1 && break
+		sleep 0.2
+	done
+	run sqs-send <<<"ok2"
+	[ "$status" -eq 0 ]
+	# the blocked one may have reached the queue after all (its confirm
+	# never came): a copy the chargeId absorbs, never a loss of ok and ok2
+	bodies=$(sqs-recv --max 10 --visibility 30 --drain | sed -n 's/.*"body":"\([a-z0-9]*\)".*/\1/p' | sort | tr '\n' ' ')
+	[[ "$bodies" == *"ok2 "* ]]
+}
