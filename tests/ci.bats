@@ -248,7 +248,8 @@ PY
 # The history: CHG-1 debited once and notified once (sound); CHG-2
 # debited twice under two keys and notified under both; CHG-3 never
 # debited, not in the DLQ, a copy left in the queue; CHG-4 declined, in
-# the DLQ; CHG-5 debited, never notified; a poison message deleted.
+# the DLQ; CHG-5 debited, never notified; a poison message deleted.  Each
+# notification's body carries an ISO-8859-1 byte, as after bank-legacy.
 foreign() {
 	python3 - "$1" "$2" <<'PY'
 import json, os, sqlite3, sys
@@ -281,7 +282,10 @@ for i, (k, c) in enumerate(debits):
     db.execute("INSERT INTO debits VALUES (?, ?, ?, ?, 100, 0, ?)", (i + 1, k, "TXN-%d" % i, c,
                                                                     1000 + i))
 for k, c in notes:
-    db.execute("INSERT INTO notifications VALUES (?, 1, ?)", (k, json.dumps({"chargeId": c})))
+    # CHG-1's as bank-legacy leaves it: the reference's ISO-8859-1 byte
+    body = json.dumps({"chargeId": c, "debitRef": "TXN-0/M\xfcnchen"}, ensure_ascii=False)
+    db.execute("INSERT INTO notifications VALUES (?, 1, CAST(? AS TEXT))",
+               (k, body.encode("latin-1")))
 db.commit()
 dlq = [{"body": json.dumps({"chargeId": "CHG-4"})}] + ([{"body": poison}] if sound else [])
 left = [] if sound else [{"body": json.dumps({"chargeId": "CHG-3"})}]

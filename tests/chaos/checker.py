@@ -369,6 +369,8 @@ def check(run, planted, facts):
     dlq = jlines(os.path.join(run, "dlq.ndjson"))
     left = jlines(os.path.join(run, "queue.ndjson"))
     db = sqlite3.connect("file:%s?mode=ro" % os.path.join(run, "bank", "ledger.db"), uri=True)
+    # a notification's body may carry bank-legacy's ISO-8859-1 reference
+    db.text_factory = lambda b: b.decode("utf-8", "replace")
     debits = {}
     for key, cid, ref, amount, replays, at in db.execute(
             "SELECT key, charge_id, ref, amount, replays, created_at FROM debits ORDER BY seq"):
