@@ -28,8 +28,9 @@ AWS_ENDPOINT_URL_SQS, AWS_REGION and the AWS credentials), the store where
 the backend has one the SDKs reach (AWS_ENDPOINT_URL_DYNAMODB), the bank
 and the notification gateway (IDEMKIT_BANK_URL, IDEMKIT_NOTIFY_URL, their
 CA and OAuth2 client credentials) in its environment; it is killed,
-stopped, partitioned and skewed as charge-worker is, and judged by the
-invariants that need no idemkit record (checker.py).  It needs a backend
+stopped, signalled and partitioned as charge-worker is (its clock is not
+skewed: libfaketime's preload breaks Python's time.sleep), and judged by
+the invariants that need no idemkit record (checker.py).  It needs a backend
 whose queue is SQS (postgres, redis, dynamodb).  --rate R offers R charges
 a second over the sending window (three quarters of the run), in place of
 --charges.
@@ -271,8 +272,8 @@ class World:
     def activity(self):
         """What the workers have done so far: their claims (charge-worker's
         log lines), or another consumer's requests at the bank (it logs
-        what it likes).  Only the lines added since the last look are read:
-        a long run's logs grow to hundreds of megabytes."""
+        what it likes).  Only the lines added since the last look are read,
+        once a second, however long the run's logs have grown."""
         logs = os.path.join(self.run, "logs")
         if self.a.worker:
             files, pat = ["bank-sim.log"], b'"msg":"request"'
