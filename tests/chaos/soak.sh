@@ -4,8 +4,9 @@
 # charges; each run's row (its seed, length, charges, faults landed,
 # replays absorbed, throughput, drain, verdict) appended to SOAK_TABLE as
 # it ends, so a soak stopped at any point has lost only the run under way.
-# A VALID run's directory is removed (a 10-minute run leaves hundreds of
-# megabytes of logs); an INVALID one's is kept and named in its row: its
+# A VALID run's directory is removed, its verdict.json kept beside it
+# (SOAK_DIR/BACKEND-SEED.verdict.json: the recovery per fault kind); an
+# INVALID one's is kept and named in its row: its
 # seed replays the schedule (chaos.py --seed), its directory re-judges
 # (checker.py).  Runs whose harness failed (exit 2) count no charges; five
 # in a row stop the soak.
@@ -88,7 +89,8 @@ print("| %s | %s | %s | %s s | %s/s | %d | %d | %d | %d | %s | %s | %s | %s |"
          worst, "VALID" if v["ok"] else "INVALID (%s): %s" % (", ".join(bad), run)))
 PY
 	case $r in
-	0) rm -rf "$out" "$dir/$b-$seed.out"; fails=0 ;;
+	0) cp "$out/verdict.json" "$dir/$b-$seed.verdict.json"
+	   rm -rf "$out" "$dir/$b-$seed.out"; fails=0 ;;
 	1) rc=1; fails=0 ;;
 	*) fails=$((fails + 1))
 	   [ $fails -lt 5 ] || { echo "soak: the harness failed five times in a row" >&2; exit 2; } ;;
