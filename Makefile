@@ -433,10 +433,13 @@ demo-postgres: all
 # examples (crontabs, the env file, alert rules, the other units) under
 # DOCDIR; the env file also as SYSCONFDIR/idemkit/idemkit.env unless one is
 # there (it is the operator's).  The demo and its simulator's files stay
-# out: bank-sim is not installed.  The examples name /usr/local/bin (the
+# out: bank-sim is not installed; so does naive-consumer.py, the campaign's
+# example of a consumer that debits twice (docs/RELIABILITY.md), not one to
+# deploy.  The examples name /usr/local/bin (the
 # default PREFIX) and /etc/idemkit; installed, they name where they went.
 SD_UNITS := examples/idemkit-worker.service examples/idemkit-drain.service examples/idemkit-drain.timer
-EXAMPLES := $(sort $(shell find examples -type f ! -name demo.sh ! -name bank-sim.env ! -name demo-client-secret))
+EXAMPLES := $(sort $(shell find examples -type f ! -name demo.sh ! -name bank-sim.env ! -name demo-client-secret \
+              ! -name naive-consumer.py))
 INSTALL_SUBST = sed -e 's|/usr/local/bin|$(BINDIR)|g' -e 's|/etc/idemkit|$(SYSCONFDIR)/idemkit|g'
 
 install: product
