@@ -22,7 +22,8 @@ build/bin) is put first on PATH, and CHARGE_DEBIT_CMD and the other step
 overrides in the environment pass through to the workers unchanged.
 
 --worker CMD judges another consumer (any language): CMD is run with
-/bin/sh -c on each worker host in place of charge-worker, restarted when it
+/bin/sh -c on each worker host in place of charge-worker, in the directory
+chaos.py was started from (the others run in /), restarted when it
 exits, with the queue (IDEMKIT_QUEUE, IDEMKIT_DLQ: SQS queue URLs;
 AWS_ENDPOINT_URL_SQS, AWS_REGION and the AWS credentials), the store where
 the backend has one the SDKs reach (AWS_ENDPOINT_URL_DYNAMODB), the bank
@@ -121,6 +122,7 @@ class World:
         self.stopping = threading.Event()
         self.clock_files = {}
         self.seen = {}             # log file: (bytes read, matches), for activity()
+        self.cwd = os.getcwd()     # where --worker's command was given (relative paths)
 
     # ---- set-up ------------------------------------------------------
     def up(self):
@@ -199,7 +201,8 @@ class World:
                 f.write(json.dumps({"ts": now_ms(), "harness": "launch", "host": host,
                                     "argv": argv}) + "\n")
             p = self.procs.spawn(host, "worker-%s#%d" % (name, k), argv, env=self.host_env(host),
-                                 log=self.procs.log("worker-" + name))
+                                 log=self.procs.log("worker-" + name),
+                                 cwd=self.cwd if self.a.worker else None)
             while p.poll() is None and not self.stopping.is_set():
                 time.sleep(0.2)
             if self.stopping.is_set():
