@@ -10,7 +10,7 @@ net.py).  docs/RELIABILITY.md gives the method and the figures.
 
 usage: chaos.py [--seed N] [--duration S] [--backend B] [--bin DIR] [--out DIR]
                 [--only KIND,...] [--charges N | --rate R] [--schedule FILE] [--pg-async]
-                [--worker CMD]
+                [--worker CMD [--worker-clock]]
   B: embedded (SQLite store and queue, several workers on one host),
      postgres (primary + synchronous replica; SQS emulator queue),
      redis (primary + replica; SQS emulator queue),
@@ -29,8 +29,9 @@ AWS_ENDPOINT_URL_SQS, AWS_REGION and the AWS credentials), the store where
 the backend has one the SDKs reach (AWS_ENDPOINT_URL_DYNAMODB), the bank
 and the notification gateway (IDEMKIT_BANK_URL, IDEMKIT_NOTIFY_URL, their
 CA and OAuth2 client credentials) in its environment; it is killed,
-stopped, signalled and partitioned as charge-worker is (its clock is not
-skewed: libfaketime's preload breaks Python's time.sleep), and judged by
+stopped, signalled and partitioned as charge-worker is (its clock is
+skewed only with --worker-clock: libfaketime's preload breaks Python's
+time.sleep), and judged by
 the invariants that need no idemkit record (checker.py).  It needs a backend
 whose queue is SQS (postgres, redis, dynamodb).  --rate R offers R charges
 a second over the sending window (three quarters of the run), in place of
@@ -173,7 +174,8 @@ class World:
         st = os.path.join(self.run, "hosts", host, "state")
         os.makedirs(st, exist_ok=True)
         env["IDEMKIT_STATE_DIR"] = st
-        if self.backend != "embedded" and os.path.exists(FAKETIME) and not self.a.worker:
+        if self.backend != "embedded" and os.path.exists(FAKETIME) and \
+                (not self.a.worker or self.a.worker_clock):
             # The wall clock skewed or jumping, the monotonic clock left alone.
             env.update(LD_PRELOAD=FAKETIME, FAKETIME_TIMESTAMP_FILE=self.clock_files[host],
                        FAKETIME_DONT_FAKE_MONOTONIC="1", FAKETIME_CACHE_DURATION="1")
@@ -468,6 +470,9 @@ def main():
                     help="charges offered a second over the sending window (3/4 of the run)")
     ap.add_argument("--worker", default=None,
                     help="judge another consumer: this command (sh -c) on each worker host")
+    ap.add_argument("--worker-clock", action="store_true",
+                    help="--worker: skew its clock too (libfaketime preloaded: a runtime that "
+                    "survives it)")
     ap.add_argument("--outbox", action="store_true",
                     help="the outbox on, its relay killed now and then, checked (outbox.py)")
     ap.add_argument("--schedule", default=None,
@@ -504,7 +509,7 @@ def main():
                           max(40, int(a.duration * 1.5)))
         wl, sends = workload(a.seed, a.duration, n)
         only = set(a.only.split(",")) if a.only else None
-        if a.worker:
+        if a.worker and not a.worker_clock:
             # no clock faults for another consumer: libfaketime's preload
             # breaks common runtimes outright (Python 3.11's time.sleep
             # fails with EINVAL under it, skewed or not, measured here)
