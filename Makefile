@@ -351,16 +351,21 @@ faults: all $(NODE_STAMP)
 # BACKEND: embedded postgres redis dynamodb (default: each in turn);
 # DURATION: seconds of faults per backend; SEED (default random, printed).
 # `make chaos DEFECTS=1` runs tests/chaos/defects.sh instead: the seeded
-# defects the campaign must find.
+# defects the campaign must find.  WORKER='CMD' judges another consumer in
+# place of charge-worker (sh -c CMD on each worker host; the backends with
+# an SQS queue only, embedded is skipped): make chaos BACKEND=dynamodb
+# WORKER='python3 examples/naive-consumer.py'.
 BACKEND  ?= embedded postgres redis dynamodb
 DURATION ?= 120
 SEED     ?=
+WORKER   ?=
 chaos: all $(NODE_STAMP)
 	@sh mk/deps.sh $(DEBS_CHAOS)
 	@if [ -n '$(DEFECTS)' ]; then sh tests/chaos/defects.sh; exit $$?; fi; \
-	rc=0; for b in $(BACKEND); do \
+	rc=0; for b in $(if $(WORKER),$(filter-out embedded,$(BACKEND)),$(BACKEND)); do \
 	  rm -rf $(CURDIR)/$(O)/chaos/$$b; \
 	  python3 tests/chaos/chaos.py --backend $$b --duration $(DURATION) $(if $(SEED),--seed $(SEED)) \
+	    $(if $(WORKER),--worker '$(WORKER)') \
 	    --bin $(CURDIR)/$(O)/bin --out $(CURDIR)/$(O)/chaos/$$b; r=$$?; \
 	  [ $$r -eq 77 ] && exit 77; [ $$r -eq 0 ] || rc=1; \
 	done; exit $$rc
@@ -379,6 +384,23 @@ chaos-ci: all $(NODE_STAMP)
 	  python3 tests/chaos/chaos.py --backend $$b --seed $$s --duration $(CHAOS_CI_DURATION) \
 	    --bin $(CURDIR)/$(O)/bin --out $(CURDIR)/$(O)/chaos-ci/$$b; r=$$?; \
 	  [ $$r -eq 77 ] && exit 77; [ $$r -eq 0 ] || rc=1; \
+	done; exit $$rc
+
+# The campaign run long (tests/chaos/soak.sh): on each BACKEND in turn,
+# run after run of SOAK_DURATION seconds of the full fault mix at SOAK_RATE
+# charges a second, a fresh seed each, until SOAK_CHARGES charges were
+# judged there; each run's row appended to SOAK_TABLE (docs/soak.md) as it
+# ends.  Hours: run it in the background under nice.
+SOAK_CHARGES  ?= 200000
+SOAK_DURATION ?= 600
+SOAK_RATE     ?= 4
+SOAK_TABLE    ?= $(CURDIR)/docs/soak.md
+soak: all $(NODE_STAMP)
+	@sh mk/deps.sh $(DEBS_CHAOS)
+	@rc=0; for b in $(BACKEND); do \
+	  SOAK_CHARGES=$(SOAK_CHARGES) SOAK_DURATION=$(SOAK_DURATION) SOAK_RATE=$(SOAK_RATE) \
+	    SOAK_TABLE=$(SOAK_TABLE) SOAK_DIR=$(CURDIR)/$(O)/soak sh tests/chaos/soak.sh $$b; r=$$?; \
+	  [ $$r -eq 77 ] && exit 77; [ $$r -eq 0 ] || rc=$$r; \
 	done; exit $$rc
 
 # Seeded money defects (tests/mutants/NAME.patch), each applied to a scratch
@@ -412,10 +434,13 @@ demo-postgres: all
 # examples (crontabs, the env file, alert rules, the other units) under
 # DOCDIR; the env file also as SYSCONFDIR/idemkit/idemkit.env unless one is
 # there (it is the operator's).  The demo and its simulator's files stay
-# out: bank-sim is not installed.  The examples name /usr/local/bin (the
+# out: bank-sim is not installed; so does naive-consumer.py, the campaign's
+# example of a consumer that debits twice (docs/RELIABILITY.md), not one to
+# deploy.  The examples name /usr/local/bin (the
 # default PREFIX) and /etc/idemkit; installed, they name where they went.
 SD_UNITS := examples/idemkit-worker.service examples/idemkit-drain.service examples/idemkit-drain.timer
-EXAMPLES := $(sort $(shell find examples -type f ! -name demo.sh ! -name bank-sim.env ! -name demo-client-secret))
+EXAMPLES := $(sort $(shell find examples -type f ! -name demo.sh ! -name bank-sim.env ! -name demo-client-secret \
+              ! -name naive-consumer.py))
 INSTALL_SUBST = sed -e 's|/usr/local/bin|$(BINDIR)|g' -e 's|/etc/idemkit|$(SYSCONFDIR)/idemkit|g'
 
 install: product
@@ -472,9 +497,9 @@ clean:
 	rm -rf build
 
 help:
-	@echo 'targets: all product sim test check san-cover demo demo-embedded demo-postgres model mutants chaos chaos-ci sanitize faults fuzz fuzz-short valgrind bench demo-aws install uninstall deb deb-check deps clean'
+	@echo 'targets: all product sim test check san-cover demo demo-embedded demo-postgres model mutants chaos chaos-ci soak sanitize faults fuzz fuzz-short valgrind bench demo-aws install uninstall deb deb-check deps clean'
 
-.PHONY: all product sim test check check-runs check-build san-cover model mutants chaos chaos-ci demo-embedded demo-postgres sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deb deb-check deps clean help
+.PHONY: all product sim test check check-runs check-build san-cover model mutants chaos chaos-ci soak demo-embedded demo-postgres sanitize faults fuzz fuzz-short valgrind bench demo demo-aws install uninstall deb deb-check deps clean help
 
 # ---- bank-sim, the test double (sim/) ------------------------------------
 # The core-banking and notification simulator the tests, the demo and the

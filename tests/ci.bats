@@ -242,3 +242,102 @@ PY
 	[ "$status" -eq 0 ]
 	[ "${lines[${#lines[@]}-1]}" = "0 differ of 200" ]
 }
+
+# foreign DIR: a run of another consumer (chaos.py --worker) made by hand,
+# judged; prints each violation as "N chargeId: why", then the verdict.
+# The history: CHG-1 debited once and notified once (sound); CHG-2
+# debited twice under two keys and notified under both; CHG-3 never
+# debited, not in the DLQ, a copy left in the queue; CHG-4 declined, in
+# the DLQ; CHG-5 debited, never notified; a poison message deleted.  Each
+# notification's body carries an ISO-8859-1 byte, as after bank-legacy.
+foreign() {
+	python3 - "$1" "$2" <<'PY'
+import json, os, sqlite3, sys
+sys.path.insert(0, "tests/chaos")
+import checker
+run, sound = sys.argv[1], sys.argv[2] == "sound"
+for d in ("bank", "logs"):
+    os.makedirs(os.path.join(run, d), exist_ok=True)
+ch = lambda cid, acct="ACC-0001": {"chargeId": cid, "accountId": acct, "amount": 100,
+                                   "declined": acct.startswith("ACC-DECL"), "copies": 2,
+                                   "mismatch": None, "body": json.dumps({"chargeId": cid})}
+poison = "POISON {not json"
+json.dump({"seed": 9, "backend": "dynamodb", "duration": 40, "lease_s": 16,
+           "declined": ["ACC-DECL-1"], "worker": "python3 consumer.py",
+           "charges": [ch("CHG-1"), ch("CHG-2"), ch("CHG-3"), ch("CHG-4", "ACC-DECL-1"),
+                       ch("CHG-5")], "poison": [poison]},
+          open(os.path.join(run, "workload.json"), "w"))
+db = sqlite3.connect(os.path.join(run, "bank", "ledger.db"))
+db.executescript("CREATE TABLE debits (seq INTEGER PRIMARY KEY, key, ref, charge_id, amount,"
+                 " replays, created_at); CREATE TABLE notifications (key, count, body);")
+debits = [("k1", "CHG-1"), ("k2", "CHG-2"), ("k5", "CHG-5")]
+notes = [("n1", "CHG-1"), ("n2", "CHG-2")]
+if not sound:
+    debits += [("k2b", "CHG-2")]
+    notes += [("n2b", "CHG-2")]
+else:
+    debits += [("k3", "CHG-3")]
+    notes += [("n3", "CHG-3"), ("n5", "CHG-5")]
+for i, (k, c) in enumerate(debits):
+    db.execute("INSERT INTO debits VALUES (?, ?, ?, ?, 100, 0, ?)", (i + 1, k, "TXN-%d" % i, c,
+                                                                    1000 + i))
+for k, c in notes:
+    # CHG-1's as bank-legacy leaves it: the reference's ISO-8859-1 byte
+    body = json.dumps({"chargeId": c, "debitRef": "TXN-0/M\xfcnchen"}, ensure_ascii=False)
+    db.execute("INSERT INTO notifications VALUES (?, 1, CAST(? AS TEXT))",
+               (k, body.encode("latin-1")))
+db.commit()
+dlq = [{"body": json.dumps({"chargeId": "CHG-4"})}] + ([{"body": poison}] if sound else [])
+left = [] if sound else [{"body": json.dumps({"chargeId": "CHG-3"})}]
+for name, ms in (("dlq", dlq), ("queue", left), ("records", [])):
+    with open(os.path.join(run, name + ".ndjson"), "w") as f:
+        f.writelines(json.dumps(m) + "\n" for m in ms)
+import contextlib, io
+with contextlib.redirect_stdout(io.StringIO()):
+    v = checker.check(run, [], {"drained_s": 3.0, "drain_bound_s": 77})
+for inv in v["invariants"]:
+    for x in inv["violations"]:
+        print("%d %s: %s" % (inv["n"], x["chargeId"], x["why"]))
+print("judged", " ".join(str(i["n"]) for i in v["invariants"]), "VALID" if v["ok"] else "INVALID")
+PY
+}
+
+@test "the campaign judges another consumer (--worker) by the bank, the gateway and the queues alone: a double debit, a charge lost, a copy left, a notification twice or never, a poison message deleted" {
+	cd "$IDEMKIT_SRC"
+	run foreign "$BATS_TEST_TMPDIR/bad" broken
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ ${lines[0]} == "1 CHG-2: 2 distinct debits at the bank (TXN-1, TXN-3), under keys ['k2', 'k2b']" ]]
+	[ "${lines[1]}" = "3 CHG-3: never debited, and not in the DLQ" ]
+	[ "${lines[2]}" = "3 CHG-3: 1 copies still in the queue" ]
+	[ "${lines[3]}" = "3 POISON {not json: a malformed message is not in the DLQ" ]
+	[ "${lines[4]}" = "4 CHG-2: debited, and notified under 2 keys" ]
+	[ "${lines[5]}" = "4 CHG-5: debited, and never notified" ]
+	[ "${lines[6]}" = "judged 1 3 4 5 6 INVALID" ]
+	[ "${#lines[@]}" -eq 7 ]
+	# the same consumer's sound history: nothing to say
+	run foreign "$BATS_TEST_TMPDIR/good" sound
+	echo "$output"
+	[ "$output" = "judged 1 3 4 5 6 VALID" ]
+}
+
+@test "liveness as a number: from each fault's heal to the last charge outstanding then settled, per kind (p50, p99, max); none outstanding is 0; a charge never settled counts nowhere" {
+	cd "$IDEMKIT_SRC"
+	run python3 - <<'PY'
+import sys
+sys.path.insert(0, "tests/chaos")
+import checker
+heals = [("kill-worker", 1000), ("partition", 5000), ("partition", 9000), ("heal-all", 9500)]
+sent = {"a": 0, "b": 900, "c": 4000, "d": 8000, "lost": 100}
+settled = {"a": 500, "b": 3000, "c": 7000, "d": 8500}
+for k, x in checker.recovery(heals, sent, settled).items():
+    print(k, x["n"], x["p50"], x["p99"], x["max"])
+print(checker.summary([float(i) for i in range(1, 101)]))
+PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "${lines[0]}" = "heal-all 1 0.0 0.0 0.0" ]
+	[ "${lines[1]}" = "kill-worker 1 2.0 2.0 2.0" ]
+	[ "${lines[2]}" = "partition 2 0.0 2.0 2.0" ]
+	[ "${lines[3]}" = "{'n': 100, 'p50': 50.0, 'p99': 99.0, 'max': 100.0}" ]
+}

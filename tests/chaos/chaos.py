@@ -9,7 +9,8 @@ workers, store, queue and bank on separate hosts (network namespaces,
 net.py).  docs/RELIABILITY.md gives the method and the figures.
 
 usage: chaos.py [--seed N] [--duration S] [--backend B] [--bin DIR] [--out DIR]
-                [--only KIND,...] [--charges N] [--schedule FILE] [--pg-async]
+                [--only KIND,...] [--charges N | --rate R] [--schedule FILE] [--pg-async]
+                [--worker CMD [--worker-clock]]
   B: embedded (SQLite store and queue, several workers on one host),
      postgres (primary + synchronous replica; SQS emulator queue),
      redis (primary + replica; SQS emulator queue),
@@ -19,12 +20,29 @@ exit: 0 every invariant held; 1 a violation (the verdict says which);
 The commands come from PATH as a deployment's would: --bin DIR (default
 build/bin) is put first on PATH, and CHARGE_DEBIT_CMD and the other step
 overrides in the environment pass through to the workers unchanged.
+
+--worker CMD judges another consumer (any language): CMD is run with
+/bin/sh -c on each worker host in place of charge-worker, in the directory
+chaos.py was started from (the others run in /), restarted when it
+exits, with the queue (IDEMKIT_QUEUE, IDEMKIT_DLQ: SQS queue URLs;
+AWS_ENDPOINT_URL_SQS, AWS_REGION and the AWS credentials), the store where
+the backend has one the SDKs reach (AWS_ENDPOINT_URL_DYNAMODB), the bank
+and the notification gateway (IDEMKIT_BANK_URL, IDEMKIT_NOTIFY_URL, their
+CA and OAuth2 client credentials) in its environment; it is killed,
+stopped, signalled and partitioned as charge-worker is (its clock is
+skewed only with --worker-clock: libfaketime's preload breaks Python's
+time.sleep), and judged by
+the invariants that need no idemkit record (checker.py).  It needs a backend
+whose queue is SQS (postgres, redis, dynamodb).  --rate R offers R charges
+a second over the sending window (three quarters of the run), in place of
+--charges.
 """
 import argparse
 import json
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -37,7 +55,7 @@ sys.path.insert(0, HERE)
 import net as netmod        # noqa: E402
 import servers              # noqa: E402
 import backends             # noqa: E402
-from nemesis import Nemesis, schedule   # noqa: E402
+from nemesis import KINDS, Nemesis, schedule   # noqa: E402
 import checker              # noqa: E402
 import outbox as outboxmod  # noqa: E402
 
@@ -104,6 +122,8 @@ class World:
         self.slots = []            # (host, name, stream, jobs)
         self.stopping = threading.Event()
         self.clock_files = {}
+        self.seen = {}             # log file: (bytes read, matches), for activity()
+        self.cwd = os.getcwd()     # where --worker's command was given (relative paths)
 
     # ---- set-up ------------------------------------------------------
     def up(self):
@@ -154,7 +174,8 @@ class World:
         st = os.path.join(self.run, "hosts", host, "state")
         os.makedirs(st, exist_ok=True)
         env["IDEMKIT_STATE_DIR"] = st
-        if self.backend != "embedded" and os.path.exists(FAKETIME):
+        if self.backend != "embedded" and os.path.exists(FAKETIME) and \
+                (not self.a.worker or self.a.worker_clock):
             # The wall clock skewed or jumping, the monotonic clock left alone.
             env.update(LD_PRELOAD=FAKETIME, FAKETIME_TIMESTAMP_FILE=self.clock_files[host],
                        FAKETIME_DONT_FAKE_MONOTONIC="1", FAKETIME_CACHE_DURATION="1")
@@ -173,13 +194,17 @@ class World:
         k = 0
         while not self.stopping.is_set():
             k += 1
-            argv = ["charge-worker", "-j", str(jobs)] + WORKER_ARGS + \
-                (["--stream"] if stream else ["--drain", "--wait", "1"])
+            if self.a.worker:
+                argv = ["/bin/sh", "-c", self.a.worker]
+            else:
+                argv = ["charge-worker", "-j", str(jobs)] + WORKER_ARGS + \
+                    (["--stream"] if stream else ["--drain", "--wait", "1"])
             with open(self.procs.log("worker-" + name), "a") as f:
                 f.write(json.dumps({"ts": now_ms(), "harness": "launch", "host": host,
                                     "argv": argv}) + "\n")
             p = self.procs.spawn(host, "worker-%s#%d" % (name, k), argv, env=self.host_env(host),
-                                 log=self.procs.log("worker-" + name))
+                                 log=self.procs.log("worker-" + name),
+                                 cwd=self.cwd if self.a.worker else None)
             while p.poll() is None and not self.stopping.is_set():
                 time.sleep(0.2)
             if self.stopping.is_set():
@@ -199,7 +224,7 @@ class World:
     # ---- operators' cron jobs while the workers run ------------------
     def cron(self, until):
         rng = random.Random("cron-%d" % self.a.seed)
-        while time.monotonic() < until and not self.stopping.is_set():
+        while not self.a.worker and time.monotonic() < until and not self.stopping.is_set():
             self.stopping.wait(rng.uniform(6, 14))
             if time.monotonic() >= until:
                 break
@@ -226,6 +251,8 @@ class World:
         DynamoDB: debited, its 201 lost with a killed charge-debit, then
         401 on every retry), and a bank would not leave it there."""
         host = self.workers[0]
+        if self.a.worker:
+            return      # another consumer's DLQ is its operators' business
         with open(self.procs.log("cron"), "a") as f:
             f.write(json.dumps({"ts": now_ms(), "harness": "cron", "host": host,
                                 "argv": ["--dlq"], "why": "after the heal"}) + "\n")
@@ -247,14 +274,27 @@ class World:
             for c in sorted(set(out)):
                 f.write(c + "\n")
 
-    def claims(self):
-        """Claims the workers have made so far (their log lines)."""
-        n = 0
-        for f in os.listdir(os.path.join(self.run, "logs")):
-            if f.startswith("worker-"):
-                with open(os.path.join(self.run, "logs", f), errors="replace") as fh:
-                    n += sum(1 for line in fh if '"msg":"claim"' in line)
-        return n
+    def activity(self):
+        """What the workers have done so far: their claims (charge-worker's
+        log lines), or another consumer's requests at the bank (it logs
+        what it likes).  Only the lines added since the last look are read,
+        once a second, however long the run's logs have grown."""
+        logs = os.path.join(self.run, "logs")
+        if self.a.worker:
+            files, pat = ["bank-sim.log"], b'"msg":"request"'
+        else:
+            files, pat = [f for f in os.listdir(logs) if f.startswith("worker-")], b'"msg":"claim"'
+        for f in files:
+            off, n = self.seen.get(f, (0, 0))
+            try:
+                with open(os.path.join(logs, f), "rb") as fh:
+                    fh.seek(off)
+                    data = fh.read()
+            except OSError:
+                continue
+            cut = data.rfind(b"\n") + 1
+            self.seen[f] = (off + cut, n + data[:cut].count(pat))
+        return sum(n for f, (_, n) in self.seen.items() if f in files)
 
     def queue_counts(self):
         r = self.procs.sh(self.workers[0], ["sqs-stat"], env=self.host_env(self.workers[0]),
@@ -269,7 +309,17 @@ class World:
             return None
 
     def unsettled(self, ids):
-        """How many of the charges sent have no terminal record yet."""
+        """How many of the charges sent have no terminal record yet (another
+        consumer's: of those not declined, how many the bank's ledger has
+        no debit for)."""
+        if self.a.worker:
+            try:
+                db = sqlite3.connect("file:%s?mode=ro" % self.bank.ledger, uri=True, timeout=5)
+                debited = {r[0] for r in db.execute("SELECT charge_id FROM debits")}
+                db.close()
+            except sqlite3.Error:
+                return None
+            return len(ids - debited)
         r = self.procs.sh(self.workers[0], ["idemp-list"], env=self.host_env(self.workers[0]),
                           check=False, timeout=60)
         if r.returncode not in (0, 1):
@@ -311,9 +361,10 @@ class World:
             except (ValueError, KeyError):
                 pass
             time.sleep(1)
-        r = self.procs.sh(h, ["idemp-list"], env=env, check=False, timeout=120)
         with open(os.path.join(self.run, "records.ndjson"), "w") as f:
-            f.write(r.stdout)
+            if not self.a.worker:       # another consumer keeps no idemkit record
+                f.write(self.procs.sh(h, ["idemp-list"], env=env, check=False,
+                                      timeout=120).stdout)
         for name, q in (("dlq", env["IDEMKIT_DLQ"]), ("queue", env["IDEMKIT_QUEUE"])):
             r = self.procs.sh(h, ["sqs-recv", "--queue", q, "--drain", "--max", "10", "--wait", "1"],
                               env=env, check=False, timeout=120)
@@ -395,7 +446,11 @@ def produce(world, sends, t0, log):
         for _ in range(50):
             r = subprocess.run(["sqs-send"], input="\n".join(batch) + "\n", env=env, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
-            log.write(json.dumps({"ts": now_ms(), "sent": len(batch), "rc": r.returncode}) + "\n")
+            # the chargeIds sent: when each charge entered the backlog (the
+            # checker's recovery times)
+            log.write(json.dumps({"ts": now_ms(), "sent": len(batch), "rc": r.returncode,
+                                  "ids": [checker.charge_of(b) for b in batch]
+                                  if r.returncode == 0 else []}) + "\n")
             if r.returncode == 0:
                 break
             time.sleep(0.5)
@@ -411,6 +466,13 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--only", default=None, help="fault kinds, comma-separated")
     ap.add_argument("--charges", type=int, default=None)
+    ap.add_argument("--rate", type=float, default=None,
+                    help="charges offered a second over the sending window (3/4 of the run)")
+    ap.add_argument("--worker", default=None,
+                    help="judge another consumer: this command (sh -c) on each worker host")
+    ap.add_argument("--worker-clock", action="store_true",
+                    help="--worker: skew its clock too (libfaketime preloaded: a runtime that "
+                    "survives it)")
     ap.add_argument("--outbox", action="store_true",
                     help="the outbox on, its relay killed now and then, checked (outbox.py)")
     ap.add_argument("--schedule", default=None,
@@ -419,6 +481,9 @@ def main():
                     help="postgres: the replica streams asynchronously (what a failover costs "
                     "then; idemp-init warns)")
     a = ap.parse_args()
+    if a.worker and a.backend == "embedded":
+        ap.error("--worker needs a backend whose queue is SQS (postgres, redis, dynamodb): "
+                 "the embedded default's queue is a SQLite file only idemkit reads")
     if a.seed is None:
         a.seed = random.SystemRandom().randint(1, 99999)
     why = netmod.can_run()
@@ -440,9 +505,15 @@ def main():
     rc = 2
     try:
         w.up()
-        n = a.charges or max(40, int(a.duration * 1.5))
+        n = a.charges or (int(a.rate * a.duration * 0.75) if a.rate else
+                          max(40, int(a.duration * 1.5)))
         wl, sends = workload(a.seed, a.duration, n)
         only = set(a.only.split(",")) if a.only else None
+        if a.worker and not a.worker_clock:
+            # no clock faults for another consumer: libfaketime's preload
+            # breaks common runtimes outright (Python 3.11's time.sleep
+            # fails with EINVAL under it, skewed or not, measured here)
+            only = (only or set(KINDS)) - {"clock"}
         ev = schedule(a.seed, a.duration, a.backend, sorted(w.net.hosts), w.workers, LEASE_S, only,
                       outbox=a.outbox)
         if a.schedule:
@@ -450,12 +521,12 @@ def main():
                 ev = json.load(f)
         with open(os.path.join(run, "workload.json"), "w") as f:
             json.dump(dict(wl, seed=a.seed, backend=a.backend, duration=a.duration, outbox=a.outbox,
-                           lease_s=LEASE_S, declined=DECLINED,
+                           lease_s=LEASE_S, declined=DECLINED, worker=a.worker,
                            slots=[list(s) for s in w.slots]), f)
         with open(os.path.join(run, "schedule.json"), "w") as f:
             json.dump(ev, f, indent=0)
         nem = Nemesis(w, ev, os.path.join(run, "nemesis.log"))
-        t0 = time.monotonic()
+        t0, t0_ms = time.monotonic(), now_ms()
         threads = [threading.Thread(target=w.supervise, args=(s,), daemon=True) for s in w.slots]
         threads.append(threading.Thread(target=nem.run, daemon=True))
         threads.append(threading.Thread(target=w.cron, args=(t0 + a.duration,), daemon=True))
@@ -471,12 +542,12 @@ def main():
             time.sleep(2)
         prod.join(120)
         nem.heal_all()
-        healed = time.monotonic()
+        healed, healed_ms = time.monotonic(), now_ms()
         w.redrive_after_heal()
         print("chaos: faults healed after %.0f s (%d scheduled); waiting for the backlog to drain"
               % (healed - t0, len(ev)), flush=True)
         drained = None
-        ids = {c["chargeId"] for c in wl["charges"]}
+        ids = {c["chargeId"] for c in wl["charges"] if not (a.worker and c["declined"])}
         last, changed, settled_at = -1, time.monotonic(), None
         loads = []
         while time.monotonic() - healed < drain_bound(loads)[0] + 60:
@@ -489,7 +560,7 @@ def main():
             # twice: visible 1 and in flight 1, measured), so there the
             # quiet decides, and check 3 judges what a receive still finds
             # once the workers stop.
-            u, q, c = w.unsettled(ids), w.queue_counts(), w.claims()
+            u, q, c = w.unsettled(ids), w.queue_counts(), w.activity()
             now = time.monotonic()
             if c != last:
                 last, changed = c, now
@@ -500,6 +571,8 @@ def main():
                 drained = max(settled_at, changed if a.backend != "embedded" else 0) - healed
                 drained = max(drained, 0.0)
                 break
+            if a.worker and now - changed >= 2 * LEASE_S + BACKOFF_CAP_S:
+                break       # nothing reached the bank for long: what is left will not move
             w.sample_cmdlines()
             time.sleep(1)
         if drained is None:
@@ -509,7 +582,7 @@ def main():
         w.collect()
         w.sample_cmdlines()
         bound, per_cpu = drain_bound(loads)
-        facts = {"drained_s": drained, "drain_bound_s": bound, "load_per_cpu": per_cpu,
+        facts = {"drained_s": drained, "t0_ms": t0_ms, "healed_ms": healed_ms, "drain_bound_s": bound, "load_per_cpu": per_cpu,
                  "faults": len(ev), "elapsed_s": round(time.monotonic() - t0, 1),
                  "outbox_drained": outbox_drained}
         print("chaos: drain bound %d s (%d s x the load per core while draining, %.2f, "

@@ -10,9 +10,17 @@ nemesis's log and every log line of every host.  It prints a short table
 and writes verdict.json; for a violation, the chargeId, the faults around
 it and that charge's timeline across hosts.
 
+A run of another consumer (chaos.py --worker) keeps no idemkit record:
+it is judged by the invariants that need none (FOREIGN below), from the
+bank's ledger, its notifications and what is left in the queue and the DLQ.
+
+Beside safety, liveness as a number (recovery()): for each fault's heal,
+the time until every charge outstanding then was settled, per fault kind.
+
 usage: checker.py RUN_DIR   (re-judges a kept run; secrets are not known
                              then, so check 5 is skipped)
 """
+import bisect
 import glob
 import json
 import os
@@ -38,6 +46,15 @@ INVARIANTS = [
     (11, "storage stays sound: no step reports a corrupt file; the embedded files pass "
          "integrity_check"),
 ]
+# Another consumer's run (--worker): what it is judged by, needing no
+# idemkit record.
+FOREIGN = {
+    1: "no charge debited twice at the bank",
+    3: "nothing lost: every charge debited, or in the DLQ; no copy left in the queue",
+    4: "one notification per debited charge, none for a charge not debited",
+    5: INVARIANTS[4][1],
+    6: INVARIANTS[5][1],
+}
 # What SQLite says of a corrupt file (SQLITE_CORRUPT, SQLITE_NOTADB): an
 # acked delete or a finish written into a WAL another process deleted
 # comes back as one of these.
@@ -124,6 +141,61 @@ def spans(run):
     for s in starts.values():
         out.append((s["ts"], heal_all or s["ts"] + 60000, s))
     return sorted(out, key=lambda x: x[0])
+
+
+def pct(vs, q):
+    """The q-quantile of vs by nearest rank (vs sorted)."""
+    return vs[min(len(vs) - 1, max(0, -(-int(q * 1000) * len(vs) // 1000) - 1))]
+
+
+def summary(vs):
+    vs = sorted(vs)
+    return {"n": len(vs), "p50": round(pct(vs, 0.5), 1), "p99": round(pct(vs, 0.99), 1),
+            "max": round(vs[-1], 1)} if vs else {"n": 0}
+
+
+def recovery(heals, sent, settled):
+    """Liveness as a number.  heals: (kind, heal ms) of every fault;
+    sent: chargeId -> when its first copy was sent; settled: chargeId ->
+    when it was settled (ms).  For each heal, the time until every charge
+    outstanding then (sent before it, settled after it) was settled, 0
+    when none was; per kind: {n, p50, p99, max} in seconds.  A charge never
+    settled is check 3's and counts nowhere here.  The faults overlap: a
+    heal's figure is what was outstanding at it cost, whatever else was in
+    force then or came after."""
+    both = sorted((sent[c], settled[c]) for c in sent if c in settled)
+    starts = [a for a, _ in both]
+    top, m = [], 0            # top[i]: the latest settle of the first i+1 sent
+    for _, b in both:
+        m = max(m, b)
+        top.append(m)
+    per = {}
+    for kind, h in heals:
+        i = bisect.bisect_right(starts, h)
+        last = top[i - 1] if i else 0
+        per.setdefault(kind, []).append(max(0, last - h) / 1000.0)
+    return {k: summary(v) for k, v in sorted(per.items())}
+
+
+def sent_times(run):
+    """chargeId -> when the producer's first send of a copy of it was
+    accepted (producer.log)."""
+    out = {}
+    for e in jlines(os.path.join(run, "logs", "producer.log")):
+        for cid in e.get("ids") or ():
+            if cid and cid not in out:
+                out[cid] = e["ts"]
+    return out
+
+
+def heals_of(run):
+    """(kind, heal ms) of every fault that landed; the end of the fault
+    phase as "heal-all"."""
+    out = [(e["kind"], b) for a, b, e in spans(run)]
+    for e in jlines(os.path.join(run, "nemesis.log")):
+        if e.get("kind") == "heal-all":
+            out.append(("heal-all", e["ts"]))
+    return out
 
 
 # Lines of one worker's log are written in the order they happen (each
@@ -297,12 +369,20 @@ def check(run, planted, facts):
     dlq = jlines(os.path.join(run, "dlq.ndjson"))
     left = jlines(os.path.join(run, "queue.ndjson"))
     db = sqlite3.connect("file:%s?mode=ro" % os.path.join(run, "bank", "ledger.db"), uri=True)
+    # a notification's body may carry bank-legacy's ISO-8859-1 reference
+    db.text_factory = lambda b: b.decode("utf-8", "replace")
     debits = {}
-    for key, cid, ref, amount, replays in db.execute(
-            "SELECT key, charge_id, ref, amount, replays FROM debits"):
+    for key, cid, ref, amount, replays, at in db.execute(
+            "SELECT key, charge_id, ref, amount, replays, created_at FROM debits ORDER BY seq"):
         debits.setdefault(cid, []).append({"key": key, "ref": ref, "amount": amount,
-                                           "replays": replays})
-    notes = dict(db.execute("SELECT key, count FROM notifications"))
+                                           "replays": replays, "at": at})
+    notes, notes_body = {}, {}
+    for key, count, body in db.execute("SELECT key, count, body FROM notifications"):
+        notes[key] = count
+        notes_body[key] = body
+    notes_of = {}          # chargeId: the gateway keys it was notified under
+    for k in notes:
+        notes_of.setdefault(k.split(":")[0], []).append(k)
     reqs = {}
     for e in jlines(os.path.join(run, "logs", "bank-sim.log")):
         if e.get("msg") == "request" and e.get("path") == "/debits" and e.get("method") == "POST":
@@ -310,6 +390,11 @@ def check(run, planted, facts):
     dlq_by_body = {}
     for m in dlq:
         dlq_by_body.setdefault(m.get("body"), []).append(m)
+    dlq_ids = {charge_of(b) for b in dlq_by_body}
+    left_of = {}
+    for m in left:
+        left_of[charge_of(m.get("body"))] = left_of.get(charge_of(m.get("body")), 0) + 1
+    foreign = bool(wl.get("worker"))
 
     viol = {i: [] for i, _ in INVARIANTS}
     note_replays = 0
@@ -317,7 +402,9 @@ def check(run, planted, facts):
     def bad(i, cid, why):
         viol[i].append({"chargeId": cid, "why": why})
 
-    for c in wl["charges"]:
+    if foreign:
+        foreign_checks(wl, debits, notes, notes_body, dlq_by_body, left_of, bad)
+    for c in ([] if foreign else wl["charges"]):
         cid = c["chargeId"]
         d = debits.get(cid, [])
         r = records.get(cid)
@@ -348,10 +435,10 @@ def check(run, planted, facts):
         # 3
         if st not in TERMINAL:
             bad(3, cid, "no terminal record (state %s)" % st)
-        n_left = sum(1 for m in left if charge_of(m.get("body")) == cid)
+        n_left = left_of.get(cid, 0)
         if n_left:
             bad(3, cid, "%d copies still in the queue" % n_left)
-        if st == "FAILED" and not any(charge_of(b) == cid for b in dlq_by_body):
+        if st == "FAILED" and cid not in dlq_ids:
             bad(3, cid, "FAILED but no copy in the DLQ")
         ev = r.get("event") if r else None
         for b in {c["body"], c["mismatch"]} - {None}:
@@ -361,7 +448,7 @@ def check(run, planted, facts):
         # 4: the gateway counts every delivery it accepted; deliveries
         # under one key past the first are a retry the key absorbs (a real
         # gateway answers them from its idempotency store), like a replay
-        keys = [k for k in notes if k.split(":")[0] == cid]
+        keys = notes_of.get(cid, [])
         n = sum(notes[k] for k in keys)
         if len(keys) > 1:
             bad(4, cid, "notified under %d keys: %s" % (len(keys), keys))
@@ -382,14 +469,14 @@ def check(run, planted, facts):
             elif h.get("op") == "claim" and finished:
                 bad(4, cid, "claimed again (attempt %s) after it was finished" % h.get("attempt"))
                 break
-    for b in wl["poison"]:
+    for b in ([] if foreign else wl["poison"]):
         pid = charge_of(b) or b[:30]
         if b not in dlq_by_body:
             bad(3, pid, "a malformed message is not in the DLQ")
         if pid in reqs:
             bad(2, pid, "a malformed event reached the bank (answers: %s)"
                 % sorted(set(s for _, s in reqs[pid])))
-    for b, ms in dlq_by_body.items():
+    for b, ms in ({} if foreign else dlq_by_body).items():
         for m in ms:
             if not (m.get("attributes") or {}).get("idemkit.reason"):
                 bad(3, charge_of(b) or str(b)[:30], "a DLQ copy without its reason")
@@ -411,11 +498,14 @@ def check(run, planted, facts):
         bad(6, "-", "drained in %.0f s, over the bound of %d s"
             % (facts["drained_s"], facts["drain_bound_s"]))
 
-    storage_checks(run, bad)
-    money_checks(run, wl, records, reqs, bad)
-    judged = {i for i, _ in INVARIANTS}
-    if not outbox_checks(run, records, bad):
-        judged.discard(10)
+    if foreign:
+        judged = set(FOREIGN)
+    else:
+        storage_checks(run, bad)
+        money_checks(run, wl, records, reqs, bad)
+        judged = {i for i, _ in INVARIANTS}
+        if not outbox_checks(run, records, bad):
+            judged.discard(10)
 
     # replays absorbed by the key, per fault kind around them
     windows = fault_windows(run, lease_ms)
@@ -446,7 +536,27 @@ def check(run, planted, facts):
             evidence.append({"invariant": i, "chargeId": cid, "why": v["why"],
                              "faults": around, "timeline": tl})
     n_charges = len(wl["charges"])
-    settled = sum(1 for c in wl["charges"] if (records.get(c["chargeId"]) or {}).get("state") in TERMINAL)
+    # when each charge was settled: its record's first finish (the
+    # store's clock), or another consumer's debit at the bank
+    at = {}
+    for c in wl["charges"]:
+        cid = c["chargeId"]
+        if foreign:
+            if debits.get(cid):
+                at[cid] = debits[cid][0]["at"]
+            continue
+        r = records.get(cid) or {}
+        if r.get("state") in TERMINAL:
+            fin = [h["at"] for h in r.get("history", []) if h.get("op") == "finish"]
+            at[cid] = min(fin) if fin else r.get("updatedAt")
+    if foreign:
+        settled = sum(1 for c in wl["charges"] if c["chargeId"] in at or c["chargeId"] in dlq_ids)
+    else:
+        settled = len(at)
+    sent = sent_times(run)
+    lat = [(at[c] - sent[c]) / 1000.0 for c in at if c in sent and at[c]]
+    span = [sent[c] for c in at if c in sent] + [at[c] for c in at if at[c]]
+    took = (max(span) - min(span)) / 1000.0 if len(span) > 1 else 0
     v = {
         "ok": not any(viol.values()),
         "seed": wl["seed"], "backend": wl["backend"], "duration_s": wl["duration"],
@@ -456,9 +566,13 @@ def check(run, planted, facts):
         "replays_absorbed": replays, "replays_per_fault": per_kind, "faults_landed": faults,
         "dlq": len(dlq), "left_in_queue": len(left),
         "notifications": sum(notes.values()), "notification_retries_absorbed": note_replays,
-        "facts": facts,
-        "invariants": [{"n": i, "name": name, "ok": not viol[i], "violations": viol[i][:50],
-                        "count": len(viol[i])} for i, name in INVARIANTS if i in judged],
+        "facts": facts, "worker": wl.get("worker"),
+        "recovery_s": recovery(heals_of(run), sent, {c: t for c, t in at.items() if t}),
+        "settle_latency_s": summary(lat),
+        "settled_per_s": round(len(lat) / took, 2) if took else None,
+        "invariants": [{"n": i, "name": FOREIGN[i] if foreign else name, "ok": not viol[i],
+                        "violations": viol[i][:50], "count": len(viol[i])}
+                       for i, name in INVARIANTS if i in judged],
         "evidence": evidence[:10],
     }
     with open(os.path.join(run, "verdict.json"), "w") as f:
@@ -686,9 +800,42 @@ def outbox_checks(run, records, bad):
     return True
 
 
+def foreign_checks(wl, debits, notes, notes_body, dlq_by_body, left_of, bad):
+    """Checks 1, 3 and 4 of another consumer's run (--worker), from what
+    the bank's ledger, the gateway and the queues say: it keeps no record
+    idemkit can read, and keys its requests as it likes (a notification is
+    the charge's by the chargeId in its body)."""
+    dlq_ids = {charge_of(b) for b in dlq_by_body}
+    noted = {}
+    for k in notes:
+        noted.setdefault(charge_of(notes_body.get(k)) or k.split(":")[0], []).append(k)
+    for c in wl["charges"]:
+        cid = c["chargeId"]
+        d = debits.get(cid, [])
+        if len(d) > 1:
+            bad(1, cid, "%d distinct debits at the bank (%s), under keys %s"
+                % (len(d), ", ".join(x["ref"] for x in d), [x["key"] for x in d]))
+        if not d and cid not in dlq_ids:
+            bad(3, cid, "declined at the bank, and not in the DLQ" if c["declined"] else
+                "never debited, and not in the DLQ")
+        if left_of.get(cid):
+            bad(3, cid, "%d copies still in the queue" % left_of[cid])
+        ks = noted.get(cid, [])
+        if d and len(ks) != 1:
+            bad(4, cid, "debited, and notified under %d keys" % len(ks) if ks else
+                "debited, and never notified")
+        if not d and ks:
+            bad(4, cid, "never debited, and notified under %d key(s)" % len(ks))
+    for b in wl["poison"]:
+        if b not in dlq_by_body:
+            bad(3, charge_of(b) or b[:30], "a malformed message is not in the DLQ")
+
+
 def print_table(v, run):
     print("chaos verdict: %s  (backend %s, seed %d, %d s of faults)"
           % ("VALID" if v["ok"] else "INVALID", v["backend"], v["seed"], v["duration_s"]))
+    if v.get("worker"):
+        print("  judging another consumer: %s" % v["worker"])
     print("  %d charges, %d copies sent, %d settled, %d debits, %d replays absorbed by the key, "
           "%d in the DLQ, %d notifications (%d retries absorbed by the gateway's key)"
           % (v["charges"], v["copies_sent"], v["settled"], v["debits"], v["replays_absorbed"],
@@ -697,6 +844,16 @@ def print_table(v, run):
     print("  drained %s after the heal (bound %d s)" %
           ("in %.1f s" % d if d is not None else "NOT", v["facts"]["drain_bound_s"]))
     print("  faults landed: %s" % ", ".join("%s %d" % kv for kv in sorted(v["faults_landed"].items())))
+    lat = v.get("settle_latency_s") or {}
+    if lat.get("n"):
+        print("  %s charges settled a second; sent to settled p50 %.1f s, p99 %.1f s, max %.1f s"
+              % (v["settled_per_s"], lat["p50"], lat["p99"], lat["max"]))
+    rec = {k: x for k, x in (v.get("recovery_s") or {}).items() if x.get("n")}
+    if rec:
+        print("  from a fault's heal to what was outstanding then settled (s):")
+        print("    %-14s %5s %7s %7s %7s" % ("fault", "heals", "p50", "p99", "max"))
+        for k, x in rec.items():
+            print("    %-14s %5d %7.1f %7.1f %7.1f" % (k, x["n"], x["p50"], x["p99"], x["max"]))
     print("  replays per fault kind around them: %s" %
           (", ".join("%s %d" % kv for kv in sorted(v["replays_per_fault"].items())) or "none"))
     for inv in v["invariants"]:

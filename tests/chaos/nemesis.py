@@ -212,6 +212,14 @@ class Nemesis:
                 out.append(int(d))
         return out
 
+    def consumer_pids(self, host):
+        """The processes of HOST's workers, the shell that leads each group
+        left out where it has children (stopping or killing /bin/sh -c
+        would leave the consumer it started running)."""
+        pids = self.step_pids(host, None)
+        lead = set(self.w.worker_pgids(host))
+        return [p for p in pids if p not in lead] or pids
+
     def slot_of(self, pid):
         """The worker slot ("w1.0": its log is logs/worker-w1.0.log) and the
         command name of a process of it, logged with a process fault so
@@ -258,7 +266,7 @@ class Nemesis:
         elif k == "bank-restart":
             w.procs.stop("bank-sim", signal.SIGKILL if e["kill9"] else signal.SIGTERM)
         elif k == "stop-step":
-            pids = self.step_pids(e["host"], e["step"]) or self.step_pids(e["host"], None)
+            pids = self.step_pids(e["host"], e["step"]) or self.consumer_pids(e["host"])
             if not pids:
                 return "no process"
             pid = random.Random(e["t"]).choice(pids)
@@ -268,7 +276,10 @@ class Nemesis:
             e["pid"] = pid
             return "pid %d" % pid
         elif k == "kill-step":
-            pids = self.step_pids(e["host"], e["step"])
+            # another consumer (--worker) has no idemkit steps: any of its
+            # processes, the consumer itself included
+            pids = self.step_pids(e["host"], e["step"]) or \
+                (self.consumer_pids(e["host"]) if w.a.worker else [])
             if not pids:
                 return "no process"
             pid = random.Random(e["t"]).choice(pids)
