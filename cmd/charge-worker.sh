@@ -694,7 +694,7 @@ ended() {
 		_n=$(wc -l < "$work/stranded")
 		cat "$work/stranded" >> "$tmp/$id.stranded"
 	fi
-	_dead= _code=0 _at=0
+	_dead='' _code=0 _at=0
 	while read -r _s _c; do
 		case $_s:$_c in
 		*:0|sqs-recv:1|sqs-recv:129|sqs-recv:130|sqs-recv:143) continue ;;
@@ -719,7 +719,7 @@ ended() {
 	elif [ "$_n" -gt 0 ]; then
 		echo "$clr$PROG: $_dead $_how holding $_n message(s) received and not settled (they reached no sqs-ack); left on the queue, received again after their visibility timeout" >&2
 	else
-		echo "$clr$PROG: $_dead $_how; every message received was settled" >&2
+		echo "$clr$PROG: $_dead $_how; none of what it held was stranded (it reached sqs-ack another way)" >&2
 	fi
 	if [ "$_n" -gt 0 ] || [ "$_dead" = sqs-recv ]; then
 		[ "$_code" -ne 70 ] || n_software=$((n_software + 1))
