@@ -7,7 +7,10 @@
 #
 # Rules: nothing is acked before its outcome is recorded (sqs-ack decides
 # from the envelope, and leaves what is unfinished); SIGTERM/SIGINT finish
-# the message in flight, receive no more, and exit 128+signal.
+# the message in flight, receive no more, and exit 128+signal.  Every
+# message received is accounted for: what sqs-recv handed out and no
+# sqs-ack wrote (a step died, a pipe broke) is counted "stranded", keeps
+# the run from 0 and 1, and the step that died is named.
 
 # Step commands and their arguments are split into words on purpose;
 # counters are set through eval (n_KEY, t_KEY); traps call handlers.
@@ -87,8 +90,10 @@ Exit status:
     1  EMPTY             nothing was received (with --once too); or another run
                          holds the lock
    64  USAGE             bad command line
-   70  SOFTWARE          internal error
-   75  TEMPFAIL          some messages were left for a retry (transient trouble)
+   70  SOFTWARE          internal error; or a step that exited 70 left messages
+                         unsettled
+   75  TEMPFAIL          some messages were left for a retry (transient trouble,
+                         or a step died holding them)
    78  CONFIG            missing or invalid configuration
 
 See charge-worker(1) and idemkit(7).
@@ -232,12 +237,18 @@ explain() {  # CODE -> "NAME meaning"
 }
 
 # run_step NAME IN OUT CMD ARGS...: runs one step; its exit code in $rc.
+# The first step that died (a signal) or wrote nothing is noted in
+# $work/st as "NAME STATUS", for ended (the exit code of a step that ran is
+# the outcome, already in its envelope).
 run_step() {
 	_name=$1 _in=$2 _out=$3
 	shift 3
 	rc=0
 	"$@" < "$_in" > "$_out" || rc=$?
 	[ "$first_rc" -ne 0 ] || first_rc=$rc
+	if { [ "$rc" -ge 128 ] || [ ! -s "$_out" ]; } && [ ! -s "$work/st" ]; then
+		echo "$_name $rc" > "$work/st"
+	fi
 	if [ "$trace" -eq 1 ]; then
 		printf '%-14s -> %3d %s\n' "$_name" "$rc" "$(explain "$rc")" >&2
 	fi
@@ -251,6 +262,7 @@ run_step() {
 process() {
 	in=$1
 	first_rc=0 debit_rc=-1
+	: > "$work/st"
 	run_step idemp-claim "$in" "$work/claimed" $CLAIM $claim_args
 	final=$work/claimed
 	if [ "$rc" -ne 0 ]; then
@@ -283,17 +295,22 @@ process() {
 # steps ignore the stop signals (nostop) and finish the batch; the loop
 # stops after it.  sqs-ack's lines go to $work/acked, its status in $arc;
 # what charge-debit wrote and sqs-ack never saw (a later step died) goes
-# through idemp-done and sqs-ack again, as after a pipeline.
+# through idemp-done and sqs-ack again, as after a pipeline; what none
+# wrote is stranded (ended).
 batch() {
 	arc=0
-	nostop $CLAIM --stream $claim_args < "$work/recv" | nostop $DEBIT --stream $debit_args \
-		| nostop tee -p "$work/debited" | nostop $NOTIFY --stream $notify_args \
-		| nostop $DONE --stream | nostop $ACK --stream > "$work/acked" || arc=$?
+	: > "$work/st"
+	stepst "$work/st" idemp-claim $CLAIM --stream $claim_args < "$work/recv" \
+		| stepst "$work/st" charge-debit $DEBIT --stream $debit_args \
+		| nostop tee -p "$work/debited" | stepst "$work/st" charge-notify $NOTIFY --stream $notify_args \
+		| stepst "$work/st" idemp-done $DONE --stream \
+		| stepst "$work/st" sqs-ack $ACK --stream > "$work/acked" || arc=$?
 	unacked "$work/debited" "$work/acked" > "$work/left"
 	if [ -s "$work/left" ]; then
 		echo "$clr$PROG: $(wc -l < "$work/left") envelope(s) past charge-debit did not reach sqs-ack (a step ended early); recording them now" >&2
 		nostop $DONE --stream < "$work/left" | nostop $ACK --stream >> "$work/acked" || arc=$?
 	fi
+	ended "$work/st" "$work/recv" "$work/acked"
 }
 
 # --- trace ------------------------------------------------------------------
@@ -415,6 +432,7 @@ outcomes_table() {
 	[ "$dlq" -eq 0 ] || printf '  %-18s %7d  %s\n' "to the DLQ" "$dlq" "sent to the dead-letter queue, then deleted"
 	[ "$left" -eq 0 ] || printf '  %-18s %7d  %s\n' "left for retry" "$left" "not settled in this run: received again later"
 	[ "$ack_failed" -eq 0 ] || printf '  %-18s %7d  %s\n' "ack failed" "$ack_failed" "recorded, but the queue refused the ack: comes back"
+	[ "$stranded" -eq 0 ] || printf '  %-18s %7d  %s\n' "stranded" "$stranded" "a step died holding them: no sqs-ack saw them; come back"
 	[ "$config" -eq 0 ] || printf '  %-18s %7d  %s\n' "config" "$config" "missing or invalid configuration met during the run"
 }
 
@@ -423,19 +441,22 @@ outcomes_table() {
 # totals: the summary's numbers from the v_NAME counts of a tally and the
 # loops' t_KEY counters.
 totals() {
-	config=$((v_CONFIG + t_recv_config))
-	ack_failed=$((v_ACK_FAILED + t_unacked))
+	config=$((v_CONFIG + t_config))
+	ack_failed=$v_ACK_FAILED
+	# Received, then lost with a step that died: no sqs-ack wrote them.
+	stranded=${v_STRANDED:-0}
 	# Left for a retry: messages none of whose receives in this run ended in
-	# a delete (a copy left, then received again and settled, is settled).
-	left=$((v_UNSETTLED + t_unacked + t_recv_failed))
+	# a delete (a copy left, or stranded, then received again and settled,
+	# is settled).
+	left=$((v_UNSETTLED + t_recv_failed))
 	dlq=$((v_DUP_FAILED + v_PAYLOAD_MISMATCH + v_DATAERR + v_DECLINED + v_STALE_EVENT))
-	received=$((v_RECEIVED + t_unacked))
+	received=$v_RECEIVED
 }
 summary_json() {
-	printf '{"summary":true,"received":%d,"debited":%d,"debitedNotificationFailed":%d,"declined":%d,"dupDone":%d,"dupInProgress":%d,"dupFailed":%d,"payloadMismatch":%d,"invalid":%d,"staleEvent":%d,"leaseLost":%d,"toDlq":%d,"leftForRetry":%d,"ackFailed":%d,"bankReplays":%d,"config":%d}\n' \
+	printf '{"summary":true,"received":%d,"debited":%d,"debitedNotificationFailed":%d,"declined":%d,"dupDone":%d,"dupInProgress":%d,"dupFailed":%d,"payloadMismatch":%d,"invalid":%d,"staleEvent":%d,"leaseLost":%d,"toDlq":%d,"leftForRetry":%d,"ackFailed":%d,"stranded":%d,"bankReplays":%d,"config":%d}\n' \
 		"$received" "$v_OK" "$v_NOTIFY_FAILED" "$v_DECLINED" "$v_DUP_DONE" \
 		"$v_DUP_IN_PROGRESS" "$v_DUP_FAILED" "$v_PAYLOAD_MISMATCH" "$v_DATAERR" "$v_STALE_EVENT" "$v_LEASE_LOST" \
-		"$dlq" "$left" "$ack_failed" "${v_BANK_REPLAYED:-0}" "$config"
+		"$dlq" "$left" "$ack_failed" "$stranded" "${v_BANK_REPLAYED:-0}" "$config"
 }
 # tally_delta OLD NEW: NEW's counts less OLD's (both idemkit-code --tally).
 tally_delta() {
@@ -462,7 +483,7 @@ metrics_ticker() {
 		tick_sleep=
 		[ "$tick_stop" -eq 0 ] || break
 		kill -0 "$$" 2>/dev/null || break   # the driver is gone
-		for f in "$tmp"/*.out; do
+		for f in "$tmp"/*.out "$tmp"/*.stranded; do
 			[ -f "$f" ] && head -n "$(wc -l < "$f")" "$f"
 		done | idemkit-code --tally > "$tmp/tally.now" || continue
 		tally_delta "$tmp/tally.ticked" "$tmp/tally.now" > "$tmp/tally.delta"
@@ -483,12 +504,14 @@ trap 'on_signal 2' INT
 trap 'on_signal 1' HUP
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/charge-worker.XXXXXX") || exit 70
-# What is counted outside sqs-ack's output: receive failures, and messages
-# received whose envelope sqs-ack never wrote.
-COUNTERS="recv_config recv_failed unacked"
+# What is counted outside sqs-ack's output: receive failures, refusals of
+# the configuration, a dead sqs-recv, and steps that exited 70 holding
+# messages (ended).
+COUNTERS="config recv_failed died software"
 
-# Every loop appends what sqs-ack wrote to $tmp/ID.out: the one source of
-# the run's outcomes (idemkit-code --tally counts it by verdict).
+# Every loop appends what sqs-ack wrote to $tmp/ID.out and what it received
+# that no sqs-ack wrote to $tmp/ID.stranded: the one source of the run's
+# outcomes (idemkit-code --tally counts them by verdict).
 
 # loop ID: one worker; writes its counters to $tmp/ID.stats.
 loop() {
@@ -509,7 +532,7 @@ loop() {
 	[ "$once" -eq 0 ] && [ -z "$replaced" ] || max=1
 	[ "$tty" -eq 0 ] || export IDEMKIT_PROGRESS="$tmp/$id.progress"
 	for k in $COUNTERS; do eval "n_$k=0"; done
-	n=0 config_run=0
+	config_run=0
 	while [ "$stop" -eq 0 ]; do
 		rc=0
 		$RECV --max "$max" --wait "$wait" > "$work/recv" || rc=$?
@@ -526,10 +549,18 @@ loop() {
 			[ "$once" -eq 1 ] && break
 			continue
 		fi
+		if [ "$rc" -ge 128 ]; then
+			# A stop, or sqs-recv died: what it wrote out goes no
+			# further (stranded); one that died may have held more.
+			echo "sqs-recv $rc" > "$work/st"
+			if [ "$stop" -ne 0 ]; then : > "$work/st"; fi
+			: > "$work/acked"
+			ended "$work/st" "$work/recv" "$work/acked"
+			break
+		fi
 		if [ "$rc" -ne 0 ]; then
-			[ "$rc" -ge 128 ] && break
 			echo "$clr$PROG: receive failed ($rc $(explain "$rc")); backing off" >&2
-			[ "$rc" -eq 78 ] && { n_recv_config=$((n_recv_config + 1)); break; }
+			[ "$rc" -eq 78 ] && { n_config=$((n_config + 1)); break; }
 			# A drain (cron) run ends here with 75, as the --stream
 			# pipeline does: the next run is the retry.  Otherwise it
 			# would wait out the outage with the lock held.
@@ -538,7 +569,6 @@ loop() {
 			continue
 		fi
 		if [ "$max" -gt 1 ]; then
-			n=$((n + $(wc -l < "$work/recv")))
 			batch
 			cat "$work/acked" >> "$tmp/$id.out"
 			# 78: sqs-ack halted, the bank (or the store, at the
@@ -566,13 +596,22 @@ loop() {
 			fi
 			continue
 		fi
-		n=$((n + 1))
 		process "$work/recv"
-		# sqs-ack writes one envelope line per message straight into
-		# the loop's output (no copy per message); the messages it wrote
-		# none for are counted once, when the loop ends.
+		# One envelope line from sqs-ack into the loop's output; none (a
+		# step died with nothing written, so nothing is acked; or sqs-ack
+		# died): the message is stranded (ended).
 		arc=0
-		$ACK < "$final" >> "$tmp/$id.out" || arc=$?
+		: > "$work/acked"
+		if [ -s "$final" ]; then
+			$ACK < "$final" > "$work/acked" || arc=$?
+			[ -s "$work/acked" ] || [ -s "$work/st" ] || echo "sqs-ack $arc" > "$work/st"
+		fi
+		if [ -s "$work/acked" ]; then
+			cat "$work/acked" >> "$tmp/$id.out"
+		fi
+		if [ ! -s "$work/acked" ] || [ -s "$work/st" ]; then
+			ended "$work/st" "$work/recv" "$work/acked"
+		fi
 		# The queue refused the ack (busy, unreachable, misconfigured):
 		# the message was left and comes back.  A drain or --once run
 		# ends here with 75 as on a failed receive (the next run is the
@@ -593,8 +632,6 @@ loop() {
 		0|20) config_run=0 ;;
 		esac
 	done
-	n_unacked=$((n - $(wc -l < "$tmp/$id.out")))
-	[ "$n_unacked" -ge 0 ] || n_unacked=0
 	: > "$tmp/$id.stats"
 	for k in $COUNTERS; do eval "echo \"$k \$n_$k\"" >> "$tmp/$id.stats"; done
 }
@@ -617,15 +654,95 @@ unacked() {
 # behind it nowhere to go.
 nostop() { trap '' TERM INT HUP; exec "$@"; }
 
+# stepst FILE NAME CMD ARGS...: CMD as nostop runs it, its status then
+# appended to FILE as "NAME STATUS" (NAME: the step's name in the flow,
+# whatever command runs it).  A shell waits for it, so which step of a
+# pipeline died is known, not guessed from what is missing.
+stepst() {
+	_f=$1 _n=$2
+	shift 2
+	trap '' TERM INT HUP
+	_rc=0
+	"$@" || _rc=$?
+	echo "$_n $_rc" >> "$_f"
+	exit "$_rc"
+}
+
+# flow_at NAME: the step's place in the flow, in $_p.
+flow_at() {
+	case $1 in
+	sqs-recv) _p=1 ;; idemp-claim) _p=2 ;; charge-debit) _p=3 ;;
+	charge-notify) _p=4 ;; idemp-done) _p=5 ;; *) _p=6 ;;
+	esac
+}
+
+# ended ST RECEIVED ACKED: after a pipeline (or one message) ended.  The
+# envelopes of RECEIVED whose receipt is in no line of ACKED reached no
+# sqs-ack: they are added to $tmp/ID.stranded, which the run's tally counts
+# (STRANDED: received, and left for a retry unless another copy was
+# settled).  ST holds the steps' statuses; the step that ended the
+# pipeline is the last in the flow that did not end as it should (the
+# steps before it then fail to write, those after it see the end of their
+# input).  It is named on stderr with what it left unsettled, and noted
+# for the run's status: a dead sqs-recv keeps it from 0 and 1 (what it held
+# and had not handed out cannot be counted), and one that exited 70
+# leaving messages unsettled makes it 70.
+ended() {
+	unacked "$2" "$3" > "$work/stranded"
+	_n=0
+	if [ -s "$work/stranded" ]; then
+		_n=$(wc -l < "$work/stranded")
+		cat "$work/stranded" >> "$tmp/$id.stranded"
+	fi
+	_dead='' _code=0 _at=0
+	while read -r _s _c; do
+		case $_s:$_c in
+		*:0|sqs-recv:1|sqs-recv:129|sqs-recv:130|sqs-recv:143) continue ;;
+		sqs-recv:75|sqs-recv:78)
+			echo "$clr$PROG: receive failed ($_c $(explain "$_c"))" >&2
+			if [ "$_c" -eq 75 ]; then n_recv_failed=$((n_recv_failed + 1))
+			else n_config=$((n_config + 1)); fi
+			continue ;;
+		esac
+		flow_at "$_s"
+		[ "$_p" -le "$_at" ] || _dead=$_s _code=$_c _at=$_p
+	done < "$1"
+	if [ -z "$_dead" ]; then
+		[ "$_n" -eq 0 ] || echo "$clr$PROG: $_n message(s) received reached no sqs-ack; left on the queue, received again after their visibility timeout" >&2
+		return 0
+	fi
+	if [ "$_code" -ge 128 ]; then _how="was killed by signal $((_code - 128))"
+	else _how="exited $_code $(explain "$_code")"; fi
+	if [ "$_dead" = sqs-recv ]; then
+		echo "$clr$PROG: sqs-recv $_how: $_n message(s) it handed out reached no sqs-ack, and what it held is not known; left on the queue, received again after their visibility timeout" >&2
+		n_died=$((n_died + 1))
+	elif [ "$_n" -gt 0 ]; then
+		echo "$clr$PROG: $_dead $_how holding $_n message(s) received and not settled (they reached no sqs-ack); left on the queue, received again after their visibility timeout" >&2
+	else
+		echo "$clr$PROG: $_dead $_how; none of what it held was stranded (it reached sqs-ack another way)" >&2
+	fi
+	if [ "$_n" -gt 0 ] || [ "$_dead" = sqs-recv ]; then
+		[ "$_code" -ne 70 ] || n_software=$((n_software + 1))
+		[ "$_code" -ne 78 ] || [ "$_dead" = sqs-ack ] || n_config=$((n_config + 1))
+	fi
+}
+
 # loop_stream ID: one pipeline of long-lived processes.
 loop_stream() {
 	id=$1
+	work=$tmp/w$id
+	mkdir -p "$work"
+	for k in $COUNTERS; do eval "n_$k=0"; done
 	# At most $window messages in flight per pipeline: the receiver counts
 	# what sqs-ack has written, so a slow bank slows the receiving instead
 	# of letting claimed messages wait in the pipes past their leases.
+	# What it hands out is also kept (--tee, written once it is out), to
+	# be compared with what sqs-ack wrote when the pipeline has ended.
 	: > "$tmp/$id.out"
+	: > "$tmp/$id.recvd"
+	: > "$work/st"
 	[ "$tty" -eq 0 ] || export IDEMKIT_PROGRESS="$tmp/$id.progress"
-	recv_args="--max 10 --wait $wait --window $window --max-age ${max_age_ms}ms --acked $tmp/$id.out"
+	recv_args="--max 10 --wait $wait --window $window --max-age ${max_age_ms}ms --acked $tmp/$id.out --tee $tmp/$id.recvd"
 	if [ "$drain" -eq 1 ]; then
 		recv_args="$recv_args --drain --settle ${settle_ms}ms"
 	else
@@ -641,14 +758,22 @@ loop_stream() {
 	# stopped, so a pipeline whose later step died winds down instead of
 	# receiving and debiting for nobody.  The subshell outlives a signal
 	# to the group (a trap, not ignored: the receiver must still take its
-	# stop), so the wait below ends when the last step has.
+	# stop), so the wait below ends when the last step has.  Each step's
+	# status goes to $work/st (stepst; the receiver's and sqs-ack's by the
+	# shells around them, which outlive a stop as the steps do).
+	st=$work/st
 	(
 		trap : TERM HUP
-		sh -c 'echo $$ > "$1"; shift; exec "$@"' sh "$tmp/$id.recv" $RECV $recv_args \
-			| nostop $CLAIM --stream $claim_args | nostop $DEBIT --stream $debit_args \
+		{ trap : TERM INT HUP; r=0
+		  sh -c 'echo $$ > "$1"; shift; exec "$@"' sh "$tmp/$id.recv" $RECV $recv_args || r=$?
+		  echo "sqs-recv $r" >> "$st"; } \
+			| stepst "$st" idemp-claim $CLAIM --stream $claim_args \
+			| stepst "$st" charge-debit $DEBIT --stream $debit_args \
 			| nostop tee -p "$tmp/$id.debited" \
-			| nostop $NOTIFY --stream $notify_args | nostop $DONE --stream \
-			| { trap '' TERM INT HUP; $ACK --stream > "$tmp/$id.out"
+			| stepst "$st" charge-notify $NOTIFY --stream $notify_args \
+			| stepst "$st" idemp-done $DONE --stream \
+			| { trap '' TERM INT HUP; a=0; $ACK --stream > "$tmp/$id.out" || a=$?
+			    echo "sqs-ack $a" >> "$st"
 			    kill -TERM "$(cat "$tmp/$id.recv")" 2>/dev/null; }
 	) &
 	pipe=$!
@@ -661,6 +786,9 @@ loop_stream() {
 		echo "$clr$PROG: $(wc -l < "$tmp/$id.left") envelope(s) past charge-debit did not reach sqs-ack (a step ended early); recording them now" >&2
 		nostop $DONE --stream < "$tmp/$id.left" | nostop $ACK --stream >> "$tmp/$id.out"
 	fi
+	ended "$st" "$tmp/$id.recvd" "$tmp/$id.out"
+	: > "$tmp/$id.stats"
+	for k in $COUNTERS; do eval "echo \"$k \$n_$k\"" >> "$tmp/$id.stats"; done
 }
 
 pids=
@@ -719,7 +847,7 @@ for f in "$tmp"/*.stats; do
 	while read -r k v; do eval "t_$k=\$((t_$k + v))"; done < "$f"
 done
 # The outcomes, by the verdict sqs-ack acted on (v_NAME for each code).
-cat "$tmp"/*.out 2>/dev/null | idemkit-code --tally > "$tmp/tally" || exit 70
+cat "$tmp"/*.out "$tmp"/*.stranded 2>/dev/null | idemkit-code --tally > "$tmp/tally" || exit 70
 while IFS=$tab read -r k v; do eval "v_$k=\$v"; done < "$tmp/tally"
 totals
 if [ "$tty" -eq 1 ]; then
@@ -731,8 +859,11 @@ fi
 status=0
 if [ "$stop" -ne 0 ]; then status=$((128 + stop))
 elif [ "$config" -gt 0 ]; then status=78
-# 0 only when every message received was settled.
-elif [ "$left" -gt 0 ] || [ "$ack_failed" -gt 0 ]; then status=75
+# 0 only when every message received was settled (a dead sqs-recv may have
+# held more than it handed out); 70 when a step that exited 70 held some.
+elif [ "$left" -gt 0 ] || [ "$ack_failed" -gt 0 ] || [ "$t_died" -gt 0 ]; then
+	status=75
+	[ "$t_software" -eq 0 ] || status=70
 elif [ "$received" -eq 0 ]; then status=1
 fi
 summary_json | summary_line "$status"

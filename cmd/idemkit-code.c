@@ -30,8 +30,10 @@ static const char options[] =
 	"                    milliseconds; 64 when it is not a duration\n"
 	"  -t, --tally       count sqs-ack's output envelopes: NAME COUNT per\n"
 	"                    verdict in the table, then RECEIVED (lines),\n"
-	"                    ACK_FAILED (the ack itself did not succeed) and\n"
-	"                    UNSETTLED (messages no line of which was deleted)\n"
+	"                    ACK_FAILED (the ack itself did not succeed),\n"
+	"                    STRANDED (lines no sqs-ack wrote: received, then\n"
+	"                    lost with a step) and UNSETTLED (messages no line\n"
+	"                    of which was deleted)\n"
 	"  -h, --help        this help\n"
 	"  -V, --version     print the version\n"
 	"With no CODE, the whole table.  Output: CODE NAME ACTION MEANING, tab-separated.\n";
@@ -82,17 +84,19 @@ unsettled(struct seen *s, size_t n)
 	return count;
 }
 
-/* Count the envelopes sqs-ack wrote by their ack.verdict.  A line that is
- * no envelope, or has no verdict, counts as received and as ACK_FAILED.
- * A message seen more than once (left, then received again) is UNSETTLED
- * unless one of its lines was settled. */
+/* Count the envelopes sqs-ack wrote by their ack.verdict.  A line with no
+ * ack result at all (what sqs-recv handed out and no sqs-ack wrote, or a
+ * line cut short) counts as received and as STRANDED; one with an ack
+ * result and no verdict, as received and as ACK_FAILED.  A message seen
+ * more than once (left, then received again) is UNSETTLED unless one of
+ * its lines was settled. */
 static int
 tally(void)
 {
 	int n;
 	const struct ik_outcome *t = ik_outcomes(&n);
 	long long *count = calloc((size_t)n, sizeof *count), received = 0, failed = 0,
-	    replayed = 0;
+	    replayed = 0, stranded = 0;
 	struct ik_lines in;
 	char *line;
 	size_t len;
@@ -119,7 +123,9 @@ tally(void)
 			settled = ik_env_settled(env, &v);
 		if (v)
 			count[v - t]++;
-		if (!v || ik_env_step_code(env, "ack") != IK_OK)
+		if (!env || !ik_env_result(env, "ack"))
+			stranded++;
+		else if (!v || ik_env_step_code(env, "ack") != IK_OK)
 			failed++;
 		/* the bank answered our debit as a replay: a crash window was hit */
 		if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ik_env_result(env, "debit"),
@@ -150,8 +156,8 @@ tally(void)
 	}
 	for (int i = 0; i < n; i++)
 		printf("%s\t%lld\n", t[i].name, count[i]);
-	printf("BANK_REPLAYED\t%lld\nRECEIVED\t%lld\nACK_FAILED\t%lld\nUNSETTLED\t%lld\n",
-	    replayed, received, failed, unsettled(seen, nseen));
+	printf("BANK_REPLAYED\t%lld\nRECEIVED\t%lld\nACK_FAILED\t%lld\nSTRANDED\t%lld\n"
+	    "UNSETTLED\t%lld\n", replayed, received, failed, stranded, unsettled(seen, nseen));
 	for (size_t i = 0; i < nseen; i++)
 		free(seen[i].id);
 	free(seen);

@@ -23,6 +23,11 @@
  *
  * On SQS several receives are outstanding at once (--inflight, see
  * receive_loop); the window counts what they may bring as held.
+ *
+ * With --tee FILE each envelope is also appended to FILE once it was
+ * written out (flushed): what the pipeline received, kept where the death
+ * of a later step cannot take it, so a driver can tell what reached no
+ * sqs-ack.  A message given back is never in it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -46,7 +51,7 @@
 static const char usage[] =
 	"usage: sqs-recv [--queue URL] [--max N] [--wait SECS] [--visibility SECS]\n"
 	"                [--follow | --drain] [--acked FILE [--window N] [--max-age DUR]\n"
-	"                [--settle DUR]] [--inflight N]\n";
+	"                [--settle DUR]] [--inflight N] [--tee FILE]\n";
 static const char options[] =
 	"  -q, --queue URL        sqlite:PATH#NAME or an SQS queue URL (default $IDEMKIT_QUEUE,\n"
 	"                         else sqlite:$IDEMKIT_STATE_DIR/queue.db#charges)\n"
@@ -64,6 +69,7 @@ static const char options[] =
 	"                         in flight or a copy left is due back within DUR\n"
 	"  -i, --inflight N       with --follow or --drain on SQS: up to N receives\n"
 	"                         outstanding, 1..16 (default 8)\n"
+	"  -T, --tee FILE         also append each envelope to FILE once it is written out\n"
 	"  -h, --help             this help\n"
 	"  -V, --version          print the version\n";
 static const int codes[] = {
@@ -106,8 +112,13 @@ give_back(struct ik_queue *q, struct ik_qmsg *msgs, size_t n)
 	}
 }
 
-/* Write msgs[0..n) out; from the first one that could not be written on,
- * make them visible again.  0 or -1. */
+/* --tee FILE: NULL without it. */
+static FILE *tee;
+
+/* Write msgs[0..n) out, and each to --tee once it is out; from the first
+ * one that could not be written on, make them visible again.  A tee that
+ * fails stops the receiving as stdout does: what was received could no
+ * longer be accounted for.  0 or -1. */
 static int
 emit(struct ik_queue *q, struct ik_qmsg *msgs, size_t n)
 {
@@ -117,13 +128,22 @@ emit(struct ik_queue *q, struct ik_qmsg *msgs, size_t n)
 	for (i = 0; i < n; i++) {
 		cJSON *env = envelope(q, &msgs[i]);
 		int w = env ? ik_env_write(stdout, env) : -1;
-		cJSON_Delete(env);
 		if (w < 0 || fflush(stdout) == EOF) {
+			cJSON_Delete(env);
 			ik_warnx("stdout: cannot write the envelope; returning %zu message(s) "
 			         "to the queue", n - i);
 			rc = -1;
 			break;
 		}
+		if (tee && (ik_env_write(tee, env) < 0 || fflush(tee) == EOF)) {
+			cJSON_Delete(env);
+			ik_warnx("--tee: %s; returning %zu message(s) to the queue",
+			         strerror(errno), n - i - 1);
+			i++;
+			rc = -1;
+			break;
+		}
+		cJSON_Delete(env);
 		ik_log(IK_LOG_DEBUG, "received", "step", "recv", "messageId", msgs[i].message_id,
 		       NULL);
 	}
@@ -591,6 +611,7 @@ main(int argc, char **argv)
 		{ "max-age", required_argument, NULL, 'A' },
 		{ "settle", required_argument, NULL, 'S' },
 		{ "inflight", required_argument, NULL, 'i' },
+		{ "tee", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -600,13 +621,13 @@ main(int argc, char **argv)
 	int max = 1, wait = -1, vis = -1, follow = 0, drain = 0, got = 0, ch, rc;
 	int inflight = RECV_INFLIGHT_DEFAULT;
 	struct window win = { .fd = -1, .max_age = -1, .progress = ik_mono_ms() };
-	const char *acked = NULL;
+	const char *acked = NULL, *tee_path = NULL;
 	int size = 0;
 	int64_t settle = -1;
 	ik_err err = { 0 };
 
 	ik_cli_init(argv[0]);
-	while ((ch = getopt_long(argc, argv, "q:n:w:v:fdW:a:A:S:i:hV", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "q:n:w:v:fdW:a:A:S:i:T:hV", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'q': url = optarg; break;
 		case 'n': if (opt_int("max", optarg, 1, IK_QUEUE_BATCH, &max) < 0) return IK_USAGE; break;
@@ -628,6 +649,7 @@ main(int argc, char **argv)
 			if (opt_int("inflight", optarg, 1, RECV_INFLIGHT_MAX, &inflight) < 0)
 				return IK_USAGE;
 			break;
+		case 'T': tee_path = optarg; break;
 		case 'h': return ik_help(usage, options, codes);
 		case 'V': return ik_version();
 		default: return ik_usage(usage);
@@ -645,6 +667,11 @@ main(int argc, char **argv)
 	}
 	if (wait < 0)
 		wait = follow ? IK_QUEUE_MAX_WAIT : 0;
+	if (tee_path && !(tee = fopen(tee_path, "ae"))) {
+		ik_warnx("--tee %s: %s", tee_path, strerror(errno));
+		window_free(&win);
+		return IK_USAGE;
+	}
 
 	if ((rc = ik_queue_open(url, &q, &err)) != IK_OK)
 		return ik_fail(&err);
@@ -658,6 +685,8 @@ main(int argc, char **argv)
 	    .win = &win }, &got);
 	ik_queue_close(q);
 	window_free(&win);
+	if (tee)
+		fclose(tee);
 	if (ik_stop_signal)
 		return ik_finish(128 + ik_stop_signal);
 	if (rc == IK_OK && !got)

@@ -412,7 +412,7 @@ SH
 	[ "$(bank_stat debits)" -eq 1 ]
 }
 
-@test "sqs-ack crashes with nothing written: the message is counted received, ack failed and left (75); the others settled" {
+@test "sqs-ack crashes with nothing written: the message is counted received, stranded and left, the run is sqs-ack's 70, sqs-ack named; the others settled" {
 	bank_start
 	cat > "$BATS_TEST_TMPDIR/ack" <<'SH'
 #!/bin/sh
@@ -424,10 +424,11 @@ SH
 	{ event CHG-AK1; echo; event CHG-AK2; echo; event CHG-AK3; echo; } | sqs-send >/dev/null
 	SQS_ACK_CMD=$BATS_TEST_TMPDIR/ack run --separate-stderr charge-worker --drain "${fast[@]}"
 	echo "$(summary)"
-	[ "$status" -eq 75 ]
+	[ "$status" -eq 70 ]
 	# debited counts what sqs-ack wrote; the bank and the record know all three
 	[[ "$(summary)" == *'"received":3,"debited":2,'* ]]
-	[[ "$(summary)" == *'"leftForRetry":1,"ackFailed":1,'* ]]
+	[[ "$(summary)" == *'"leftForRetry":1,"ackFailed":0,"stranded":1,'* ]]
+	[[ "$stderr" == *"charge-worker: sqs-ack exited 70 SOFTWARE"*"holding 1 message(s) received and not settled"* ]]
 	[ "$(bank_stat debits)" -eq 3 ]
 	[ "$(state CHG-AK2)" = DONE ]
 	[ "$(qcount)" = "0 1 0" ]
@@ -642,5 +643,54 @@ SH
 	for f in "$IDEMKIT_SRC/examples/crontab" "$IDEMKIT_SRC/examples/prometheus/crontab"; do
 		grep -q '^MAILTO=.' "$f"
 		[ -z "$(awk '/^[0-9*]/ && !/IDEMKIT_LOG=quiet; /' "$f")" ]
+	done
+}
+
+# kill_step STEP COUNTER N ARGS...: charge-worker --drain ARGS in a session
+# of its own, every STEP process of it killed (SIGKILL) once bank-sim's
+# COUNTER reached N; its status in $rc, its stderr in w.err.
+kill_step() {
+	local step=$1 counter=$2 n=$3 w
+	shift 3
+	setsid charge-worker --drain "${fast[@]}" "$@" 2>"$BATS_TEST_TMPDIR/w.err" 3>&- &
+	w=$!
+	until_bank "$counter" "$n"
+	pkill -KILL -s "$w" -x "$step" || true
+	rc=0; wait "$w" || rc=$?
+	grep -v '^{"ts"' "$BATS_TEST_TMPDIR/w.err" || true
+}
+
+# accounted: every message still in flight on the queue is counted left for
+# retry, and a run that left any is neither 0 nor 1; sets S, the summary.
+accounted() {
+	local inflight
+	S=$(grep '"summary":true' "$BATS_TEST_TMPDIR/w.err")
+	inflight=$(qcount | cut -d' ' -f2)
+	echo "status $rc, in flight $inflight"
+	[ "$(jget "$S" leftForRetry)" -ge "$inflight" ]
+	[ "$inflight" -eq 0 ] || { [ "$rc" -ne 0 ] && [ "$rc" -ne 1 ]; }
+}
+
+@test "charge-debit killed with debits at the bank (--stream -j 2, one-shot -j 2) or after some were answered: what it held is counted received, stranded and left, 75, charge-debit named (issue 48)" {
+	bank_start --latency 1500ms
+	local k=0 mode at a0
+	for mode in '--stream -j 2' '-j 2' '--stream -j 2'; do
+		k=$((k + 1))
+		export IDEMKIT_QUEUE="sqlite:$BATS_TEST_TMPDIR/q.db#k$k?visibility=30"
+		# 10 charges, 5 of them sent twice
+		for i in $(seq 1 10); do event "CHG-K$k-$i"; echo; [ $((i % 2)) -eq 1 ] && { event "CHG-K$k-$i"; echo; }; done |
+			sqs-send >/dev/null
+		a0=$(bank_stat attempts)
+		# with debits at the bank; the third, once some were answered
+		# (those are settled, the copies held for them stranded)
+		at="attempts $((a0 + 1))"
+		[ "$k" -ne 3 ] || at="debits $(( $(bank_stat debits) + 3 ))"
+		# shellcheck disable=SC2086
+		kill_step charge-debit $at $mode
+		accounted
+		[ "$rc" -eq 75 ]
+		[ "$(jget "$S" stranded)" -ge 1 ]
+		[ "$(jget "$S" received)" -ge "$(( $(jget "$S" stranded) + $(jget "$S" debited) + $(jget "$S" debitedNotificationFailed) ))" ]
+		grep -q "^charge-worker: charge-debit was killed by signal 9 holding [1-9][0-9]* message(s) received and not settled" "$BATS_TEST_TMPDIR/w.err"
 	done
 }

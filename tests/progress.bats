@@ -21,7 +21,7 @@ teardown() { bank_stop; }
 
 fast="--debit-timeout 2 --notify-timeout 1 --notify-retries 0 --lease 15s"
 E=$'\e'
-SUMMARY='{"summary":true,"received":12,"debited":10,"debitedNotificationFailed":0,"declined":1,"dupDone":1,"dupInProgress":0,"dupFailed":0,"payloadMismatch":0,"invalid":0,"staleEvent":0,"leaseLost":0,"toDlq":1,"leftForRetry":0,"ackFailed":0,"bankReplays":0,"config":0}'
+SUMMARY='{"summary":true,"received":12,"debited":10,"debitedNotificationFailed":0,"declined":1,"dupDone":1,"dupInProgress":0,"dupFailed":0,"payloadMismatch":0,"invalid":0,"staleEvent":0,"leaseLost":0,"toDlq":1,"leftForRetry":0,"ackFailed":0,"stranded":0,"bankReplays":0,"config":0}'
 
 # twelve messages: ten new charges, a duplicate of one finished before
 # (DUP_DONE whatever the order) and one the bank declines (DLQ)

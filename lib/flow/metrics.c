@@ -141,6 +141,9 @@ worker_counts(struct buf *b, const struct ik_metrics_run *r, const char *prev)
 	       "Messages whose delete, DLQ move or visibility change failed (left).");
 	snprintf(labels, sizeof labels, "idemkit_job=\"%s\"", r->job);
 	counter(b, prev, "idemkit_worker_ack_failed_total", labels, num(s, "ackFailed"));
+	family(b, "idemkit_worker_stranded_total", "counter",
+	       "Messages received that no sqs-ack saw: a step died holding them (left).");
+	counter(b, prev, "idemkit_worker_stranded_total", labels, num(s, "stranded"));
 	family(b, "idemkit_worker_bank_replays_total", "counter",
 	       "Debits the bank answered as a replay of an earlier one (a crash window was hit).");
 	counter(b, prev, "idemkit_worker_bank_replays_total", labels, num(s, "bankReplays"));
