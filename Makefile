@@ -285,7 +285,7 @@ san-cover: $(NODE_STAMP)
 # adapter and its suites): minutes, where make san-cover is the whole
 # suite again.  make san-cover still renews all of it.
 san-cover-add: $(NODE_STAMP)
-	@[ -n '$(SAN_ADD)' ] || { echo "san-cover-add: SAN_ADD='RUN ...' names the runs to add" >&2; exit 64; }
+	$(if $(SAN_ADD),,@echo "san-cover-add: SAN_ADD='RUN ...' names the runs to add" >&2; exit 64)
 	$(COV_MAKE) check-build
 	rm -rf $(CURDIR)/build/cov/gcda-add
 	-IDEMKIT_TEST_GCOV=$(CURDIR)/build/cov/gcda-add $(COV_MAKE) check CHECK_RUNS="$(SAN_ADD)"
