@@ -13,6 +13,7 @@ BATS_NO_PARALLELIZE_WITHIN_FILE=true
 
 load helper
 load pg_helper
+load bank_helper
 
 setup_file() {
 	require_pg
@@ -386,6 +387,58 @@ for l in sys.stdin:
 	# read before the server was back, sent after: over a second later
 	[ "${sent%.*}" -ge $((b_read + 1000)) ]
 	grep -q "store connection lost; reconnected" "$BATS_TEST_TMPDIR/err"
+}
+
+# hold_key KEY SECS: another session's uncommitted insert of KEY, rolled
+# back SECS later (in the background: HOLD_PID); returns once it is in.
+hold_key() {
+	pg_sql "BEGIN; INSERT INTO $TBL (key, state, fingerprint, created_at, updated_at, expires_at)
+		VALUES ('$1', 'IN_PROGRESS', 'held', 0, 0, 0); SELECT pg_sleep($2); ROLLBACK" >/dev/null 5>&- &
+	HOLD_PID=$!
+	for _ in $(seq 300); do
+		[ "$(pg_sql "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND query LIKE '%''$1''%'")" = 1 ] && return 0
+		sleep 0.1
+	done
+	echo "the insert of $1 was never held" >&2; return 1
+}
+# until_lock_wait: until a session of the test's database waits for a lock
+# (the claim behind hold_key's insert), at most 30 s.
+until_lock_wait() {
+	for _ in $(seq 300); do
+		[ "$(pg_sql "SELECT count(*) FROM pg_stat_activity WHERE datname = 'idemkit' AND wait_event_type = 'Lock'")" -ge 1 ] && return 0
+		sleep 0.1
+	done
+	echo "no claim ever waited for the held insert" >&2; return 1
+}
+
+@test "a claim that waits at the server behind another session's uncommitted insert for longer than its lease: its sentBootMs is read before it left (bounded from above), so the debit is LEASE_SHORT, nothing sent; one-shot and in the pipeline (issue 45)" {
+	for mode in one-shot stream; do
+		k=$(uid "held-$mode")
+		hold_key "$k" 3
+		t0=$(boot_ms)
+		if [ "$mode" = stream ]; then a=--stream; else a=; fi
+		ev "$k" | idemp-claim $a --lease 2s > "$BATS_TEST_TMPDIR/c" 2> "$BATS_TEST_TMPDIR/c.err" &
+		CLAIM_PID=$!
+		until_lock_wait
+		seen=$(boot_ms)
+		wait "$CLAIM_PID"
+		CLAIM_PID=
+		wait "$HOLD_PID"
+		c=$(cat "$BATS_TEST_TMPDIR/c")
+		sent=$(jget "$c" claim.sentBootMs)
+		echo "$mode: started $t0, seen waiting $seen, sentBootMs $sent, answered by $(boot_ms)"
+		[ "$(jget "$c" claim.outcome)" = ACQUIRED ]
+		# sent after the claim started and before it was seen waiting at
+		# the server: its lease began no earlier than that
+		[ "${sent%.*}" -ge "$t0" ]
+		[ "${sent%.*}" -le "$seen" ]
+		# the lease of 2 s went by while it waited: nothing to the bank
+		# (nothing listens there: a call would be 75, not 15)
+		run -15 --separate-stderr charge-debit --url "http://127.0.0.1:$(free_port)/debits" \
+			--timeout 500ms --lease-margin 100ms <<<"$c"
+		[ "$(jget "$output" debit.outcome)" = LEASE_SHORT ]
+		[[ "$(jget "$output" debit.error)" == *"nothing was sent"* ]]
+	done
 }
 
 @test "a copy meeting its original in flight in the same stream is held until the original's finish is recorded: DUP_DONE, not left on the queue" {
