@@ -378,6 +378,50 @@ no_overlap() {
 	[ "$status" -eq 0 ]
 }
 
+# in_group PGID: the processes of group PGID that still live (zombies are
+# dead), "pid (comm) state" a line; /proc read by bash, no process started.
+in_group() {
+	local f pid comm st pgrp
+	for f in /proc/[0-9]*/stat; do
+		read -r pid comm st _ pgrp _ < "$f" 2>/dev/null || continue
+		[ "$pgrp" = "$1" ] && [ "$st" != Z ] && [ "$st" != X ] && echo "$pid $comm $st"
+	done
+	return 0
+}
+
+@test "a refused renewal: the command's whole group is gone before idemp-run exits 13 -- a leader and children that ignore SIGTERM, a leader that dies on it leaving children that ignore it (issue 45)" {
+	# The command releases its claim (the next renewal is refused), with
+	# two children forked into its group first; all ignore SIGTERM, or
+	# all but the leader.
+	cat > "$BATS_TEST_TMPDIR/stubborn.sh" <<-'EOF'
+	#!/bin/sh
+	trap '' TERM
+	for i in 1 2; do
+		( while :; do echo "tick $i" >> "$1.ticks"; sleep 0.05; done ) &
+	done
+	echo $$ > "$1"
+	[ "$2" = leader-ignores ] || trap 'exit 143' TERM
+	printf '{"v":1,"body":"{}","claim":{"outcome":"ACQUIRED","chargeId":"%s","token":"%s"},"debit":{"outcome":"LEASE_SHORT"}}\n' \
+		"$IDEMP_KEY" "$IDEMP_TOKEN" | idemp-done >/dev/null
+	while :; do sleep 0.05; done
+	EOF
+	chmod +x "$BATS_TEST_TMPDIR/stubborn.sh"
+	for how in leader-ignores leader-dies; do
+		k=$(key "$how")
+		pids=$BATS_TEST_TMPDIR/$how.pid
+		run --separate-stderr idemp-run --key "$k" --lease 3s --grace 300ms -- \
+			"$BATS_TEST_TMPDIR/stubborn.sh" "$pids" "$how"
+		echo "$how: $status $stderr"
+		left=$(in_group "$(cat "$pids")")
+		[ "$status" -eq 13 ]
+		[ -s "$pids.ticks" ]              # the children ran
+		[ -z "$left" ] || { echo "still running after idemp-run's exit: $left"; false; }
+		# the key is free: the next run runs at once, alone
+		run --separate-stderr idemp-run --key "$k" --lease 3s -- true
+		[ "$status" -eq 0 ]
+	done
+}
+
 @test "SIGTERM to idemp-run: passed to the command's group, claim released, 143; the next run runs it at once" {
 	k=$(key sigterm)
 	idemp-run --key "$k" --lease 30s -- "$JOB" "$LOG" a 60 2>"$BATS_TEST_TMPDIR/a.err" &
