@@ -26,6 +26,7 @@ setup() {
 	idemp-init >/dev/null 2>&1
 }
 teardown() {
+	[ -z "${HOLD_PID:-}" ] || pg_sql "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'PgSleep'" >/dev/null 2>&1 || true
 	[ -z "${CLAIM_PID:-}" ] || { kill "$CLAIM_PID" 2>/dev/null; wait "$CLAIM_PID" 2>/dev/null; } || true
 	[ -z "${RELAY_PID:-}" ] || { kill "$RELAY_PID" 2>/dev/null; wait "$RELAY_PID" 2>/dev/null; } || true
 }
@@ -389,17 +390,23 @@ for l in sys.stdin:
 	grep -q "store connection lost; reconnected" "$BATS_TEST_TMPDIR/err"
 }
 
-# hold_key KEY SECS: another session's uncommitted insert of KEY, rolled
-# back SECS later (in the background: HOLD_PID); returns once it is in.
+# hold_key KEY: another session's uncommitted insert of KEY, held (in the
+# background: HOLD_PID) until release_key rolls it back (cancels its
+# sleep); returns once the insert is in.
 hold_key() {
 	pg_sql "BEGIN; INSERT INTO $TBL (key, state, fingerprint, created_at, updated_at, expires_at)
-		VALUES ('$1', 'IN_PROGRESS', 'held', 0, 0, 0); SELECT pg_sleep($2); ROLLBACK" >/dev/null 5>&- &
+		VALUES ('$1', 'IN_PROGRESS', 'held', 0, 0, 0); SELECT pg_sleep(120); ROLLBACK" >/dev/null 2>&1 5>&- &
 	HOLD_PID=$!
 	for _ in $(seq 300); do
 		[ "$(pg_sql "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND query LIKE '%''$1''%'")" = 1 ] && return 0
 		sleep 0.1
 	done
 	echo "the insert of $1 was never held" >&2; return 1
+}
+release_key() {
+	pg_sql "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND query LIKE '%''$1''%'" >/dev/null
+	wait "$HOLD_PID" || true    # (cancelled: psql fails, the insert rolled back)
+	HOLD_PID=
 }
 # until_lock_wait: until a session of the test's database waits for a lock
 # (the claim behind hold_key's insert), at most 30 s.
@@ -414,16 +421,18 @@ until_lock_wait() {
 @test "a claim that waits at the server behind another session's uncommitted insert for longer than its lease: its sentBootMs is read before it left (bounded from above), so the debit is LEASE_SHORT, nothing sent; one-shot and in the pipeline (issue 45)" {
 	for mode in one-shot stream; do
 		k=$(uid "held-$mode")
-		hold_key "$k" 3
+		hold_key "$k"
 		t0=$(boot_ms)
 		if [ "$mode" = stream ]; then a=--stream; else a=; fi
 		ev "$k" | idemp-claim $a --lease 2s > "$BATS_TEST_TMPDIR/c" 2> "$BATS_TEST_TMPDIR/c.err" &
 		CLAIM_PID=$!
 		until_lock_wait
 		seen=$(boot_ms)
+		# held past its lease of 2 s (one sleep to that deadline), then let go
+		sleep 2.2
+		release_key "$k"
 		wait "$CLAIM_PID"
 		CLAIM_PID=
-		wait "$HOLD_PID"
 		c=$(cat "$BATS_TEST_TMPDIR/c")
 		sent=$(jget "$c" claim.sentBootMs)
 		echo "$mode: started $t0, seen waiting $seen, sentBootMs $sent, answered by $(boot_ms)"
