@@ -67,6 +67,7 @@ static const char *const point_names[] = {
 	[IK_RELAY_BEFORE_PUBLISH] = "before-publish",
 	[IK_RELAY_AFTER_PUBLISH] = "after-publish",
 	[IK_RELAY_AFTER_CHECKPOINT] = "after-checkpoint",
+	[IK_RELAY_BEFORE_PURGE] = "before-purge",
 };
 
 static void
@@ -76,7 +77,9 @@ at(enum ik_relay_point p, const struct ik_outbox_ev *ev, size_t n, void *arg)
 
 	/* The crash tests' kill -9 at one boundary, in the relay itself so it
 	 * lands exactly there (tests/outbox.bats); "POINT:TERM" a stop
-	 * signal there instead, which lets the round end as a stop does. */
+	 * signal there instead, which lets the round end as a stop does;
+	 * "POINT:STOP" a pause there, until the test's SIGCONT (it writes
+	 * meanwhile: an event waiting when the purge runs). */
 	if (c->crash) {
 		size_t len = strlen(point_names[p]);
 
@@ -87,6 +90,9 @@ at(enum ik_relay_point p, const struct ik_outbox_ev *ev, size_t n, void *arg)
 		if (strncmp(c->crash, point_names[p], len) == 0 &&
 		    strcmp(c->crash + len, ":TERM") == 0)
 			raise(SIGTERM);
+		if (strncmp(c->crash, point_names[p], len) == 0 &&
+		    strcmp(c->crash + len, ":STOP") == 0)
+			raise(SIGSTOP);
 	}
 	if (p != IK_RELAY_AFTER_CHECKPOINT)
 		return;

@@ -535,8 +535,11 @@ supervise(struct run *r, struct hb *h)
 		wake_drain();
 	}
 	r->ended = ik_mono_ms();
-	/* What the leader left in its group had its SIGTERM: no more time. */
-	if (term_sent && !kill_sent)
+	/* What the leader left in its group had its SIGTERM, or the stop
+	 * passed on: no more time.  The claim is given up next (released, or
+	 * lost), so nothing of this run may outlive it: the next run of the
+	 * key would meet it. */
+	if ((term_sent || forwarded) && !kill_sent)
 		kill(-r->pid, SIGKILL);
 }
 

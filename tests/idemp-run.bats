@@ -36,6 +36,10 @@ teardown() {
 	store_thaw
 	# the command a killed idemp-run left behind (the SIGKILL test)
 	[ ! -s "$BATS_TEST_TMPDIR/orphan.pid" ] || kill "$(cat "$BATS_TEST_TMPDIR/orphan.pid")" 2>/dev/null || true
+	# the groups of stubborn commands a failed test left behind
+	for f in "$BATS_TEST_TMPDIR"/*.stubborn; do
+		[ ! -s "$f" ] || kill -KILL -- "-$(cat "$f")" 2>/dev/null || true
+	done
 }
 
 key() { printf 'RUN-%s-%s-%s' "${BATS_SUITE_TEST_NUMBER:-0}" "$$" "${1:-x}"; }
@@ -375,6 +379,80 @@ no_overlap() {
 	run ! grep -q '^end done$' "$LOG"
 	# the key is free: the next run runs at once
 	run --separate-stderr idemp-run --key "$k" --lease 6s -- "$JOB" "$LOG" c 0
+	[ "$status" -eq 0 ]
+}
+
+# in_group PGID: the processes of group PGID that still live (zombies are
+# dead), "pid (comm) state" a line; /proc read by bash, no process started.
+in_group() {
+	local f pid comm st pgrp
+	for f in /proc/[0-9]*/stat; do
+		read -r pid comm st _ pgrp _ 2>/dev/null < "$f" || continue
+		[ "$pgrp" = "$1" ] && [ "$st" != Z ] && [ "$st" != X ] && echo "$pid $comm $st"
+	done
+	return 0
+}
+
+# stubborn: writes $BATS_TEST_TMPDIR/stubborn.sh PIDFILE HOW [release], a
+# command that forks two children into its group (their output closed, so
+# a survivor holds no test's pipe), writes its pid (its group's) into
+# PIDFILE (NAME.stubborn: teardown kills that group), and ignores SIGTERM,
+# it and its children (HOW leader-ignores), or all but itself
+# (leader-dies); with "release" it then releases its own claim (the next
+# renewal is refused); it runs until killed.
+stubborn() {
+	cat > "$BATS_TEST_TMPDIR/stubborn.sh" <<-'EOF'
+	#!/bin/sh
+	trap '' TERM
+	for i in 1 2; do
+		( while :; do echo "tick $i" >> "$1.ticks"; sleep 0.05; done ) </dev/null >/dev/null 2>&1 3>&- &
+	done
+	echo $$ > "$1"
+	[ "$2" = leader-ignores ] || trap 'exit 143' TERM
+	[ "$3" != release ] || printf '{"v":1,"body":"{}","claim":{"outcome":"ACQUIRED","chargeId":"%s","token":"%s"},"debit":{"outcome":"LEASE_SHORT"}}\n' \
+		"$IDEMP_KEY" "$IDEMP_TOKEN" | idemp-done >/dev/null
+	while :; do sleep 0.05; done
+	EOF
+	chmod +x "$BATS_TEST_TMPDIR/stubborn.sh"
+}
+
+@test "a refused renewal: the command's whole group is gone before idemp-run exits 13 -- a leader and children that ignore SIGTERM, a leader that dies on it leaving children that ignore it (issue 45)" {
+	stubborn
+	for how in leader-ignores leader-dies; do
+		k=$(key "$how")
+		pids=$BATS_TEST_TMPDIR/$how.stubborn
+		run --separate-stderr idemp-run --key "$k" --lease 3s --grace 300ms -- \
+			"$BATS_TEST_TMPDIR/stubborn.sh" "$pids" "$how" release
+		echo "$how: $status $stderr"
+		left=$(in_group "$(cat "$pids")")
+		[ "$status" -eq 13 ]
+		[ -s "$pids.ticks" ]              # the children ran
+		[ -z "$left" ] || { echo "still running after idemp-run's exit: $left"; false; }
+		# the key is free: the next run runs at once, alone
+		run --separate-stderr idemp-run --key "$k" --lease 3s -- true
+		[ "$status" -eq 0 ]
+	done
+}
+
+@test "SIGTERM to idemp-run, a leader that dies on it leaving children that ignore it: they are killed before the claim is released and idemp-run exits 143 (issue 45)" {
+	stubborn
+	k=$(key stop-group)
+	pids=$BATS_TEST_TMPDIR/stop.stubborn
+	idemp-run --key "$k" --lease 30s -- "$BATS_TEST_TMPDIR/stubborn.sh" "$pids" leader-dies \
+		2>"$BATS_TEST_TMPDIR/a.err" 3>&- &
+	apid=$!
+	wait_for test -s "$pids.ticks"
+	wait_for test -s "$pids"
+	kill -TERM "$apid"
+	st=0
+	wait "$apid" || st=$?
+	left=$(in_group "$(cat "$pids")")
+	cat "$BATS_TEST_TMPDIR/a.err"
+	[ "$st" -eq 143 ]
+	[ -z "$left" ] || { echo "still running after idemp-run's exit: $left"; false; }
+	grep -q 'command stopped; claim released' "$BATS_TEST_TMPDIR/a.err"
+	# released: the next run runs at once, and alone
+	run --separate-stderr idemp-run --key "$k" --lease 3s -- true
 	[ "$status" -eq 0 ]
 }
 

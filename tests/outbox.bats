@@ -380,6 +380,76 @@ PY
 	[ "$(waiting)" = 1 ]
 }
 
+# stopped PID: PID is paused (SIGSTOP: a relay at IDEMKIT_TEST_RELAY_CRASH's
+# POINT:STOP); until_stopped PID: at most 30 s for it.
+stopped() { local st; read -r _ _ st _ < "/proc/$1/stat" 2>/dev/null && [ "$st" = T ]; }
+until_stopped() {
+	for _ in $(seq 300); do stopped "$1" && return 0; sleep 0.1; done
+	echo "relay $1 never reached its pause" >&2; return 1
+}
+
+@test "--once beside a live --follow relay: 11, and 11 again; the holder's lease left as it was, only the holder publishes (issue 45)" {
+	finish "$(uid h1)" DONE
+	# the live relay: it published h1 and holds its lease of an hour,
+	# paused at its first purge (so nothing it does races the test)
+	IDEMKIT_TEST_RELAY_CRASH=before-purge:STOP idemp-outbox --follow --lease 1h --poll 100ms \
+		> "$BATS_TEST_TMPDIR/f" 2>"$BATS_TEST_TMPDIR/f.err" 3>&- &
+	f=$!
+	RELAYS=$f
+	until_stopped "$f"
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/f")" -eq 1 ]
+	finish "$(uid h2)" DONE
+	# the --once runs fail to take the lease; neither may end or move the
+	# holder's (an end moved to theirs, a second away, shows in what the
+	# next is told is left), or the second would take it and publish h2
+	for once in 1 2; do
+		run -11 --separate-stderr idemp-outbox --once --lease 1s
+		[ -z "$output" ]
+		[[ "$stderr" =~ "another relay holds the outbox lease for "([0-9]+)" ms more" ]]
+		echo "--once $once: ${BASH_REMATCH[1]} ms left"
+		[ "${BASH_REMATCH[1]}" -gt 3000000 ]
+	done
+	[ "$(waiting)" = 1 ]
+	# the holder goes on and publishes h2 under its own lease
+	kill -CONT "$f"
+	for _ in $(seq 300); do [ "$(wc -l < "$BATS_TEST_TMPDIR/f")" -ge 2 ] && break; sleep 0.1; done
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/f")" -eq 2 ]
+	[ "$(jget "$(sed -n 2p "$BATS_TEST_TMPDIR/f")" chargeId)" = "$(uid h2)" ]
+	kill -TERM "$f"
+	rc=0; wait "$f" || rc=$?
+	[ "$rc" -eq 143 ]
+	[ "$(waiting)" = 0 ]
+}
+
+@test "the purge at a retention of 0: the published event goes, one still waiting when the purge runs stays, and is published next (every store; issue 45)" {
+	finish "$(uid q1)" DONE
+	# the relay publishes q1, is idle, and pauses just before its purge;
+	# q2 is finished meanwhile: waiting when the purge runs
+	IDEMKIT_TEST_RELAY_CRASH=before-purge:STOP idemp-outbox --retention 0 \
+		> "$BATS_TEST_TMPDIR/r" 2>"$BATS_TEST_TMPDIR/r.err" 3>&- &
+	r=$!
+	RELAYS=$r
+	until_stopped "$r"
+	finish "$(uid q2)" DONE
+	[ "$(waiting)" = 1 ]
+	kill -CONT "$r"
+	rc=0; wait "$r" || rc=$?
+	cat "$BATS_TEST_TMPDIR/r.err"
+	[ "$rc" -eq 0 ]
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/r")" -eq 1 ]
+	st=$(idemp-outbox --stats)
+	[ "$(jget "$st" waiting)" = 1 ]
+	# where published events are kept, q1 went (DynamoDB and PostgreSQL
+	# keep none: their purge has nothing to delete)
+	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
+	sqlite|redis) [ "$(jget "$st" published)" = 0 ] ;;
+	esac
+	run -0 --separate-stderr idemp-outbox --retention 0
+	[ "${#lines[@]}" -eq 1 ]
+	[ "$(jget "${lines[0]}" chargeId)" = "$(uid q2)" ]
+	[ "$(waiting)" = 0 ]
+}
+
 @test "the purge: published events past the retention go, waiting ones stay" {
 	sqlite_only "published times rewritten in the file (tests/outbox-dynamodb.bats: nothing published is kept there)"
 	finish "$(uid p1)" DONE

@@ -13,6 +13,7 @@ BATS_NO_PARALLELIZE_WITHIN_FILE=true
 
 load helper
 load pg_helper
+load bank_helper
 
 setup_file() {
 	require_pg
@@ -25,6 +26,7 @@ setup() {
 	idemp-init >/dev/null 2>&1
 }
 teardown() {
+	[ -z "${HOLD_PID:-}" ] || pg_sql "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'PgSleep'" >/dev/null 2>&1 || true
 	[ -z "${CLAIM_PID:-}" ] || { kill "$CLAIM_PID" 2>/dev/null; wait "$CLAIM_PID" 2>/dev/null; } || true
 	[ -z "${RELAY_PID:-}" ] || { kill "$RELAY_PID" 2>/dev/null; wait "$RELAY_PID" 2>/dev/null; } || true
 }
@@ -386,6 +388,66 @@ for l in sys.stdin:
 	# read before the server was back, sent after: over a second later
 	[ "${sent%.*}" -ge $((b_read + 1000)) ]
 	grep -q "store connection lost; reconnected" "$BATS_TEST_TMPDIR/err"
+}
+
+# hold_key KEY: another session's uncommitted insert of KEY, held (in the
+# background: HOLD_PID) until release_key rolls it back (cancels its
+# sleep); returns once the insert is in.
+hold_key() {
+	pg_sql "BEGIN; INSERT INTO $TBL (key, state, fingerprint, created_at, updated_at, expires_at)
+		VALUES ('$1', 'IN_PROGRESS', 'held', 0, 0, 0); SELECT pg_sleep(120); ROLLBACK" >/dev/null 2>&1 5>&- &
+	HOLD_PID=$!
+	for _ in $(seq 300); do
+		[ "$(pg_sql "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND query LIKE '%''$1''%'")" = 1 ] && return 0
+		sleep 0.1
+	done
+	echo "the insert of $1 was never held" >&2; return 1
+}
+release_key() {
+	pg_sql "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND query LIKE '%''$1''%'" >/dev/null
+	wait "$HOLD_PID" || true    # (cancelled: psql fails, the insert rolled back)
+	HOLD_PID=
+}
+# until_lock_wait: until a session of the test's database waits for a lock
+# (the claim behind hold_key's insert), at most 30 s.
+until_lock_wait() {
+	for _ in $(seq 300); do
+		[ "$(pg_sql "SELECT count(*) FROM pg_stat_activity WHERE datname = 'idemkit' AND wait_event_type = 'Lock'")" -ge 1 ] && return 0
+		sleep 0.1
+	done
+	echo "no claim ever waited for the held insert" >&2; return 1
+}
+
+@test "a claim that waits at the server behind another session's uncommitted insert for longer than its lease: its sentBootMs is read before it left (bounded from above), so the debit is LEASE_SHORT, nothing sent; one-shot and in the pipeline (issue 45)" {
+	for mode in one-shot stream; do
+		k=$(uid "held-$mode")
+		hold_key "$k"
+		t0=$(boot_ms)
+		if [ "$mode" = stream ]; then a=--stream; else a=; fi
+		ev "$k" | idemp-claim $a --lease 2s > "$BATS_TEST_TMPDIR/c" 2> "$BATS_TEST_TMPDIR/c.err" &
+		CLAIM_PID=$!
+		until_lock_wait
+		seen=$(boot_ms)
+		# held past its lease of 2 s (one sleep to that deadline), then let go
+		sleep 2.2
+		release_key "$k"
+		wait "$CLAIM_PID"
+		CLAIM_PID=
+		c=$(cat "$BATS_TEST_TMPDIR/c")
+		sent=$(jget "$c" claim.sentBootMs)
+		echo "$mode: started $t0, seen waiting $seen, sentBootMs $sent, answered by $(boot_ms)"
+		[ "$(jget "$c" claim.outcome)" = ACQUIRED ]
+		# sent after the claim started and before it was seen waiting at
+		# the server: its lease began no earlier than that
+		[ "${sent%.*}" -ge "$t0" ]
+		[ "${sent%.*}" -le "$seen" ]
+		# the lease of 2 s went by while it waited: nothing to the bank
+		# (nothing listens there: a call would be 75, not 15)
+		run -15 --separate-stderr charge-debit --url "http://127.0.0.1:$(free_port)/debits" \
+			--timeout 500ms --lease-margin 100ms <<<"$c"
+		[ "$(jget "$output" debit.outcome)" = LEASE_SHORT ]
+		[[ "$(jget "$output" debit.error)" == *"nothing was sent"* ]]
+	done
 }
 
 @test "a copy meeting its original in flight in the same stream is held until the original's finish is recorded: DUP_DONE, not left on the queue" {

@@ -469,6 +469,36 @@ PY
 	[ -z "$(idemp-show --json "$(uid bad)" 2>/dev/null)" ]
 }
 
+@test "idemp-done --renotified --stream, the blocking group path: a write the server refuses fails alone; the group's others, before and after it, are redone alone and recorded (issue 45)" {
+	idemp-init >/dev/null 2>&1
+	id=$(uid rg)
+	for k in a bad z; do ev "$id-$k"; done | idemp-claim --stream 2>/dev/null \
+		| idemp-done --stream --state DEBITED_NOTIFICATION_FAILED >/dev/null 2>&1
+	[ "$(pg_sql "SELECT count(*) FROM $TBL WHERE key LIKE '$id-%' AND state = 'DEBITED_NOTIFICATION_FAILED'")" = 3 ]
+	# the re-notifications, in key order (a's write comes before the
+	# refused one, z's after it), one group
+	idemp-list --state DEBITED_NOTIFICATION_FAILED --format envelope 2>/dev/null \
+		| sed 's/}$/,"notify":{"outcome":"OK"}}/' > "$BATS_TEST_TMPDIR/all"
+	for k in a bad z; do grep -F -- "$id-$k" "$BATS_TEST_TMPDIR/all"; done > "$BATS_TEST_TMPDIR/in"
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/in")" -eq 3 ]
+	pg_sql "CREATE FUNCTION ${TBL}_rg() RETURNS trigger LANGUAGE plpgsql AS \$\$
+		BEGIN IF NEW.key = '$id-bad' THEN RAISE EXCEPTION 'test: refused' USING ERRCODE = 'invalid_text_representation'; END IF;
+		RETURN NEW; END \$\$;
+		CREATE TRIGGER rg BEFORE UPDATE ON $TBL FOR EACH ROW EXECUTE FUNCTION ${TBL}_rg()"
+	run --separate-stderr idemp-done --renotified --stream < "$BATS_TEST_TMPDIR/in"
+	pg_sql "DROP TRIGGER rg ON $TBL"
+	echo "$output"; echo "$stderr"
+	[ "$status" -eq 0 ]
+	[ "${#lines[@]}" -eq 3 ]
+	[[ $stderr == *"group commit failed; redoing each alone"* ]]
+	for k in a z; do
+		[ "$(jget "$(grep -F -- "$id-$k" <<<"$output")" done.outcome)" = OK ]
+		[ "$(pg_sql "SELECT state FROM $TBL WHERE key = '$id-$k'")" = DONE ]
+	done
+	[ "$(jget "$(grep -F -- "$id-bad" <<<"$output")" done.outcome)" = SOFTWARE ]
+	[ "$(pg_sql "SELECT state FROM $TBL WHERE key = '$id-bad'")" = DEBITED_NOTIFICATION_FAILED ]
+}
+
 @test "serialization failures are retried; past the bound -> 75 naming the tries" {
 	idemp-init >/dev/null 2>&1
 	pg_sql "CREATE SEQUENCE ${TBL}_n;

@@ -7,6 +7,7 @@
 bats_require_minimum_version 1.5.0
 load helper
 load redis_helper
+load bank_helper
 
 # one redis-server for the file, which some tests empty (FLUSHALL, SCRIPT
 # FLUSH): the tests run one at a time (tests/run.sh)
@@ -135,6 +136,28 @@ setup() {
 	[ "$(rcli ZSCORE idemkit:idx:IN_PROGRESS "$id")" = "$lease" ]
 	# retention is the key's expiry
 	[ "$(rcli PEXPIRETIME "idemkit:rec:$id")" = "$(( $(rcli HGET "idemkit:rec:$id" expiresAt) * 1000 ))" ]
+}
+
+@test "a claim held at the server (CLIENT PAUSE WRITE) for longer than its lease: its sentBootMs is read before it left (bounded from above), so the debit is LEASE_SHORT, nothing sent (issue 45)" {
+	k=$(uid paused)
+	t0=$(boot_ms)
+	# (5 s: the claim is sent within them on a loaded machine)
+	rcli CLIENT PAUSE 5000 WRITE >/dev/null
+	run -0 --separate-stderr idemp-claim --lease 2s < <(ev "$k")
+	answered=$(boot_ms)
+	sent=$(jget "$output" claim.sentBootMs)
+	echo "paused at $t0 for 5 s, sentBootMs $sent, answered by $answered"
+	[ "$(jget "$output" claim.outcome)" = ACQUIRED ]
+	[ "$answered" -ge $((t0 + 5000)) ]      # it did wait for the pause
+	# sent before the pause ended (the script waited at the server)
+	[ "${sent%.*}" -ge "$t0" ]
+	[ "${sent%.*}" -lt $((t0 + 5000)) ]
+	# (nothing listens there: a call would be 75, not 15)
+	c=$output
+	run -15 --separate-stderr charge-debit --url "http://127.0.0.1:$(free_port)/debits" \
+		--timeout 500ms --lease-margin 100ms <<<"$c"
+	[ "$(jget "$output" debit.outcome)" = LEASE_SHORT ]
+	[[ "$(jget "$output" debit.error)" == *"nothing was sent"* ]]
 }
 
 @test "after SCRIPT FLUSH a long-running step loads its scripts again (NOSCRIPT) and goes on" {

@@ -91,8 +91,11 @@ publish(struct ik_relay *r, const struct ik_outbox_ev *ev, size_t n, size_t *acc
 static int
 purge(struct ik_relay *r, ik_err *err)
 {
-	int64_t n, before = ik_now_ms() - r->retention_ms;
+	int64_t n, before;
 	int rc;
+
+	at(r, IK_RELAY_BEFORE_PURGE, NULL, 0);
+	before = ik_now_ms() - r->retention_ms;
 
 	/* Bounded: each round deletes a batch or ends the loop; the cap keeps a
 	 * huge backlog from starving the publishing. */

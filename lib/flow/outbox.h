@@ -35,6 +35,7 @@ enum ik_relay_point {
 	IK_RELAY_BEFORE_PUBLISH,   /* read from the store, nothing sent */
 	IK_RELAY_AFTER_PUBLISH,    /* the queue accepted them, no checkpoint */
 	IK_RELAY_AFTER_CHECKPOINT, /* checkpointed in the store */
+	IK_RELAY_BEFORE_PURGE,     /* idle, about to purge (no events: n 0) */
 };
 
 struct ik_relay {
