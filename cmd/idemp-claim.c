@@ -58,8 +58,8 @@ static const char usage[] =
 static const char options[] =
 	"  --check            check the lease, the retention and --inflight, open nothing:\n"
 	"                     0, or 64/78 and why\n"
-	"  --check-store      --check, then open the store as a claim does (the embedded\n"
-	"                     default is created) and close it: 0, or 75/78 and why\n"
+	"  --check-store      --check, then open the store and read it as a claim does\n"
+	"                     (the embedded default is created): 0, or 75/78 and why\n"
 	"  -s, --stream       many envelopes in, one out per line; outcome in the envelope\n"
 	"  -l, --lease DUR    how long the claim is held (1s to 24h, default 120s;\n"
 	"                     $IDEMKIT_LEASE); $IDEMKIT_RETENTION must be longer\n"
@@ -597,11 +597,12 @@ main(int argc, char **argv)
 		return ik_fail(&err);
 	/* What charge-worker asks before it receives anything.  The store is
 	 * opened here, by the step that creates it, since the read-only
-	 * commands (idemp-show) no longer create one. */
+	 * commands (idemp-show) no longer create one, and read as a claim
+	 * reads it (ik_store_check). */
 	if (check == 2) {
 		struct ik_store *s = ik_store_lazy_get(&c.db, &err);
 
-		if (!s || (s->ops->claim_check && s->ops->claim_check(s, &err) != IK_OK)) {
+		if (!s || ik_store_check(s, &err) != IK_OK) {
 			ik_store_lazy_close(&c.db);
 			return ik_fail(&err);
 		}
