@@ -71,9 +71,23 @@ static const char options[] =
 	"                     @STORES@\n"
 	"  -h, --help         this help\n"
 	"  -V, --version      print the version\n";
-static const int codes[] = { IK_OK, IK_DUP_DONE, IK_DUP_IN_PROGRESS,
-	IK_DUP_FAILED, IK_PAYLOAD_MISMATCH, IK_STALE_EVENT, IK_USAGE,
-	IK_DATAERR, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1 };
+static const struct ik_exit codes[] = {
+	{ IK_OK, "the claim was ACQUIRED (--check, --check-store: usable)" },
+	{ IK_DUP_DONE, "already DONE or DEBITED_NOTIFICATION_FAILED" },
+	{ IK_DUP_IN_PROGRESS, "another holder's lease is live" },
+	{ IK_DUP_FAILED, "the charge was declined before (FAILED)" },
+	{ IK_PAYLOAD_MISMATCH, "same chargeId, another account, amount,\n"
+	    "currency or chargeType" },
+	{ IK_STALE_EVENT, "no record, and first sent longer ago than the\n"
+	    "retention: its record may have expired" },
+	{ IK_USAGE, "bad command line, or two envelopes without --stream" },
+	{ IK_DATAERR, "malformed envelope or event" },
+	{ IK_SOFTWARE, "internal error, or stdout could not be written" },
+	{ IK_TEMPFAIL, "the store is busy or unreachable" },
+	{ IK_CONFIG, "the store cannot be used as configured, or a bad\n"
+	    "lease, retention or inflight setting" },
+	{ -1, NULL },
+};
 
 struct job;
 

@@ -50,9 +50,21 @@ static const char options[] =
 	"                     @STORES@\n"
 	"  -h, --help         this help\n"
 	"  -V, --version      print the version\n";
-static const int codes[] = {
-	IK_OK, IK_EMPTY, IK_DUP_DONE, IK_DUP_IN_PROGRESS, IK_LEASE_LOST, IK_USAGE,
-	IK_DATAERR, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1
+static const struct ik_exit codes[] = {
+	{ IK_OK, "the state was recorded (or the claim released)" },
+	{ IK_EMPTY, "--fail: no record of that chargeId" },
+	{ IK_DUP_DONE, "--fail: the bank debited the charge; nothing\n"
+	    "was written" },
+	{ IK_DUP_IN_PROGRESS, "--fail: a live lease holds the charge" },
+	{ IK_LEASE_LOST, "the token no longer owns the record; nothing\n"
+	    "was written" },
+	{ IK_USAGE, "bad command line" },
+	{ IK_DATAERR, "malformed envelope, or no claim in it" },
+	{ IK_SOFTWARE, "internal error, or the store refused what was\n"
+	    "written" },
+	{ IK_TEMPFAIL, "the store is busy or unreachable" },
+	{ IK_CONFIG, "the store cannot be used as configured" },
+	{ -1, NULL },
 };
 
 struct ctx {

@@ -22,8 +22,16 @@ static const char options[] =
 	"  -V, --version      print the version\n"
 	"With no CHARGEID, chargeIds are read from stdin, one per line; \"-\" reads\n"
 	"stdin in its place.\n";
-static const int codes[] = { IK_OK, IK_EMPTY, IK_USAGE, IK_SOFTWARE,
-	IK_TEMPFAIL, IK_CONFIG, -1 };
+static const struct ik_exit codes[] = {
+	{ IK_OK, "every chargeId's FAILED record was deleted" },
+	{ IK_EMPTY, "a chargeId had no record, or one not FAILED" },
+	{ IK_USAGE, "bad command line, or an empty chargeId" },
+	{ IK_SOFTWARE, "internal error" },
+	{ IK_TEMPFAIL, "the store is busy or unreachable, or the record's\n"
+	    "outbox event is not yet published" },
+	{ IK_CONFIG, "the store cannot be used as configured" },
+	{ -1, NULL },
+};
 
 static int
 forget(const char *key, void *store)

@@ -33,8 +33,16 @@ static const char options[] =
 	"  -V, --version      print the version\n"
 	"With no CHARGEID, chargeIds are read from stdin, one per line; \"-\" reads\n"
 	"stdin in its place.\n";
-static const int codes[] = { IK_OK, IK_EMPTY, IK_USAGE, IK_SOFTWARE,
-	IK_TEMPFAIL, IK_CONFIG, -1 };
+static const struct ik_exit codes[] = {
+	{ IK_OK, "every chargeId has a record" },
+	{ IK_EMPTY, "at least one chargeId has no record" },
+	{ IK_USAGE, "bad command line, or an empty chargeId" },
+	{ IK_SOFTWARE, "internal error" },
+	{ IK_TEMPFAIL, "the store is busy or unreachable" },
+	{ IK_CONFIG, "the store cannot be used as configured, or there\n"
+	    "is no store where it looked" },
+	{ -1, NULL },
+};
 
 /* ms as UTC ISO 8601 with milliseconds into buf; the times come from the
  * store: a year gmtime cannot hold is shown raw. */

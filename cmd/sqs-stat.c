@@ -26,8 +26,15 @@ static const char options[] =
 	"                    on its own line, as every command resolves them\n"
 	"  -h, --help        this help\n"
 	"  -V, --version     print the version\n";
-static const int codes[] = {
-	IK_OK, IK_USAGE, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1
+static const struct ik_exit codes[] = {
+	{ IK_OK, "the counts (or with --resolve, the names) were\n"
+	    "written" },
+	{ IK_USAGE, "bad command line, or --queue and --dlq without\n"
+	    "--resolve" },
+	{ IK_SOFTWARE, "internal error, or stdout could not be written" },
+	{ IK_TEMPFAIL, "the queue is busy or unreachable" },
+	{ IK_CONFIG, "bad queue URL or credentials, or no such queue" },
+	{ -1, NULL },
 };
 
 static int
