@@ -90,6 +90,7 @@ static const char options[] =
 static const struct ik_exit codes[] = {
 	{ IK_OK, "debited (or replayed); --check: the configuration\n"
 	    "is usable" },
+	{ IK_EMPTY, "no envelope or event on stdin: nothing to do" },
 	{ IK_DUP_DONE, "passed through (the claim's outcome)" },
 	{ IK_DUP_IN_PROGRESS, "passed through (the claim's outcome)" },
 	{ IK_DUP_FAILED, "passed through (the claim's outcome)" },

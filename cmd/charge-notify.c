@@ -80,6 +80,7 @@ static const char options[] =
 static const struct ik_exit codes[] = {
 	{ IK_OK, "the gateway accepted the notification; --check:\n"
 	    "the configuration is usable" },
+	{ IK_EMPTY, "no envelope or event on stdin: nothing to do" },
 	{ IK_DUP_DONE, "passed through (the claim's outcome)" },
 	{ IK_DUP_IN_PROGRESS, "passed through (the claim's outcome)" },
 	{ IK_DUP_FAILED, "passed through (the claim's outcome)" },

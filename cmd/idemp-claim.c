@@ -73,6 +73,7 @@ static const char options[] =
 	"  -V, --version      print the version\n";
 static const struct ik_exit codes[] = {
 	{ IK_OK, "the claim was ACQUIRED (--check, --check-store: usable)" },
+	{ IK_EMPTY, "no envelope or event on stdin: nothing to do" },
 	{ IK_DUP_DONE, "already DONE or DEBITED_NOTIFICATION_FAILED" },
 	{ IK_DUP_IN_PROGRESS, "another holder's lease is live" },
 	{ IK_DUP_FAILED, "the charge was declined before (FAILED)" },

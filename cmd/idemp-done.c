@@ -52,7 +52,8 @@ static const char options[] =
 	"  -V, --version      print the version\n";
 static const struct ik_exit codes[] = {
 	{ IK_OK, "the state was recorded (or the claim released)" },
-	{ IK_EMPTY, "--fail: no record of that chargeId" },
+	{ IK_EMPTY, "no envelope on stdin: nothing to do; --fail: no\n"
+	    "record of that chargeId" },
 	{ IK_DUP_DONE, "--fail: the bank debited the charge; nothing\n"
 	    "was written" },
 	{ IK_DUP_IN_PROGRESS, "--fail: a live lease holds the charge" },

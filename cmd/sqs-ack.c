@@ -42,6 +42,7 @@ static const char options[] =
 	"  -V, --version           print the version\n";
 static const struct ik_exit codes[] = {
 	{ IK_OK, "the action was carried out" },
+	{ IK_EMPTY, "no envelope or event on stdin: nothing to do" },
 	{ IK_LEASE_LOST, "the receipt is stale: the message was received\n"
 	    "again since" },
 	{ IK_USAGE, "bad command line, or two envelopes without --stream" },
