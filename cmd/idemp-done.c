@@ -360,8 +360,8 @@ fail(const char *url, const char *key, const char *reason)
 	if (ik_store_open_existing(url, &s, &err) != IK_OK)
 		return ik_fail(&err);
 	if ((rc = s->ops->get(s, key, &r, &err)) == IK_EMPTY) {
-		ik_warnx("%s: no record in %s: nothing to fail (its next delivery claims it)",
-		    key, s->url);
+		ik_warnk(key, "no record in %s: nothing to fail (its next delivery claims it)",
+		    s->url);
 		goto out;
 	}
 	if (rc != IK_OK) {
@@ -370,19 +370,19 @@ fail(const char *url, const char *key, const char *reason)
 	}
 	switch (r.state) {
 	case IK_ST_FAILED:
-		ik_warnx("%s: already FAILED (%s)", key, r.last_error ? r.last_error : "-");
+		ik_warnk(key, "already FAILED (%s)", r.last_error ? r.last_error : "-");
 		rc = IK_OK;
 		break;
 	case IK_ST_DONE:
 	case IK_ST_DNF:
-		ik_warnx("%s: %s: the bank debited it; it cannot be FAILED", key,
+		ik_warnk(key, "%s: the bank debited it; it cannot be FAILED",
 		    ik_state_name(r.state));
 		rc = IK_DUP_DONE;
 		break;
 	case IK_ST_IN_PROGRESS:
 		if (r.lease_until >= now) {
-			ik_warnx("%s: a live lease holds it (%llds left): wait for it to end",
-			    key, (long long)((r.lease_until - now) / 1000 + 1));
+			ik_warnk(key, "a live lease holds it (%llds left): wait for it to end",
+			    (long long)((r.lease_until - now) / 1000 + 1));
 			rc = IK_DUP_IN_PROGRESS;
 			break;
 		}
@@ -395,7 +395,7 @@ fail(const char *url, const char *key, const char *reason)
 		rc = ik_store_finish(s, &(struct ik_finish_req){ .key = key, .token = r.owner,
 		    .state = IK_ST_FAILED, .last_error = why.p, .now_ms = now }, &err);
 		if (rc == IK_LEASE_LOST)
-			ik_warnx("%s: claimed again meanwhile; nothing was recorded", key);
+			ik_warnk(key, "claimed again meanwhile; nothing was recorded");
 		else if (rc != IK_OK)
 			ik_fail(&err);
 		else

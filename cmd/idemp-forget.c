@@ -50,11 +50,11 @@ forget(const char *key, void *store)
 		return ik_fail(&err);
 	rc = s->ops->get(s, key, &r, &err);
 	if (rc == IK_OK) {
-		ik_warnx("%s: state is %s; only FAILED records can be forgotten", key,
+		ik_warnk(key, "state is %s; only FAILED records can be forgotten",
 		    ik_state_name(r.state));
 		ik_record_free(&r);
 	} else if (rc == IK_EMPTY) {
-		ik_warnx("%s: no record", key);
+		ik_warnk(key, "no record");
 	} else {
 		return ik_fail(&err);
 	}

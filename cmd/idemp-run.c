@@ -922,8 +922,8 @@ check(const struct opts *o)
 		ik_record_free(&rec);
 		return IK_OK;
 	}
-	ik_warnx("%s: this token no longer holds the key (%s)", key,
-	    rc == IK_EMPTY ? "no record" : ik_state_name(rec.state));
+	ik_warnk(key, "this token no longer holds the key (%s)",
+		    rc == IK_EMPTY ? "no record" : ik_state_name(rec.state));
 	ik_record_free(&rec);
 	return IK_LEASE_LOST;
 }
