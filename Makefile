@@ -413,7 +413,8 @@ demo-postgres: all
 # there (it is the operator's).  The demo and its simulator's files stay
 # out: bank-sim is not installed.  The examples name /usr/local/bin (the
 # default PREFIX) and /etc/idemkit; installed, they name where they went.
-SD_UNITS := examples/idemkit-worker.service examples/idemkit-drain.service examples/idemkit-drain.timer
+SD_UNITS := examples/idemkit-worker.service examples/idemkit-drain.service examples/idemkit-drain.timer \
+	examples/idemkit-outbox.service
 EXAMPLES := $(sort $(shell find examples -type f ! -name demo.sh ! -name bank-sim.env ! -name demo-client-secret))
 INSTALL_SUBST = sed -e 's|/usr/local/bin|$(BINDIR)|g' -e 's|/etc/idemkit|$(SYSCONFDIR)/idemkit|g'
 

@@ -76,6 +76,13 @@ cronpath() {
 	[ "$(grep '^ExecStart=' "$u/idemkit-worker.service")" = "ExecStart=$p/bin/charge-worker -j 4" ]
 	[ "$(grep '^ExecStart=' "$u/idemkit-drain.service")" = "ExecStart=$p/bin/charge-worker -j 4 --drain" ]
 	[ "$(grep '^EnvironmentFile=' "$u/idemkit-worker.service")" = "EnvironmentFile=$p/etc/idemkit/idemkit.env" ]
+	# the outbox relay's unit beside the worker's (installed, not enabled),
+	# and every unit names its man pages (systemctl help UNIT)
+	[ "$(grep '^ExecStart=' "$u/idemkit-outbox.service")" = "ExecStart=$p/bin/idemp-outbox --follow" ]
+	for f in "$u"/*; do
+		grep -Eq '^Documentation=man:[a-z-]+\([178]\)' "$f" || { echo "$f: no Documentation="; return 1; }
+	done
+	[ "$(ls "$u" | wc -l)" -eq 4 ]
 	run ! grep -rn /usr/local/bin "$u" "$p/share/doc/idemkit"
 	[ -f "$u/idemkit-drain.timer" ]
 	for f in crontab idemkit.env idemp-run-fees.service prometheus/alerts.yml prometheus/alerts_test.yml \
@@ -86,7 +93,9 @@ cronpath() {
 	[ "$(head -1 "$p/etc/idemkit/idemkit.env")" = "# $p/etc/idemkit/idemkit.env: the worker's environment (systemd EnvironmentFile," ]
 	grep -q '^IDEMKIT_BANK_URL=' "$p/etc/idemkit/idemkit.env"
 	if command -v systemd-analyze >/dev/null; then
-		run systemd-analyze verify "$u/idemkit-worker.service" "$u/idemkit-drain.service" "$u/idemkit-drain.timer"
+		# (verify runs man for each Documentation=: the pages just installed)
+		MANPATH=$p/share/man run systemd-analyze verify "$u/idemkit-worker.service" "$u/idemkit-drain.service" "$u/idemkit-drain.timer" \
+			"$u/idemkit-outbox.service"
 		[ "$status" -eq 0 ]
 		[ -z "$output" ]
 	fi
@@ -310,4 +319,32 @@ PY
 	# the message is left for the retry (in flight, its backoff), none dead-lettered
 	[[ "$(sqs-stat)" == *'"visible":0,"inflight":1,'* ]]
 	[[ "$(sqs-stat --queue "$IDEMKIT_DLQ")" == *'"visible":0,"inflight":0,'* ]]
+}
+
+@test "the shipped idemkit.env is quiet on success: a cron run that sources it and drains the queue writes nothing (issue 45 item 8)" {
+	bank_start
+	ev CHG-ENV1 | sqs-send >/dev/null
+	unset IDEMKIT_LOG
+	# the file as shipped, then this test's state, bank and no token file
+	run --separate-stderr env -u IDEMKIT_LOG sh -c 'set -a; . "$1"; IDEMKIT_STATE_DIR=$2 IDEMKIT_BANK_URL=$3 IDEMKIT_NOTIFY_URL=$4; unset IDEMKIT_BANK_TOKEN_FILE; shift 4; exec charge-worker --drain "$@"' \
+		sh "$IDEMKIT_SRC/examples/idemkit.env" "$IDEMKIT_STATE_DIR" "$IDEMKIT_BANK_URL" "$IDEMKIT_NOTIFY_URL" "${fast[@]}"
+	[ "$status" -eq 0 ]
+	[ -z "$stderr" ]
+	[ -z "$output" ]
+	[ "$(jget "$(idemp-show --json CHG-ENV1)" state)" = DONE ]
+}
+
+@test "the package's purge removes an empty /var/lib/idemkit and keeps one with records, saying why (issue 45 item 8)" {
+	root=$BATS_TEST_TMPDIR/root
+	mkdir -p "$root/var/lib/idemkit"
+	DPKG_ROOT=$root run -0 --separate-stderr sh "$IDEMKIT_SRC/debian/idemkit.postrm" remove
+	[ -d "$root/var/lib/idemkit" ]
+	[ -z "$stderr" ]
+	DPKG_ROOT=$root run -0 --separate-stderr sh "$IDEMKIT_SRC/debian/idemkit.postrm" purge
+	[ ! -e "$root/var/lib/idemkit" ]
+	[ -z "$stderr" ]
+	mkdir -p "$root/var/lib/idemkit" && : > "$root/var/lib/idemkit/idempotency.db"
+	DPKG_ROOT=$root run -0 --separate-stderr sh "$IDEMKIT_SRC/debian/idemkit.postrm" purge
+	[ -f "$root/var/lib/idemkit/idempotency.db" ]
+	[ "$stderr" = "idemkit: $root/var/lib/idemkit is kept: it holds the embedded store of record (which charges were debited) and the queue; remove it by hand once no one needs them" ]
 }
