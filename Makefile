@@ -414,7 +414,7 @@ demo-postgres: all
 # out: bank-sim is not installed.  The examples name /usr/local/bin (the
 # default PREFIX) and /etc/idemkit; installed, they name where they went.
 SD_UNITS := examples/idemkit-worker.service examples/idemkit-drain.service examples/idemkit-drain.timer \
-	examples/idemkit-outbox.service
+	examples/idemkit-outbox.service examples/idemp-run@.service examples/idemp-run@.timer
 EXAMPLES := $(sort $(shell find examples -type f ! -name demo.sh ! -name bank-sim.env ! -name demo-client-secret))
 INSTALL_SUBST = sed -e 's|/usr/local/bin|$(BINDIR)|g' -e 's|/etc/idemkit|$(SYSCONFDIR)/idemkit|g'
 

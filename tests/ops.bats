@@ -82,7 +82,20 @@ cronpath() {
 	for f in "$u"/*; do
 		grep -Eq '^Documentation=man:[a-z-]+\([178]\)' "$f" || { echo "$f: no Documentation="; return 1; }
 	done
-	[ "$(ls "$u" | wc -l)" -eq 4 ]
+	[ "$(ls "$u" | wc -l)" -eq 6 ]
+	# a job once per period across hosts (idemp-run@JOB): its ExecStart as
+	# systemd hands it to sh ($$, %% and %i undone) runs the command once
+	# for the day; the next start is DUP_DONE (10, a success to the unit)
+	grep -q '^SuccessExitStatus=10 11$' "$u/idemp-run@.service"
+	printf '#!/bin/sh\necho "$1" >> "%s"\n' "$BATS_TEST_TMPDIR/ran" > "$BATS_TEST_TMPDIR/job.sh"
+	chmod +x "$BATS_TEST_TMPDIR/job.sh"
+	line=$(sed -n 's/^ExecStart=//p' "$u/idemp-run@.service" | sed -e 's/\$\$/$/g' -e 's/%%/%/g' -e 's/%i/fees/g')
+	for want in 0 10; do
+		IDEMKIT_RUN_COMMAND="$BATS_TEST_TMPDIR/job.sh posted" run --separate-stderr eval "$line"
+		[ "$status" -eq "$want" ] || { echo "$line: $status, not $want: $stderr"; return 1; }
+	done
+	[ "$(cat "$BATS_TEST_TMPDIR/ran")" = posted ]
+	idemp-show "fees-$(date -u +%Y-%m-%d)" | grep -q '^  state        DONE$'
 	run ! grep -rn /usr/local/bin "$u" "$p/share/doc/idemkit"
 	[ -f "$u/idemkit-drain.timer" ]
 	for f in crontab idemkit.env idemp-run-fees.service prometheus/alerts.yml prometheus/alerts_test.yml \
@@ -96,6 +109,14 @@ cronpath() {
 		# (verify runs man for each Documentation=: the pages just installed)
 		MANPATH=$p/share/man run systemd-analyze verify "$u/idemkit-worker.service" "$u/idemkit-drain.service" "$u/idemkit-drain.timer" \
 			"$u/idemkit-outbox.service"
+		[ "$status" -eq 0 ]
+		[ -z "$output" ]
+		# the templates, as an instance
+		mkdir -p "$BATS_TEST_TMPDIR/inst"
+		cp "$u/idemp-run@.service" "$BATS_TEST_TMPDIR/inst/idemp-run@fees.service"
+		cp "$u/idemp-run@.timer" "$BATS_TEST_TMPDIR/inst/idemp-run@fees.timer"
+		MANPATH=$p/share/man run systemd-analyze verify "$BATS_TEST_TMPDIR/inst/idemp-run@fees.service" \
+			"$BATS_TEST_TMPDIR/inst/idemp-run@fees.timer"
 		[ "$status" -eq 0 ]
 		[ -z "$output" ]
 	fi
