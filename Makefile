@@ -438,7 +438,8 @@ demo-postgres: all
 # example of a consumer that debits twice (docs/RELIABILITY.md), not one to
 # deploy.  The examples name /usr/local/bin (the
 # default PREFIX) and /etc/idemkit; installed, they name where they went.
-SD_UNITS := examples/idemkit-worker.service examples/idemkit-drain.service examples/idemkit-drain.timer
+SD_UNITS := examples/idemkit-worker.service examples/idemkit-drain.service examples/idemkit-drain.timer \
+	examples/idemkit-outbox.service examples/idemp-run@.service examples/idemp-run@.timer
 EXAMPLES := $(sort $(shell find examples -type f ! -name demo.sh ! -name bank-sim.env ! -name demo-client-secret \
               ! -name naive-consumer.py))
 INSTALL_SUBST = sed -e 's|/usr/local/bin|$(BINDIR)|g' -e 's|/etc/idemkit|$(SYSCONFDIR)/idemkit|g'

@@ -87,9 +87,26 @@ static const char options[] =
 	"OAuth2 client credentials ($IDEMKIT_BANK_OAUTH_TOKEN_URL, _CLIENT_ID,\n"
 	"_CLIENT_SECRET_FILE, _SCOPE); $IDEMKIT_BANK_HMAC_KEY_FILE (X-Idemkit-Timestamp\n"
 	"and X-Idemkit-Signature); never on the command line.\n";
-static const int codes[] = { IK_OK, IK_DUP_DONE, IK_DUP_IN_PROGRESS, IK_DUP_FAILED,
-	IK_PAYLOAD_MISMATCH, IK_LEASE_SHORT, IK_DECLINED, IK_USAGE, IK_DATAERR, IK_SOFTWARE,
-	IK_TEMPFAIL, IK_CONFIG, -1 };
+static const struct ik_exit codes[] = {
+	{ IK_OK, "debited (or replayed); --check: the configuration\n"
+	    "is usable" },
+	{ IK_EMPTY, "no envelope or event on stdin: nothing to do" },
+	{ IK_DUP_DONE, "passed through (the claim's outcome)" },
+	{ IK_DUP_IN_PROGRESS, "passed through (the claim's outcome)" },
+	{ IK_DUP_FAILED, "passed through (the claim's outcome)" },
+	{ IK_PAYLOAD_MISMATCH, "passed through (the claim's outcome)" },
+	{ IK_LEASE_SHORT, "the lease left is shorter than the call needs;\n"
+	    "nothing was sent" },
+	{ IK_DECLINED, "the bank refused the debit (a declined status)" },
+	{ IK_USAGE, "bad command line, or two envelopes without --stream" },
+	{ IK_DATAERR, "malformed envelope, or a body that is not an event" },
+	{ IK_SOFTWARE, "internal error, or stdout could not be written" },
+	{ IK_TEMPFAIL, "the bank is unreachable, timed out, throttled\n"
+	    "or failing" },
+	{ IK_CONFIG, "bad URL, credentials, secret file, jq program or\n"
+	    "TLS; any status neither OK, declined nor retried" },
+	{ -1, NULL },
+};
 
 struct ctx {
 	struct ik_bankapi api;

@@ -77,9 +77,27 @@ static const char options[] =
 	"OAuth2 client credentials ($IDEMKIT_NOTIFY_OAUTH_TOKEN_URL, _CLIENT_ID,\n"
 	"_CLIENT_SECRET_FILE, _SCOPE); $IDEMKIT_NOTIFY_HMAC_KEY_FILE (X-Idemkit-Timestamp\n"
 	"and X-Idemkit-Signature); never on the command line.\n";
-static const int codes[] = { IK_OK, IK_DUP_DONE, IK_DUP_IN_PROGRESS, IK_DUP_FAILED,
-	IK_PAYLOAD_MISMATCH, IK_LEASE_SHORT, IK_DECLINED, IK_NOTIFY_FAILED, IK_USAGE,
-	IK_DATAERR, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1 };
+static const struct ik_exit codes[] = {
+	{ IK_OK, "the gateway accepted the notification; --check:\n"
+	    "the configuration is usable" },
+	{ IK_EMPTY, "no envelope or event on stdin: nothing to do" },
+	{ IK_DUP_DONE, "passed through (the claim's outcome)" },
+	{ IK_DUP_IN_PROGRESS, "passed through (the claim's outcome)" },
+	{ IK_DUP_FAILED, "passed through (the claim's outcome)" },
+	{ IK_PAYLOAD_MISMATCH, "passed through (the claim's outcome)" },
+	{ IK_LEASE_SHORT, "the lease left is shorter than the attempts need;\n"
+	    "nothing was sent" },
+	{ IK_DECLINED, "passed through (the debit's outcome)" },
+	{ IK_NOTIFY_FAILED, "the notification failed after its retries; the\n"
+	    "debit stands" },
+	{ IK_USAGE, "bad command line, or two envelopes without --stream" },
+	{ IK_DATAERR, "malformed envelope, or a body that is not an event" },
+	{ IK_SOFTWARE, "internal error; or passed through (the debit's)" },
+	{ IK_TEMPFAIL, "passed through (the debit's outcome)" },
+	{ IK_CONFIG, "bad URL, token, secret file or TLS; or passed\n"
+	    "through (the debit's outcome)" },
+	{ -1, NULL },
+};
 
 #define BACKOFF_CAP_MS 10000
 

@@ -37,7 +37,13 @@ static const char options[] =
 	"  -h, --help        this help\n"
 	"  -V, --version     print the version\n"
 	"With no CODE, the whole table.  Output: CODE NAME ACTION MEANING, tab-separated.\n";
-static const int codes[] = { IK_OK, IK_EMPTY, IK_USAGE, IK_SOFTWARE, -1 };
+static const struct ik_exit codes[] = {
+	{ IK_OK, "every argument was a known code or name" },
+	{ IK_EMPTY, "at least one argument is not a code or name" },
+	{ IK_USAGE, "bad command line, or not a duration" },
+	{ IK_SOFTWARE, "standard input could not be read (--tally)" },
+	{ -1, NULL },
+};
 
 static void
 print(const struct ik_outcome *o, int json)

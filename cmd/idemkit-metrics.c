@@ -40,8 +40,15 @@ static const char options[] =
 	"  -c, --clock         print the time now, epoch ms, and exit\n"
 	"  -h, --help          this help\n"
 	"  -V, --version       print the version\n";
-static const int codes[] = {
-	IK_OK, IK_USAGE, IK_DATAERR, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1
+static const struct ik_exit codes[] = {
+	{ IK_OK, "the file was replaced" },
+	{ IK_USAGE, "bad command line" },
+	{ IK_DATAERR, "no summary line on stdin, or one of neither command" },
+	{ IK_SOFTWARE, "internal error" },
+	{ IK_TEMPFAIL, "the disk is full or failed; the previous file\n"
+	    "is still there" },
+	{ IK_CONFIG, "the directory does not exist or cannot be written" },
+	{ -1, NULL },
 };
 
 /* The last line of stdin that is a summary object. */

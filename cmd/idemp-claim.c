@@ -58,8 +58,8 @@ static const char usage[] =
 static const char options[] =
 	"  --check            check the lease, the retention and --inflight, open nothing:\n"
 	"                     0, or 64/78 and why\n"
-	"  --check-store      --check, then open the store as a claim does (the embedded\n"
-	"                     default is created) and close it: 0, or 75/78 and why\n"
+	"  --check-store      --check, then open the store and read it as a claim does\n"
+	"                     (the embedded default is created): 0, or 75/78 and why\n"
 	"  -s, --stream       many envelopes in, one out per line; outcome in the envelope\n"
 	"  -l, --lease DUR    how long the claim is held (1s to 24h, default 120s;\n"
 	"                     $IDEMKIT_LEASE); $IDEMKIT_RETENTION must be longer\n"
@@ -71,9 +71,24 @@ static const char options[] =
 	"                     @STORES@\n"
 	"  -h, --help         this help\n"
 	"  -V, --version      print the version\n";
-static const int codes[] = { IK_OK, IK_DUP_DONE, IK_DUP_IN_PROGRESS,
-	IK_DUP_FAILED, IK_PAYLOAD_MISMATCH, IK_STALE_EVENT, IK_USAGE,
-	IK_DATAERR, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1 };
+static const struct ik_exit codes[] = {
+	{ IK_OK, "the claim was ACQUIRED (--check, --check-store: usable)" },
+	{ IK_EMPTY, "no envelope or event on stdin: nothing to do" },
+	{ IK_DUP_DONE, "already DONE or DEBITED_NOTIFICATION_FAILED" },
+	{ IK_DUP_IN_PROGRESS, "another holder's lease is live" },
+	{ IK_DUP_FAILED, "the charge was declined before (FAILED)" },
+	{ IK_PAYLOAD_MISMATCH, "same chargeId, another account, amount,\n"
+	    "currency or chargeType" },
+	{ IK_STALE_EVENT, "no record, and first sent longer ago than the\n"
+	    "retention: its record may have expired" },
+	{ IK_USAGE, "bad command line, or two envelopes without --stream" },
+	{ IK_DATAERR, "malformed envelope or event" },
+	{ IK_SOFTWARE, "internal error, or stdout could not be written" },
+	{ IK_TEMPFAIL, "the store is busy or unreachable" },
+	{ IK_CONFIG, "the store cannot be used as configured, or a bad\n"
+	    "lease, retention or inflight setting" },
+	{ -1, NULL },
+};
 
 struct job;
 
@@ -597,11 +612,12 @@ main(int argc, char **argv)
 		return ik_fail(&err);
 	/* What charge-worker asks before it receives anything.  The store is
 	 * opened here, by the step that creates it, since the read-only
-	 * commands (idemp-show) no longer create one. */
+	 * commands (idemp-show) no longer create one, and read as a claim
+	 * reads it (ik_store_check). */
 	if (check == 2) {
 		struct ik_store *s = ik_store_lazy_get(&c.db, &err);
 
-		if (!s || (s->ops->claim_check && s->ops->claim_check(s, &err) != IK_OK)) {
+		if (!s || ik_store_check(s, &err) != IK_OK) {
 			ik_store_lazy_close(&c.db);
 			return ik_fail(&err);
 		}

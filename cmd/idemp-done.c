@@ -50,9 +50,22 @@ static const char options[] =
 	"                     @STORES@\n"
 	"  -h, --help         this help\n"
 	"  -V, --version      print the version\n";
-static const int codes[] = {
-	IK_OK, IK_EMPTY, IK_DUP_DONE, IK_DUP_IN_PROGRESS, IK_LEASE_LOST, IK_USAGE,
-	IK_DATAERR, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1
+static const struct ik_exit codes[] = {
+	{ IK_OK, "the state was recorded (or the claim released)" },
+	{ IK_EMPTY, "no envelope on stdin: nothing to do; --fail: no\n"
+	    "record of that chargeId" },
+	{ IK_DUP_DONE, "--fail: the bank debited the charge; nothing\n"
+	    "was written" },
+	{ IK_DUP_IN_PROGRESS, "--fail: a live lease holds the charge" },
+	{ IK_LEASE_LOST, "the token no longer owns the record; nothing\n"
+	    "was written" },
+	{ IK_USAGE, "bad command line" },
+	{ IK_DATAERR, "malformed envelope, or no claim in it" },
+	{ IK_SOFTWARE, "internal error, or the store refused what was\n"
+	    "written" },
+	{ IK_TEMPFAIL, "the store is busy or unreachable" },
+	{ IK_CONFIG, "the store cannot be used as configured" },
+	{ -1, NULL },
 };
 
 struct ctx {
@@ -347,8 +360,8 @@ fail(const char *url, const char *key, const char *reason)
 	if (ik_store_open_existing(url, &s, &err) != IK_OK)
 		return ik_fail(&err);
 	if ((rc = s->ops->get(s, key, &r, &err)) == IK_EMPTY) {
-		ik_warnx("%s: no record in %s: nothing to fail (its next delivery claims it)",
-		    key, s->url);
+		ik_warnk(key, "no record in %s: nothing to fail (its next delivery claims it)",
+		    s->url);
 		goto out;
 	}
 	if (rc != IK_OK) {
@@ -357,19 +370,19 @@ fail(const char *url, const char *key, const char *reason)
 	}
 	switch (r.state) {
 	case IK_ST_FAILED:
-		ik_warnx("%s: already FAILED (%s)", key, r.last_error ? r.last_error : "-");
+		ik_warnk(key, "already FAILED (%s)", r.last_error ? r.last_error : "-");
 		rc = IK_OK;
 		break;
 	case IK_ST_DONE:
 	case IK_ST_DNF:
-		ik_warnx("%s: %s: the bank debited it; it cannot be FAILED", key,
+		ik_warnk(key, "%s: the bank debited it; it cannot be FAILED",
 		    ik_state_name(r.state));
 		rc = IK_DUP_DONE;
 		break;
 	case IK_ST_IN_PROGRESS:
 		if (r.lease_until >= now) {
-			ik_warnx("%s: a live lease holds it (%llds left): wait for it to end",
-			    key, (long long)((r.lease_until - now) / 1000 + 1));
+			ik_warnk(key, "a live lease holds it (%llds left): wait for it to end",
+			    (long long)((r.lease_until - now) / 1000 + 1));
 			rc = IK_DUP_IN_PROGRESS;
 			break;
 		}
@@ -382,7 +395,7 @@ fail(const char *url, const char *key, const char *reason)
 		rc = ik_store_finish(s, &(struct ik_finish_req){ .key = key, .token = r.owner,
 		    .state = IK_ST_FAILED, .last_error = why.p, .now_ms = now }, &err);
 		if (rc == IK_LEASE_LOST)
-			ik_warnx("%s: claimed again meanwhile; nothing was recorded", key);
+			ik_warnk(key, "claimed again meanwhile; nothing was recorded");
 		else if (rc != IK_OK)
 			ik_fail(&err);
 		else

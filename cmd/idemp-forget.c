@@ -22,8 +22,16 @@ static const char options[] =
 	"  -V, --version      print the version\n"
 	"With no CHARGEID, chargeIds are read from stdin, one per line; \"-\" reads\n"
 	"stdin in its place.\n";
-static const int codes[] = { IK_OK, IK_EMPTY, IK_USAGE, IK_SOFTWARE,
-	IK_TEMPFAIL, IK_CONFIG, -1 };
+static const struct ik_exit codes[] = {
+	{ IK_OK, "every chargeId's FAILED record was deleted" },
+	{ IK_EMPTY, "a chargeId had no record, or one not FAILED" },
+	{ IK_USAGE, "bad command line, or an empty chargeId" },
+	{ IK_SOFTWARE, "internal error" },
+	{ IK_TEMPFAIL, "the store is busy or unreachable, or the record's\n"
+	    "outbox event is not yet published" },
+	{ IK_CONFIG, "the store cannot be used as configured" },
+	{ -1, NULL },
+};
 
 static int
 forget(const char *key, void *store)
@@ -42,11 +50,11 @@ forget(const char *key, void *store)
 		return ik_fail(&err);
 	rc = s->ops->get(s, key, &r, &err);
 	if (rc == IK_OK) {
-		ik_warnx("%s: state is %s; only FAILED records can be forgotten", key,
+		ik_warnk(key, "state is %s; only FAILED records can be forgotten",
 		    ik_state_name(r.state));
 		ik_record_free(&r);
 	} else if (rc == IK_EMPTY) {
-		ik_warnx("%s: no record", key);
+		ik_warnk(key, "no record");
 	} else {
 		return ik_fail(&err);
 	}

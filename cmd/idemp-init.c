@@ -24,8 +24,14 @@ static const char options[] =
 	"                     @STORES@\n"
 	"  -h, --help         this help\n"
 	"  -V, --version      print the version\n";
-static const int codes[] = {
-	IK_OK, IK_USAGE, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1
+static const struct ik_exit codes[] = {
+	{ IK_OK, "the store is ready" },
+	{ IK_USAGE, "bad command line" },
+	{ IK_SOFTWARE, "internal error" },
+	{ IK_TEMPFAIL, "the store is busy, unreachable or throttled, or\n"
+	    "the table did not become ACTIVE in time" },
+	{ IK_CONFIG, "bad store URL, table, schema, credentials or TLS" },
+	{ -1, NULL },
 };
 
 int

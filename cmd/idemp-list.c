@@ -33,8 +33,15 @@ static const char options[] =
 	"                         @STORES@\n"
 	"  -h, --help             this help\n"
 	"  -V, --version          print the version\n";
-static const int codes[] = {
-	IK_OK, IK_EMPTY, IK_USAGE, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1
+static const struct ik_exit codes[] = {
+	{ IK_OK, "at least one record matched" },
+	{ IK_EMPTY, "nothing matched" },
+	{ IK_USAGE, "bad command line" },
+	{ IK_SOFTWARE, "internal error, or stdout could not be written" },
+	{ IK_TEMPFAIL, "the store is busy or unreachable" },
+	{ IK_CONFIG, "the store cannot be used as configured, or there\n"
+	    "is no store where it looked" },
+	{ -1, NULL },
 };
 
 enum format { F_RECORD, F_EVENT, F_ENVELOPE };

@@ -46,8 +46,17 @@ static const char options[] =
 	"      --metrics-every S  that period, in seconds (default 60)\n"
 	"  -h, --help           this help\n"
 	"  -V, --version        print the version\n";
-static const int codes[] = {
-	IK_OK, IK_EMPTY, IK_DUP_IN_PROGRESS, IK_USAGE, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1
+static const struct ik_exit codes[] = {
+	{ IK_OK, "events were published (or purged); --follow:\n"
+	    "stopped" },
+	{ IK_EMPTY, "no event waited" },
+	{ IK_DUP_IN_PROGRESS, "another relay holds the lease (--once)" },
+	{ IK_USAGE, "bad command line" },
+	{ IK_SOFTWARE, "internal error, or stdout could not be written" },
+	{ IK_TEMPFAIL, "the store or the queue is busy or unreachable" },
+	{ IK_CONFIG, "no IDEMKIT_OUTBOX, an unusable store or queue, or\n"
+	    "a store that keeps no outbox" },
+	{ -1, NULL },
 };
 
 struct ctx {

@@ -72,10 +72,25 @@ static const char options[] =
 	"                         @STORES@\n"
 	"  -h, --help             this help\n"
 	"  -V, --version          print the version\n";
-static const int codes[] = {
-	IK_OK, IK_EMPTY, IK_DUP_DONE, IK_DUP_IN_PROGRESS, IK_DUP_FAILED, IK_LEASE_LOST,
-	IK_PAYLOAD_MISMATCH, IK_RUN_FAILED, IK_USAGE, IK_DATAERR, IK_SOFTWARE, IK_TEMPFAIL,
-	IK_CONFIG, -1
+static const struct ik_exit codes[] = {
+	{ IK_OK, "the command ran, exited 0 and DONE was recorded" },
+	{ IK_EMPTY, "--each read no key" },
+	{ IK_DUP_DONE, "the key is DONE; nothing ran" },
+	{ IK_DUP_IN_PROGRESS, "another holder's lease is live; nothing ran" },
+	{ IK_DUP_FAILED, "the key is FAILED; nothing ran" },
+	{ IK_LEASE_LOST, "the lease could not be kept (the command was\n"
+	    "stopped), or another holder took the key" },
+	{ IK_PAYLOAD_MISMATCH, "the key was claimed with another fingerprint;\n"
+	    "nothing ran" },
+	{ IK_RUN_FAILED, "the command failed; its claim was released or\n"
+	    "FAILED recorded" },
+	{ IK_USAGE, "bad command line" },
+	{ IK_DATAERR, "the key breaks the rule" },
+	{ IK_SOFTWARE, "internal error" },
+	{ IK_TEMPFAIL, "the store is unreachable, or the command exited 75" },
+	{ IK_CONFIG, "the store is misconfigured, or the command cannot\n"
+	    "be executed" },
+	{ -1, NULL },
 };
 
 #define WAIT_DEFAULT_MS (24LL * 3600000)
@@ -910,8 +925,8 @@ check(const struct opts *o)
 		ik_record_free(&rec);
 		return IK_OK;
 	}
-	ik_warnx("%s: this token no longer holds the key (%s)", key,
-	    rc == IK_EMPTY ? "no record" : ik_state_name(rec.state));
+	ik_warnk(key, "this token no longer holds the key (%s)",
+		    rc == IK_EMPTY ? "no record" : ik_state_name(rec.state));
 	ik_record_free(&rec);
 	return IK_LEASE_LOST;
 }

@@ -33,8 +33,16 @@ static const char options[] =
 	"  -V, --version      print the version\n"
 	"With no CHARGEID, chargeIds are read from stdin, one per line; \"-\" reads\n"
 	"stdin in its place.\n";
-static const int codes[] = { IK_OK, IK_EMPTY, IK_USAGE, IK_SOFTWARE,
-	IK_TEMPFAIL, IK_CONFIG, -1 };
+static const struct ik_exit codes[] = {
+	{ IK_OK, "every chargeId has a record" },
+	{ IK_EMPTY, "at least one chargeId has no record" },
+	{ IK_USAGE, "bad command line, or an empty chargeId" },
+	{ IK_SOFTWARE, "internal error" },
+	{ IK_TEMPFAIL, "the store is busy or unreachable" },
+	{ IK_CONFIG, "the store cannot be used as configured, or there\n"
+	    "is no store where it looked" },
+	{ -1, NULL },
+};
 
 /* ms as UTC ISO 8601 with milliseconds into buf; the times come from the
  * store: a year gmtime cannot hold is shown raw. */
@@ -52,27 +60,34 @@ iso(char buf[48], int64_t ms)
 	return buf;
 }
 
+/* A time beside now, past and future in one form: "(0h06m17s ago)",
+ * "(in 29d23h53m41s)" -- days once there is one, so a retention of 30
+ * days reads as one. */
 static void
 when(const char *label, int64_t ms, int64_t now)
 {
-	char buf[48];
-	int64_t ago = (now - ms) / 1000;
+	char buf[48], d[64];
+	int64_t s = (now - ms) / 1000, a = s < 0 ? -s : s;
 
 	if (ms <= 0) {
 		printf("  %-12s -\n", label);
 		return;
 	}
 	iso(buf, ms);
-	if (ago >= 0)
-		printf("  %-12s %s (%lldh%02lldm%02llds ago)\n", label, buf,
-		    (long long)(ago / 3600), (long long)(ago / 60 % 60), (long long)(ago % 60));
+	if (a >= 86400)
+		snprintf(d, sizeof d, "%lldd%02lldh%02lldm%02llds", (long long)(a / 86400),
+		    (long long)(a / 3600 % 24), (long long)(a / 60 % 60), (long long)(a % 60));
 	else
-		printf("  %-12s %s (in %llds)\n", label, buf, (long long)-ago);
+		snprintf(d, sizeof d, "%lldh%02lldm%02llds", (long long)(a / 3600),
+		    (long long)(a / 60 % 60), (long long)(a % 60));
+	printf("  %-12s %s (%s%s%s)\n", label, buf, s < 0 ? "in " : "", d, s < 0 ? "" : " ago");
 }
 
 /* The record's history (store.h), one line per transition, oldest first:
- * its time, the op, then what it set.  Owner tokens are cut to 8 hex
- * digits, enough to tell the holders of one record apart. */
+ * its time, the op, then what it set, and who: the host and pid the owner
+ * token names (store.h's "@HOST:PID") with its first 8 hex digits, enough
+ * to tell the holders of one record apart; a token without them (from
+ * before, or from elsewhere) by those digits alone. */
 /* Whether word holds a byte a terminal would act on (a control byte) or
  * one that is not UTF-8: never written raw to an operator's terminal. */
 static int
@@ -115,8 +130,10 @@ static void
 timeline(const struct ik_record *r, int run)
 {
 	cJSON *h = r->history ? cJSON_Parse(r->history) : NULL, *e;
-	char at[48], lease[48], b1[SHOWN_MAX], b2[SHOWN_MAX], b3[SHOWN_MAX];
+	char at[48], lease[48], b1[SHOWN_MAX], b2[SHOWN_MAX], b3[SHOWN_MAX], tok[9], host[64];
 	const char *op, *ow, *st, *sep;
+	long pid;
+	int local;
 
 	if (!cJSON_IsArray(h) || !h->child) {
 		printf("  %-12s -\n", "history");
@@ -150,7 +167,9 @@ timeline(const struct ik_record *r, int run)
 			    SHOW(ik_env_str(e, "error"), b3));
 			sep = ", ";
 		}
-		if (ow)
+		if (ow && ik_owner_holder(ow, tok, host, &pid, &local))
+			printf("%sby %s pid %ld (token %s)", sep, SHOW(host, b1), pid, SHOW(tok, b2));
+		else if (ow)
 			printf("%sowner %.8s", sep, SHOW(ow, b1));
 		printf("\n");
 	}
@@ -321,7 +340,7 @@ show(const char *key, void *ctxp)
 	int rc = c->s->ops->get(c->s, key, &r, &err);
 
 	if (rc == IK_EMPTY) {
-		ik_warnx("%s: no record in %s", key, c->s->url);
+		ik_warnk(key, "no record in %s", c->s->url);
 		return rc;
 	}
 	if (rc != IK_OK)

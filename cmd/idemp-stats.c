@@ -21,8 +21,14 @@ static const char options[] =
 	"                     @STORES@\n"
 	"  -h, --help         this help\n"
 	"  -V, --version      print the version\n";
-static const int codes[] = {
-	IK_OK, IK_USAGE, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1
+static const struct ik_exit codes[] = {
+	{ IK_OK, "the counts were written" },
+	{ IK_USAGE, "bad command line" },
+	{ IK_SOFTWARE, "internal error, or stdout could not be written" },
+	{ IK_TEMPFAIL, "the store is busy or unreachable" },
+	{ IK_CONFIG, "the store cannot be used as configured, there is\n"
+	    "no store where it looked, or it cannot count" },
+	{ -1, NULL },
 };
 
 /* An age as "3d04h", "1h02m", "5m07s" or "42s". */

@@ -40,8 +40,21 @@ static const char options[] =
 	"  -A, --actions           print the action table (code, outcome, action, meaning)\n"
 	"  -h, --help              this help\n"
 	"  -V, --version           print the version\n";
-static const int codes[] = { IK_OK, IK_LEASE_LOST, IK_USAGE, IK_DATAERR,
-	IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1 };
+static const struct ik_exit codes[] = {
+	{ IK_OK, "the action was carried out" },
+	{ IK_EMPTY, "no envelope or event on stdin: nothing to do" },
+	{ IK_LEASE_LOST, "the receipt is stale: the message was received\n"
+	    "again since" },
+	{ IK_USAGE, "bad command line, or two envelopes without --stream" },
+	{ IK_DATAERR, "not an envelope with a receipt, or a receipt the\n"
+	    "queue refuses" },
+	{ IK_SOFTWARE, "internal error, or stdout could not be written" },
+	{ IK_TEMPFAIL, "the queue or the DLQ is busy or unreachable; the\n"
+	    "message was left" },
+	{ IK_CONFIG, "bad queue URL, credentials or DLQ; the message\n"
+	    "was left" },
+	{ -1, NULL },
+};
 
 static int stream_mode;
 

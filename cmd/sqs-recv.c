@@ -72,8 +72,14 @@ static const char options[] =
 	"  -T, --tee FILE         also append each envelope to FILE once it is written out\n"
 	"  -h, --help             this help\n"
 	"  -V, --version          print the version\n";
-static const int codes[] = {
-	IK_OK, IK_EMPTY, IK_USAGE, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1
+static const struct ik_exit codes[] = {
+	{ IK_OK, "at least one message was received and written" },
+	{ IK_EMPTY, "nothing arrived (without --follow)" },
+	{ IK_USAGE, "bad command line" },
+	{ IK_SOFTWARE, "internal error, or stdout could not be written" },
+	{ IK_TEMPFAIL, "the queue is busy, unreachable or throttled" },
+	{ IK_CONFIG, "bad queue URL or credentials, or no such queue" },
+	{ -1, NULL },
 };
 
 static cJSON *

@@ -35,8 +35,16 @@ static const char options[] =
 	"                         message from the envelope's queue (re-drive)\n"
 	"  -h, --help             this help\n"
 	"  -V, --version          print the version\n";
-static const int codes[] = { IK_OK, IK_USAGE, IK_DATAERR, IK_SOFTWARE,
-	IK_TEMPFAIL, IK_CONFIG, -1 };
+static const struct ik_exit codes[] = {
+	{ IK_OK, "every line was sent" },
+	{ IK_USAGE, "bad command line" },
+	{ IK_DATAERR, "a line was empty, not an envelope, or refused by\n"
+	    "the queue; the other lines were sent" },
+	{ IK_SOFTWARE, "internal error, or stdout could not be written" },
+	{ IK_TEMPFAIL, "the queue is busy, unreachable or throttled" },
+	{ IK_CONFIG, "bad queue URL or credentials, or no such queue" },
+	{ -1, NULL },
+};
 
 #define BATCH_BYTES (192 * 1024)   /* under SQS's 256 KiB per batch request */
 #define MAX_ATTRS 10

@@ -11,6 +11,7 @@
 
 #include "cli/cli.h"
 #include "core/outcome.h"
+#include "core/proc.h"
 #include "core/util.h"
 #include "open/open_queue.h"
 #include "queue/queue.h"
@@ -20,14 +21,22 @@ static const char usage[] =
 static const char options[] =
 	"  -q, --queue URL   sqlite:PATH#NAME or an SQS queue URL (default $IDEMKIT_QUEUE,\n"
 	"                    else sqlite:$IDEMKIT_STATE_DIR/queue.db#charges)\n"
-	"  -D, --dlq URL     the dead-letter queue, for --resolve (default $IDEMKIT_DLQ,\n"
-	"                    else for sqlite:PATH#NAME the queue sqlite:PATH#NAME-dlq)\n"
+	"  -D, --dlq URL     the dead-letter queue: alone, the queue counted; for\n"
+	"                    --resolve, the DLQ (default $IDEMKIT_DLQ, else for\n"
+	"                    sqlite:PATH#NAME the queue sqlite:PATH#NAME-dlq)\n"
 	"  -r, --resolve     no counts: print queue, dlq and stateDir, each NAME TAB VALUE\n"
 	"                    on its own line, as every command resolves them\n"
 	"  -h, --help        this help\n"
 	"  -V, --version     print the version\n";
-static const int codes[] = {
-	IK_OK, IK_USAGE, IK_SOFTWARE, IK_TEMPFAIL, IK_CONFIG, -1
+static const struct ik_exit codes[] = {
+	{ IK_OK, "the counts (or with --resolve, the names) were\n"
+	    "written" },
+	{ IK_USAGE, "bad command line, or --queue and --dlq without\n"
+	    "--resolve" },
+	{ IK_SOFTWARE, "internal error, or stdout could not be written" },
+	{ IK_TEMPFAIL, "the queue is busy or unreachable" },
+	{ IK_CONFIG, "bad queue URL or credentials, or no such queue" },
+	{ -1, NULL },
 };
 
 static int
@@ -76,8 +85,18 @@ main(int argc, char **argv)
 		default: return ik_usage(usage);
 		}
 	}
-	if (optind != argc || (dlq && !resolving))
+	if (optind != argc)
 		return ik_usage(usage);
+	/* Without --resolve, --dlq names the queue to count: an operator's
+	 * look at the dead letters, which need no --queue. */
+	if (dlq && !resolving) {
+		if (url) {
+			ik_warnx("--queue and --dlq name two queues: count one at a time "
+			    "(--dlq URL alone counts the dead-letter queue)");
+			return IK_USAGE;
+		}
+		url = dlq;
+	}
 	if ((rc = ik_queue_open(url, &q, &err)) != IK_OK)
 		return ik_fail(&err);
 	if (resolving) {

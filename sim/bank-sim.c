@@ -52,7 +52,14 @@ static const char OPTIONS[] =
 	"  --max-conns N          concurrent connections (default 256)\n"
 	"  --help, --version\n";
 
-static const int CODES[] = { IK_OK, IK_USAGE, IK_SOFTWARE, IK_CONFIG, -1 };
+static const struct ik_exit CODES[] = {
+	{ IK_OK, "stopped by a signal, as asked" },
+	{ IK_USAGE, "bad command line" },
+	{ IK_SOFTWARE, "internal error (out of memory)" },
+	{ IK_CONFIG, "cannot listen; an unreadable token, key or\n"
+	    "certificate file; the ledger not writable" },
+	{ -1, NULL },
+};
 
 static int
 parse_rate(const char *s, double *out)

@@ -29,6 +29,12 @@ setup_file() {
 teardown_file() {
 	kill "$(cat "$BATS_FILE_TMPDIR/pid")" 2>/dev/null || true
 }
+# servers a test started for itself
+teardown() {
+	local p
+	for p in ${TEST_PIDS:-}; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+	return 0
+}
 setup() {
 	aws_test_env
 	FAKE=http://127.0.0.1:$(cat "$BATS_FILE_TMPDIR/port")
@@ -174,4 +180,50 @@ setup() {
 	AWS_CA_BUNDLE=/nonexistent/ca.pem AWS_ENDPOINT_URL_DYNAMODB=$FAKE/ok run --separate-stderr probe dynamodb DynamoDB_20120810.GetItem
 	[ "$status" -eq 78 ]
 	[[ $output == *"CA file"* ]]
+}
+
+# The https side of the proxy rule (conn/http.h; the plain-http side, never
+# through a proxy, is in charge-debit.bats and charge-notify.bats): an AWS
+# endpoint over https goes through the environment's proxy (HTTPS_PROXY,
+# the AWS CLI's rule) as a CONNECT tunnel, the credentials endpoint of the
+# container (plain http) never, and NO_PROXY is honoured.  The https
+# endpoint is a loopback stand-in for dynamodb.REGION.amazonaws.com
+# (awsfake.py with AWSFAKE_TLS, a self-signed certificate made here and
+# trusted through AWS_CA_BUNDLE); the proxy is tests/proxystub.py, which
+# logs what reaches it.
+@test "https to AWS goes through HTTPS_PROXY as a CONNECT tunnel, TLS end to end; the container credentials endpoint never; NO_PROXY honoured" {
+	d=$BATS_TEST_TMPDIR
+	mkdir -p "$d/tls" "$d/proxy"
+	openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost \
+		-addext 'subjectAltName=IP:127.0.0.1,DNS:localhost' \
+		-keyout "$d/tls/key.pem" -out "$d/tls/cert.pem" 2>/dev/null
+	AWSFAKE_TLS=$d/tls python3 "$BATS_TEST_DIRNAME/awsfake.py" "$d/tls/port" "$d/tls/log" 3>&- &
+	TEST_PIDS=$!
+	python3 "$BATS_TEST_DIRNAME/proxystub.py" "$d/proxy" 3>&- &
+	TEST_PIDS="$TEST_PIDS $!"
+	for _ in $(seq 1 100); do [ -s "$d/tls/port" ] && [ -s "$d/proxy/port" ] && break; sleep 0.05; done
+	tport=$(cat "$d/tls/port")
+	P=http://127.0.0.1:$(cat "$d/proxy/port")
+	export HTTPS_PROXY=$P https_proxy=$P HTTP_PROXY=$P http_proxy=$P ALL_PROXY=$P all_proxy=$P
+	unset NO_PROXY no_proxy AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
+	export AWS_CONTAINER_CREDENTIALS_FULL_URI=$FAKE/creds AWS_CA_BUNDLE=$d/tls/cert.pem
+	export AWS_ENDPOINT_URL_DYNAMODB=https://127.0.0.1:$tport/ok
+
+	run --separate-stderr probe dynamodb DynamoDB_20120810.GetItem '{"TableName":"t"}'
+	[ "$status" -eq 0 ]
+	[ "$(jget "${lines[2]#response=}" target)" = DynamoDB_20120810.GetItem ]
+	# the proxy saw one CONNECT to the endpoint and nothing else: not the
+	# credentials (plain http, fetched directly), not a byte in cleartext
+	[ "$(wc -l < "$d/proxy/log")" -eq 1 ]
+	grep -q "\"method\": \"CONNECT\", \"target\": \"127.0.0.1:$tport\"" "$d/proxy/log"
+	run ! grep -q -e GetItem -e ASIAFAKECONTAINER1 "$d/proxy/log"
+	grep -q '"path": "/creds"' "$LOG"
+	grep -q '"path": "/ok"' "$d/tls/log"
+
+	# NO_PROXY names the endpoint: straight to it, the proxy sees nothing
+	: > "$d/proxy/log"
+	NO_PROXY=127.0.0.1 run --separate-stderr probe dynamodb DynamoDB_20120810.GetItem '{"TableName":"t"}'
+	[ "$status" -eq 0 ]
+	[ ! -s "$d/proxy/log" ]
+	[ "$(grep -c '"path": "/ok"' "$d/tls/log")" -eq 2 ]
 }

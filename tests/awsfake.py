@@ -4,7 +4,10 @@
 # path picks the answer (/ok echoes what it got, /throttle, /denied,
 # /status500; /slow answers after 0.3 s with the most requests it has seen
 # open at once, to show calls overlap).  Every request is appended to LOG as one JSON line.
-import http.server, json, os, sys, threading, time
+# With AWSFAKE_TLS=DIR it speaks https with DIR/cert.pem and DIR/key.pem (a
+# self-signed certificate the test made): a loopback stand-in for an AWS
+# endpoint such as https://dynamodb.REGION.amazonaws.com.
+import http.server, json, os, ssl, sys, threading, time
 
 LOCK = threading.Lock()
 OPEN = [0, 0]   # requests open now, the most seen at once
@@ -64,6 +67,10 @@ class H(http.server.BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = handle_one
 
 s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+if os.environ.get("AWSFAKE_TLS"):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(os.environ["AWSFAKE_TLS"] + "/cert.pem", os.environ["AWSFAKE_TLS"] + "/key.pem")
+    s.socket = ctx.wrap_socket(s.socket, server_side=True)
 with open(sys.argv[1] + ".tmp", "w") as f: f.write(str(s.server_address[1]))
 os.rename(sys.argv[1] + ".tmp", sys.argv[1])
 s.serve_forever()

@@ -38,6 +38,30 @@ bats_require_minimum_version 1.5.0
 	done
 }
 
+# The pipeline's table (outcome.c, idemkit(7)) says what a code means for
+# a charge on its way (0: "claim ACQUIRED, debited, ..."); a command's
+# --help says what it means for that command (idemp-show's 0: every
+# chargeId has a record), its name from the one table.
+@test "every --help says what each code means for that command, not the pipeline table's meaning" {
+	run "$IDEMKIT_TEST_BIN/outcome_table"
+	generic=$(printf '%s\n' "${lines[@]}" | sed -n 's/^\.It \(0\|1\|75\|78\) Ta [A-Z_]* Ta \(.*\); [^;]*$/\2/p')
+	[ "$(wc -l <<<"$generic")" -eq 4 ]
+	for bin in "$IDEMKIT_BIN"/*; do
+		exits=$("$bin" --help | sed -n '/^Exit status:/,/^$/p')
+		while IFS= read -r m; do
+			if grep -qF -- "$m" <<<"$exits"; then
+				echo "$(basename "$bin") --help: the pipeline's meaning: $m"
+				return 1
+			fi
+		done <<<"$generic"
+	done
+	run -0 idemp-show --help
+	[[ "$output" == *$'\n    0  OK                every chargeId has a record\n    1  EMPTY             at least one chargeId has no record\n'* ]]
+	# a meaning on two lines goes on under its own column
+	run -0 idemp-claim --help
+	[[ "$output" == *$'   14  PAYLOAD_MISMATCH  same chargeId, another account, amount,\n                         currency or chargeType\n'* ]]
+}
+
 @test "man pages are clean mdoc" {
 	command -v mandoc >/dev/null || skip "mandoc not installed"
 	for page in "$IDEMKIT_SRC"/man/*.[1-8]; do

@@ -82,4 +82,10 @@ grep -q '^demo: OK: every one of the 20 chargeIds was debited exactly once' "$wo
 inroot apt-get remove -y -qq idemkit > /dev/null 2>&1 || fail "apt-get remove"
 [ ! -e "$work/usr/bin/charge-worker" ] || fail "charge-worker left after remove"
 [ -f "$work/etc/idemkit/idemkit.env" ] || fail "the env file went with remove (it is a conffile)"
+# Purged, the state directory the demo filled stays, and the purge says why
+# (debian/idemkit.postrm; an empty one goes).
+inroot apt-get purge -y -qq idemkit > "$work.purge.log" 2>&1 || fail "apt-get purge"
+[ -d "$work/var/lib/idemkit" ] || fail "purge deleted the state directory with its records"
+grep -q '^idemkit: /var/lib/idemkit is kept: it holds the embedded store of record' "$work.purge.log" \
+	|| fail "purge kept /var/lib/idemkit without saying why"
 say "OK"

@@ -55,10 +55,18 @@ load lock
 	[ "$output" = "$env" ]
 }
 
-@test "one-shot: empty stdin is 65; two envelopes are 64 and nothing is claimed" {
+@test "one-shot: empty stdin is 1 (EMPTY, nothing to do), blank lines too; two envelopes are 64 and nothing is claimed" {
 	run --separate-stderr idemp-claim </dev/null
-	[ "$status" -eq 65 ]
-	[[ "$stderr" == *"no envelope"* ]]
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "idemp-claim: stdin: no envelope or event: nothing to do" ]
+	[ -z "$output" ]
+	run --separate-stderr idemp-claim <<<$'\n\n'
+	[ "$status" -eq 1 ]
+	# every step alike (core/step.c)
+	for step in charge-debit charge-notify idemp-done sqs-ack; do
+		run --separate-stderr "$step" </dev/null
+		[ "$status" -eq 1 ] || { echo "$step: $status"; return 1; }
+	done
 	run --separate-stderr idemp-claim < <(ev CHG-T1; ev CHG-T2)
 	[ "$status" -eq 64 ]
 	[[ "$stderr" == *"use --stream"* ]]

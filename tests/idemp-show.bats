@@ -135,10 +135,27 @@ lines = [l for l in sys.argv[2].splitlines() if l.startswith("    ")]
 iso = lambda ms: datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + "%03dZ" % (ms % 1000)
 assert len(h) == 2 and len(lines) == 2, (h, lines)
 c, f = h
-assert lines[0].split() == [iso(c["at"]), "claim", "attempt", "1,", "lease", "until", iso(c["leaseUntil"]) + ",", "owner", c["owner"][:8]], lines[0]
-assert lines[1].split() == [iso(f["at"]), "finish", "DEBITED_NOTIFICATION_FAILED,", "bank", "ref", "TXN-T1,", "error", "HTTP", "503,", "owner", c["owner"][:8]], lines[1]
+# who: the host and pid the token names, and its first 8 hex digits
+host, pid = c["owner"].split("@")[1].rsplit(":", 1)
+who = ["by", host, "pid", pid, "(token", c["owner"][:8] + ")"]
+assert lines[0].split() == [iso(c["at"]), "claim", "attempt", "1,", "lease", "until", iso(c["leaseUntil"]) + ","] + who, lines[0]
+assert lines[1].split() == [iso(f["at"]), "finish", "DEBITED_NOTIFICATION_FAILED,", "bank", "ref", "TXN-T1,", "error", "HTTP", "503,"] + who, lines[1]
 PY
 	[ "${tok:0:8}" = "$(jget "$json" owner | cut -c1-8)" ]
+	# times beside now in one form, past and future: days once there is one
+	re=$'\n  created      [-0-9T:.]+Z \\(0h00m0[0-9]s ago\\)\n'
+	[[ "$output" =~ $re ]]
+	re=$'\n  expires      [-0-9T:.]+Z \\(in 29d23h5[0-9]m[0-9][0-9]s\\)\n'
+	[[ "$output" =~ $re ]]
+}
+
+@test "a chargeId outside the chargeId alphabet is quoted in messages, so no two read alike; a plain one as it is" {
+	ev CHG-Q1 | idemp-claim >/dev/null 2>&1
+	run -1 --separate-stderr idemp-show 'CHG "a b' CHG-Q2
+	[ "${stderr_lines[0]}" = "idemp-show: \"CHG \\\"a b\": no record in $IDEMKIT_STORE" ]
+	[ "${stderr_lines[1]}" = "idemp-show: CHG-Q2: no record in $IDEMKIT_STORE" ]
+	run -1 --separate-stderr idemp-forget $'CHG-1\x1b[2J'
+	[ "$stderr" = 'idemp-forget: "CHG-1\u001b[2J": no record' ]
 }
 
 # The store of the previous release: the records table without a history

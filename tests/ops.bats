@@ -76,6 +76,26 @@ cronpath() {
 	[ "$(grep '^ExecStart=' "$u/idemkit-worker.service")" = "ExecStart=$p/bin/charge-worker -j 4" ]
 	[ "$(grep '^ExecStart=' "$u/idemkit-drain.service")" = "ExecStart=$p/bin/charge-worker -j 4 --drain" ]
 	[ "$(grep '^EnvironmentFile=' "$u/idemkit-worker.service")" = "EnvironmentFile=$p/etc/idemkit/idemkit.env" ]
+	# the outbox relay's unit beside the worker's (installed, not enabled),
+	# and every unit names its man pages (systemctl help UNIT)
+	[ "$(grep '^ExecStart=' "$u/idemkit-outbox.service")" = "ExecStart=$p/bin/idemp-outbox --follow" ]
+	for f in "$u"/*; do
+		grep -Eq '^Documentation=man:[a-z-]+\([178]\)' "$f" || { echo "$f: no Documentation="; return 1; }
+	done
+	[ "$(ls "$u" | wc -l)" -eq 6 ]
+	# a job once per period across hosts (idemp-run@JOB): its ExecStart as
+	# systemd hands it to sh ($$, %% and %i undone) runs the command once
+	# for the day; the next start is DUP_DONE (10, a success to the unit)
+	grep -q '^SuccessExitStatus=10 11$' "$u/idemp-run@.service"
+	printf '#!/bin/sh\necho "$1" >> "%s"\n' "$BATS_TEST_TMPDIR/ran" > "$BATS_TEST_TMPDIR/job.sh"
+	chmod +x "$BATS_TEST_TMPDIR/job.sh"
+	line=$(sed -n 's/^ExecStart=//p' "$u/idemp-run@.service" | sed -e 's/\$\$/$/g' -e 's/%%/%/g' -e 's/%i/fees/g')
+	for want in 0 10; do
+		IDEMKIT_RUN_COMMAND="$BATS_TEST_TMPDIR/job.sh posted" run --separate-stderr eval "$line"
+		[ "$status" -eq "$want" ] || { echo "$line: $status, not $want: $stderr"; return 1; }
+	done
+	[ "$(cat "$BATS_TEST_TMPDIR/ran")" = posted ]
+	idemp-show "fees-$(date -u +%Y-%m-%d)" | grep -q '^  state        DONE$'
 	run ! grep -rn /usr/local/bin "$u" "$p/share/doc/idemkit"
 	[ -f "$u/idemkit-drain.timer" ]
 	for f in crontab idemkit.env idemp-run-fees.service prometheus/alerts.yml prometheus/alerts_test.yml \
@@ -86,7 +106,17 @@ cronpath() {
 	[ "$(head -1 "$p/etc/idemkit/idemkit.env")" = "# $p/etc/idemkit/idemkit.env: the worker's environment (systemd EnvironmentFile," ]
 	grep -q '^IDEMKIT_BANK_URL=' "$p/etc/idemkit/idemkit.env"
 	if command -v systemd-analyze >/dev/null; then
-		run systemd-analyze verify "$u/idemkit-worker.service" "$u/idemkit-drain.service" "$u/idemkit-drain.timer"
+		# (verify runs man for each Documentation=: the pages just installed)
+		MANPATH=$p/share/man run systemd-analyze verify "$u/idemkit-worker.service" "$u/idemkit-drain.service" "$u/idemkit-drain.timer" \
+			"$u/idemkit-outbox.service"
+		[ "$status" -eq 0 ]
+		[ -z "$output" ]
+		# the templates, as an instance
+		mkdir -p "$BATS_TEST_TMPDIR/inst"
+		cp "$u/idemp-run@.service" "$BATS_TEST_TMPDIR/inst/idemp-run@fees.service"
+		cp "$u/idemp-run@.timer" "$BATS_TEST_TMPDIR/inst/idemp-run@fees.timer"
+		MANPATH=$p/share/man run systemd-analyze verify "$BATS_TEST_TMPDIR/inst/idemp-run@fees.service" \
+			"$BATS_TEST_TMPDIR/inst/idemp-run@fees.timer"
 		[ "$status" -eq 0 ]
 		[ -z "$output" ]
 	fi
@@ -310,4 +340,32 @@ PY
 	# the message is left for the retry (in flight, its backoff), none dead-lettered
 	[[ "$(sqs-stat)" == *'"visible":0,"inflight":1,'* ]]
 	[[ "$(sqs-stat --queue "$IDEMKIT_DLQ")" == *'"visible":0,"inflight":0,'* ]]
+}
+
+@test "the shipped idemkit.env is quiet on success: a cron run that sources it and drains the queue writes nothing (issue 45 item 8)" {
+	bank_start
+	ev CHG-ENV1 | sqs-send >/dev/null
+	unset IDEMKIT_LOG
+	# the file as shipped, then this test's state, bank and no token file
+	run --separate-stderr env -u IDEMKIT_LOG sh -c 'set -a; . "$1"; IDEMKIT_STATE_DIR=$2 IDEMKIT_BANK_URL=$3 IDEMKIT_NOTIFY_URL=$4; unset IDEMKIT_BANK_TOKEN_FILE; shift 4; exec charge-worker --drain "$@"' \
+		sh "$IDEMKIT_SRC/examples/idemkit.env" "$IDEMKIT_STATE_DIR" "$IDEMKIT_BANK_URL" "$IDEMKIT_NOTIFY_URL" "${fast[@]}"
+	[ "$status" -eq 0 ]
+	[ -z "$stderr" ]
+	[ -z "$output" ]
+	[ "$(jget "$(idemp-show --json CHG-ENV1)" state)" = DONE ]
+}
+
+@test "the package's purge removes an empty /var/lib/idemkit and keeps one with records, saying why (issue 45 item 8)" {
+	root=$BATS_TEST_TMPDIR/root
+	mkdir -p "$root/var/lib/idemkit"
+	DPKG_ROOT=$root run -0 --separate-stderr sh "$IDEMKIT_SRC/debian/idemkit.postrm" remove
+	[ -d "$root/var/lib/idemkit" ]
+	[ -z "$stderr" ]
+	DPKG_ROOT=$root run -0 --separate-stderr sh "$IDEMKIT_SRC/debian/idemkit.postrm" purge
+	[ ! -e "$root/var/lib/idemkit" ]
+	[ -z "$stderr" ]
+	mkdir -p "$root/var/lib/idemkit" && : > "$root/var/lib/idemkit/idempotency.db"
+	DPKG_ROOT=$root run -0 --separate-stderr sh "$IDEMKIT_SRC/debian/idemkit.postrm" purge
+	[ -f "$root/var/lib/idemkit/idempotency.db" ]
+	[ "$stderr" = "idemkit: $root/var/lib/idemkit is kept: it holds the embedded store of record (which charges were debited) and the queue; remove it by hand once no one needs them" ]
 }

@@ -186,14 +186,15 @@ recv_with() {
 	[[ "$output" == *"more than one envelope; use --stream"* ]]
 }
 
-@test "sqs-ack: 65 for a line without a receipt, or no input" {
+@test "sqs-ack: 65 for a line without a receipt; no input is 1 (EMPTY, nothing to do)" {
 	run --separate-stderr sqs-ack <<<'{"chargeId":"CHG-1"}'
 	[ "$status" -eq 65 ]
 	[ "$(jget "$output" ack.outcome)" = DATAERR ]
 	[ "$(jget "$output" body)" = '{"chargeId":"CHG-1"}' ]
 	[[ "$stderr" == *"no receipt"* ]]
-	run sqs-ack </dev/null
-	[ "$status" -eq 65 ]
+	run --separate-stderr sqs-ack </dev/null
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "sqs-ack: stdin: no envelope or event: nothing to do" ]
 	run sqs-ack --queue "sqlite:$BATS_TEST_TMPDIR/q.db#main" <<<'{"v":1,"body":"x","receipt":"not-ours","claim":{"outcome":"DUP_DONE"}}'
 	[ "$status" -eq 65 ]
 	[[ "$output" == *"not a receipt handle of this queue"* ]]

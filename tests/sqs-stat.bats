@@ -51,8 +51,18 @@ c.execute("BEGIN EXCLUSIVE"); open(sys.argv[2], "w").close(); time.sleep(3)' \
 	[ "${lines[1]}" = "$(printf 'dlq\tsqlite:%s/d.db#dead' "$BATS_TEST_TMPDIR")" ]
 	run --separate-stderr sqs-stat --resolve --dlq "sqlite:$BATS_TEST_TMPDIR/e.db#x"
 	[ "${lines[1]}" = "$(printf 'dlq\tsqlite:%s/e.db#x' "$BATS_TEST_TMPDIR")" ]
-	run --separate-stderr sqs-stat --dlq x
-	[ "$status" -eq 64 ]
+}
+
+@test "--dlq URL alone counts that dead-letter queue (an operator's look at the dead letters); with --queue too, 64" {
+	dlq="sqlite:$BATS_TEST_TMPDIR/q.db#charges-dlq"
+	echo poison | sqs-send --queue "$dlq" >/dev/null
+	run -0 --separate-stderr sqs-stat --dlq "$dlq"
+	[ "$output" = '{"visible":1,"inflight":0,"delayed":0}' ]
+	run -0 --separate-stderr sqs-stat --queue "sqlite:$BATS_TEST_TMPDIR/q.db#charges"
+	[ "$output" = '{"visible":0,"inflight":0,"delayed":0}' ]
+	run -64 --separate-stderr sqs-stat --queue "sqlite:$BATS_TEST_TMPDIR/q.db#charges" --dlq "$dlq"
+	[ "$stderr" = "sqs-stat: --queue and --dlq name two queues: count one at a time (--dlq URL alone counts the dead-letter queue)" ]
+	[ -z "$output" ]
 }
 
 @test "--resolve: an SQS queue with no DLQ configured is 78" {

@@ -464,3 +464,36 @@ PY
 	[ "$(jget "$output" attempts)" = 1 ]
 	[ "$(jget "$output" owner)" = "$(jget "$orig" claim.token)" ]
 }
+
+# idemp-claim --check-store is what charge-worker asks before it receives:
+# it must use the store as a claim would (connect, authenticate, read the
+# table), not only parse its URL -- PostgreSQL and DynamoDB connect on
+# first use, so an open alone said 0 for a store no claim could use.
+@test "--check-store uses the store as a claim would: one no claim can use is 78 and why, and charge-worker --drain stops there with the message still queued" {
+	run -0 --separate-stderr idemp-claim --check-store
+	case ${IDEMKIT_TEST_BACKEND:-sqlite} in
+	sqlite|sqlite-cache)
+		printf 'these bytes are not a SQLite database, whatever the name says; not at all\n' \
+			> "$BATS_TEST_TMPDIR/bad.db"
+		export IDEMKIT_STORE=sqlite:$BATS_TEST_TMPDIR/bad.db why='not a database' ;;
+	postgres)
+		# TLS asked for, from a server that has none (the tests' has none)
+		export IDEMKIT_STORE=$IDEMKIT_STORE\&sslmode=verify-full why='SSL' ;;
+	dynamodb|dynamodb-local)
+		export IDEMKIT_STORE=dynamodb:absent-$$ why="absent-$$" ;;
+	redis)
+		export IDEMKIT_STORE=redis://127.0.0.1:$REDIS_PORT/99 why='database 99' ;;
+	esac
+	run -78 --separate-stderr idemp-claim --check-store
+	[[ "$stderr" == *"$why"* ]]
+	if [ "${IDEMKIT_TEST_BACKEND:-}" = postgres ]; then   # connected, no table
+		IDEMKIT_STORE=$PG_URL?table=absent_$$ run -78 --separate-stderr idemp-claim --check-store
+		[[ "$stderr" == *"absent_$$"* ]]
+	fi
+	ev "$(uid chk)" | sqs-send >/dev/null
+	run -78 --separate-stderr charge-worker --drain
+	[[ "$stderr" == *"$why"* ]]
+	[[ "$stderr" == *"nothing was received"* ]]
+	run -0 sqs-stat
+	[[ "$output" == *'"visible":1,"inflight":0'* ]]
+}

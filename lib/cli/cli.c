@@ -104,7 +104,7 @@ print_options(const char *options)
 }
 
 int
-ik_help(const char *usage, const char *options, const int *codes)
+ik_help(const char *usage, const char *options, const struct ik_exit *codes)
 {
 	printf("%s", usage);
 	if (options && *options) {
@@ -112,10 +112,13 @@ ik_help(const char *usage, const char *options, const int *codes)
 		print_options(options);
 	}
 	printf("\nExit status:\n");
-	for (; *codes >= 0; codes++) {
-		const struct ik_outcome *o = ik_outcome_by_code(*codes);
-		if (o)
-			printf("  %3d  %-17s %s\n", o->code, o->name, o->meaning);
+	for (; codes->code >= 0; codes++) {
+		const char *m = codes->meaning, *nl;
+
+		printf("  %3d  %-17s ", codes->code, ik_code_name(codes->code));
+		for (; (nl = strchr(m, '\n')); m = nl + 1)
+			printf("%.*s\n%25s", (int)(nl - m), m, "");
+		printf("%s\n", m);
 	}
 	printf("\nSee %s(1) and idemkit(7).\n", ik_prog());
 	return ik_finish(IK_OK);

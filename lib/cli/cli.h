@@ -19,9 +19,18 @@ int ik_fail(const ik_err *e);
 
 /* usage: USAGE line(s) on stderr, returns IK_USAGE. */
 int ik_usage(const char *usage);
+/* One exit code a command can return and what it means for that command
+ * (its man page's EXIT STATUS, in a line or two of at most 55 characters,
+ * "\n" between them); the code's name comes from outcome.c, the one
+ * table.  A command's list ends with { -1, NULL }. */
+struct ik_exit {
+	int code;
+	const char *meaning;
+};
 /* --help: the usage, the options text, then the exit codes the command can
- * return (from the table in outcome.c), on stdout; returns 0. */
-int ik_help(const char *usage, const char *options, const int *codes);
+ * return, each with its name and what it means for this command, on
+ * stdout; returns 0. */
+int ik_help(const char *usage, const char *options, const struct ik_exit *codes);
 int ik_version(void);
 
 /* The keys (chargeIds) a command works on, STYLE rule 7: the n arguments

@@ -270,6 +270,12 @@ ik_redis_ensure(struct ik_redis *r, ik_err *err)
 		snprintf(db, sizeof db, "%d", r->u.db);
 		if (!(rep = ik_redis_cmd(r, "SELECT", 2, (const char *[]){ "SELECT", db }, NULL, err))) {
 			drop(r);
+			/* The server refused the URL's database number (past its
+			 * `databases`): the URL to fix, not our software. */
+			if (err->code == IK_SOFTWARE)
+				return ik_errf(err, IK_CONFIG, "%s: SELECT %s: the server has no "
+				    "database %s (fewer `databases`); fix the URL's /DB", r->u.label,
+				    db, db);
 			return err->code;
 		}
 		freeReplyObject(rep);

@@ -3,8 +3,10 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/json.h"
 #include "core/log.h"
 #include "core/outcome.h"
 #include "core/proc.h"
@@ -16,6 +18,28 @@ ik_warnx(const char *fmt, ...)
 	va_list ap;
 
 	fprintf(stderr, "%s: ", ik_prog());
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+void
+ik_warnk(const char *key, const char *fmt, ...)
+{
+	static const char plain[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	    "0123456789._:-";
+	struct ik_jbuf q = { 0 };
+	va_list ap;
+
+	if (*key && key[strspn(key, plain)] == '\0')
+		fprintf(stderr, "%s: %s: ", ik_prog(), key);
+	else {
+		ik_jbuf_str(&q, key);
+		fprintf(stderr, "%s: %.*s: ", ik_prog(), q.oom ? 1 : (int)q.len,
+		    q.oom ? "?" : q.p);
+		free(q.p);
+	}
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);

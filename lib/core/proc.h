@@ -8,6 +8,12 @@
 
 /* "PROG: msg" on stderr. */
 void ik_warnx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "PROG: KEY: msg" on stderr, KEY (a chargeId or key from outside: an
+ * argument, a line) as it is when all of it is the chargeId alphabet
+ * ([A-Za-z0-9._:-]), else as a JSON string, quoted and escaped, so that
+ * one with a space, a colon's look-alike, a quote or a control character
+ * reads unambiguously: "a b": no record. */
+void ik_warnk(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* An option's duration (util.h forms: 500ms, 30s, 5m) within [min_ms,
  * max_ms] (INT64_MAX: no upper bound); 0, or -1 after a one-line complaint naming the option. */

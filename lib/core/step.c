@@ -189,8 +189,11 @@ oneshot(const struct ik_step *st)
 		ik_warnx("stdin: %s", strerror(errno));
 		rc = IK_SOFTWARE;
 	} else if (r == 0) {
-		ik_warnx("stdin: no envelope or event");
-		rc = IK_DATAERR;
+		/* Nothing came (an upstream step that received nothing, a
+		 * pipe closed empty): nothing to do, EMPTY, as sqs-recv says
+		 * it; DATAERR is for a line that is not an envelope. */
+		ik_warnx("stdin: no envelope or event: nothing to do");
+		rc = IK_EMPTY;
 	} else if (r == 2) {
 		ik_warnx("stdin: more than one envelope; use --stream");
 		rc = IK_USAGE;

@@ -439,6 +439,18 @@ ik_outbox_ev_copy(struct ik_outbox_ev *to, const struct ik_outbox_ev *from)
 	return 0;
 }
 
+int
+ik_store_check(struct ik_store *s, ik_err *err)
+{
+	struct ik_record r = { 0 };
+	int rc = s->ops->get(s, IK_STORE_CHECK_KEY, &r, err);
+
+	ik_record_free(&r);
+	if (rc != IK_OK && rc != IK_EMPTY)
+		return rc;
+	return s->ops->claim_check ? s->ops->claim_check(s, err) : IK_OK;
+}
+
 void
 ik_store_close(struct ik_store *s)
 {

@@ -272,11 +272,11 @@ struct ik_store_ops {
 	 * IK_LEASE_LOST, or an error. */
 	int (*note)(struct ik_store *s, const char *key, const char *token,
 	            const char *reason, ik_err *err);
-	/* Optional (NULL: opening the store says all): whether a claim would
+	/* Optional (NULL: the open and a read say all): whether a claim would
 	 * be refused now for the store's own set-up (PostgreSQL: the outbox on
-	 * and its replication slot missing), asked by idemp-claim
-	 * --check-store before a worker receives anything.  IK_OK, or the
-	 * error a claim would give. */
+	 * and its replication slot missing), asked by ik_store_check (idemp-claim
+	 * --check-store) after its read, before a worker receives anything.
+	 * IK_OK, or the error a claim would give. */
 	int (*claim_check)(struct ik_store *s, ik_err *err);
 	/* Delete a FAILED record (conditioned on state = FAILED) so a declined
 	 * charge can be claimed again after a fix.  Only FAILED: no money moved
@@ -361,6 +361,16 @@ struct ik_store {
 };
 
 void ik_store_close(struct ik_store *s);
+/* What a claim needs of the store, asked by idemp-claim --check-store
+ * before a worker receives anything.  Opening a store connects on some
+ * adapters (SQLite, Redis) and not on others (PostgreSQL and DynamoDB
+ * connect on first use), so an open alone proves nothing: one read of a
+ * record through the port connects, authenticates and reads the table
+ * as a claim would (TLS, credentials, the table and its columns), then
+ * the adapter's own set-up check (claim_check).  The key read holds a
+ * '/', which no chargeId can.  IK_OK, or the error a claim would give. */
+#define IK_STORE_CHECK_KEY "idemkit/check"
+int ik_store_check(struct ik_store *s, ik_err *err);
 /* --inflight for the store steps in --stream: opt when set, else
  * $IDEMKIT_STORE_INFLIGHT, else IK_STORE_INFLIGHT_DEFAULT (idemp-claim(1)
  * says why), 1 to IK_STORE_INFLIGHT_MAX.  IK_OK, or IK_USAGE (a bad
