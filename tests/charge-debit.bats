@@ -666,7 +666,7 @@ assert got==want and "ref" not in d, (got, want)' "$s" "$outcome" || return 1
 	# Good: stdin is not read, nothing is printed, nothing is connected.
 	run --separate-stderr charge-debit --check --url https://bank.example/debits </dev/null
 	[ "$status" -eq 0 ]
-	[ -z "$output" ] && [ -z "$stderr" ]
+	[ -z "$output" ]; [ -z "$stderr" ]
 	IDEMKIT_BANK_URL=http://127.0.0.1:9/debits IDEMKIT_BANK_TOKEN_FILE=$BATS_TEST_TMPDIR/token \
 		IDEMKIT_BANK_HMAC_KEY_FILE=$BATS_TEST_TMPDIR/hk IDEMKIT_BANK_CACERT=$BATS_TEST_TMPDIR/cert.pem \
 		run charge-debit --check

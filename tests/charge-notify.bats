@@ -299,7 +299,7 @@ notify_expect() {
 	export IDEMKIT_NOTIFY_URL=https://notify.example/n
 	run --separate-stderr charge-notify --check </dev/null
 	[ "$status" -eq 0 ]
-	[ -z "$output" ] && [ -z "$stderr" ]
+	[ -z "$output" ]; [ -z "$stderr" ]
 	IDEMKIT_NOTIFY_URL=http://192.0.2.1/n run charge-notify --check
 	[ "$status" -eq 78 ]
 	[[ "$output" == "charge-notify: IDEMKIT_NOTIFY_URL: plain http:// only to loopback"* ]]

@@ -130,7 +130,7 @@ stop_group() {
 	# a receive takes up to 10 messages: those are finished, no more
 	# received (two receives when the stop comes late on a loaded machine)
 	done1=$(bank_stat debits)
-	[ "$done1" -ge 1 ] && [ "$done1" -le 20 ]
+	[ "$done1" -ge 1 ]; [ "$done1" -le 20 ]
 	# nothing half-done: no record is left IN_PROGRESS, no message invisible
 	run idemp-list --state IN_PROGRESS
 	[ "$status" -eq 1 ]
@@ -294,7 +294,7 @@ stop_group() {
 	[ "$rc" -eq 143 ]
 	# the receive in flight finished (two when the stop came late)
 	got=$(bank_stat debits)
-	[ "$got" -ge 1 ] && [ "$got" -le 20 ]
+	[ "$got" -ge 1 ]; [ "$got" -le 20 ]
 	run -1 idemp-list --state IN_PROGRESS
 	[ "$(records_debited)" -eq "$got" ]
 	[ "$(qcount)" = "$((25 - got)) 0 0" ]

@@ -341,3 +341,36 @@ PY
 	[ "${lines[2]}" = "partition 2 0.0 2.0 2.0" ]
 	[ "${lines[3]}" = "{'n': 100, 'p50': 50.0, 'p99': 99.0, 'max': 100.0}" ]
 }
+
+@test "no test asserts with [ A ] && [ B ] before its last line: bats's errexit ignores a failing A there, so the assertion could never fail" {
+	# (15 such lines were found and split into two commands, 2026-12-05)
+	run python3 - "$IDEMKIT_SRC" <<-'PY'
+	import glob, re, sys
+	pat = re.compile(r"^\s*\[\[? .*\]\]? && \[\[? ")
+	bad = []
+	for f in sorted(glob.glob(sys.argv[1] + "/tests/**/*.bats", recursive=True)):
+	    lines = open(f).read().split("\n")
+	    intest = False
+	    for i, l in enumerate(lines):
+	        if l.startswith("@test "): intest = True
+	        elif l.startswith("}"): intest = False
+	        if not intest or not pat.match(l) or "||" in l or "return" in l or "echo" in l:
+	            continue
+	        j = i + 1
+	        while j < len(lines) and not lines[j].strip(): j += 1
+	        if j < len(lines) and not lines[j].startswith("}"):
+	            bad.append("%s:%d: %s" % (f[len(sys.argv[1]) + 1:], i + 1, l.strip()))
+	print("\n".join(bad))
+	sys.exit(1 if bad else 0)
+	PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	# the check itself finds one
+	mkdir -p "$BATS_TEST_TMPDIR/t/tests"
+	printf '@test "x" {\n\t[ 1 = 2 ] && [ 2 = 2 ]\n\ttrue\n}\n' > "$BATS_TEST_TMPDIR/t/tests/x.bats"
+	sed -n '/^\trun python3 - "\$IDEMKIT_SRC" <<-.PY.$/,/^\tPY$/p' "$BATS_TEST_FILENAME" | sed '1d;$d; s/^\t//' > "$BATS_TEST_TMPDIR/check.py"
+	run python3 "$BATS_TEST_TMPDIR/check.py" "$BATS_TEST_TMPDIR/t"
+	[ "$status" -eq 1 ]
+	[[ "$output" == "tests/x.bats:2: [ 1 = 2 ] && [ 2 = 2 ]" ]]
+}
+

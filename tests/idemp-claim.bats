@@ -268,7 +268,7 @@ print(json.dumps(e))' "$1" "$(ev "$1")" "$2" "${3:-attr}"
 	wait "$CLAIM_PID"
 	t1=$(date +%s%N)
 	echo "held for $(( (t1 - t0) / 1000000 )) ms"
-	[ $(( (t1 - t0) / 1000000 )) -ge 3000 ] && [ $(( (t1 - t0) / 1000000 )) -lt 9000 ]
+	[ $(( (t1 - t0) / 1000000 )) -ge 3000 ]; [ $(( (t1 - t0) / 1000000 )) -lt 9000 ]
 	[ "$(wc -l < "$STREAM_OUT")" -eq 2 ]
 	[ "$(jget "$(sed -n 2p "$STREAM_OUT")" claim.outcome)" = DUP_IN_PROGRESS ]
 	# a stop signal passes it on at once

@@ -30,7 +30,7 @@ teardown() { redis_stop cache; bank_stop; }   # the tests that start them
 	# stored as the bank sent it
 	[[ "$(jget "$(idemp-show --json CHG-ESC1)" lastError)" == *$'\e]0;owned\a'* ]]
 	run -0 idemp-show CHG-ESC1
-	[[ "$output" != *$'\e'* ]] && [[ "$output" != *$'\a'* ]]
+	[[ "$output" != *$'\e'* ]]; [[ "$output" != *$'\a'* ]]
 	[[ "$output" == *'last error   '*'insufficient funds \x1b]0;owned\x07 \x1b[31mred\\x'* ]]
 	# the timeline's finish line too
 	[[ "$output" == *'finish     FAILED, bank ref '*', error insufficient funds \x1b]0;owned\x07 \x1b[31mred\\x'* ]]

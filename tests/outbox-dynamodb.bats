@@ -53,7 +53,7 @@ PY
 	# a finish under another token does not match: no event
 	run -13 idemp-done --state DONE <<<"${env/\"token\":\"/\"token\":\"0}"
 	i=$(item "$k")
-	[ "$(jget "$i" obFin)" = "" ] && [ "$(jget "$i" obPend)" = "" ]
+	[ "$(jget "$i" obFin)" = "" ]; [ "$(jget "$i" obPend)" = "" ]
 	[ "$(waiting)" = 0 ]
 	run -0 idemp-done --state DONE < <(envset '{"debit":{"outcome":"OK","ref":"TXN-9"},"notify":{"outcome":"OK"}}' <<<"$env")
 	i=$(item "$k")
@@ -67,7 +67,7 @@ PY
 	[ "${#lines[@]}" -eq 1 ]
 	[ "$(jget "${lines[0]}" chargeId)" = "$k" ]
 	i=$(item "$k")
-	[ "$(jget "$i" obFin)" = "" ] && [ "$(jget "$i" obPend)" = "" ] && [ "$(jget "$i" obAt)" = "" ]
+	[ "$(jget "$i" obFin)" = "" ]; [ "$(jget "$i" obPend)" = "" ]; [ "$(jget "$i" obAt)" = "" ]
 	[ "$(jget "$i" state.S)" = DONE ]
 	[ "$(events | wc -l)" -eq 1 ]
 	# off: a finish sets no event attribute

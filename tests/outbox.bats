@@ -498,7 +498,7 @@ promlint() {
 	# a relay that cannot reach its queue publishes nothing, writes the file
 	run -78 --separate-stderr idemp-outbox --once --queue "sqlite:$BATS_TEST_TMPDIR/none/q.db#ev" --metrics "$M"
 	st2=$(idemp-outbox --stats)
-	[ "$(jget "$st1" waiting)" = 3 ] && [ "$(jget "$st2" waiting)" = 3 ]
+	[ "$(jget "$st1" waiting)" = 3 ]; [ "$(jget "$st2" waiting)" = 3 ]
 	[ "$(prom "$M" idemkit_outbox_stats_up)" = 1 ]
 	[ "$(prom "$M" idemkit_outbox_waiting_events)" = 3 ]
 	age=$(prom "$M" idemkit_outbox_oldest_waiting_age_seconds)

@@ -444,7 +444,7 @@ PY
 	[ "$status" -eq 0 ]
 	[ "$(grep -c '"outcome":"ACQUIRED"' <<<"$output")" -eq 20 ]
 	echo "transactions for 20 claims: $((x1 - x0 - 1))"
-	[ $((x1 - x0 - 1)) -ge 1 ] && [ $((x1 - x0 - 1)) -le 10 ]
+	[ $((x1 - x0 - 1)) -ge 1 ]; [ $((x1 - x0 - 1)) -le 10 ]
 	# one connection for the whole stream
 	[ "$(grep -c 'connection authorized: user=idemkit' "$PG_DIR/server.log")" -eq 1 ]
 	run --separate-stderr idemp-done --stream --state DONE <<<"$output"
@@ -572,7 +572,7 @@ PY
 	[ "$(jget "$output" claim.outcome)" = TEMPFAIL ]
 	[[ $stderr == *"claim: no answer from the server within 2000 ms (IDEMKIT_PG_TIMEOUT)"* ]]
 	echo "took $took ms"
-	[ "$took" -ge 2000 ] && [ "$took" -lt 30000 ]
+	[ "$took" -ge 2000 ]; [ "$took" -lt 30000 ]
 	# the server saw the client go: no session of it is left
 	for _ in $(seq 50); do
 		[ "$(pg_sql "SELECT count(*) FROM pg_stat_activity WHERE usename = 'idemkit' AND application_name = 'idemkit'")" = 0 ] && break

@@ -36,7 +36,7 @@ setup() { queue_backend_setup; }
 	[ -n "$(jget "$env" receipt)" ]
 	[ "$(jget "$env" receiveCount)" = 1 ]
 	sent=$(jget "$env" sentAt)
-	[ "$sent" -le "$before" ] && [ "$sent" -gt $((before - 60000)) ]
+	[ "$sent" -le "$before" ]; [ "$sent" -gt $((before - 60000)) ]
 	run --separate-stderr sqs-ack <<<"$(envset "$FINISHED" <<<"$env")"
 	[ "$status" -eq 0 ]
 	[ "$(jget "$output" ack.outcome)" = OK ]
@@ -148,7 +148,7 @@ attr() {
 	echo '{"chargeId":"CHG-F"}' | sqs-send >/dev/null
 	env=$(sqs-recv --visibility 30)
 	sent=$(jget "$env" sentAt)
-	[ -n "$sent" ] && [ -z "$(attr "$env" idemkit.firstSentAt)" ]
+	[ -n "$sent" ]; [ -z "$(attr "$env" idemkit.firstSentAt)" ]
 	sqs-ack <<<"$(envset '{"claim":{"outcome":"DUP_FAILED"}}' <<<"$env")" >/dev/null 2>&1
 	dl=$(sqs-recv --queue "$DLQ" --visibility 30)
 	[ "$(attr "$dl" idemkit.firstSentAt)" = "$sent" ]     # the DLQ copy is a new message

@@ -456,7 +456,7 @@ assert a["idemkit.chargeId"]=="CHG-CF-1", a' "$output"
 	# a receive's batch at a time: sqs-ack halts the batch, at most its 10
 	run --separate-stderr charge-worker --drain "${cfast[@]}"
 	[ "$status" -eq 78 ]
-	[ "$(bank_stat attempts)" -gt 3 ] && [ "$(bank_stat attempts)" -le $((3 + 10)) ]
+	[ "$(bank_stat attempts)" -gt 3 ]; [ "$(bank_stat attempts)" -le $((3 + 10)) ]
 	# across batches of one message each: the loop counts the refusals,
 	# and stops at the third.  Each message is sent once the bank has seen
 	# the one before (messages due 2 s apart were received two at a time

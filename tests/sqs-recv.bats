@@ -206,7 +206,7 @@ held() {
 	acked "$BATS_TEST_TMPDIR/acked" 10
 	got=$(held 'ack rate' 10)
 	kill "$pid"; wait "$pid" || true
-	[ "$got" -gt 10 ] && [ "$got" -lt 40 ]
+	[ "$got" -gt 10 ]; [ "$got" -lt 40 ]
 	! grep -q 'no longer waited for' "$BATS_TEST_TMPDIR/err"
 	run sqs-recv --max-age 1s
 	[ "$status" -eq 64 ]
