@@ -535,7 +535,9 @@ stubborn() {
 
 @test "--wait: waits for the holder and answers as the record says; a released claim runs; a short wait is DUP_IN_PROGRESS" {
 	k=$(key wait)
-	idemp-run --key "$k" --lease 5s -- "$JOB" "$LOG" a 1.5 2>/dev/null &
+	# a runs 5 s: the short wait below must meet it still running (1.5 s
+	# was not enough at load 25: a had finished, the answer was DUP_DONE)
+	idemp-run --key "$k" --lease 5s -- "$JOB" "$LOG" a 5 2>/dev/null &
 	apid=$!
 	wait_for has '^start a' "$LOG"
 	run --separate-stderr idemp-run --key "$k" --wait=200ms -- "$JOB" "$LOG" b 0
