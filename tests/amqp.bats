@@ -173,3 +173,15 @@ until_recv() {
 	bodies=$(sqs-recv --max 10 --visibility 30 --drain | sed -n 's/.*"body":"\([a-z0-9]*\)".*/\1/p' | sort | tr '\n' ' ')
 	[[ "$bodies" == *"ok2 "* ]]
 }
+
+@test "amqp: --delay goes through a quorum queue that dead-letters at least once into the queue, and the message arrives after it" {
+	echo later | sqs-send --delay 2 >/dev/null
+	run -0 rabbit_ctl list_queues -q name type arguments
+	line=$(grep "^$name.delayq.2[[:space:]]" <<<"$output")
+	[[ "$line" == *quorum* ]]
+	[[ "$line" == *x-dead-letter-strategy*at-least-once* ]]
+	[[ "$line" == *x-overflow*reject-publish* ]]
+	[[ "$line" == *x-dead-letter-routing-key*"$name"* ]]
+	out=$(until_recv)
+	[ "$(jget "$out" body)" = later ]
+}
