@@ -107,6 +107,10 @@ def markdown(r):
                 s["scenario"], s["clientCpuMsPerCharge"], fmt(s.get("bankCpuMsPerCharge")),
                 fmt(other), s["cpuMsPerChargeAll"], fmt(s["machineCeilingPerSecond"]),
                 fmt(s["chargesPerSecond"]), fmt(s.get("ofMachineCeiling"))))
+    if "amqpVsSqs" in r:
+        out += ["", "RabbitMQ against the SQS path (issue 46; the same store, mix and -j, only "
+                "the queue differs): amqp's charges/s are %.3f x sqs-queue's (the bar: at "
+                "least 0.8)." % r["amqpVsSqs"]]
     left = ["%s %d" % (s["scenario"], s["summary"].get("dupInProgress", 0))
             for s in r["scenarios"] if s.get("summary")]
     if left:

@@ -117,6 +117,128 @@ def emulator_run(n, jobs):
         shutil.rmtree(d, ignore_errors=True)
 
 
+def sqs_queue_run(n, jobs):
+    """The stream scenario on local-aws-sqs (queue and DLQ) with the
+    embedded SQLite store: the SQS path the amqp scenario is held against
+    (only the queue differs)."""
+    if not shutil.which("node") or not os.path.isdir(os.path.join(SRC, "node_modules")):
+        raise RuntimeError("needs node and node_modules (npm ci)")
+    d = tempfile.mkdtemp(prefix="idemkit-bench-sqsq.", dir=os.environ.get("TMPDIR"))
+    p = None
+    try:
+        p, port = node_server(["tests/sqs-server.js"],
+                              lambda t: int(t.split()[0]) if t.strip().split()
+                              and t.strip().split()[0].isdigit() and t.endswith("\n") else None,
+                              d, "sqs")
+        sqs = "http://127.0.0.1:%d" % port
+        q = "benchq%d" % os.getpid()
+        aws_call(sqs, "CreateQueue", {"QueueName": q + "-dlq"})
+        aws_call(sqs, "CreateQueue", {"QueueName": q, "Attributes": {"VisibilityTimeout": "120"}})
+        extra = dict(AWS_ENV, AWS_ENDPOINT_URL_SQS=sqs,
+                     IDEMKIT_QUEUE="%s/123456789012/%s" % (sqs, q),
+                     IDEMKIT_DLQ="%s/123456789012/%s-dlq" % (sqs, q))
+        meter = EmulatorMeter([("local-aws-sqs", p)])
+        return worker_run("sqs-queue", n, True, jobs, 0, tap=True, inflight=INFLIGHT,
+                          env_extra=extra, backend="local-aws-sqs queue, SQLite store",
+                          meter=meter)
+    finally:
+        if p:
+            p.terminate()
+            p.wait()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+class Rabbit:
+    """A throwaway RabbitMQ node as tests/rabbit_helper.bash starts one: its
+    own node name, epmd, ports, data and configuration under a temporary
+    directory; listener on loopback; the guest user (loopback only)."""
+    def __init__(self):
+        if not os.path.exists("/usr/lib/rabbitmq/bin/rabbitmq-server"):
+            raise RuntimeError("needs rabbitmq-server (Debian: rabbitmq-server)")
+        self.d = tempfile.mkdtemp(prefix="idemkit-bench-rabbit.", dir=os.environ.get("TMPDIR"))
+        self.port, dist, epmd = free_port(), free_port(), free_port()
+        with open(os.path.join(self.d, "plugins"), "w") as f:
+            f.write("[].\n")
+        with open(os.path.join(self.d, "rabbitmq.conf"), "w") as f:
+            f.write("listeners.tcp.1 = 127.0.0.1:%d\nloopback_users.guest = true\n"
+                    "log.console = false\n" % self.port)
+        env = dict(os.environ, HOME=self.d, RABBITMQ_NODENAME="ikbench%d@localhost" % os.getpid(),
+                   RABBITMQ_NODE_IP_ADDRESS="127.0.0.1", RABBITMQ_NODE_PORT=str(self.port),
+                   RABBITMQ_DIST_PORT=str(dist), ERL_EPMD_PORT=str(epmd),
+                   ERL_EPMD_ADDRESS="127.0.0.1", RABBITMQ_MNESIA_BASE=self.d + "/mnesia",
+                   RABBITMQ_LOG_BASE=self.d + "/log", RABBITMQ_LOGS=self.d + "/log/node.log",
+                   RABBITMQ_ENABLED_PLUGINS_FILE=self.d + "/plugins",
+                   RABBITMQ_CONFIG_FILE=self.d + "/rabbitmq", RABBITMQ_ENABLED_PLUGINS="",
+                   RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="+sbwt none +sbwtdcpu none +sbwtdio none")
+        self.epmd = subprocess.Popen(glob.glob("/usr/lib/erlang/erts-*/bin/epmd")[:1] +
+                                     ["-port", str(epmd), "-address", "127.0.0.1"],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        self.p = subprocess.Popen(["/usr/lib/rabbitmq/bin/rabbitmq-server"], env=env,
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        for _ in range(1200):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.5).close()
+                return
+            except OSError:
+                if self.p.poll() is not None:
+                    break
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("rabbitmq-server did not start")
+
+    def beam(self):
+        """The node's beam process (the start script's child), for its CPU."""
+        try:
+            with open("/proc/%d/task/%d/children" % (self.p.pid, self.p.pid)) as f:
+                return int(f.read().split()[0])
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def stop(self):
+        b = self.beam()
+        self.p.terminate()
+        try:
+            self.p.wait(30)
+        except subprocess.TimeoutExpired:
+            pass
+        if b:
+            try:
+                os.kill(b, 9)
+            except OSError:
+                pass
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+        self.epmd.terminate()
+        self.epmd.wait()
+        shutil.rmtree(self.d, ignore_errors=True)
+
+
+class _Pid:
+    def __init__(self, pid):
+        self.pid = pid
+
+
+def amqp_run(n, jobs):
+    """The stream scenario on a RabbitMQ queue (quorum, publisher confirms,
+    the holder; idemkit(7) "RabbitMQ") with the embedded SQLite store: held
+    against sqs-queue, where only the queue differs."""
+    rb = Rabbit()
+    try:
+        q = "bench%d" % os.getpid()
+        extra = {"IDEMKIT_AMQP_PASSWORD": "guest",
+                 "IDEMKIT_QUEUE": "amqp://guest@127.0.0.1:%d#%s?visibility=120" % (rb.port, q),
+                 "IDEMKIT_DLQ": "amqp://guest@127.0.0.1:%d#%s-dlq" % (rb.port, q)}
+        b = rb.beam()
+        meter = EmulatorMeter([("rabbitmq", _Pid(b))]) if b else None
+        return worker_run("amqp", n, True, jobs, 0, tap=True, inflight=INFLIGHT,
+                          env_extra=extra, backend="RabbitMQ queue, SQLite store", meter=meter)
+    finally:
+        rb.stop()
+
+
 def postgres_run(n, jobs, latency_ms=0, name="postgres", inflight=None):
     """The stream scenario with the PostgreSQL store (a throwaway server,
     Pg below) and the embedded queue; the server's own single-row durable

@@ -353,7 +353,7 @@ int
 ik_amqp_declare(struct ik_amqp *a, const char *name, int passive,
                 const struct ik_amqp_qdecl *d, int64_t *ready, ik_err *err)
 {
-	amqp_table_entry_t e[6];
+	amqp_table_entry_t e[8];
 	amqp_table_t args = { 0, e };
 	amqp_queue_declare_ok_t *ok;
 	char what[128];
@@ -388,6 +388,14 @@ ik_amqp_declare(struct ik_amqp *a, const char *name, int passive,
 		e[args.num_entries].key = bytes("x-expires");
 		e[args.num_entries].value.kind = AMQP_FIELD_KIND_I64;
 		e[args.num_entries++].value.value.i64 = d->expires_ms;
+	}
+	if (d && d->dl_at_least_once) {
+		e[args.num_entries].key = bytes("x-dead-letter-strategy");
+		e[args.num_entries].value.kind = AMQP_FIELD_KIND_UTF8;
+		e[args.num_entries++].value.value.bytes = bytes("at-least-once");
+		e[args.num_entries].key = bytes("x-overflow");
+		e[args.num_entries].value.kind = AMQP_FIELD_KIND_UTF8;
+		e[args.num_entries++].value.value.bytes = bytes("reject-publish");
 	}
 	snprintf(what, sizeof what, "queue.declare %.80s", name);
 	ok = amqp_queue_declare(a->c, CHANNEL, bytes(name), passive, 1, 0, 0, args);

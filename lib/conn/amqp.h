@@ -49,6 +49,10 @@ struct ik_amqp_qdecl {
 	const char *dlx_key;             /* dead-letter to the default exchange, key */
 	int64_t message_ttl_ms;          /* x-message-ttl, 0: none */
 	int64_t expires_ms;              /* x-expires, 0: none */
+	/* x-dead-letter-strategy=at-least-once (quorum, RabbitMQ 3.10+: the
+	 * message leaves only once its target confirmed it) and the
+	 * x-overflow=reject-publish it needs */
+	int dl_at_least_once;
 };
 
 /* A message to publish, or one received (malloc'd strings then). */

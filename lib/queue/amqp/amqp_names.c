@@ -14,7 +14,7 @@
 int
 ik_amqp_declare_queues(struct amqp_queue *s, struct ik_amqp *a, ik_err *err)
 {
-	struct ik_amqp_qdecl d = { 1, -1, NULL, 0, 0 };
+	struct ik_amqp_qdecl d = { .quorum = 1, .delivery_limit = -1 };
 	int rc;
 
 	if (s->dlq) {

@@ -372,18 +372,25 @@ check_send(const struct ik_qsend *m, ik_err *err)
 	return IK_OK;
 }
 
-/* The queue a message with delay_s goes to first: QUEUE, or QUEUE.delay.N,
- * whose TTL dead-letters it into QUEUE (declared here). */
+/* The queue a message with delay_s goes to first: QUEUE, or
+ * QUEUE.delayq.N, whose TTL dead-letters it into QUEUE (declared here).
+ * A quorum queue dead-lettering at least once: a classic queue's
+ * dead-lettering is at most once, and a broker that dies in that hop loses
+ * the message (idemkit(7) "RabbitMQ").  (".delayq.", not the classic
+ * queues' ".delay." of before: a queue declared again with other
+ * arguments is refused; an unused old one expires.) */
 static int
 target(struct amqp_queue *s, int delay_s, char *out, size_t cap, ik_err *err)
 {
-	struct ik_amqp_qdecl d = { 0, -1, s->u.queue, delay_s * 1000LL, DELAY_EXPIRES_MS };
+	struct ik_amqp_qdecl d = { .quorum = 1, .delivery_limit = -1, .dlx_key = s->u.queue,
+	                           .message_ttl_ms = delay_s * 1000LL,
+	                           .expires_ms = DELAY_EXPIRES_MS, .dl_at_least_once = 1 };
 
 	if (delay_s <= 0) {
 		snprintf(out, cap, "%s", s->u.queue);
 		return IK_OK;
 	}
-	snprintf(out, cap, "%s.delay.%d", s->u.queue, delay_s);
+	snprintf(out, cap, "%s.delayq.%d", s->u.queue, delay_s);
 	return ik_amqp_declare(&s->send, out, 0, &d, NULL, err);
 }
 
