@@ -24,6 +24,26 @@ ik_qmsg_free(struct ik_qmsg *m)
 	memset(m, 0, sizeof *m);
 }
 
+int
+ik_qsend_check(const struct ik_qsend *m, ik_err *err)
+{
+	size_t bytes;
+
+	if (!m->body || !*m->body)
+		return ik_errf(err, IK_DATAERR, "empty message body");
+	bytes = strlen(m->body);
+	for (size_t i = 0; i < m->nattrs; i++)
+		bytes += strlen(m->attrs[i].name) + strlen("String") + strlen(m->attrs[i].value);
+	if (bytes > IK_QUEUE_MAX_BYTES)
+		return ik_errf(err, IK_DATAERR, "message of %zu bytes (body and attributes): "
+		    "the largest a queue takes is %d (256 KiB, SQS's limit)", bytes,
+		    IK_QUEUE_MAX_BYTES);
+	if (m->delay_s < 0 || m->delay_s > IK_QUEUE_MAX_DELAY)
+		return ik_errf(err, IK_DATAERR, "delay %d: expected 0..%d", m->delay_s,
+		               IK_QUEUE_MAX_DELAY);
+	return IK_OK;
+}
+
 void
 ik_queue_close(struct ik_queue *q)
 {

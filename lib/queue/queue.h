@@ -69,6 +69,13 @@ struct ik_qsend {
 	char *message_id;                /* out */
 };
 
+/* What SQS would refuse of a message before any call: an empty body, more
+ * than IK_QUEUE_MAX_BYTES of body and attributes, a delay out of range
+ * (IK_DATAERR, why in err); IK_OK.  For the adapters that do not ask a
+ * server that checks it (so a message that passes a test on the embedded
+ * queue is one SQS takes). */
+int ik_qsend_check(const struct ik_qsend *m, ik_err *err);
+
 /* The result of one entry of a batch call. */
 struct ik_qresult {
 	int code;                   /* IK_OK, or why this entry failed */

@@ -352,26 +352,6 @@ new_message_id(char out[37])
 	snprintf(out, 37, "%.8s-%.4s-%.4s-%.4s-%.12s", h, h + 8, h + 12, h + 16, h + 20);
 }
 
-static int
-check_send(const struct ik_qsend *m, ik_err *err)
-{
-	size_t bytes;
-
-	if (!m->body || !*m->body)
-		return ik_errf(err, IK_DATAERR, "empty message body");
-	bytes = strlen(m->body);
-	for (size_t i = 0; i < m->nattrs; i++)
-		bytes += strlen(m->attrs[i].name) + strlen("String") + strlen(m->attrs[i].value);
-	if (bytes > IK_QUEUE_MAX_BYTES)
-		return ik_errf(err, IK_DATAERR, "message of %zu bytes (body and attributes): "
-		    "the largest a queue takes is %d (256 KiB, SQS's limit)", bytes,
-		    IK_QUEUE_MAX_BYTES);
-	if (m->delay_s < 0 || m->delay_s > IK_QUEUE_MAX_DELAY)
-		return ik_errf(err, IK_DATAERR, "delay %d: expected 0..%d", m->delay_s,
-		               IK_QUEUE_MAX_DELAY);
-	return IK_OK;
-}
-
 /* The queue a message with delay_s goes to first: QUEUE, or
  * QUEUE.delayq.N, whose TTL dead-letters it into QUEUE (declared here).
  * A quorum queue dead-lettering at least once: a classic queue's
@@ -415,7 +395,7 @@ aq_send_batch(struct ik_queue *q, struct ik_qsend *m, size_t n, struct ik_qresul
 		return rc;
 	for (size_t i = 0; i < n; i++) {
 		ik_err e = { 0 };
-		res[i].code = check_send(&m[i], &e);
+		res[i].code = ik_qsend_check(&m[i], &e);
 		if (res[i].code == IK_OK && m[i].delay_s != m[0].delay_s)
 			res[i].code = ik_errf(&e, IK_USAGE, "one delay per batch");
 		if (res[i].code == IK_OK && m[i].nattrs > 16)

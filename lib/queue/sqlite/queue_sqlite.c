@@ -614,29 +614,9 @@ send_one(struct sqlite_queue *s, struct ik_qsend *m, int64_t now, ik_err *err)
 }
 
 static int
-check_send(const struct ik_qsend *m, ik_err *err)
-{
-	size_t bytes;
-
-	if (!m->body || !*m->body)
-		return ik_errf(err, IK_DATAERR, "empty message body");
-	bytes = strlen(m->body);
-	for (size_t i = 0; i < m->nattrs; i++)
-		bytes += strlen(m->attrs[i].name) + strlen("String") + strlen(m->attrs[i].value);
-	if (bytes > IK_QUEUE_MAX_BYTES)
-		return ik_errf(err, IK_DATAERR, "message of %zu bytes (body and attributes): "
-		    "the largest a queue takes is %d (256 KiB, SQS's limit)", bytes,
-		    IK_QUEUE_MAX_BYTES);
-	if (m->delay_s < 0 || m->delay_s > IK_QUEUE_MAX_DELAY)
-		return ik_errf(err, IK_DATAERR, "delay %d: expected 0..%d",
-		               m->delay_s, IK_QUEUE_MAX_DELAY);
-	return IK_OK;
-}
-
-static int
 sq_send(struct ik_queue *q, struct ik_qsend *m, ik_err *err)
 {
-	int rc = check_send(m, err);
+	int rc = ik_qsend_check(m, err);
 
 	return rc != IK_OK ? rc : send_one(q->impl, m, ik_now_ms(), err);
 }
@@ -653,7 +633,7 @@ sq_send_batch(struct ik_queue *q, struct ik_qsend *m, size_t n,
 		return rc;
 	for (size_t i = 0; i < n; i++) {
 		ik_err e = { 0 };
-		res[i].code = check_send(&m[i], &e);
+		res[i].code = ik_qsend_check(&m[i], &e);
 		if (res[i].code == IK_OK)
 			res[i].code = send_one(s, &m[i], now, &e);
 		snprintf(res[i].msg, sizeof res[i].msg, "%s", e.msg);
