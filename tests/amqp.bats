@@ -119,6 +119,12 @@ until_recv() {
 	dead=$(until_recv --queue "$IDEMKIT_DLQ" --visibility 0)
 	[ "$(jget "$dead" attributes.deathReason)" = delivery_limit ]
 	[ "$(jget "$dead" attributes.deathQueue)" = "$name" ]
+	# the queue dead-letters at least once (the default, at most once,
+	# loses a message to a broker that dies in that hop)
+	run -0 rabbit_ctl list_queues -q name arguments
+	line=$(grep "^$name[[:space:]]" <<<"$output")
+	[[ "$line" == *x-dead-letter-strategy*at-least-once* ]]
+	[[ "$line" == *x-overflow*reject-publish* ]]
 	run sqs-recv
 	[ "$status" -eq 1 ]
 	run --separate-stderr charge-recover --dlq

@@ -22,6 +22,10 @@ ik_amqp_declare_queues(struct amqp_queue *s, struct ik_amqp *a, ik_err *err)
 			return rc;
 		d.delivery_limit = s->max_receive - 1;
 		d.dlx_key = s->dlq;
+		/* a message past its limit leaves the queue only once the DLQ
+		 * confirmed it: the default strategy, at most once, loses it
+		 * to a broker that dies in that hop */
+		d.dl_at_least_once = 1;
 	}
 	return ik_amqp_declare(a, s->u.queue, 0, &d, NULL, err);
 }
