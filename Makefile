@@ -326,8 +326,10 @@ fuzz-short:
 # The fault suites (tests/faults/): duplicate storm on the embedded
 # default, dynalite and DynamoDB Local, kill -9 at every step boundary (on
 # the embedded default and on DynamoDB Local + SQS), outages, AWS
-# throttling and server errors, poison.  Minutes, not seconds; the
-# measured numbers land in $(O)/faults-report.txt.  Two files at a time,
+# throttling and server errors, poison, a debit abandoned in a network
+# partition (linger.bats: namespaces, so root; skipped otherwise).
+# Minutes, not seconds; the measured numbers land in
+# $(O)/faults-report.txt.  Two files at a time,
 # and two tests at a time in a file whose tests each start their own
 # servers and mostly wait (throttle, outage, crash, sigterm: leases and
 # backoffs); one at a time where a test's storm keeps 8 workers busy or the

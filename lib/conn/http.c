@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <sodium.h>
@@ -532,6 +533,28 @@ on_ssl_ctx(CURL *c, void *sslctx, void *arg)
 	return CURLE_OK;
 }
 
+/* libcurl's hook on each socket it makes, before the connect: every close
+ * of it is abortive (SO_LINGER {1, 0}: an RST, the send queue dropped).
+ * A plain close keeps retransmitting what the peer has not acknowledged,
+ * after the socket is gone: a request we gave up on (a timeout while the
+ * path was cut, a connection closed at exit, a process killed) would reach
+ * the bank when the path comes back, tens of seconds later, after we
+ * reported TEMPFAIL and a retry may have run.  With the linger at zero
+ * nothing we abandoned is sent again; what the peer already acknowledged
+ * it has, and the Idempotency-Key covers that.  Set on the socket, not at
+ * our close: the kernel applies it to every close, an exit's included. */
+static int
+on_sockopt(void *arg, curl_socket_t s, curlsocktype purpose)
+{
+	struct linger l = { .l_onoff = 1, .l_linger = 0 };
+
+	(void)arg;
+	(void)purpose;
+	if (setsockopt(s, SOL_SOCKET, SO_LINGER, &l, sizeof l) != 0)
+		return CURL_SOCKOPT_ERROR;    /* the request fails, never sent */
+	return CURL_SOCKOPT_OK;
+}
+
 /* Configures k's easy handle for req; IK_OK or an error in err. */
 static int
 configure(struct ik_http_call *k, const struct ik_http_req *req, ik_err *err)
@@ -605,6 +628,7 @@ configure(struct ik_http_call *k, const struct ik_http_req *req, ik_err *err)
 	SET(CURLOPT_HEADERDATA, &k->sink);
 	SET(CURLOPT_HTTPHEADER, k->hl);
 	SET(CURLOPT_PRIVATE, (void *)k);
+	SET(CURLOPT_SOCKOPTFUNCTION, on_sockopt);
 	if (req->sigv4)
 		SET(CURLOPT_EXPECT_100_TIMEOUT_MS, 200L);
 
