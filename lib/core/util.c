@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -346,4 +347,17 @@ char *
 ik_strdup(const char *s)
 {
 	return s ? strdup(s) : NULL;
+}
+
+void
+ik_uuid4(char out[37])
+{
+	unsigned char r[16];
+	char h[33];
+
+	randombytes_buf(r, sizeof r);
+	r[6] = (unsigned char)((r[6] & 0x0f) | 0x40);
+	r[8] = (unsigned char)((r[8] & 0x3f) | 0x80);
+	ik_hex(r, sizeof r, h);
+	snprintf(out, 37, "%.8s-%.4s-%.4s-%.4s-%.12s", h, h + 8, h + 12, h + 16, h + 20);
 }

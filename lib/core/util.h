@@ -86,6 +86,9 @@ int ik_read_secret(const char *path, size_t max, struct ik_buf *b, ik_err *err);
 /* Lower-case hex of n bytes into out (2n+1 bytes). */
 void ik_hex(const unsigned char *in, size_t n, char *out);
 
+/* A random id "8-4-4-4-12" (hex, version 4), as SQS's message ids read. */
+void ik_uuid4(char out[37]);
+
 /* strdup that accepts NULL. */
 char *ik_strdup(const char *s);
 

@@ -339,19 +339,6 @@ aq_chvis(struct ik_queue *q, const char *receipt, int visibility_s, ik_err *err)
 
 /* ---- sending ---- */
 
-static void
-new_message_id(char out[37])
-{
-	unsigned char r[16];
-	char h[33];
-
-	randombytes_buf(r, sizeof r);
-	r[6] = (unsigned char)((r[6] & 0x0f) | 0x40);
-	r[8] = (unsigned char)((r[8] & 0x3f) | 0x80);
-	ik_hex(r, sizeof r, h);
-	snprintf(out, 37, "%.8s-%.4s-%.4s-%.4s-%.12s", h, h + 8, h + 12, h + 16, h + 20);
-}
-
 /* The queue a message with delay_s goes to first: QUEUE, or
  * QUEUE.delayq.N, whose TTL dead-letters it into QUEUE (declared here).
  * A quorum queue dead-lettering at least once: a classic queue's
@@ -403,7 +390,7 @@ aq_send_batch(struct ik_queue *q, struct ik_qsend *m, size_t n, struct ik_qresul
 		snprintf(res[i].msg, sizeof res[i].msg, "%s", e.msg);
 		if (res[i].code != IK_OK)
 			continue;
-		new_message_id(ids[k]);
+		ik_uuid4(ids[k]);
 		for (size_t j = 0; j < m[i].nattrs; j++)
 			names[k][j] = m[i].attrs[j].name, values[k][j] = m[i].attrs[j].value;
 		am[k] = (struct ik_amqp_msg){ .body = (char *)m[i].body, .len = strlen(m[i].body),

@@ -159,20 +159,6 @@ commit(struct sqlite_queue *s, ik_err *err)
 	return rc;
 }
 
-/* "8-4-4-4-12" hex from 16 random bytes, version 4 like SQS's ids. */
-static void
-new_message_id(char out[37])
-{
-	unsigned char r[16];
-	char h[33];
-
-	randombytes_buf(r, sizeof r);
-	r[6] = (unsigned char)((r[6] & 0x0f) | 0x40);
-	r[8] = (unsigned char)((r[8] & 0x3f) | 0x80);
-	ik_hex(r, sizeof r, h);
-	snprintf(out, 37, "%.8s-%.4s-%.4s-%.4s-%.12s", h, h + 8, h + 12, h + 16, h + 20);
-}
-
 /* Receipt "MESSAGEID.HEX": the id finds the row, the random part proves
  * this is the latest delivery. */
 static void
@@ -596,7 +582,7 @@ send_one(struct sqlite_queue *s, struct ik_qsend *m, int64_t now, ik_err *err)
 
 	if (m->nattrs && !(attrs = attrs_to_json(m->attrs, m->nattrs)))
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
-	new_message_id(id);
+	ik_uuid4(id);
 	sqlite3_bind_text(st, 1, s->name, -1, SQLITE_STATIC);
 	sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
 	sqlite3_bind_text(st, 3, m->body, -1, SQLITE_STATIC);
