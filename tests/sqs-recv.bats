@@ -207,7 +207,7 @@ held() {
 	got=$(held 'ack rate' 10)
 	kill "$pid"; wait "$pid" || true
 	[ "$got" -gt 10 ]; [ "$got" -lt 40 ]
-	! grep -q 'no longer waited for' "$BATS_TEST_TMPDIR/err"
+	run ! grep -q 'no longer waited for' "$BATS_TEST_TMPDIR/err"
 	run sqs-recv --max-age 1s
 	[ "$status" -eq 64 ]
 	run sqs-recv --acked "$BATS_TEST_TMPDIR/acked" --max-age soon
