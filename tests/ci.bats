@@ -374,3 +374,13 @@ PY
 	[[ "$output" == "tests/x.bats:2: [ 1 = 2 ] && [ 2 = 2 ]" ]]
 }
 
+
+@test "every seeded mutant still applies to the tree (a refactor that moves the code it mutates fails here, in make test, not at the end of CI's mutants step)" {
+	cd "$IDEMKIT_SRC"
+	bad=
+	for p in tests/mutants/*.patch; do
+		patch -p1 --dry-run -s -f < "$p" > /dev/null 2>&1 || bad="$bad ${p##*/}"
+	done
+	echo "no longer apply:$bad"
+	[ -z "$bad" ]
+}
