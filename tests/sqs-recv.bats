@@ -169,13 +169,13 @@ acked() {
 	cat "$1.new" >> "$1"
 }
 
-# held REASON ACKED: waits (up to 60 s) for the receiver's debug line saying
+# held REASON ACKED: waits (up to 30 s) for the receiver's debug line saying
 # it holds for REASON with ACKED acks read, and prints how many it had
 # handed out then (the file is counted after the line: the receiver hands
 # out nothing more while it holds, so the count is what it had).
 held() {
 	local line="\"msg\":\"held\",\"step\":\"recv\",\"reason\":\"$1\","
-	for _ in $(seq 600); do
+	for _ in $(seq 300); do
 		grep -q "$line.*\"acked\":$2}" "$BATS_TEST_TMPDIR/err" && break
 		sleep 0.1
 	done
