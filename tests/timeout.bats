@@ -30,5 +30,5 @@ inner() {
 	printf '@test "limit" { echo "limit=$BATS_TEST_TIMEOUT" >&3; }\n' > "$d/limit.bats"
 	run inner sh "$IDEMKIT_SRC/tests/run.sh" "$d/limit.bats"
 	[ "$status" -eq 0 ]
-	[[ "$output" == *"limit=300"* ]]
+	[[ "$output" == *"limit=600"* ]]
 }
