@@ -317,6 +317,22 @@ PY
 	[ "$output" = none ]
 }
 
+@test "the campaign re-drives the DLQ once the backlog is drained with charges still open (run embedded 1006: a copy dead-lettered 21 s after the heal's re-drive), never while copies are queued or when every charge is settled" {
+	cd "$IDEMKIT_SRC"
+	run python3 - <<'PY'
+import sys
+sys.dont_write_bytecode = True
+sys.path.insert(0, "tests/chaos")
+import chaos
+for args in (("embedded", 1, 0, 0), ("embedded", 1, 3, 99), ("embedded", 0, 0, 99),
+             ("embedded", None, 0, 99), ("dynamodb", 1, 5, 19), ("dynamodb", 1, 5, 20)):
+    print(chaos.redrive_due(*args))
+PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$output" = "$(printf '%s\n' True False False False False True)" ]
+}
+
 # foreign DIR: a run of another consumer (chaos.py --worker) made by hand,
 # judged; prints each violation as "N chargeId: why", then the verdict.
 # The history: CHG-1 debited once and notified once (sound); CHG-2
