@@ -243,6 +243,96 @@ PY
 	[ "${lines[${#lines[@]}-1]}" = "0 differ of 200" ]
 }
 
+# money DIR CASE: checks 7-9 (money_checks) on one charge's history made
+# here, as in the soak's run embedded 1007; prints each violation as "N
+# chargeId: why", or "none".  CHG-1's first claim (100000, a 16 s lease):
+# its debit step gives up at 102000 (timed out); the bank answers a 201
+# at 116300 to a request nobody waits for (stale: in 1007, one given up on
+# before a partition, delivered when it healed, on a tree without
+# SO_LINGER 0), the link writes it at 116400 to a socket no step reads;
+# the second claim (116500): its request is cut (the bank restarting, the
+# link's note has no status, 117050) and its step says TEMPFAIL (reset)
+# at 117100; the third (133000) debits (a replay) and finishes.
+#   stale: that history;
+#   own:   no stale request, and the second claim's own request answered
+#          201, the link writing it, while the step says TEMPFAIL (reset);
+#   slow:  a slow bank (4 s) in force, the stale answer only 3 s after
+#          the step gave up, as a request already past the worker.
+money() {
+	python3 - "$1" "$2" <<'PY'
+import json, os, sys
+sys.path.insert(0, "tests/chaos")
+import checker
+run, case = sys.argv[1], sys.argv[2]
+os.makedirs(os.path.join(run, "logs"), exist_ok=True)
+wl = {"lease_s": 16, "backend": "embedded", "charges": [{"chargeId": "CHG-1"}]}
+claim = lambda at, n: {"op": "claim", "at": at, "attempt": n, "leaseUntil": at + 16000}
+records = {"CHG-1": {"state": "DONE", "history": [
+    claim(100000, 1), claim(116500, 2), claim(133000, 3),
+    {"op": "finish", "at": 134000, "state": "DONE"}]}}
+step = lambda ts, o, err=None: dict({"ts": ts, "prog": "charge-debit", "msg": "debit",
+                                     "chargeId": "CHG-1", "outcome": o},
+                                    **({"error": err} if err else {}))
+lines = [step(102000, "TEMPFAIL", "bank: Operation timed out after 2000 milliseconds with 0 "
+              "bytes received"),
+         step(117100, "TEMPFAIL", "bank: Recv failure: Connection reset by peer"),
+         step(133600, "OK")]
+stale = 116300 if case != "slow" else 105000
+reqs = [(stale, 201), (117000, 200), (133500, 200)]
+notes = [{"conn": 1, "status": "201", "ts": stale + 100},
+         {"conn": 2, "faults": ["upstream:IncompleteReadError"], "ts": 117050},
+         {"conn": 3, "status": "200", "ts": 133550}]
+nem = []
+if case == "own":
+    reqs = [(117000, 201), (133500, 200)]
+    notes = [{"conn": 2, "status": "201", "faults": [], "ts": 117050}, notes[2]]
+if case == "slow":
+    nem = [{"t": 1, "kind": "bank-slow", "latency_ms": 4000, "d": 10, "action": a, "ts": ts}
+           for a, ts in (("start", 99000), ("healed", 109000))]
+for name, rows in (("nemesis.log", nem), ("logs/worker-w1.0.log", lines),
+                   ("logs/bank-proxy.req.log",
+                    [dict(n, req="POST /debits HTTP/1.1", key="CHG-1") for n in notes])):
+    with open(os.path.join(run, name), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+out = []
+checker.money_checks(run, wl, records, {"CHG-1": reqs},
+                     lambda i, cid, why: out.append("%d %s: %s" % (i, cid, why)))
+print("\n".join(out) or "none")
+PY
+}
+
+@test "the checker's checks 7-9: a stale request's 201 is not the answer of the step whose own request was cut (run embedded 1007), but a request answered after its step gave up is a violation (9); a step's own 2xx it called TEMPFAIL still is (8, 7); a slow bank's late answer is not" {
+	cd "$IDEMKIT_SRC"
+	run money "$BATS_TEST_TMPDIR/stale" stale
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$output" = "9 CHG-1: the bank answered a request (201) at 116300, 14300 ms after the debit step of the claim of 100000 gave up on it (TEMPFAIL: bank: Operation timed out after 2000 milliseconds with 0 bytes received) on w1.0, no step of that claim waiting" ]
+	run money "$BATS_TEST_TMPDIR/own" own
+	echo "$output"
+	[ "${lines[0]}" = "8 CHG-1: the link delivered the bank's 201 (faults []) and the debit step said TEMPFAIL (bank: Recv failure: Connection reset by peer)" ]
+	[[ ${lines[1]} == "7 CHG-1: the link delivered the bank's 201 and the debit step said TEMPFAIL on w1.0 at 117100, and the charge went to the bank again at 133500 with no crash window around it" ]]
+	[ "${#lines[@]}" -eq 2 ]
+	run money "$BATS_TEST_TMPDIR/slow" slow
+	echo "$output"
+	[ "$output" = none ]
+}
+
+@test "the campaign re-drives the DLQ once the backlog is drained with charges still open (run embedded 1006: a copy dead-lettered 21 s after the heal's re-drive), never while copies are queued or when every charge is settled" {
+	cd "$IDEMKIT_SRC"
+	run python3 - <<'PY'
+import sys
+sys.dont_write_bytecode = True
+sys.path.insert(0, "tests/chaos")
+import chaos
+for args in (("embedded", 1, 0, 0), ("embedded", 1, 3, 99), ("embedded", 0, 0, 99),
+             ("embedded", None, 0, 99), ("dynamodb", 1, 5, 19), ("dynamodb", 1, 5, 20)):
+    print(chaos.redrive_due(*args))
+PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$output" = "$(printf '%s\n' True False False False False True)" ]
+}
+
 # foreign DIR: a run of another consumer (chaos.py --worker) made by hand,
 # judged; prints each violation as "N chargeId: why", then the verdict.
 # The history: CHG-1 debited once and notified once (sound); CHG-2

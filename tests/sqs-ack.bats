@@ -94,7 +94,7 @@ recv_with() {
 
 @test "sqs-ack: the TEMPFAIL backoff is capped" {
 	echo x | sqs-send >/dev/null
-	env=$(recv_with '{"claim":{"outcome":"TEMPFAIL"},"receiveCount":10}')
+	env=$(recv_with '{"claim":{"outcome":"TEMPFAIL"},"receiveCount":9}')
 	run --separate-stderr sqs-ack --backoff-base 2 --backoff-cap 5 <<<"$env"
 	[ "$status" -eq 0 ]
 	[ "$(jget "$output" ack.visibility)" = 5 ]
@@ -150,11 +150,11 @@ recv_with() {
 
 @test "sqs-ack: the leave-backoff grows with the claim's attempt; receiveCount only without an ACQUIRED claim" {
 	echo x | sqs-send >/dev/null
-	env=$(recv_with '{"claim":{"outcome":"ACQUIRED","chargeId":"CHG-1","token":"t","attempt":3,"leaseUntil":1},"debit":{"outcome":"TEMPFAIL","error":"HTTP 503"},"receiveCount":12}')
+	env=$(recv_with '{"claim":{"outcome":"ACQUIRED","chargeId":"CHG-1","token":"t","attempt":3,"leaseUntil":1},"debit":{"outcome":"TEMPFAIL","error":"HTTP 503"},"receiveCount":9}')
 	run --separate-stderr sqs-ack --backoff-base 1 <<<"$env"
 	[ "$status" -eq 0 ]
 	[ "$(jget "$output" ack.action)" = leave-backoff ]
-	[ "$(jget "$output" ack.visibility)" = 8 ]   # 2^3 x 1 s, not 2^12
+	[ "$(jget "$output" ack.visibility)" = 8 ]   # 2^3 x 1 s, not 2^9
 	# no attempt (a claim from before there was one): the receives
 	run --separate-stderr sqs-ack --backoff-base 1 <<<"$(envset '{"claim":{"outcome":"ACQUIRED","chargeId":"CHG-1"},"receiveCount":5}' <<<"$env")"
 	[ "$(jget "$output" ack.visibility)" = 32 ]
@@ -442,6 +442,34 @@ assert a["idemkit.chargeId"]=="CHG-CF-1", a' "$output"
 	[ "$(bank_stat errors)" -le 3 ]
 	[ "$(bank_stat debits)" -eq 3 ]
 	[ "$(jget "$(idemp-show --json CHG-CF-1)" state)" = IN_PROGRESS ]   # nothing debited
+}
+
+@test "sqs-ack: a TEMPFAIL on the last delivery the queue's redrive policy allows goes to the DLQ with its reason, not moved without one by the queue at the next receive" {
+	# the soak's run embedded 1006: a charge whose ten deliveries all met
+	# faults (its debit at the bank, the 201 after the step's timeout) was
+	# left on the tenth, and the queue's redrive dead-lettered it with no
+	# reason, its record IN_PROGRESS
+	local db=$BATS_TEST_TMPDIR/lq.db
+	export IDEMKIT_QUEUE="sqlite:$db#lq" IDEMKIT_DLQ="sqlite:$db#lq-dlq"
+	event CHG-LD-1 | sqs-send --queue "$IDEMKIT_QUEUE?maxReceiveCount=2&dlq=lq-dlq" >/dev/null
+	local r='{"claim":{"outcome":"ACQUIRED","chargeId":"CHG-LD-1","token":"t","attempt":1,"leaseUntil":1},"debit":{"outcome":"TEMPFAIL","error":"bank: Operation timed out after 2001 milliseconds with 0 bytes received"}}'
+	run --separate-stderr sqs-ack --backoff-base 1 <<<"$(recv_with "$r")"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" ack.action)" = leave-backoff ]   # the first of two: left
+	run --separate-stderr sqs-ack --backoff-base 1 <<<"$(recv_with "$r" --wait 10)"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" receiveCount)" = 2 ]
+	[ "$(jget "$output" ack.action)" = dlq ]
+	[ "$(jget "$output" ack.maxReceiveCount)" = 2 ]
+	[ "$(sqs-stat)" = '{"visible":0,"inflight":0,"delayed":0}' ]
+	run sqs-recv --queue "$IDEMKIT_DLQ"
+	[ "$status" -eq 0 ]
+	[ "$(jget "$output" body)" = "$(event CHG-LD-1)" ]
+	python3 -c 'import json,sys; a=json.loads(sys.argv[1])["attributes"]
+assert a["idemkit.reason"]=="TEMPFAIL", a
+assert a["idemkit.step"]=="debit", a
+assert "timed out" in a["idemkit.error"], a
+assert a["idemkit.receiveCount"]=="2", a' "$output"
 }
 
 @test "sqs-ack: a configuration that refuses every charge stops the worker at the third refusal in a row (78), one message at a time, a receive at a time or --stream; nothing dead-lettered" {

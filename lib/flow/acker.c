@@ -612,24 +612,36 @@ hold(struct ik_acker *a, const struct held *h)
  * IK_ACKER_CONFIG_RUN such refusals with no debit answered between them
  * halt the acker (78).  One charge refused among good ones must
  * neither stop the others nor come back for ever: it is left like any
- * CONFIG, and on the last delivery the queue's redrive policy allows it
- * goes to the DLQ with its reason (the queue's own redrive would move it
- * without one), then is deleted.  Its record (a debit's; a refused claim
- * made none) stays IN_PROGRESS, nothing debited; charge-recover --dlq
- * re-drives it after a fix, with the same idempotency key.  The action to
- * take. */
-static enum ik_action
-config_refusal(struct ik_acker *a, const cJSON *env, int verdict, const char *why,
-               enum ik_action act, cJSON *ack)
+ * CONFIG, and on its last delivery goes to the DLQ with its reason
+ * (last_delivery, below).  Its record (a debit's; a refused claim made
+ * none) stays IN_PROGRESS, nothing debited; charge-recover --dlq re-drives
+ * it after a fix, with the same idempotency key. */
+static void
+config_refusal(struct ik_acker *a, const cJSON *env, int verdict, const char *why)
 {
 	int debit = ik_env_step_code(env, "debit");
 
 	if (debit == IK_OK || debit == IK_DECLINED)
 		a->config_run = 0;
 	if (verdict != IK_CONFIG || (strcmp(why, "debit") != 0 && strcmp(why, "claim") != 0))
-		return act;
+		return;
 	if (++a->config_run >= IK_ACKER_CONFIG_RUN)
 		a->halted = IK_CONFIG;
+}
+
+/* A message to be left (TEMPFAIL, LEASE_SHORT, DUP_IN_PROGRESS,
+ * LEASE_LOST, CONFIG...) on the last delivery the queue's redrive policy
+ * allows goes to the DLQ now, with its reason: left, the queue's own
+ * redrive would move it at its next receive without one (the embedded
+ * queue's, SQS's), and an operator would not know why a charge whose
+ * record is IN_PROGRESS (maybe debited: a TEMPFAIL may be a timeout)
+ * stopped coming back.  charge-recover --dlq re-drives it, with the same
+ * idempotency key.  The action to take. */
+static enum ik_action
+last_delivery(struct ik_acker *a, const cJSON *env, enum ik_action act, cJSON *ack)
+{
+	if (act != IK_ACT_LEAVE && act != IK_ACT_LEAVE_LEASE && act != IK_ACT_LEAVE_BACKOFF)
+		return act;
 	if (a->q->max_receive <= 0 || ik_env_int(env, "receiveCount", 1) < a->q->max_receive)
 		return act;
 	cJSON_ReplaceItemInObjectCaseSensitive(ack, "action",
@@ -663,7 +675,8 @@ ik_acker_ack(struct ik_acker *a, cJSON *env)
 		cJSON_AddStringToObject(ack, "why", why);
 	if (!queue_for(a, env, &err))
 		return finish(a, env, ack, err.code, err.msg, 0, 0);
-	act = config_refusal(a, env, verdict, why, act, ack);
+	config_refusal(a, env, verdict, why);
+	act = last_delivery(a, env, act, ack);
 	switch (act) {
 	case IK_ACT_DLQ:
 		h.kind = H_DLQ;   /* deleted only once the copy is in the DLQ */

@@ -7,10 +7,12 @@
  * and records it as the envelope's "ack" result.
  *
  * Rules:
- *  - a debit (or a claim) refused as CONFIG is left, except on the last
- *    delivery the queue's redrive policy allows (ik_queue.max_receive):
- *    then DLQ, with its reason; IK_ACKER_CONFIG_RUN of them in a row halt
- *    (below);
+ *  - a message to be left (any leave action: TEMPFAIL, DUP_IN_PROGRESS,
+ *    a debit or a claim refused as CONFIG...) on the last delivery the
+ *    queue's redrive policy allows (ik_queue.max_receive) goes to the DLQ
+ *    instead, with its reason (the queue's own redrive would move it at
+ *    the next receive without one); IK_ACKER_CONFIG_RUN CONFIG refusals
+ *    in a row halt (below);
  *  - DLQ = the original body, unchanged, sent to the DLQ with the reason
  *    and the source in message attributes; the message is deleted only
  *    after that send succeeded (a failed send leaves it: TEMPFAIL);

@@ -92,6 +92,16 @@ def drain_bound(loads):
     return int(DRAIN_BOUND_S * min(DRAIN_LOAD_MAX, max(1.0, per_cpu))), round(per_cpu, 2)
 
 
+def redrive_due(backend, unsettled, queued, quiet_s):
+    """After the heal: is the backlog drained (the embedded queue empty;
+    elsewhere, whose queue counts are not to be trusted, no claim for a
+    lease and a bit) with charges still open?  What is left of them is
+    then in the DLQ, and the operator re-drives it (once)."""
+    if not unsettled:
+        return False
+    return queued == 0 if backend == "embedded" else quiet_s >= LEASE_S + 4
+
+
 def now_ms():
     return int(time.time() * 1000)
 
@@ -241,7 +251,7 @@ class World:
             except subprocess.TimeoutExpired:
                 self.procs.stop("cron", signal.SIGKILL)
 
-    def redrive_after_heal(self):
+    def redrive_after_heal(self, why="after the heal"):
         """The operator, once the faults are healed (the bank's
         credentials work again): the DLQ re-driven once.  A charge whose
         last copy met a 401 storm was dead-lettered CONFIG, its record left
@@ -249,13 +259,18 @@ class World:
         the cron's re-drives brought such copies back, but one
         dead-lettered after the cron's last --dlq had none (seed 11 on
         DynamoDB: debited, its 201 lost with a killed charge-debit, then
-        401 on every retry), and a bank would not leave it there."""
+        401 on every retry), and a bank would not leave it there.  Called
+        again once the backlog is drained with charges still open (why:
+        "drained, charges open"): a copy left before the heal on its last
+        delivery but one reaches the DLQ only when it comes back, up to
+        the backoff cap after the heal (run embedded 1006: 21 s after
+        the re-drive at the heal, debited, its record IN_PROGRESS)."""
         host = self.workers[0]
         if self.a.worker:
             return      # another consumer's DLQ is its operators' business
         with open(self.procs.log("cron"), "a") as f:
             f.write(json.dumps({"ts": now_ms(), "harness": "cron", "host": host,
-                                "argv": ["--dlq"], "why": "after the heal"}) + "\n")
+                                "argv": ["--dlq"], "why": why}) + "\n")
         self.procs.sh(host, ["charge-recover", "--dlq"], env=self.host_env(host), check=False,
                       timeout=120)
 
@@ -550,6 +565,7 @@ def main():
         ids = {c["chargeId"] for c in wl["charges"] if not (a.worker and c["declined"])}
         last, changed, settled_at = -1, time.monotonic(), None
         loads = []
+        redriven = False
         while time.monotonic() - healed < drain_bound(loads)[0] + 60:
             loads.append(os.getloadavg()[0])
             # Drained: every charge sent has its terminal record, the queue
@@ -573,6 +589,9 @@ def main():
                 break
             if a.worker and now - changed >= 2 * LEASE_S + BACKOFF_CAP_S:
                 break       # nothing reached the bank for long: what is left will not move
+            if not redriven and redrive_due(a.backend, u, q, now - changed):
+                w.redrive_after_heal("drained, charges open")
+                redriven = True
             w.sample_cmdlines()
             time.sleep(1)
         if drained is None:

@@ -41,7 +41,8 @@ INVARIANTS = [
     (6, "liveness: the backlog drains within the bound after the heal"),
     (7, "a debit a worker had the bank's yes for is recorded, never sent to the bank again"),
     (8, "each debit's outcome is what the contract says of the bank's answer"),
-    (9, "no bank call outside a live lease; no call refused on a live one"),
+    (9, "no bank call outside a live lease, none after its step gave up on it; no call refused "
+        "on a live one"),
     (10, "outbox: one event applied downstream per finish and re-notification, none other"),
     (11, "storage stays sound: no step reports a corrupt file; the embedded files pass "
          "integrity_check"),
@@ -280,10 +281,15 @@ def real_clock(sp):
     return real
 
 
-def slack_at(sp, t):
+def slack_at(sp, t, partitions=True):
     """How late a request sent in time may reach the bank at t: what the
     faults in force just before add to its way (proxy delays, a slow bank
-    that logs after its nap, TCP retransmitting across a partition)."""
+    that logs after its nap, TCP retransmitting across a partition).
+    partitions=False: a request its step no longer waits for, whose
+    connection was closed abortively (SO_LINGER 0, lib/conn/http.c): a
+    partition retransmits nothing of it, only what was past the worker
+    already (in the link, at the proxy, in the bank's nap) may still
+    arrive."""
     s = 2000
     for a, b, e in sp:
         if a > t or b < t - 30000:
@@ -296,7 +302,7 @@ def slack_at(sp, t):
                 (4000 if c.get("dup") else 0)
         elif k == "bank-slow" and b >= t - 10000:
             s += 2 * e.get("latency_ms", 0)
-        elif k == "partition" and "bank" in (e.get("a"), e.get("b")):
+        elif k == "partition" and "bank" in (e.get("a"), e.get("b")) and partitions:
             s += 2 * (b - a) + 3000
     return s
 
@@ -615,8 +621,12 @@ def money_checks(run, wl, records, reqs, bad):
     debits = worker_lines(run, real, ("debit",))
     notes = {}
     for e in jlines(os.path.join(run, "logs", "bank-proxy.req.log")):
-        if "/debits" in e.get("req", "") and str(e.get("status", "")).isdigit():
-            notes.setdefault(e.get("key"), []).append((e["ts"], int(e["status"]), e.get("faults")))
+        # every answer the link wrote or failed to write (no status: the
+        # upstream failed, the proxy cut the client), in the order written
+        if "/debits" in e.get("req", ""):
+            st = str(e.get("status", ""))
+            notes.setdefault(e.get("key"), []).append((e["ts"], int(st) if st.isdigit() else None,
+                                                       e.get("faults")))
     lines_of = {}
     for e in debits:
         if e["real"] is not None:
@@ -682,7 +692,7 @@ def money_checks(run, wl, records, reqs, bad):
         if cid not in wanted:
             continue
         for ts, status, faults in ns:
-            if not 200 <= status < 300:
+            if status is None or not 200 <= status < 300:
                 continue
             near = [e for e in lines_of.get(cid, []) if ts - 8000 <= e["real"] <= ts + 5000]
             if not near and not in_force(ts, ("link", "bank-slow", "partition", "bank-restart",
@@ -723,11 +733,16 @@ def money_checks(run, wl, records, reqs, bad):
                     % st)
         # 8: ... and against the status the link delivered just before it
         # (logged as it is written, so within the same millisecond; a step
-        # that gave up waiting says it timed out, and is not judged)
+        # that gave up waiting says it timed out, and is not judged).  The
+        # step's own answer is the last the link wrote for the charge
+        # before its line: an earlier one in the window went to another
+        # connection (run embedded 1007: a request given up on 14 s before,
+        # delivered when a partition healed, its 201 written to a socket
+        # no step read, 0.8 s before the step's own request was cut)
         elif o not in ("OK", "DECLINED", "LEASE_SHORT") and \
                 "timed out" not in str(e.get("error", "")):
-            got = [n for n in notes.get(cid, []) if t - 2500 <= n[0] <= t + 5
-                   and 200 <= n[1] < 300]
+            own = sorted(n for n in notes.get(cid, []) if t - 2500 <= n[0] <= t + 5)[-1:]
+            got = [n for n in own if n[1] is not None and 200 <= n[1] < 300]
             if got:
                 bad(8, cid, "the link delivered the bank's %d (faults %s) and the debit step "
                     "said %s (%s)" % (got[-1][1], got[-1][2], o, e.get("error")))
@@ -740,6 +755,30 @@ def money_checks(run, wl, records, reqs, bad):
         elif got:
             resent(cid, t, "the link delivered the bank's %d and the debit step said %s on %s"
                    % (got[-1][1], o, e["slot"]), e["slot"])
+    # 9: no request reaches the bank after the debit step that sent it gave
+    # up on it: one the bank answered after the step of its claim wrote its
+    # line (timed out, cut), no step of that claim still waiting, later
+    # than what was past the worker already could take (a partition
+    # excuses nothing: the step's connection closed abortively; runs
+    # embedded 1004, 1006, 1007, on a tree without SO_LINGER 0).  A step
+    # killed writes no line: not judged.
+    for cid, rs in reqs.items():
+        if cid not in wanted or cid not in records:
+            continue
+        cl = claims_of(records[cid])
+        for ts, status in rs:
+            c = claim_for(cl, ts, tol)
+            mine = [e for e in lines_of.get(cid, []) if c and claim_for(cl, e["real"], tol) == c]
+            done = [e for e in mine if e["real"] <= ts]
+            if not done or len(done) < len(mine):
+                continue        # no step's word yet, or one still waiting
+            gave = max(done, key=lambda e: e["real"])
+            late = ts - gave["real"]
+            if late > slack_at(sp, ts, partitions=False) + tol:
+                bad(9, cid, "the bank answered a request (%s) at %d, %d ms after the debit step of "
+                    "the claim of %d gave up on it (%s: %s) on %s, no step of that claim waiting"
+                    % (status, ts, late, c[0], gave.get("outcome"), gave.get("error"),
+                       gave["slot"]))
     # 9: every request at the bank inside a hold of its charge (claimed,
     # neither finished nor released, lease not over), give or take how late
     # the faults then let a request sent in time arrive
