@@ -478,7 +478,10 @@ def check(run, planted, facts):
                 % sorted(set(s for _, s in reqs[pid])))
     for b, ms in ({} if foreign else dlq_by_body).items():
         for m in ms:
-            if not (m.get("attributes") or {}).get("idemkit.reason"):
+            # idemkit's reason, or the broker's (RabbitMQ's x-death:
+            # past its delivery limit)
+            a = m.get("attributes") or {}
+            if not (a.get("idemkit.reason") or a.get("deathReason")):
                 bad(3, charge_of(b) or str(b)[:30], "a DLQ copy without its reason")
                 break
     # 5
