@@ -188,11 +188,20 @@ class Rabbit:
                 raise RuntimeError("rabbitmq-server did not start: " + tail)
             time.sleep(0.2)
 
+    def up(self):
+        """A broker fault lands only on a broker that is up: one still
+        starting (20-40 s of Erlang on a loaded machine) is not stopped
+        again, or the broker would spend the run starting."""
+        if self.down or not self.listening():
+            raise RuntimeError("the broker is not up (down or still starting): not landed")
+
     def restart(self):
+        self.up()
         self.p.stop("rabbit", wait=60)
         self.down = True
 
     def kill9(self):
+        self.up()
         self.p.stop("rabbit", sig=9)
         self.down = True
 

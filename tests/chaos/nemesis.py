@@ -49,8 +49,8 @@ KINDS = {
     "kill-relay":    (2, None),     # the outbox relay killed -9 (--outbox only)
     # the broker (RabbitMQ): stopped cleanly or killed -9, started again
     # on the same data; every worker host cut from it at once
-    "queue-restart": (2, ("rabbitmq",)),
-    "queue-kill9":   (2, ("rabbitmq",)),
+    "queue-restart": (1, ("rabbitmq",)),
+    "queue-kill9":   (1, ("rabbitmq",)),
     "queue-partition": (2, ("rabbitmq",)),
 }
 
