@@ -362,21 +362,21 @@ faults: all $(NODE_STAMP)
 # queue and bank on separate hosts (network namespaces; needs root, else
 # it says so and exits 77), a generated workload, a nemesis drawing faults
 # from SEED, and a checker judging the history against the invariants.
-# BACKEND: embedded postgres redis dynamodb (default: each in turn);
+# BACKEND: embedded postgres redis dynamodb rabbitmq (default: each in turn);
 # DURATION: seconds of faults per backend; SEED (default random, printed).
 # `make chaos DEFECTS=1` runs tests/chaos/defects.sh instead: the seeded
 # defects the campaign must find.  WORKER='CMD' judges another consumer in
 # place of charge-worker (sh -c CMD on each worker host; the backends with
-# an SQS queue only, embedded is skipped): make chaos BACKEND=dynamodb
+# an SQS queue only, embedded and rabbitmq are skipped): make chaos BACKEND=dynamodb
 # WORKER='python3 examples/naive-consumer.py'.
-BACKEND  ?= embedded postgres redis dynamodb
+BACKEND  ?= embedded postgres redis dynamodb rabbitmq
 DURATION ?= 120
 SEED     ?=
 WORKER   ?=
 chaos: all $(NODE_STAMP)
 	@sh mk/deps.sh $(DEBS_CHAOS)
 	@if [ -n '$(DEFECTS)' ]; then sh tests/chaos/defects.sh; exit $$?; fi; \
-	rc=0; for b in $(if $(WORKER),$(filter-out embedded,$(BACKEND)),$(BACKEND)); do \
+	rc=0; for b in $(if $(WORKER),$(filter-out embedded rabbitmq,$(BACKEND)),$(BACKEND)); do \
 	  rm -rf $(CURDIR)/$(O)/chaos/$$b; \
 	  python3 tests/chaos/chaos.py --backend $$b --duration $(DURATION) $(if $(SEED),--seed $(SEED)) \
 	    $(if $(WORKER),--worker '$(WORKER)') \

@@ -236,6 +236,21 @@ PY
 	[[ $output == "11 queue.db: integrity_check says *** in database main ***"*"page 2"* ]]
 }
 
+@test "the checker's DLQ reason (3): idemkit's, or RabbitMQ's past the delivery limit (deathReason); a copy with neither has none" {
+	cd "$IDEMKIT_SRC"
+	run python3 - <<'PY'
+import sys
+sys.path.insert(0, "tests/chaos")
+import checker
+for m in ({"attributes": {"idemkit.reason": "INVALID_EVENT"}},
+          {"attributes": {"deathReason": "delivery_limit", "deathQueue": "charges"}},
+          {"attributes": {"deathQueue": "charges"}}, {"attributes": None}, {}):
+    print(checker.dlq_reason(m))
+PY
+	[ "$status" -eq 0 ]
+	[ "$output" = "$(printf 'INVALID_EVENT\ndelivery_limit\nNone\nNone\nNone')" ]
+}
+
 @test "the suites' jget (tests/tools/jget.c) answers as Python's json does: 200 random documents and paths, those it hands to python3 included" {
 	run python3 "$IDEMKIT_SRC/tests/tools/jget_check.py" "$IDEMKIT_TEST_BIN/jget" 43 200
 	echo "$output"

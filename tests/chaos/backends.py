@@ -3,11 +3,16 @@
 start(world) -> (store, env, secrets): the store object the nemesis acts on
 (None where it has no server faults), what the workers' environment needs
 to reach the store and queue, and the secrets planted there (check 5).
+On rabbitmq it also sets world.broker (Rabbit: the queue-restart,
+queue-kill9 faults act on it).
 """
+import glob
 import json
 import os
 import secrets
+import socket
 import subprocess
+import time
 import urllib.request
 
 import servers
@@ -25,8 +30,11 @@ def start(w):
         return None, {"IDEMKIT_STORE": "sqlite:" + os.path.join(d, "store.db"),
                       "IDEMKIT_QUEUE": "sqlite:%s#charges" % q,
                       "IDEMKIT_DLQ": "sqlite:%s#charges-dlq" % q}, []
-    env, sec = sqs(w)
-    if w.backend == "postgres":
+    env, sec = rabbit(w) if w.backend == "rabbitmq" else sqs(w)
+    if w.backend in ("postgres", "rabbitmq"):
+        # rabbitmq's store: PostgreSQL as on the postgres backend (the
+        # store proven across worker hosts; the embedded one is a file on
+        # one host), without the store's own server faults there
         pg = servers.Postgres(w.procs, "store", "store2", sync=not w.a.pg_async)
         pg.start()
         for h in pg.hosts:
@@ -63,6 +71,8 @@ def link(w, kind, host, listen, port, upstream=None):
 def stop(w):
     if w.store is not None:
         w.store.stop()
+    if getattr(w, "broker", None) is not None:
+        w.broker.stop()
 
 
 def sqs(w):
@@ -92,6 +102,121 @@ def sqs(w):
            "AWS_ENDPOINT_URL_SQS": base, "IDEMKIT_AWS_MAX_BACKOFF": "200ms",
            "IDEMKIT_QUEUE": urls["charges"], "IDEMKIT_DLQ": urls["charges-dlq"]}
     return env, [("AWS secret key", secret)]
+
+
+def rabbit(w):
+    """RabbitMQ on the queue host, behind a Link; the queue and its DLQ
+    are declared by the first command that uses them (durable quorum
+    queues, x-delivery-limit, dead-lettered at least once)."""
+    rb = Rabbit(w.procs, "queue")
+    rb.start()
+    w.broker = rb
+    link(w, "queue", "queue", w.net.addr("queue"), rb.PORT)
+    base = "amqp://chaos@%s:%d" % (w.net.addr("queue"), rb.PORT)
+    return {"IDEMKIT_QUEUE": base + "#charges", "IDEMKIT_DLQ": base + "#charges-dlq",
+            "IDEMKIT_AMQP_PASSWORD_FILE": rb.password_file}, [("AMQP password", rb.password)]
+
+
+class Rabbit:
+    """Debian's rabbitmq-server on one host, as tests/rabbit_helper.bash
+    starts it: a node of its own (chaos@localhost) with its own epmd on
+    the host's loopback, its data, logs and cookie under RUN/rabbit (kept
+    across restarts: the quorum queues are durable), no plugins, and a
+    user of the campaign's whose password (planted: check 5) the workers
+    read from a file.  Its faults: restart (SIGTERM, the node stops
+    cleanly, started again when healed), kill -9 (the node's whole
+    process group), both down 1-6 s."""
+    PORT = 5672
+    BIN = "/usr/lib/rabbitmq/bin"
+
+    def __init__(self, procs, host):
+        self.p, self.host = procs, host
+        self.dir = os.path.join(procs.run, "rabbit")
+        self.password = "amqp-" + secrets.token_hex(12)
+        self.password_file = os.path.join(self.dir, "amqp-password")
+        self.addr = procs.net.addr(host)
+        self.down = False
+
+    def env(self):
+        d = self.dir
+        return dict(self.p.env, HOME=d, RABBITMQ_NODENAME="chaos@localhost",
+                    RABBITMQ_NODE_IP_ADDRESS=self.addr, RABBITMQ_NODE_PORT=str(self.PORT),
+                    RABBITMQ_DIST_PORT="25672", ERL_EPMD_PORT="4369",
+                    ERL_EPMD_ADDRESS="127.0.0.1", RABBITMQ_MNESIA_BASE=d + "/mnesia",
+                    RABBITMQ_LOG_BASE=d + "/log", RABBITMQ_ENABLED_PLUGINS_FILE=d + "/plugins",
+                    RABBITMQ_CONFIG_FILE=d + "/rabbitmq", RABBITMQ_LOGS=d + "/log/node.log",
+                    RABBITMQ_ENABLED_PLUGINS="",
+                    RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="+sbwt none +sbwtdcpu none +sbwtdio none")
+
+    def start(self):
+        if not os.access(os.path.join(self.BIN, "rabbitmq-server"), os.X_OK):
+            raise RuntimeError("rabbitmq-server not installed (Debian: rabbitmq-server)")
+        os.makedirs(os.path.join(self.dir, "log"), exist_ok=True)
+        with open(os.path.join(self.dir, "plugins"), "w") as f:
+            f.write("[].\n")
+        # the password in the broker's configuration (0600) and in the
+        # workers' file, never in an argv or the environment
+        servers.secret_file(os.path.join(self.dir, "rabbitmq.conf"), "\n".join([
+            "listeners.tcp.1 = %s:%d" % (self.addr, self.PORT), "loopback_users = none",
+            "default_user = chaos", "default_pass = " + self.password,
+            "log.console = false"]))
+        servers.secret_file(self.password_file, self.password)
+        epmd = sorted(glob.glob("/usr/lib/erlang/erts-*/bin/epmd"))[-1]
+        self.p.spawn(self.host, "rabbit-epmd", [epmd, "-port", "4369", "-address", "127.0.0.1"])
+        self.launch()
+        self.ready(180)
+
+    def launch(self):
+        self.p.spawn(self.host, "rabbit", [os.path.join(self.BIN, "rabbitmq-server")],
+                     env=self.env())
+
+    def listening(self):
+        try:
+            socket.create_connection((self.addr, self.PORT), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    def ready(self, timeout):
+        # Erlang's start costs some 5 CPU seconds, more on a loaded machine
+        end = time.monotonic() + timeout
+        while not self.listening():
+            p = self.p.procs.get("rabbit")
+            if time.monotonic() > end or p is None or p.poll() is not None:
+                with open(self.p.log("rabbit"), errors="replace") as f:
+                    tail = f.read()[-600:]
+                raise RuntimeError("rabbitmq-server did not start: " + tail)
+            time.sleep(0.2)
+
+    def up(self):
+        """A broker fault lands only on a broker that is up: one still
+        starting (20-40 s of Erlang on a loaded machine) is not stopped
+        again, or the broker would spend the run starting."""
+        if self.down or not self.listening():
+            raise RuntimeError("the broker is not up (down or still starting): not landed")
+
+    def restart(self):
+        self.up()
+        self.p.stop("rabbit", wait=60)
+        self.down = True
+
+    def kill9(self):
+        self.up()
+        self.p.stop("rabbit", sig=9)
+        self.down = True
+
+    def resume(self, wait=False):
+        """Started again (not waited for by a heal: the nemesis goes on);
+        heal_all waits for it to listen."""
+        if self.down:
+            self.launch()
+            self.down = False
+        if wait:
+            self.ready(180)
+
+    def stop(self):
+        self.p.stop("rabbit", wait=30)
+        self.p.stop("rabbit-epmd")
 
 
 def ddb_local(w):

@@ -14,7 +14,9 @@ usage: chaos.py [--seed N] [--duration S] [--backend B] [--bin DIR] [--out DIR]
   B: embedded (SQLite store and queue, several workers on one host),
      postgres (primary + synchronous replica; SQS emulator queue),
      redis (primary + replica; SQS emulator queue),
-     dynamodb (DynamoDB Local + the SQS emulator).
+     dynamodb (DynamoDB Local + the SQS emulator),
+     rabbitmq (RabbitMQ on the queue host: amqp:// queue and DLQ; the
+     PostgreSQL store of the postgres backend).
 exit: 0 every invariant held; 1 a violation (the verdict says which);
       2 the harness itself failed; 77 cannot run here (not root, no netns).
 The commands come from PATH as a deployment's would: --bin DIR (default
@@ -115,7 +117,7 @@ class World:
         hosts = {"bank": 2, "w1": 11}
         if a.backend != "embedded":
             hosts.update(queue=3, store=4, w2=12, w3=13)
-            if a.backend in ("postgres", "redis"):
+            if a.backend in ("postgres", "redis", "rabbitmq"):
                 hosts["store2"] = 5
         self.net = netmod.Net(hosts)
         self.workers = sorted(h for h in hosts if h.startswith("w"))
@@ -127,6 +129,7 @@ class World:
         self.secrets = []
         self.bank = None
         self.store = None
+        self.broker = None         # backends.Rabbit on rabbitmq
         self.links = {}            # "store"/"queue": [servers.Link]
         self.outbox = None         # outbox.Outbox with --outbox
         self.slots = []            # (host, name, stream, jobs)
@@ -376,6 +379,15 @@ class World:
             except (ValueError, KeyError):
                 pass
             time.sleep(1)
+        if self.broker is not None:
+            # RabbitMQ counts no delivery in flight (sqs-stat says 0): what
+            # the stopped workers received is held by their holders
+            # (idemkit(7) "RabbitMQ"), each returned to the queue when its
+            # visibility ends (30 s, moved by a backoff up to the cap), and
+            # a holder ends once it holds nothing: wait for them to go
+            end = time.monotonic() + 30 + BACKOFF_CAP_S + 10
+            while time.monotonic() < end and any(self.net.pids(w) for w in self.workers):
+                time.sleep(1)
         with open(os.path.join(self.run, "records.ndjson"), "w") as f:
             if not self.a.worker:       # another consumer keeps no idemkit record
                 f.write(self.procs.sh(h, ["idemp-list"], env=env, check=False,
@@ -458,7 +470,11 @@ def produce(world, sends, t0, log):
         if not batch:
             world.stopping.wait(0.1)
             continue
-        for _ in range(50):
+        # a billing system sends again until the queue takes it (its own
+        # outbox): for minutes, not 50 tries (a RabbitMQ broker restarted
+        # on a loaded machine takes 20-40 s to listen again: measured)
+        until = time.monotonic() + 300
+        while time.monotonic() < until:
             r = subprocess.run(["sqs-send"], input="\n".join(batch) + "\n", env=env, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
             # the chargeIds sent: when each charge entered the backlog (the
@@ -476,7 +492,7 @@ def main():
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--duration", type=int, default=90)
     ap.add_argument("--backend", default="embedded",
-                    choices=["embedded", "postgres", "redis", "dynamodb"])
+                    choices=["embedded", "postgres", "redis", "dynamodb", "rabbitmq"])
     ap.add_argument("--bin", default=os.path.join(SRC, "build/bin"))
     ap.add_argument("--out", default=None)
     ap.add_argument("--only", default=None, help="fault kinds, comma-separated")
@@ -496,9 +512,10 @@ def main():
                     help="postgres: the replica streams asynchronously (what a failover costs "
                     "then; idemp-init warns)")
     a = ap.parse_args()
-    if a.worker and a.backend == "embedded":
+    if a.worker and a.backend in ("embedded", "rabbitmq"):
         ap.error("--worker needs a backend whose queue is SQS (postgres, redis, dynamodb): "
-                 "the embedded default's queue is a SQLite file only idemkit reads")
+                 "the embedded default's queue is a SQLite file only idemkit reads, and the "
+                 "worker's environment names SQS queues")
     if a.seed is None:
         a.seed = random.SystemRandom().randint(1, 99999)
     why = netmod.can_run()

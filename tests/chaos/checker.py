@@ -104,6 +104,14 @@ def charge_of(body):
         return None
 
 
+def dlq_reason(m):
+    """Why a DLQ copy is there: idemkit's reason (sqs-ack's move), or the
+    broker's (RabbitMQ's x-death, past the queue's delivery limit: the
+    adapter's deathReason); None: neither."""
+    a = m.get("attributes") or {}
+    return a.get("idemkit.reason") or a.get("deathReason")
+
+
 def fault_windows(run, lease_ms):
     """(start_ms, end_ms, kind, event) of every fault that landed."""
     starts, out = {}, []
@@ -484,7 +492,7 @@ def check(run, planted, facts):
                 % sorted(set(s for _, s in reqs[pid])))
     for b, ms in ({} if foreign else dlq_by_body).items():
         for m in ms:
-            if not (m.get("attributes") or {}).get("idemkit.reason"):
+            if not dlq_reason(m):
                 bad(3, charge_of(b) or str(b)[:30], "a DLQ copy without its reason")
                 break
     # 5

@@ -21,8 +21,8 @@ KINDS = {
     "partition":     (4, None),
     "link":          (4, None),
     # the same on a worker's links to the store and to the queue (tcp)
-    "store-link":    (2, ("postgres", "redis", "dynamodb")),
-    "queue-link":    (2, ("postgres", "redis", "dynamodb")),
+    "store-link":    (2, ("postgres", "redis", "dynamodb", "rabbitmq")),
+    "queue-link":    (2, ("postgres", "redis", "dynamodb", "rabbitmq")),
     "bank-errors":   (3, None),
     "bank-slow":     (1, None),
     "bank-401":      (1, None),
@@ -42,11 +42,16 @@ KINDS = {
     "kill-step":     (2, None),
     "term-worker":   (3, None),     # every deploy and systemd stop signals the group
     "kill-worker":   (2, None),
-    "clock":         (4, ("postgres", "redis", "dynamodb")),   # NTP is not a given
+    "clock":         (4, ("postgres", "redis", "dynamodb", "rabbitmq")),   # NTP is not a given
     "store-restart": (1, ("postgres", "redis")),
     "store-kill9":   (1, ("postgres", "redis")),
     "failover":      (1, ("postgres", "redis")),
     "kill-relay":    (2, None),     # the outbox relay killed -9 (--outbox only)
+    # the broker (RabbitMQ): stopped cleanly or killed -9, started again
+    # on the same data; every worker host cut from it at once
+    "queue-restart": (1, ("rabbitmq",)),
+    "queue-kill9":   (1, ("rabbitmq",)),
+    "queue-partition": (2, ("rabbitmq",)),
 }
 
 
@@ -116,8 +121,10 @@ def schedule(seed, duration, backend, hosts, workers, lease_s, only=None, outbox
         elif k == "bank-restart":
             e["kill9"] = rng.random() < 0.5
             d = rng.uniform(1, 5)
-        elif k in ("store-restart", "store-kill9"):
+        elif k in ("store-restart", "store-kill9", "queue-restart", "queue-kill9"):
             d = rng.uniform(1, 6)
+        elif k == "queue-partition":
+            e["both"] = rng.random() < 0.5
         elif k == "failover":
             if failover:
                 continue
@@ -304,6 +311,13 @@ class Nemesis:
             w.store.kill9()
         elif k == "failover":
             return "promoted" if w.store.failover() else "already failed over"
+        elif k == "queue-restart":
+            w.broker.restart()
+        elif k == "queue-kill9":
+            w.broker.kill9()
+        elif k == "queue-partition":
+            for h in w.workers:
+                w.net.partition(h, "queue", e["both"])
         return ""
 
     def heal(self, e):
@@ -335,6 +349,11 @@ class Nemesis:
                 w.set_clock(e["host"], 0)
             elif k in ("store-restart", "store-kill9"):
                 w.store.resume()
+            elif k in ("queue-restart", "queue-kill9"):
+                w.broker.resume()
+            elif k == "queue-partition":
+                for h in w.workers:
+                    w.net.heal(h, "queue")
             self.note(e, "healed")
         except Exception as x:
             self.note(e, "heal-failed", error=str(x)[:300])
@@ -363,5 +382,7 @@ class Nemesis:
             w.set_clock(h, 0)
         if w.store is not None:
             w.store.resume()
+        if w.broker is not None:
+            w.broker.resume(wait=True)
         self.log.write(json.dumps({"kind": "heal-all", "action": "healed",
                                    "ts": int(time.time() * 1000)}) + "\n")
