@@ -336,8 +336,9 @@ fuzz-short:
 	$(MAKE) fuzz FUZZ_TIME=10
 
 # The fault suites (tests/faults/): duplicate storm on the embedded
-# default, dynalite and DynamoDB Local, kill -9 at every step boundary (on
-# the embedded default and on DynamoDB Local + SQS), outages, AWS
+# default, dynalite, DynamoDB Local and RabbitMQ, kill -9 at every step
+# boundary (on the embedded default, on DynamoDB Local + SQS and on a
+# RabbitMQ queue: IDEMKIT_TEST_QUEUE_BACKEND=amqp), outages, AWS
 # throttling and server errors, poison, a debit abandoned in a network
 # partition (linger.bats: namespaces, so root; skipped otherwise).
 # Minutes, not seconds; the measured numbers land in
@@ -353,6 +354,8 @@ faults: all $(NODE_STAMP)
 	$(TEST_ENV) IDEMKIT_FAULTS_REPORT=$(FAULTS_REPORT) BATS_TEST_TIMEOUT=1200 \
 	  IDEMKIT_TEST_JOBS=2 IDEMKIT_TEST_FILE_JOBS=2 sh tests/run.sh tests/faults/ \
 	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/faults/crash.bats' \
+	  'IDEMKIT_TEST_QUEUE_BACKEND=amqp tests/faults/crash.bats' \
+	  'IDEMKIT_TEST_QUEUE_BACKEND=amqp tests/faults/storm.bats' \
 	  'IDEMKIT_TEST_BACKEND=redis tests/faults/outbox.bats' \
 	  'IDEMKIT_TEST_BACKEND=dynamodb tests/faults/outbox.bats' \
 	  'IDEMKIT_TEST_BACKEND=postgres tests/faults/outbox.bats'

@@ -12,7 +12,14 @@ load rabbit_helper
 
 BATS_NO_PARALLELIZE_WITHIN_FILE=true
 
-setup_file() { require_rabbit; rabbit_start; }
+# the broker has a TLS listener too (amqps://), its certificate from a
+# throwaway CA
+setup_file() {
+	require_rabbit
+	export RABBIT_TLS=$BATS_FILE_TMPDIR/tls
+	rabbit_tls_certs "$RABBIT_TLS"
+	rabbit_start
+}
 teardown_file() { rabbit_stop; }
 
 setup() {
@@ -239,4 +246,37 @@ until_recv() {
 	[ "$(sqs-stat)" = '{"visible":0,"inflight":0,"delayed":0}' ]
 	[ "$(idemp-list --state DONE | wc -l)" -eq "$N" ]
 	[ "$(unacked "$name")" = 0 ]
+}
+
+@test "amqps: a send, receive and ack over TLS, the broker's certificate checked against IDEMKIT_AMQP_CACERT; another CA, another host name or no CA is 78" {
+	local tls="amqps://guest@localhost:$RABBIT_TLS_PORT"
+	export IDEMKIT_QUEUE="$tls#$name?visibility=30" IDEMKIT_DLQ="$tls#$name-dlq"
+	export IDEMKIT_AMQP_CACERT=$RABBIT_TLS/ca.pem
+	# the TLS listener starts beside the plain one
+	for _ in $(seq 1 100); do (exec 2>/dev/null; echo > "/dev/tcp/127.0.0.1/$RABBIT_TLS_PORT") && break; sleep 0.1; done
+	run sqs-send <<<'{"chargeId":"CHG-T1"}'
+	[ "$status" -eq 0 ]
+	got=$(sqs-recv)
+	[ "$(jget "$got" body)" = '{"chargeId":"CHG-T1"}' ]
+	run sqs-ack <<<"$(finished <<<"$got")"
+	[ "$status" -eq 0 ]
+	[ "$(sqs-stat)" = '{"visible":0,"inflight":0,"delayed":0}' ]
+	# it was the TLS port: the plain listener's queue is the same one
+	IDEMKIT_QUEUE=$(rabbit_url "$name") run sqs-stat
+	[ "$output" = '{"visible":0,"inflight":0,"delayed":0}' ]
+	# a CA that did not sign the broker's certificate (same name, other key)
+	IDEMKIT_AMQP_CACERT=$RABBIT_TLS/other-ca.pem run sqs-send <<<'{"chargeId":"CHG-T2"}'
+	[ "$status" -eq 78 ]
+	[[ "$output" == *"amqp localhost:$RABBIT_TLS_PORT"*"not signed by the CA in IDEMKIT_AMQP_CACERT"* ]]
+	[[ "$output" != *guest* ]]
+	IDEMKIT_AMQP_CACERT=$RABBIT_TLS/other-ca.pem run sqs-recv
+	[ "$status" -eq 78 ]
+	# the certificate names localhost, not 127.0.0.1
+	IDEMKIT_QUEUE="amqps://guest@127.0.0.1:$RABBIT_TLS_PORT#$name" run sqs-send <<<'{"chargeId":"CHG-T3"}'
+	[ "$status" -eq 78 ]
+	[[ "$output" == *"does not name the URL's host"* ]]
+	IDEMKIT_AMQP_CACERT= run sqs-send <<<'{"chargeId":"CHG-T4"}'
+	[ "$status" -eq 78 ]
+	[[ "$output" == *"needs IDEMKIT_AMQP_CACERT"* ]]
+	[ "$(sqs-stat)" = '{"visible":0,"inflight":0,"delayed":0}' ]
 }

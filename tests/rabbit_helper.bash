@@ -14,6 +14,8 @@
 # again on the same port and data (what is durable survives).
 # rabbit_kill9: the broker killed hard (the node's beam process).
 # rabbit_ctl ARGS...: rabbitmqctl against it (an Erlang start: ~1 CPU s).
+# With RABBIT_TLS=DIR (rabbit_tls_certs DIR first), rabbit_start adds a TLS
+# listener on RABBIT_TLS_PORT (exported) with DIR's server certificate.
 
 require_rabbit() {
 	if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
@@ -66,6 +68,18 @@ rabbit_start() {
 		loopback_users.guest = true
 		log.console = false
 		CONF
+		if [ -n "${RABBIT_TLS:-}" ]; then
+			RABBIT_TLS_PORT=$(free_port)
+			export RABBIT_TLS_PORT
+			cat >> "$RABBIT_DIR/rabbitmq.conf" <<-CONF
+			listeners.ssl.1 = 127.0.0.1:$RABBIT_TLS_PORT
+			ssl_options.cacertfile = $RABBIT_TLS/ca.pem
+			ssl_options.certfile = $RABBIT_TLS/server.pem
+			ssl_options.keyfile = $RABBIT_TLS/server.key
+			ssl_options.verify = verify_none
+			ssl_options.fail_if_no_peer_cert = false
+			CONF
+		fi
 		# our own epmd, in the foreground (stopped by its pid); erl finds it
 		# on ERL_EPMD_PORT instead of starting a daemon of its own
 		/usr/lib/erlang/erts-*/bin/epmd -port "$RABBIT_EPMD_PORT" -address 127.0.0.1 \
@@ -129,6 +143,24 @@ rabbit_kill9() {
 	[ -n "$beam" ] && kill -9 $beam
 	# the start script follows its node
 	_rabbit_down
+}
+
+# rabbit_tls_certs DIR: a throwaway CA (DIR/ca.pem) and the broker's
+# certificate signed by it for localhost only (DIR/server.pem,
+# server.key), and a second CA that signed nothing (DIR/other-ca.pem).
+# P-256 keys: a few ms each.
+rabbit_tls_certs() {
+	local d=$1 ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+	mkdir -p "$d"
+	openssl req -x509 "${ec[@]}" -keyout "$d/ca.key" -out "$d/ca.pem" -days 2 \
+		-subj /CN=idemkit-test-ca 2>/dev/null &&
+	openssl req -x509 "${ec[@]}" -keyout "$d/other-ca.key" -out "$d/other-ca.pem" -days 2 \
+		-subj /CN=idemkit-test-ca 2>/dev/null &&
+	openssl req "${ec[@]}" -keyout "$d/server.key" -out "$d/server.csr" \
+		-subj /CN=localhost 2>/dev/null &&
+	printf 'subjectAltName=DNS:localhost\n' > "$d/server.ext" &&
+	openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" \
+		-CAcreateserial -days 2 -extfile "$d/server.ext" -out "$d/server.pem" 2>/dev/null
 }
 
 # rabbit_url NAME [PARAMS]: the URL of queue NAME on the broker.

@@ -287,7 +287,13 @@ open_socket(struct ik_amqp *a, ik_err *err)
 		return ik_errf(err, st == AMQP_STATUS_SSL_CONNECTION_FAILED ||
 		               st == AMQP_STATUS_SSL_HOSTNAME_VERIFY_FAILED ||
 		               st == AMQP_STATUS_SSL_PEER_VERIFY_FAILED ? IK_CONFIG : IK_TEMPFAIL,
-		               "%s: connect: %s", a->u->label, amqp_error_string2(st));
+		               "%s: connect: %s%s", a->u->label, amqp_error_string2(st),
+		               st == AMQP_STATUS_SSL_PEER_VERIFY_FAILED
+		                   ? " (the broker's certificate is not signed by the CA in "
+		                     "IDEMKIT_AMQP_CACERT)"
+		               : st == AMQP_STATUS_SSL_HOSTNAME_VERIFY_FAILED
+		                   ? " (the broker's certificate does not name the URL's host)"
+		                   : "");
 	return IK_OK;
 }
 
