@@ -248,7 +248,7 @@ until_recv() {
 	[ "$(unacked "$name")" = 0 ]
 }
 
-@test "amqps: a send, receive and ack over TLS, the broker's certificate checked against IDEMKIT_AMQP_CACERT; another CA, another host name or no CA is 78" {
+@test "amqps: a send, receive and ack over TLS, the broker's certificate checked against IDEMKIT_AMQP_CACERT; another CA, another host name or no CA is 78, a failed handshake 75" {
 	local tls="amqps://guest@localhost:$RABBIT_TLS_PORT"
 	export IDEMKIT_QUEUE="$tls#$name?visibility=30" IDEMKIT_DLQ="$tls#$name-dlq"
 	export IDEMKIT_AMQP_CACERT=$RABBIT_TLS/ca.pem
@@ -278,5 +278,10 @@ until_recv() {
 	IDEMKIT_AMQP_CACERT= run sqs-send <<<'{"chargeId":"CHG-T4"}'
 	[ "$status" -eq 78 ]
 	[[ "$output" == *"needs IDEMKIT_AMQP_CACERT"* ]]
+	# amqps:// on the plain listener: a handshake that fails is for later
+	# (75, as a broker restarting mid-handshake is), not a certificate to fix
+	IDEMKIT_QUEUE="amqps://guest@localhost:$RABBIT_PORT#$name" run sqs-send <<<'{"chargeId":"CHG-T5"}'
+	[ "$status" -eq 75 ]
+	[[ "$output" == *"TLS handshake failed"* ]]
 	[ "$(sqs-stat)" = '{"visible":0,"inflight":0,"delayed":0}' ]
 }

@@ -284,8 +284,10 @@ open_socket(struct ik_amqp *a, ik_err *err)
 	if (!s)
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
 	if ((st = amqp_socket_open_noblock(s, a->u->host, a->u->port, &tv)) != AMQP_STATUS_OK)
-		return ik_errf(err, st == AMQP_STATUS_SSL_CONNECTION_FAILED ||
-		               st == AMQP_STATUS_SSL_HOSTNAME_VERIFY_FAILED ||
+		/* a certificate refused is a fix to make (78); a handshake cut
+		 * or failed otherwise (a broker restarting, the network) is for
+		 * later, as any connect (75): it says so if it never heals */
+		return ik_errf(err, st == AMQP_STATUS_SSL_HOSTNAME_VERIFY_FAILED ||
 		               st == AMQP_STATUS_SSL_PEER_VERIFY_FAILED ? IK_CONFIG : IK_TEMPFAIL,
 		               "%s: connect: %s%s", a->u->label, amqp_error_string2(st),
 		               st == AMQP_STATUS_SSL_PEER_VERIFY_FAILED
@@ -293,6 +295,9 @@ open_socket(struct ik_amqp *a, ik_err *err)
 		                     "IDEMKIT_AMQP_CACERT)"
 		               : st == AMQP_STATUS_SSL_HOSTNAME_VERIFY_FAILED
 		                   ? " (the broker's certificate does not name the URL's host)"
+		               : st == AMQP_STATUS_SSL_CONNECTION_FAILED
+		                   ? " (the TLS handshake failed: is the port the broker's TLS "
+		                     "listener?)"
 		                   : "");
 	return IK_OK;
 }
