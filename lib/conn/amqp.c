@@ -704,7 +704,9 @@ ik_amqp_cancel(struct ik_amqp *a, const char *tag, ik_err *err)
 }
 
 /* A delivery (ctag its consumer's tag) or a basic.get-ok (ctag NULL): its
- * content follows on the channel at once. */
+ * content follows on the channel at once (the broker writes a message's
+ * frames together); the read waits for it without a timeout of its own,
+ * so a broker that falls silent mid-message is seen by the heartbeats. */
 static int
 delivered(struct ik_amqp *a, const char *ctag, uint64_t tag, ik_amqp_deliver_fn *fn,
           void *arg, ik_err *err)
