@@ -406,15 +406,28 @@ due_sleep(const struct window *w)
 	return ms < 10 ? 10 : ms;
 }
 
-/* Waits until nothing handed out less than settle ago is in flight, or a
- * stop signal: the acks read every few milliseconds.  Long-polling a queue
+/* 1 when the reader of stdout went away: nothing more can be delivered,
+ * so nothing more may be received. */
+static int
+reader_gone(void)
+{
+	struct pollfd out = { .fd = STDOUT_FILENO, .events = 0 };
+
+	return poll(&out, 1, 0) > 0 && (out.revents & (POLLERR | POLLHUP));
+}
+
+/* Waits until nothing handed out less than settle ago is in flight, a
+ * stop signal, or the reader of stdout gone (nothing more could be handed
+ * out: a drain whose pipeline died would otherwise wait out --settle, a
+ * lease, waking every few milliseconds): the acks read every few
+ * milliseconds.  Long-polling a queue
  * found empty meanwhile only delayed the end of a drain by up to --wait
  * after its last ack (a second of every cron drain), and found no more:
  * the copies a step leaves are known from its ack. */
 static void
 wait_acks(struct window *w, int64_t settle)
 {
-	while (!ik_stop_signal && awaiting(w, settle)) {
+	while (!ik_stop_signal && awaiting(w, settle) && !reader_gone()) {
 		ik_sleep_ms(5);
 		count_acked(w);
 	}
@@ -432,16 +445,6 @@ window_free(struct window *w)
 	ik_buf_free(&w->part);
 	if (w->fd >= 0)
 		close(w->fd);
-}
-
-/* 1 when the reader of stdout went away: nothing more can be delivered,
- * so nothing more may be received. */
-static int
-reader_gone(void)
-{
-	struct pollfd out = { .fd = STDOUT_FILENO, .events = 0 };
-
-	return poll(&out, 1, 0) > 0 && (out.revents & (POLLERR | POLLHUP));
 }
 
 /* ---- the receive loop ----
@@ -540,6 +543,9 @@ receive_loop(struct ik_queue *q, const struct loop *l, int *got)
 					brought = 0;
 					continue;
 				}
+				/* nobody left to hand a copy to: the end */
+				if (reader_gone())
+					break;
 				if (l->settle >= 0 &&
 				    unsettled(win, l->settle, (int64_t)l->wait * 1000 + 2000)) {
 					if (awaiting(win, l->settle)) {
@@ -548,6 +554,7 @@ receive_loop(struct ik_queue *q, const struct loop *l, int *got)
 						 * say what comes back, then one look
 						 * that does not wait */
 						wait_acks(win, l->settle);
+						gone = reader_gone();
 						nowait = 1;
 					} else if (!l->wait) {
 						ik_sleep_ms(due_sleep(win));

@@ -31,7 +31,11 @@ setup() {
 	export IDEMKIT_STORE="sqlite:$BATS_TEST_TMPDIR/store.db"
 	export IDEMKIT_LOG=warn
 }
-teardown() { bank_stop; }
+teardown() {
+	# a test that stopped the broker (SIGSTOP) and failed before it went on
+	[ -z "${stopped:-}" ] || kill -CONT "$stopped" 2>/dev/null || true
+	bank_stop
+}
 
 fast=(--debit-timeout 2 --notify-timeout 1 --notify-retries 0 --lease 15s)
 summary() { grep '"summary":true' <<<"$stderr"; }
@@ -284,4 +288,91 @@ until_recv() {
 	[ "$status" -eq 75 ]
 	[[ "$output" == *"TLS handshake failed"* ]]
 	[ "$(sqs-stat)" = '{"visible":0,"inflight":0,"delayed":0}' ]
+}
+
+@test "amqp: a receive takes only what it asked for: one-shot receivers one after the other each get a message never delivered before (maxReceiveCount=2, nothing dead-lettered)" {
+	# a consumer whose prefetch went past the receive's --max would take
+	# more than it hands out and return the rest as its receiver ends; on
+	# a quorum queue each return counts toward the delivery limit, so
+	# messages nobody worked on would reach the DLQ after two such runs
+	export IDEMKIT_QUEUE
+	IDEMKIT_QUEUE=$(rabbit_url "$name" "maxReceiveCount=2&dlq=$name-dlq")
+	seq 1 6 | sqs-send >/dev/null
+	for _ in $(seq 1 6); do
+		out=$(sqs-recv --max 1 --wait 2 --visibility 600)
+		[ "$(jget "$out" receiveCount)" = 1 ]
+		jget "$out" body >> "$BATS_TEST_TMPDIR/bodies"
+	done
+	[ "$(sort -u "$BATS_TEST_TMPDIR/bodies" | wc -l)" -eq 6 ]
+	run sqs-recv --queue "$IDEMKIT_DLQ"
+	[ "$status" -eq 1 ]
+}
+
+# alive PID: PID runs (a zombie not yet reaped does not).
+alive() {
+	[ -e "/proc/$1/stat" ] && [ "$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
+
+@test "amqp: a draining receiver whose connection was cut and whose reader is gone ends, and its holder too (it does not wait out --settle)" {
+	seq 1 3 | sqs-send >/dev/null
+	: > "$BATS_TEST_TMPDIR/acked"
+	mkfifo "$BATS_TEST_TMPDIR/fifo"
+	sqs-recv --drain --max 10 --wait 1 --visibility 30 --acked "$BATS_TEST_TMPDIR/acked" \
+		--settle 120s >"$BATS_TEST_TMPDIR/fifo" 2>"$BATS_TEST_TMPDIR/err" 3>&- &
+	r=$!
+	cat "$BATS_TEST_TMPDIR/fifo" >"$BATS_TEST_TMPDIR/out" 3>&- &
+	c=$!
+	for _ in $(seq 1 200); do [ "$(wc -l < "$BATS_TEST_TMPDIR/out")" -ge 3 ] && break; sleep 0.05; done
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/out")" -eq 3 ]
+	holder=$(holder_pid "$(jget "$(head -1 "$BATS_TEST_TMPDIR/out")" receipt)")
+	[ -n "$holder" ]
+	# the pipeline died (its reader gone; nothing will ack the three) and
+	# the connection was cut
+	kill "$c"
+	wait "$c" || true
+	rabbit_ctl close_all_connections "test cut" >/dev/null
+	for _ in $(seq 1 150); do
+		{ alive "$r" || alive "$holder"; } || break
+		sleep 0.1
+	done
+	if alive "$r" || alive "$holder"; then
+		ps -o pid,stat,time,args -p "$r,$holder" || true
+		false
+	fi
+	wait "$r" || true
+	# what they held went back to the queue with the connection
+	for _ in $(seq 1 100); do [ "$(jget "$(sqs-stat)" visible)" = 3 ] && break; sleep 0.1; done
+	[ "$(jget "$(sqs-stat)" visible)" = 3 ]
+}
+
+@test "amqp: heartbeats (IDEMKIT_AMQP_HEARTBEAT=1s): a broker gone silent (SIGSTOP, a half-open connection) is seen by an idle holder, which lets go of what it held; a bad value is 78" {
+	IDEMKIT_AMQP_HEARTBEAT=1.5s run sqs-recv
+	[ "$status" -eq 78 ]
+	[[ "$output" == *IDEMKIT_AMQP_HEARTBEAT* ]]
+	export IDEMKIT_AMQP_HEARTBEAT=1s
+	echo '{"chargeId":"CHG-H1"}' | sqs-send >/dev/null
+	first=$(sqs-recv --visibility 600)
+	holder=$(holder_pid "$(jget "$first" receipt)")
+	[ -n "$holder" ]
+	# idle, holding one: still there after more than two heartbeats (it
+	# answers the broker's)
+	sleep 3
+	alive "$holder"
+	# the broker falls silent without closing anything: only the missing
+	# heartbeats tell; the holder drops the connection and ends (its
+	# receiver is gone, it holds nothing any more)
+	beam=$(_rabbit_beam)
+	[ -n "$beam" ]
+	stopped=$beam
+	kill -STOP "$beam"
+	for _ in $(seq 1 100); do alive "$holder" || break; sleep 0.1; done
+	kill -CONT "$beam"
+	stopped=
+	if alive "$holder"; then false; fi
+	# the broker, back, delivers it again; the old receipt is LEASE_LOST
+	second=$(until_recv --visibility 30)
+	[ "$(jget "$second" messageId)" = "$(jget "$first" messageId)" ]
+	[ "$(jget "$second" receiveCount)" = 2 ]
+	run sqs-ack <<<"$(finished <<<"$first")"
+	[ "$status" -eq 13 ]
 }

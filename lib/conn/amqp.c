@@ -158,6 +158,7 @@ ik_amqp_close(struct ik_amqp *a, int polite)
 	a->c = NULL;
 	a->confirm = 0;
 	a->seq = 0;
+	a->prefetch = 0;
 }
 
 /* A broker's close (connection or channel): the code decides the class. */
@@ -337,7 +338,8 @@ ik_amqp_ensure(struct ik_amqp *a, ik_err *err)
 		ik_amqp_close(a, 0);
 		return rc;
 	}
-	r = amqp_login(a->c, a->u->vhost, 0, FRAME_MAX, 0, AMQP_SASL_METHOD_PLAIN, a->u->user,
+	r = amqp_login(a->c, a->u->vhost, 0, FRAME_MAX, a->heartbeat_s, AMQP_SASL_METHOD_PLAIN,
+	               a->u->user,
 	               pw.p ? pw.p : "");
 	ik_buf_wipe_free(&pw);
 	if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
@@ -644,43 +646,98 @@ read_headers(const amqp_basic_properties_t *p, struct ik_amqp_msg *m)
 	return 0;
 }
 
-int
-ik_amqp_get(struct ik_amqp *a, const char *queue, struct ik_amqp_msg *m, int *got,
-            ik_err *err)
+/* m from a message read after basic.deliver or basic.get-ok. */
+static int
+take_message(amqp_message_t *msg, struct ik_amqp_msg *m)
 {
-	amqp_rpc_reply_t r;
-	amqp_message_t msg;
 	int rc;
 
-	*got = 0;
-	memset(m, 0, sizeof *m);
-	if ((rc = ik_amqp_ensure(a, err)) != IK_OK)
-		return rc;
-	r = amqp_basic_get(a->c, CHANNEL, bytes(queue), 0);
-	if ((rc = reply_err(a, "basic.get", r, err)) != IK_OK)
-		return rc;
-	if (r.reply.id == AMQP_BASIC_GET_EMPTY_METHOD) {
-		amqp_maybe_release_buffers(a->c);
-		return IK_OK;
-	}
-	m->tag = ((amqp_basic_get_ok_t *)r.reply.decoded)->delivery_tag;
-	r = amqp_read_message(a->c, CHANNEL, &msg, 0);
-	if ((rc = reply_err(a, "basic.get", r, err)) != IK_OK)
-		return rc;
-	m->body = dupbytes(msg.body);
-	m->len = msg.body.len;
-	if (msg.properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG)
-		m->message_id = dupbytes(msg.properties.message_id);
+	m->body = dupbytes(msg->body);
+	m->len = msg->body.len;
+	if (msg->properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG)
+		m->message_id = dupbytes(msg->properties.message_id);
 	else
 		m->message_id = strdup("");
-	if (msg.properties._flags & AMQP_BASIC_TIMESTAMP_FLAG)
-		m->sent_at = (int64_t)msg.properties.timestamp * 1000;
-	rc = read_headers(&msg.properties, m);
+	if (msg->properties._flags & AMQP_BASIC_TIMESTAMP_FLAG)
+		m->sent_at = (int64_t)msg->properties.timestamp * 1000;
+	rc = read_headers(&msg->properties, m);
+	return rc < 0 || !m->body || !m->message_id ? -1 : 0;
+}
+
+int
+ik_amqp_get_start(struct ik_amqp *a, const char *queue, ik_err *err)
+{
+	amqp_basic_get_t g = { 0, bytes(queue), 0 };
+	int st, rc;
+
+	if ((rc = ik_amqp_ensure(a, err)) != IK_OK)
+		return rc;
+	if ((st = amqp_send_method(a->c, CHANNEL, AMQP_BASIC_GET_METHOD, &g)) != AMQP_STATUS_OK)
+		return lib_err(a, "basic.get", st, err);
+	return IK_OK;
+}
+
+int
+ik_amqp_consume(struct ik_amqp *a, const char *queue, const char *tag, int prefetch,
+                ik_err *err)
+{
+	amqp_basic_consume_t c = { 0, bytes(queue), bytes(tag), 0, 0, 0, 1, { 0, NULL } };
+	int st, rc;
+
+	if ((rc = ik_amqp_ensure(a, err)) != IK_OK)
+		return rc;
+	/* a per-consumer prefetch applies to the consumers made after it */
+	if (prefetch != a->prefetch) {
+		amqp_basic_qos_t q = { 0, (uint16_t)prefetch, 0 };
+		if ((st = amqp_send_method(a->c, CHANNEL, AMQP_BASIC_QOS_METHOD, &q)) !=
+		    AMQP_STATUS_OK)
+			return lib_err(a, "basic.qos", st, err);
+		a->prefetch = prefetch;
+	}
+	if ((st = amqp_send_method(a->c, CHANNEL, AMQP_BASIC_CONSUME_METHOD, &c)) !=
+	    AMQP_STATUS_OK)
+		return lib_err(a, "basic.consume", st, err);
+	return IK_OK;
+}
+
+int
+ik_amqp_cancel(struct ik_amqp *a, const char *tag, ik_err *err)
+{
+	amqp_basic_cancel_t c = { bytes(tag), 1 };
+	int st;
+
+	if (!a->c)
+		return ik_errf(err, IK_TEMPFAIL, "%s: connection lost", a->u->label);
+	if ((st = amqp_send_method(a->c, CHANNEL, AMQP_BASIC_CANCEL_METHOD, &c)) !=
+	    AMQP_STATUS_OK)
+		return lib_err(a, "basic.cancel", st, err);
+	return IK_OK;
+}
+
+/* A delivery (ctag its consumer's tag) or a basic.get-ok (ctag NULL): its
+ * content follows on the channel at once (the broker writes a message's
+ * frames together); the read waits for it without a timeout of its own,
+ * so a broker that falls silent mid-message is seen by the heartbeats. */
+static int
+delivered(struct ik_amqp *a, const char *ctag, uint64_t tag, ik_amqp_deliver_fn *fn,
+          void *arg, ik_err *err)
+{
+	struct ik_amqp_msg m = { 0 };
+	amqp_message_t msg;
+	amqp_rpc_reply_t r;
+	int rc;
+
+	r = amqp_read_message(a->c, CHANNEL, &msg, 0);
+	if ((rc = reply_err(a, "basic.deliver", r, err)) != IK_OK)
+		return rc;
+	m.tag = tag;
+	rc = take_message(&msg, &m);
 	amqp_destroy_message(&msg);
-	amqp_maybe_release_buffers(a->c);
-	*got = 1;
-	if (rc < 0 || !m->body || !m->message_id)
+	if (rc < 0) {
+		ik_amqp_msg_free(&m);
 		return ik_errf(err, IK_SOFTWARE, "out of memory");
+	}
+	fn(arg, ctag, &m);
 	return IK_OK;
 }
 
@@ -711,26 +768,54 @@ ik_amqp_requeue(struct ik_amqp *a, uint64_t tag, ik_err *err)
 }
 
 int
-ik_amqp_input(struct ik_amqp *a, ik_err *err)
+ik_amqp_input(struct ik_amqp *a, ik_amqp_deliver_fn *fn, void *arg, ik_err *err)
 {
 	while (a->c) {
 		amqp_frame_t f;
 		struct timeval tv = { 0, 0 };
-		int st = amqp_simple_wait_frame_noblock(a->c, &f, &tv);
+		char ctag[256];
+		int st = amqp_simple_wait_frame_noblock(a->c, &f, &tv), rc;
 
 		if (st == AMQP_STATUS_TIMEOUT)
 			break;
 		if (st != AMQP_STATUS_OK)
 			return lib_err(a, "connection", st, err);
-		if (f.frame_type == AMQP_FRAME_METHOD &&
-		    f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD) {
+		if (f.frame_type != AMQP_FRAME_METHOD)
+			continue;
+		switch (f.payload.method.id) {
+		case AMQP_BASIC_DELIVER_METHOD: {
+			amqp_basic_deliver_t *d = f.payload.method.decoded;
+			snprintf(ctag, sizeof ctag, "%.*s", (int)d->consumer_tag.len,
+			         (const char *)d->consumer_tag.bytes);
+			if ((rc = delivered(a, ctag, d->delivery_tag, fn, arg, err)) != IK_OK)
+				return rc;
+			break;
+		}
+		case AMQP_BASIC_GET_OK_METHOD: {
+			amqp_basic_get_ok_t *g = f.payload.method.decoded;
+			if ((rc = delivered(a, NULL, g->delivery_tag, fn, arg, err)) != IK_OK)
+				return rc;
+			break;
+		}
+		case AMQP_BASIC_GET_EMPTY_METHOD:
+			fn(arg, NULL, NULL);
+			break;
+		case AMQP_BASIC_CANCEL_METHOD:
+			/* the broker cancelled a consumer (its queue deleted): what
+			 * it held is unknown, start again */
+			ik_amqp_close(a, 0);
+			return ik_errf(err, IK_TEMPFAIL, "%s: the broker cancelled the consumer "
+			               "(queue deleted?)", a->u->label);
+		case AMQP_CONNECTION_CLOSE_METHOD: {
 			amqp_connection_close_t *c = f.payload.method.decoded;
 			return server_close(a, "connection", c->reply_code, c->reply_text, err);
 		}
-		if (f.frame_type == AMQP_FRAME_METHOD &&
-		    f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD) {
+		case AMQP_CHANNEL_CLOSE_METHOD: {
 			amqp_channel_close_t *c = f.payload.method.decoded;
 			return server_close(a, "channel", c->reply_code, c->reply_text, err);
+		}
+		default:   /* qos-ok, connection.blocked/unblocked */
+			break;
 		}
 	}
 	if (a->c)

@@ -38,6 +38,9 @@ struct ik_amqp {
 	const struct ik_amqp_url *u;     /* borrowed */
 	void *c;                         /* amqp_connection_state_t, NULL: none */
 	int64_t timeout_ms;              /* IDEMKIT_AMQP_TIMEOUT, default 10 s */
+	int heartbeat_s;                 /* asked of the broker at login, 0: none;
+	                                  * serviced only inside ik_amqp_input */
+	int prefetch;                    /* the last basic.qos sent, 0: none */
 	int confirm;                     /* the channel is in confirm mode */
 	uint64_t seq;                    /* last publish's sequence number */
 };
@@ -91,14 +94,28 @@ int ik_amqp_declare(struct ik_amqp *a, const char *name, int passive,
 int ik_amqp_publish(struct ik_amqp *a, const char *queue, const struct ik_amqp_msg *m,
                     size_t n, int *codes, ik_err *err);
 
-/* basic.get, manual ack: *got 1 with m filled, or 0 when empty. */
-int ik_amqp_get(struct ik_amqp *a, const char *queue, struct ik_amqp_msg *m, int *got,
-                ik_err *err);
+/* Receiving, never waited for: what the broker sends comes through
+ * ik_amqp_input.  get_start sends one basic.get (manual ack): its
+ * delivery, or its "empty", follows.  consume starts a consumer (manual
+ * ack, nowait) under tag with a per-consumer prefetch of prefetch
+ * (basic.qos sent first when it differs from the last); cancel ends one
+ * (nowait: a delivery may still come after it). */
+int ik_amqp_get_start(struct ik_amqp *a, const char *queue, ik_err *err);
+int ik_amqp_consume(struct ik_amqp *a, const char *queue, const char *tag, int prefetch,
+                    ik_err *err);
+int ik_amqp_cancel(struct ik_amqp *a, const char *tag, ik_err *err);
 int ik_amqp_ack(struct ik_amqp *a, uint64_t tag, ik_err *err);
 /* basic.reject, requeue. */
 int ik_amqp_requeue(struct ik_amqp *a, uint64_t tag, ik_err *err);
-/* The socket was readable with no call in progress: reads what came (a
- * close from the broker, a blocked notice).  IK_OK while it stays up. */
-int ik_amqp_input(struct ik_amqp *a, ik_err *err);
+/* A delivery to consumer ctag, or a basic.get's (ctag NULL); m NULL: a
+ * basic.get found the queue empty.  m is the callee's (ik_amqp_msg_free). */
+typedef void ik_amqp_deliver_fn(void *arg, const char *ctag, struct ik_amqp_msg *m);
+
+/* Reads, without waiting, all that came (a socket that polled readable,
+ * or a timer: the heartbeats are sent and checked here): each delivery to
+ * fn; a close from the broker, a cut or a missed heartbeat is an error
+ * and the connection is dropped.  Afterwards nothing is left buffered.
+ * IK_OK while the connection stays up. */
+int ik_amqp_input(struct ik_amqp *a, ik_amqp_deliver_fn *fn, void *arg, ik_err *err);
 
 #endif

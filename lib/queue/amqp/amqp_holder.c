@@ -5,8 +5,15 @@
  *  - it owns the only connection its deliveries were received on: it is
  *    the one process that can ack (DEL) or return them (basic.reject,
  *    requeue: the broker counts the delivery);
- *  - a delivery is held until DEL, or until its visibility ends (then
- *    returned); VIS moves that end; nothing else returns one;
+ *  - a GET takes what it asks for and no more: a consumer of its own
+ *    whose prefetch is the GET's max (one basic.get at a time for a GET
+ *    that may not wait: only basic.get-empty says "empty now"), cancelled
+ *    before the answer; what comes after that (a cancel is not waited
+ *    for) is kept for the next GET, and returned when the receiver is
+ *    gone or no GET took it within SPARE_MS: on a quorum queue every
+ *    return counts toward the delivery limit (idemkit(7) "RabbitMQ");
+ *  - a delivery handed out is held until DEL, or until its visibility
+ *    ends (then returned); VIS moves that end;
  *  - a lost connection loses the deliveries (the broker has them back):
  *    it forgets them, and a DEL of one is then IK_LEASE_LOST;
  *  - it leaves the receiver's session (setsid) and every inherited file
@@ -36,8 +43,8 @@
 #include "queue/amqp/amqp_queue.h"
 
 #define MAX_PEERS 32
-#define POLL_MIN_MS 10
-#define POLL_MAX_MS 100
+#define SPARE_MS 2000      /* a delivery no GET took is returned then */
+#define QUIET_MS 2         /* a GET with some answers once none came for this */
 
 struct held {
 	uint64_t tag;
@@ -45,19 +52,30 @@ struct held {
 	int64_t until;      /* monotonic ms: returned then */
 };
 
+/* A delivery no GET has taken yet. */
+struct spare {
+	struct ik_amqp_msg m;
+	int64_t at;         /* monotonic ms it came */
+};
+
 struct holder {
 	struct amqp_queue *s;
 	struct ik_amqp a;
 	struct held *h;
 	size_t n, cap;
-	/* a GET in progress */
-	int get_max;
-	int64_t get_vis, get_deadline, get_next, get_pause;
+	struct spare *sp;
+	size_t nsp, capsp;
+	/* a GET in progress: its consumer (ctag), or one basic.get out */
+	int get_max, got;
+	int64_t get_vis, get_deadline, get_last;
 	cJSON *get_out;
-	int getting;
+	int getting, get_one, get_empty;
+	char ctag[32];
+	unsigned long nconsumers;
+	int fd;             /* the receiver's socket, -1: gone */
 };
 
-static void
+static int
 write_all(int fd, const char *p, size_t n)
 {
 	while (n > 0) {
@@ -65,15 +83,22 @@ write_all(int fd, const char *p, size_t n)
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0)
-			return;
+			return -1;
 		p += w, n -= (size_t)w;
 	}
+	return 0;
 }
 
 static void
 forget_all(struct holder *h)
 {
-	h->n = 0;   /* the broker has them back with the connection */
+	/* the broker has them back with the connection */
+	h->n = 0;
+	for (size_t i = 0; i < h->nsp; i++)
+		ik_amqp_msg_free(&h->sp[i].m);
+	h->nsp = 0;
+	h->ctag[0] = '\0';
+	h->get_one = 0;
 }
 
 static struct held *
@@ -109,26 +134,70 @@ expire(struct holder *h)
 		}
 		drop(h, &h->h[i]);
 	}
+	/* spares nobody asked for, or with nobody left to ask: back now */
+	for (size_t i = 0; i < h->nsp;) {
+		if (h->fd >= 0 && now - h->sp[i].at < SPARE_MS) {
+			i++;
+			continue;
+		}
+		if (ik_amqp_requeue(&h->a, h->sp[i].m.tag, &err) != IK_OK) {
+			forget_all(h);
+			return;
+		}
+		ik_amqp_msg_free(&h->sp[i].m);
+		memmove(&h->sp[i], &h->sp[i + 1], (h->nsp - i - 1) * sizeof *h->sp);
+		h->nsp--;
+	}
+}
+
+/* The deliveries of an answer nobody read (its receiver is gone): back to
+ * the broker now, not when their visibility ends. */
+static void
+unhand(struct holder *h, cJSON *arr)
+{
+	cJSON *it;
+	ik_err err = { 0 };
+
+	cJSON_ArrayForEach(it, arr) {
+		struct held *e = find(h, (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(it,
+		    "tag")), cJSON_GetStringValue(cJSON_GetObjectItem(it, "key")));
+		if (!e)
+			continue;
+		if (ik_amqp_requeue(&h->a, e->tag, &err) != IK_OK) {
+			forget_all(h);
+			return;
+		}
+		drop(h, e);
+	}
 }
 
 static void
 reply_get(struct holder *h, int fd, int rc, const char *msg)
 {
 	char *s;
+	ik_err err = { 0 };
+	int w = -1;
 
+	/* no more for this GET: what still comes is a spare */
+	if (h->ctag[0] && ik_amqp_cancel(&h->a, h->ctag, &err) != IK_OK)
+		forget_all(h);
+	h->ctag[0] = '\0';
 	if (!h->get_out)
 		h->get_out = cJSON_CreateObject();
 	cJSON_AddNumberToObject(h->get_out, "rc", rc);
 	if (msg)
 		cJSON_AddStringToObject(h->get_out, "msg", msg);
 	s = cJSON_PrintUnformatted(h->get_out);
-	if (s) {
-		write_all(fd, s, strlen(s));
-		write_all(fd, "\n", 1);
-		free(s);
-	} else {
+	if (s && fd >= 0) {
+		w = write_all(fd, s, strlen(s));
+		if (w == 0)
+			w = write_all(fd, "\n", 1);
+	} else if (fd >= 0) {
 		write_all(fd, "{\"rc\":70,\"msg\":\"out of memory\"}\n", 33);
 	}
+	free(s);
+	if (w < 0)
+		unhand(h, cJSON_GetObjectItem(h->get_out, "m"));
 	cJSON_Delete(h->get_out);
 	h->get_out = NULL;
 	h->getting = 0;
@@ -168,67 +237,151 @@ add_msg(struct holder *h, cJSON *arr, struct ik_amqp_msg *m)
 	return 0;
 }
 
-/* Moves a GET on: as many as there are up to max; answers once it has
- * some, or its wait is over, or on an error. */
+/* The GET's answer so far dropped (the connection, and with it every
+ * delivery, is gone), then the error. */
 static void
-get_step(struct holder *h, int fd)
+get_failed(struct holder *h, int rc, const char *msg)
 {
-	cJSON *arr = cJSON_GetObjectItem(h->get_out, "m");
-	ik_err err = { 0 };
-	int got = 1, rc = IK_OK;
+	forget_all(h);
+	cJSON_DeleteItemFromObject(h->get_out, "m");
+	cJSON_AddArrayToObject(h->get_out, "m");
+	reply_get(h, h->fd, rc, msg);
+}
 
-	if (!h->a.c) {
-		if ((rc = ik_amqp_ensure(&h->a, &err)) == IK_OK)
-			rc = ik_amqp_declare_queues(h->s, &h->a, &err);
-		if (rc != IK_OK) {
-			forget_all(h);
-			reply_get(h, fd, rc, err.msg);
-			return;
-		}
+/* One delivery into the GET's answer (held from now); -1: out of memory
+ * (answered). */
+static int
+take(struct holder *h, struct ik_amqp_msg *m)
+{
+	if (add_msg(h, cJSON_GetObjectItem(h->get_out, "m"), m) < 0) {
+		reply_get(h, h->fd, IK_SOFTWARE, "out of memory");
+		return -1;
 	}
-	while (got && cJSON_GetArraySize(arr) < h->get_max) {
-		struct ik_amqp_msg m;
-		if ((rc = ik_amqp_get(&h->a, h->s->u.queue, &m, &got, &err)) != IK_OK) {
-			ik_amqp_msg_free(&m);
-			forget_all(h);   /* the connection is dropped: all went back */
-			cJSON_DeleteItemFromObject(h->get_out, "m");
-			cJSON_AddArrayToObject(h->get_out, "m");
-			reply_get(h, fd, rc, err.msg);
-			return;
-		}
-		if (got && add_msg(h, arr, &m) < 0) {
-			ik_amqp_msg_free(&m);
-			reply_get(h, fd, IK_SOFTWARE, "out of memory");
-			return;
-		}
-		ik_amqp_msg_free(&m);
-	}
-	if (cJSON_GetArraySize(arr) > 0 || ik_mono_ms() >= h->get_deadline) {
-		reply_get(h, fd, IK_OK, NULL);
+	h->got++;
+	h->get_last = ik_mono_ms();
+	return 0;
+}
+
+/* ik_amqp_input's deliveries: the GET's own while it is open, else a
+ * spare for the next GET. */
+static void
+on_delivery(void *arg, const char *ctag, struct ik_amqp_msg *m)
+{
+	struct holder *h = arg;
+	int mine = h->getting && h->got < h->get_max &&
+	           (ctag ? h->ctag[0] && strcmp(ctag, h->ctag) == 0 : h->get_one);
+
+	if (!ctag)
+		h->get_one = 0;
+	if (!m) {   /* basic.get-empty */
+		h->get_empty = 1;
 		return;
 	}
-	h->get_next = ik_mono_ms() + h->get_pause;
-	h->get_pause = h->get_pause * 2 > POLL_MAX_MS ? POLL_MAX_MS : h->get_pause * 2;
+	if (mine) {
+		take(h, m);
+		ik_amqp_msg_free(m);
+		return;
+	}
+	if (h->nsp == h->capsp) {
+		size_t cap = h->capsp ? h->capsp * 2 : 16;
+		struct spare *p = realloc(h->sp, cap * sizeof *p);
+		if (!p) {   /* cannot keep it: back to the broker */
+			ik_err err = { 0 };
+			if (ik_amqp_requeue(&h->a, m->tag, &err) != IK_OK)
+				forget_all(h);
+			ik_amqp_msg_free(m);
+			return;
+		}
+		h->sp = p, h->capsp = cap;
+	}
+	h->sp[h->nsp].m = *m;
+	h->sp[h->nsp++].at = ik_mono_ms();
+}
+
+/* Moves the GET in progress on, and answers it once it has max, or some
+ * and none came for QUIET_MS, or a basic.get found the queue empty, or
+ * its wait is over. */
+static void
+get_step(struct holder *h)
+{
+	int64_t now = ik_mono_ms();
+	ik_err err = { 0 };
+
+	if (!h->getting)
+		return;
+	if (h->got >= h->get_max || h->get_empty ||
+	    (h->got > 0 && h->ctag[0] && now - h->get_last >= QUIET_MS)) {
+		reply_get(h, h->fd, IK_OK, NULL);
+		return;
+	}
+	if (h->ctag[0] && now >= h->get_deadline) {
+		reply_get(h, h->fd, IK_OK, NULL);
+		return;
+	}
+	if (!h->ctag[0] && !h->get_one) {   /* a look that does not wait: one more */
+		if (ik_amqp_get_start(&h->a, h->s->u.queue, &err) != IK_OK) {
+			get_failed(h, err.code, err.msg);
+			return;
+		}
+		h->get_one = 1;
+		h->get_deadline = now + h->a.timeout_ms;
+	} else if (!h->ctag[0] && now >= h->get_deadline) {
+		ik_amqp_close(&h->a, 0);
+		get_failed(h, IK_TEMPFAIL, "basic.get: no answer");
+	}
 }
 
 static void
-on_get(struct holder *h, int fd, const char *line)
+on_get(struct holder *h, const char *line)
 {
 	int max;
 	long long vis, wait;
+	ik_err err = { 0 };
+	int rc = IK_OK;
 
 	if (sscanf(line, "GET %d %lld %lld", &max, &vis, &wait) != 3 || max < 1) {
-		write_all(fd, "{\"rc\":70,\"msg\":\"bad request\",\"m\":[]}\n", 37);
+		write_all(h->fd, "{\"rc\":70,\"msg\":\"bad request\",\"m\":[]}\n", 37);
 		return;
 	}
 	h->get_max = max;
 	h->get_vis = vis;
-	h->get_deadline = ik_mono_ms() + wait;
-	h->get_pause = POLL_MIN_MS;
+	h->got = 0;
+	h->get_empty = 0;
 	h->get_out = cJSON_CreateObject();
 	cJSON_AddArrayToObject(h->get_out, "m");
 	h->getting = 1;
-	get_step(h, fd);
+	/* what came after the last GET was answered, first: then no more */
+	while (h->nsp > 0 && h->got < h->get_max) {
+		struct ik_amqp_msg m = h->sp[0].m;
+		memmove(&h->sp[0], &h->sp[1], (h->nsp - 1) * sizeof *h->sp);
+		h->nsp--;
+		rc = take(h, &m);
+		ik_amqp_msg_free(&m);
+		if (rc < 0)
+			return;
+	}
+	if (h->got > 0) {
+		reply_get(h, h->fd, IK_OK, NULL);
+		return;
+	}
+	if (!h->a.c) {
+		if ((rc = ik_amqp_ensure(&h->a, &err)) == IK_OK)
+			rc = ik_amqp_declare_queues(h->s, &h->a, &err);
+		if (rc != IK_OK) {
+			get_failed(h, rc, err.msg);
+			return;
+		}
+	}
+	if (wait <= 0) {   /* basic.get, one at a time: its "empty" is exact */
+		get_step(h);
+		return;
+	}
+	snprintf(h->ctag, sizeof h->ctag, "ik.%lu", ++h->nconsumers);
+	if (ik_amqp_consume(&h->a, h->s->u.queue, h->ctag, max, &err) != IK_OK) {
+		get_failed(h, err.code, err.msg);
+		return;
+	}
+	h->get_deadline = ik_mono_ms() + wait;
 }
 
 /* One settle request from a peer: "DEL TAG KEY" or "VIS TAG KEY SECS". */
@@ -271,67 +424,90 @@ same_user(int fd)
 	return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c, &n) == 0 && c.uid == getuid();
 }
 
+/* How long the loop may sleep: until the next visibility end, spare to
+ * return, GET to answer or heartbeat to service; -1: no bound. */
+static int
+next_wake(const struct holder *h)
+{
+	int64_t now = ik_mono_ms(), t = -1;
+
+#define SOONER(at) do { int64_t d_ = (at) - now; if (t < 0 || d_ < t) t = d_ < 0 ? 0 : d_; } while (0)
+	for (size_t i = 0; i < h->n; i++)
+		SOONER(h->h[i].until);
+	for (size_t i = 0; i < h->nsp; i++)
+		SOONER(h->fd >= 0 ? h->sp[i].at + SPARE_MS : now);
+	if (h->getting) {
+		SOONER(h->get_deadline);
+		if (h->got > 0)
+			SOONER(h->get_last + QUIET_MS);
+	}
+	if (h->a.c && h->a.heartbeat_s > 0)
+		SOONER(now + h->a.heartbeat_s * 1000LL / 2);
+#undef SOONER
+	return t > 24 * 3600 * 1000LL ? 24 * 3600 * 1000 : (int)t;
+}
+
 static void __attribute__((noreturn))
 holder_main(struct amqp_queue *s, int pfd, int lfd)
 {
-	struct holder h = { .s = s };
+	struct holder h = { .s = s, .fd = pfd };
 	struct ik_lines parent, peers[MAX_PEERS];
 	int npeers = 0;
 
 	h.a.u = &s->u;
+	h.a.heartbeat_s = s->heartbeat_s;
 	ik_lines_init(&parent, pfd);
 	for (;;) {
 		struct pollfd p[MAX_PEERS + 3];
-		int np = 0, afd = ik_amqp_fd(&h.a), timeout = -1;
-		int64_t now = ik_mono_ms();
+		int np = 0, afd = ik_amqp_fd(&h.a);
 
-		if (pfd < 0 && h.n == 0 && !h.getting)
+		if (h.fd < 0 && h.n == 0 && h.nsp == 0 && !h.getting)
 			break;
-		for (size_t i = 0; i < h.n; i++) {
-			int64_t t = h.h[i].until - now;
-			if (timeout < 0 || t < timeout)
-				timeout = t < 0 ? 0 : (int)t;
-		}
-		if (h.getting) {
-			int64_t t = h.get_next - now;
-			if (timeout < 0 || t < timeout)
-				timeout = t < 0 ? 0 : (int)t;
-		}
-		p[np++] = (struct pollfd){ pfd, POLLIN, 0 };
+		p[np++] = (struct pollfd){ h.fd, POLLIN, 0 };
 		/* full: the others wait in the backlog (a readable listener
 		 * polled and not accepted would spin) */
 		p[np++] = (struct pollfd){ npeers < MAX_PEERS ? lfd : -1, POLLIN, 0 };
 		p[np++] = (struct pollfd){ afd, POLLIN, 0 };
 		for (int i = 0; i < npeers; i++)
 			p[np++] = (struct pollfd){ peers[i].fd, POLLIN, 0 };
-		if (poll(p, (nfds_t)np, timeout) < 0 && errno != EINTR)
+		if (poll(p, (nfds_t)np, next_wake(&h)) < 0 && errno != EINTR)
 			break;
-		if (afd >= 0 && p[2].revents) {
+		/* what the broker sent, and the heartbeats, on every wake: a
+		 * frame already read into librabbitmq's buffer polls nothing */
+		if (h.a.c) {
 			ik_err err = { 0 };
-			if (ik_amqp_input(&h.a, &err) != IK_OK)
+			if (ik_amqp_input(&h.a, on_delivery, &h, &err) != IK_OK) {
+				if (h.getting)
+					get_failed(&h, err.code, err.msg);
 				forget_all(&h);
+			}
 		}
 		expire(&h);
-		if (h.getting && ik_mono_ms() >= h.get_next)
-			get_step(&h, pfd);
-		if (pfd >= 0 && p[0].revents) {
+		get_step(&h);
+		if (h.fd >= 0 && p[0].revents) {
 			char *line;
 			size_t len;
-			if (ik_lines_fill(&parent) <= 0 && parent.len == 0) {
-				close(pfd);
-				pfd = -1;
-			}
-			while (pfd >= 0 && (line = ik_lines_take(&parent, &len))) {
+			int r = ik_lines_fill(&parent);
+			while ((line = ik_lines_take(&parent, &len))) {
 				if (strcmp(line, "STOP") == 0) {
 					/* the receiver was told to stop: answer with what
 					 * there is (a STOP after the answer: nothing) */
-					if (h.getting) {
+					if (h.getting && h.ctag[0]) {
 						h.get_deadline = 0;
-						get_step(&h, pfd);
+						get_step(&h);
 					}
 				} else if (!h.getting) {
-					on_get(&h, pfd, line);
+					on_get(&h, line);
 				}
+			}
+			if (r < 0 || parent.eof) {
+				/* the receiver is gone: its spares, and what a GET
+				 * in progress took, go back now */
+				close(h.fd);
+				h.fd = -1;
+				if (h.getting)
+					reply_get(&h, h.fd, IK_OK, NULL);
+				expire(&h);
 			}
 		}
 		if (p[1].revents && npeers < MAX_PEERS) {
@@ -344,20 +520,21 @@ holder_main(struct amqp_queue *s, int pfd, int lfd)
 		for (int i = 0; i < npeers; i++) {
 			char *line;
 			size_t len;
+			int r;
 			if (!p[3 + i].revents)
 				continue;
-			if (ik_lines_fill(&peers[i]) <= 0) {
-				while ((line = ik_lines_take(&peers[i], &len)))
-					on_peer(&h, peers[i].fd, line);
+			/* a peer keeps its connection for its next settles (fill
+			 * says 0 for data too: the end is eof) */
+			r = ik_lines_fill(&peers[i]);
+			while ((line = ik_lines_take(&peers[i], &len)))
+				on_peer(&h, peers[i].fd, line);
+			if (r < 0 || peers[i].eof) {
 				close(peers[i].fd);
 				ik_lines_free(&peers[i]);
 				peers[i] = peers[--npeers];
 				p[3 + i] = p[3 + npeers];
 				i--;
-				continue;
 			}
-			while ((line = ik_lines_take(&peers[i], &len)))
-				on_peer(&h, peers[i].fd, line);
 		}
 	}
 	ik_amqp_close(&h.a, 1);

@@ -24,6 +24,7 @@
 #include "core/err.h"
 
 #define IK_AMQP_DEFAULT_VISIBILITY 30
+#define IK_AMQP_DEFAULT_HEARTBEAT 30    /* seconds; 0: off */
 
 struct amqp_queue {
 	struct ik_amqp_url u;
@@ -32,6 +33,7 @@ struct amqp_queue {
 	int64_t max_receive;             /* 0: no delivery limit */
 	char *dlq;                       /* the DLQ's name, NULL with no limit */
 	int64_t visibility_s;
+	int heartbeat_s;                 /* the holder's, IDEMKIT_AMQP_HEARTBEAT */
 	/* the holder of this process's receives, once forked */
 	pid_t holder;
 	int holder_fd;                   /* socketpair end, -1: none */

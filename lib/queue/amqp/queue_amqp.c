@@ -3,7 +3,8 @@
  * URL: amqp[s]://USER@HOST[:PORT][/VHOST]#QUEUE[?maxReceiveCount=N&dlq=NAME&
  *      visibility=SECS].  The model is in idemkit(7) "RabbitMQ":
  *  - receive asks this process's holder (amqp_holder.c, forked on the
- *    first receive), which keeps the deliveries on its connection;
+ *    first receive), which consumes with a prefetch of the receive's max
+ *    and keeps the deliveries on its connection;
  *  - delete and change-visibility go to the holder the receipt names,
  *    from whatever process has the receipt;
  *  - send publishes on this process's own connection, with publisher
@@ -517,6 +518,22 @@ parse_params(struct amqp_queue *s, ik_err *err)
 	return rc;
 }
 
+/* IDEMKIT_AMQP_HEARTBEAT: the holder's heartbeat, whole seconds, 0: off
+ * (a half-open connection is then seen only through TCP). */
+static int
+parse_heartbeat(struct amqp_queue *s, ik_err *err)
+{
+	const char *t = getenv("IDEMKIT_AMQP_HEARTBEAT");
+	int64_t ms = IK_AMQP_DEFAULT_HEARTBEAT * 1000LL;
+
+	if (t && *t && (ik_parse_duration(t, &ms) != 0 || ms < 0 || ms > 3600 * 1000LL ||
+	                ms % 1000 != 0))
+		return ik_errf(err, IK_CONFIG, "IDEMKIT_AMQP_HEARTBEAT=%s: expected whole seconds "
+		               "up to an hour (30s, 0 for none)", t);
+	s->heartbeat_s = (int)(ms / 1000);
+	return IK_OK;
+}
+
 int
 ik_queue_amqp_open(const char *url, struct ik_queue *q, ik_err *err)
 {
@@ -534,7 +551,8 @@ ik_queue_amqp_open(const char *url, struct ik_queue *q, ik_err *err)
 	}
 	s->send.u = &s->u;
 	/* misconfiguration said at once, before any receive is handed out */
-	if ((rc = parse_params(s, err)) != IK_OK || (rc = ik_amqp_has_password(err)) != IK_OK) {
+	if ((rc = parse_params(s, err)) != IK_OK || (rc = parse_heartbeat(s, err)) != IK_OK ||
+	    (rc = ik_amqp_has_password(err)) != IK_OK) {
 		ik_amqp_url_free(&s->u);
 		free(s->dlq);
 		free(s);
