@@ -365,6 +365,10 @@ on_get(struct holder *h, const char *line)
 		return;
 	}
 	if (!h->a.c) {
+		/* a new connection numbers its deliveries from 1 again: a tag
+		 * still held from the old one would name another message (an
+		 * ack of it would delete that one, unprocessed) */
+		forget_all(h);
 		if ((rc = ik_amqp_ensure(&h->a, &err)) == IK_OK)
 			rc = ik_amqp_declare_queues(h->s, &h->a, &err);
 		if (rc != IK_OK) {
