@@ -251,24 +251,26 @@ check-runs:
 SAN_LOG   := $(CURDIR)/build/san/report
 SAN_COVER := tests/san-cover.txt
 sanitize:
-	rm -f $(SAN_LOG).* build/san/plain-runs
+	rm -f $(SAN_LOG).* build/san/plain-runs build/san/plain-tests
 	@# the plain build too: the tests that preload libfaketime run it
 	@# (tests/helper.bash's slow_or_skip), which an ASan build cannot start
-	@# under, and SAN_REST=1 the runs the set cover leaves out
-	$(MAKE) $(SUBJOBS) $(if $(SAN_REST),check-build,all)
+	@# under, the tests of a sanitized run the set cover leaves out, and
+	@# SAN_REST=1 the runs it leaves out
+	$(MAKE) $(SUBJOBS) check-build
 	@mkdir -p build/san
 	sh tests/run.sh --list $(CHECK_RUNS) > build/san/all-runs
-	$(if $(SAN_ALL),cp build/san/all-runs,python3 tests/sancover.py select $(SAN_COVER) build/san/all-runs >) build/san/runs
+	$(if $(SAN_ALL),cp build/san/all-runs build/san/runs; : > build/san/plain-tests,python3 tests/sancover.py select $(SAN_COVER) build/san/all-runs build/san/plain-tests > build/san/runs)
 	$(if $(SAN_REST),grep -Fvx -f build/san/runs build/san/all-runs > build/san/plain-runs || true)
 	$(if $(SAN_REST),cp build/san/all-runs build/san/runs)
-	@echo "sanitize: $$(($$(wc -l < build/san/runs) - $$(cat build/san/plain-runs 2>/dev/null | wc -l))) of $$(wc -l < build/san/all-runs) runs$(if $(SAN_REST),$(comma) the others on the plain build,) (make test runs them all)"
+	@echo "sanitize: $$(($$(wc -l < build/san/runs) - $$(cat build/san/plain-runs 2>/dev/null | wc -l))) of $$(wc -l < build/san/all-runs) runs$(if $(SAN_REST),$(comma) the others on the plain build,) (make test runs them all), $$(wc -l < build/san/plain-tests) of their tests on the plain build (the set cover's, by test)"
 	@# a fresh clone: the slowest first by the coverage run's times
 	@[ -s build/san/test-times ] || awk '$$1 == "run" { t = $$3; sub(/^run [0-9]+ [0-9]+ /, ""); print t, $$0 }' \
 	  $(SAN_COVER) | sort -nr > build/san/test-times
 	ASAN_OPTIONS=log_path=$(SAN_LOG):detect_leaks=1 \
 	UBSAN_OPTIONS=log_path=$(SAN_LOG):print_stacktrace=1 \
 	IDEMKIT_TEST_ONLY=$(CURDIR)/build/san/runs IDEMKIT_PLAIN_BIN=$(CURDIR)/build/bin \
-	$(if $(SAN_REST),IDEMKIT_TEST_PLAIN=$(CURDIR)/build/san/plain-runs IDEMKIT_PLAIN_TEST_BIN=$(CURDIR)/build/test) \
+	IDEMKIT_PLAIN_TEST_BIN=$(CURDIR)/build/test IDEMKIT_SAN_PLAIN_TESTS=$(CURDIR)/build/san/plain-tests \
+	$(if $(SAN_REST),IDEMKIT_TEST_PLAIN=$(CURDIR)/build/san/plain-runs) \
 	$(MAKE) $(SUBJOBS) O=build/san CC=clang CFLAGS='$(SAN_FLAGS)' LDFLAGS='-fsanitize=address,undefined' \
 	  LINK_EXTRA=build/san/obj/mk/san_prefault.o check
 	@if ls $(SAN_LOG).* >/dev/null 2>&1; then cat $(SAN_LOG).*; echo 'sanitizer reports above'; exit 1; fi
@@ -286,7 +288,7 @@ COV_MAKE = $(MAKE) $(SUBJOBS) O=build/cov WERROR= CFLAGS='-O0 -g --coverage' LDF
 san-cover: $(NODE_STAMP)
 	$(COV_MAKE) check-build
 	rm -rf $(CURDIR)/build/cov/gcda
-	-IDEMKIT_TEST_GCOV=$(CURDIR)/build/cov/gcda IDEMKIT_TEST_SKIP='$(SAN_COVER_SKIP)' $(COV_MAKE) check
+	-IDEMKIT_TEST_GCOV=$(CURDIR)/build/cov/gcda IDEMKIT_TEST_SKIP='$(SAN_COVER_SKIP)' IDEMKIT_BATS_OPTS=--timing $(COV_MAKE) check
 	sh tests/run.sh --list $(CHECK_RUNS) > build/cov/runs
 	python3 tests/sancover.py collect build/cov/gcda build/cov/runs $(SAN_COVER)
 
@@ -300,7 +302,7 @@ san-cover-add: $(NODE_STAMP)
 	$(if $(SAN_ADD),,@echo "san-cover-add: SAN_ADD='RUN ...' names the runs to add" >&2; exit 64)
 	$(COV_MAKE) check-build
 	rm -rf $(CURDIR)/build/cov/gcda-add
-	-IDEMKIT_TEST_GCOV=$(CURDIR)/build/cov/gcda-add $(COV_MAKE) check CHECK_RUNS="$(SAN_ADD)"
+	-IDEMKIT_TEST_GCOV=$(CURDIR)/build/cov/gcda-add IDEMKIT_BATS_OPTS=--timing $(COV_MAKE) check CHECK_RUNS="$(SAN_ADD)"
 	python3 tests/sancover.py add build/cov/gcda-add $(SAN_COVER)
 
 # End-to-end throughput, CPU per charge, latency and duplicates on this

@@ -5,6 +5,24 @@
 IDEMKIT_SRC=${IDEMKIT_SRC:-$(cd "$BATS_TEST_DIRNAME/.." && pwd)}
 IDEMKIT_BIN=${IDEMKIT_BIN:-$IDEMKIT_SRC/build/bin}
 IDEMKIT_TEST_BIN=${IDEMKIT_TEST_BIN:-$IDEMKIT_SRC/build/test}
+# Inside a test (bats sources this file again for each one, BATS_TEST_NAME
+# set): make san-cover keeps each test's gcov data apart from its file's
+# (DIR/N/t/NAME: tests/sancover.py's units), and make test SANITIZE=1 runs
+# the tests its set cover left out on the plain build (IDEMKIT_SAN_PLAIN_TESTS,
+# "RUN<TAB>NAME" lines, from tests/sancover.py select); a test not listed,
+# and setup_file's servers, stay on the build the run was given.
+if [ -n "${BATS_TEST_NAME:-}" ] && [ -z "${_ik_test_env:-}" ]; then
+	_ik_test_env=1
+	if [ -n "${GCOV_PREFIX:-}" ] && [ -n "${IDEMKIT_TEST_GCOV:-}" ]; then
+		GCOV_PREFIX=$GCOV_PREFIX/t/$BATS_TEST_NAME
+		mkdir -p "$GCOV_PREFIX" && echo "$BATS_TEST_NUMBER" > "$GCOV_PREFIX/number"
+		export GCOV_PREFIX
+	fi
+	if [ -n "${IDEMKIT_SAN_PLAIN_TESTS:-}" ] && [ -n "${IDEMKIT_PLAIN_BIN:-}" ] &&
+	    grep -Fqx -- "${IDEMKIT_TEST_RUN:-}	$BATS_TEST_NAME" "$IDEMKIT_SAN_PLAIN_TESTS"; then
+		IDEMKIT_BIN=$IDEMKIT_PLAIN_BIN IDEMKIT_TEST_BIN=${IDEMKIT_PLAIN_TEST_BIN:-$IDEMKIT_TEST_BIN}
+	fi
+fi
 export IDEMKIT_SRC IDEMKIT_BIN IDEMKIT_TEST_BIN
 PATH=$IDEMKIT_BIN:$PATH
 # Debian's python3 (the one mk/deps.sh installs, with the modules the

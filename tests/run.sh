@@ -32,8 +32,11 @@
 # a file of runs, one a line as --list prints them: only those of the runs
 # asked for run (make sanitize's selection).  IDEMKIT_BATS_OPTS: more bats
 # options (e.g. --timing).  IDEMKIT_TEST_GCOV=DIR: each run's gcov data
-# under DIR/N (GCOV_PREFIX), its run in DIR/N/run and its seconds in
-# DIR/N/time (make san-cover, on a --coverage build).
+# under DIR/N (GCOV_PREFIX; each test's under DIR/N/t/NAME, tests/helper.bash
+# sets that), its run in DIR/N/run, its seconds in DIR/N/time and its
+# output in DIR/N/out (make san-cover, on a --coverage build).  Each run
+# has its own string in IDEMKIT_TEST_RUN (as --list prints it; tests/helper.bash
+# looks its tests up by it in IDEMKIT_SAN_PLAIN_TESTS).
 # IDEMKIT_TEST_PLAIN: a file of runs (as --list prints them) made with
 # IDEMKIT_BIN=$IDEMKIT_PLAIN_BIN and IDEMKIT_TEST_BIN=$IDEMKIT_PLAIN_TEST_BIN
 # (make test SANITIZE=1: the plain build for the runs the sanitizer pass
@@ -61,6 +64,8 @@ one() {
 	local_vars=
 	while [ $# -gt 1 ]; do local_vars="$local_vars $1"; shift; done
 	local_start=$(date +%s)
+	IDEMKIT_TEST_RUN=$local_run
+	export IDEMKIT_TEST_RUN
 	if [ -n "${IDEMKIT_TEST_GCOV:-}" ]; then
 		mkdir -p "$IDEMKIT_TEST_GCOV/$local_n"
 		echo "$local_run" > "$IDEMKIT_TEST_GCOV/$local_n/run"
@@ -80,7 +85,10 @@ one() {
 	awk -v w="$(cut -d' ' -f1 "$dir/$local_n.time")" -v r="$local_run" '
 	    NR == 2 { for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); c += a[1] * 60 + a[2] } }
 	    END { printf "%.1f %s %s\n", c, w, r }' "$dir/$local_n.times" > "$dir/$local_n.cpu"
-	[ -z "${IDEMKIT_TEST_GCOV:-}" ] || cut -d' ' -f1 "$dir/$local_n.time" > "$IDEMKIT_TEST_GCOV/$local_n/time"
+	if [ -n "${IDEMKIT_TEST_GCOV:-}" ]; then
+		cut -d' ' -f1 "$dir/$local_n.time" > "$IDEMKIT_TEST_GCOV/$local_n/time"
+		cp "$dir/$local_n.out" "$IDEMKIT_TEST_GCOV/$local_n/out"
+	fi
 	[ -n "$local_stream" ] || cat "$dir/$local_n.out"
 }
 # (how GNU parallel runs one: sh run.sh --one DIR N RUN)
