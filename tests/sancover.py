@@ -66,6 +66,7 @@ test in tests/ci.bats), and `make san-cover` (as long as make test) renews it.
 """
 import glob
 import json
+import multiprocessing
 import os
 import re
 import subprocess
@@ -166,7 +167,9 @@ def signatures(by_line):
 
 def collect(gcovdir, runs_file, out):
     root = os.getcwd()
-    runs = [measured(os.path.abspath(d), root) for d in rundirs(gcovdir)]
+    # (gcov for each test of ~70 runs: a process per core)
+    with multiprocessing.Pool() as pool:
+        runs = pool.starmap(measured, [(os.path.abspath(d), root) for d in rundirs(gcovdir)])
     seen = {r[0] for r in runs}
     runs += [(r, 1, set(), []) for r in read_runs(runs_file) if r not in seen]
     runs.sort(key=lambda r: r[0])
