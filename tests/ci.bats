@@ -100,17 +100,95 @@ inner() {
 	# the committed list: what it selects covers every set of lines in it
 	cd "$IDEMKIT_SRC"
 	make -s check-runs > "$BATS_TEST_TMPDIR/runs"
-	python3 tests/sancover.py select tests/san-cover.txt "$BATS_TEST_TMPDIR/runs" > "$BATS_TEST_TMPDIR/sel"
+	python3 tests/sancover.py select tests/san-cover.txt "$BATS_TEST_TMPDIR/runs" "$BATS_TEST_TMPDIR/plain" > "$BATS_TEST_TMPDIR/sel"
 	[ -s "$BATS_TEST_TMPDIR/sel" ]
-	run awk 'NR == FNR { sel[$0] = 1; next }
-	    $1 == "run" { id = $2; $1 = $2 = $3 = ""; sub(/^ +/, ""); if ($0 in sel) chosen[id] = 1; next }
-	    $1 == "lines" { n = split($3, ids, ","); hit = 0
+	# a unit is sanitized when its run is and (a test) it is not listed plain
+	run awk -F '\t' 'FILENAME == ARGV[1] { sel[$0] = 1; next }
+	    FILENAME == ARGV[2] { plain[$1 "\t" $2] = 1; next }
+	    { split($0, w, " ") }
+	    w[1] == "run" { r = $0; sub(/^run [0-9]+ [0-9]+ /, "", r); run[w[2]] = r; if (r in sel) chosen[w[2]] = 1; next }
+	    w[1] == "test" { if ((run[w[3]] in sel) && !((run[w[3]] "\t" w[5]) in plain)) chosen[w[2]] = 1; next }
+	    w[1] == "lines" { n = split(w[3], ids, ","); hit = 0
 	        for (i = 1; i <= n; i++) if (ids[i] in chosen) hit = 1
-	        if (!hit) missed += $2; total += $2 }
-	    END { print missed + 0, total + 0 }' "$BATS_TEST_TMPDIR/sel" tests/san-cover.txt
+	        if (!hit) missed += w[2]; total += w[2] }
+	    END { print missed + 0, total + 0 }' "$BATS_TEST_TMPDIR/sel" "$BATS_TEST_TMPDIR/plain" tests/san-cover.txt
 	[ "$status" -eq 0 ]
 	[[ "$output" == "0 "* ]]
 	[ "${output#0 }" -gt 1000 ]
+}
+
+@test "the cover by test: a sanitized run's tests the cover leaves out are listed plain, its file level and the tests it takes stay sanitized; a test gone makes the list stale" {
+	# run A: its file level (a server) has 1 line of its own; test a1, 50 s,
+	# the same 8 lines as a2 in 1 s, and 2 of its own; a3 nothing of its own.
+	# run B: 4 lines a test of its own alone has; run C: nothing at all.
+	mkdir -p "$BATS_TEST_TMPDIR/tests"
+	printf '@test "a one" { :; }\n@test "a two: x" { :; }\n@test "a_three" { :; }\n' > "$BATS_TEST_TMPDIR/tests/a.bats"
+	printf '@test "b" { :; }\n' > "$BATS_TEST_TMPDIR/tests/b.bats"
+	cat > "$BATS_TEST_TMPDIR/list" <<-'EOF'
+	run 0 60 tests/a.bats
+	test 1 0 50000 test_a_one
+	test 2 0 1000 test_a_two-3a_x
+	test 3 0 9000 test_a-2d5fthree
+	run 4 5 X=1 tests/b.bats
+	test 5 4 4000 test_b
+	run 6 3 tests/c.bats
+	lines 8 1,2
+	lines 2 1
+	lines 1 0
+	lines 4 5
+	lines 3 1,2,3,5
+	EOF
+	printf '%s\n' tests/a.bats 'X=1 tests/b.bats' tests/c.bats > "$BATS_TEST_TMPDIR/runs"
+	cd "$BATS_TEST_TMPDIR"
+	run -0 python3 "$IDEMKIT_SRC/tests/sancover.py" select list runs plain
+	[ "$output" = "$(printf '%s\n' tests/a.bats 'X=1 tests/b.bats')" ]
+	[ "$(cat plain)" = "$(printf 'tests/a.bats\ttest_a-2d5fthree')" ]
+	run -0 python3 "$IDEMKIT_SRC/tests/sancover.py" check list runs
+	[ -z "$output" ]
+	# a test renamed: the list leaned on its old name
+	sed -i 's/a two: x/a two: y/' tests/a.bats
+	run -1 python3 "$IDEMKIT_SRC/tests/sancover.py" check list runs
+	[[ "$output" == *"stale: a test gone from tests/a.bats: test_a_two-3a_x"* ]]
+}
+
+@test "tests/helper.bash inside a test: the plain build for a test listed plain, the given one for the others and for setup_file; each test's gcov data apart under make san-cover" {
+	d=$BATS_TEST_TMPDIR/suite
+	mkdir -p "$d" "$BATS_TEST_TMPDIR/san" "$BATS_TEST_TMPDIR/plain"
+	# (printf: a line of this file that begins with @test would be bats's own)
+	{
+		printf 'load "%s/tests/helper"\n' "$IDEMKIT_SRC"
+		printf 'setup_file() { echo "file $IDEMKIT_BIN $IDEMKIT_TEST_BIN" >> "%s/seen"; }\n' "$BATS_TEST_TMPDIR"
+		for t in 1:'left out: plain' 2:taken; do
+			printf '@test "%s" { echo "%s $IDEMKIT_BIN $IDEMKIT_TEST_BIN $(command -v idemp-claim) ${GCOV_PREFIX:-}" >> "%s/seen"; }\n' \
+			    "${t#*:}" "${t%%:*}" "$BATS_TEST_TMPDIR"
+		done
+	} > "$d/x.bats"
+	touch "$BATS_TEST_TMPDIR/san/idemp-claim" "$BATS_TEST_TMPDIR/plain/idemp-claim"
+	chmod +x "$BATS_TEST_TMPDIR/san/idemp-claim" "$BATS_TEST_TMPDIR/plain/idemp-claim"
+	printf 'X=1 %s\ttest_left_out-3a_plain\n' "$d/x.bats" > "$BATS_TEST_TMPDIR/plain-tests"
+	s=$BATS_TEST_TMPDIR/san p=$BATS_TEST_TMPDIR/plain
+	inner env IDEMKIT_SRC="$IDEMKIT_SRC" IDEMKIT_BIN="$s" IDEMKIT_TEST_BIN="$s/t" IDEMKIT_PLAIN_BIN="$p" \
+	    IDEMKIT_PLAIN_TEST_BIN="$p/t" IDEMKIT_SAN_PLAIN_TESTS="$BATS_TEST_TMPDIR/plain-tests" \
+	    IDEMKIT_TEST_RUN="X=1 $d/x.bats" bats "$d/x.bats"
+	run sort "$BATS_TEST_TMPDIR/seen"
+	[ "${lines[0]}" = "1 $p $p/t $p/idemp-claim " ]
+	[ "${lines[1]}" = "2 $s $s/t $s/idemp-claim " ]
+	[ "${lines[2]}" = "file $s $s/t" ]
+	# another run of the same file: nothing listed, all on the given build
+	rm "$BATS_TEST_TMPDIR/seen"
+	inner env IDEMKIT_SRC="$IDEMKIT_SRC" IDEMKIT_BIN="$s" IDEMKIT_TEST_BIN="$s/t" IDEMKIT_PLAIN_BIN="$p" \
+	    IDEMKIT_PLAIN_TEST_BIN="$p/t" IDEMKIT_SAN_PLAIN_TESTS="$BATS_TEST_TMPDIR/plain-tests" \
+	    IDEMKIT_TEST_RUN="$d/x.bats" bats "$d/x.bats"
+	[ "$(grep -c " $s $s/t" "$BATS_TEST_TMPDIR/seen")" -eq 3 ]
+	# make san-cover's: each test's gcov data under the run's, its number beside
+	rm "$BATS_TEST_TMPDIR/seen"
+	g=$BATS_TEST_TMPDIR/gc/3
+	inner env IDEMKIT_SRC="$IDEMKIT_SRC" IDEMKIT_BIN="$s" IDEMKIT_TEST_BIN="$s/t" IDEMKIT_TEST_GCOV="$BATS_TEST_TMPDIR/gc" GCOV_PREFIX="$g" \
+	    bats "$d/x.bats"
+	run sort "$BATS_TEST_TMPDIR/seen"
+	[ "${lines[0]}" = "1 $s $s/t $s/idemp-claim $g/t/test_left_out-3a_plain" ]
+	[ "${lines[1]}" = "2 $s $s/t $s/idemp-claim $g/t/test_taken" ]
+	[ "$(cat "$g/t/test_taken/number")" = 2 ]
 }
 
 @test "run.sh --list prints the runs and runs none; IDEMKIT_TEST_ONLY runs only the runs it names" {
