@@ -260,10 +260,15 @@ def load(path):
                                     "run": " ".join(w[3:]), "rid": int(w[1])}
             elif w[0] == "test":
                 rid = int(w[2])
+                if rid not in units:   # its run's line gone: a test of no run
+                    continue
                 units[int(w[1])] = {"kind": "test", "rid": rid, "secs": max(int(w[3]), 20) / 1000.0,
                                     "run": units[rid]["run"], "name": " ".join(w[4:])}
             elif w[0] == "lines":
                 sets.append((int(w[1]), [int(x) for x in w[2].split(",")]))
+    # (units the list names in its sets but no longer has: not in the cover)
+    sets = [(n, [i for i in ids if i in units]) for n, ids in sets]
+    sets = [(n, ids) for n, ids in sets if ids]
     for u in units.values():
         if u["kind"] == "test":
             units[u["rid"]]["secs"] = 1
