@@ -156,6 +156,12 @@ class World:
             if os.environ.get(k):
                 env[k] = os.environ[k]
         env["IDEMKIT_BACKOFF_CAP"] = str(BACKOFF_CAP_S)
+        if self.backend == "rabbitmq" and not self.a.worker:
+            # Every delivery of every message id in the workers' logs: at
+            # debug the receiver's holder writes a line per delivery, ack,
+            # return (and why) and lost connection, with the delivery tag
+            # and the connection it belongs to (idemkit(7) "RabbitMQ").
+            env["IDEMKIT_LOG"] = "debug"
         self.wenv = env
         r = self.procs.sh(self.workers[0], ["idemp-init"], env=env, check=False)
         with open(self.procs.log("idemp-init"), "a") as f:
