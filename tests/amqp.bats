@@ -393,7 +393,7 @@ alive() {
 	[ "$status" -eq 0 ]
 	for _ in $(seq 1 100); do grep -q '"msg":"acked"' "$log" && break; sleep 0.1; done
 	cat "$log"
-	h='"step":"amqp-holder","holder":[0-9]*,"conn":1'
+	h='"step":"amqp-holder","holder":[0-9]*,"holderId":"[0-9a-f]\{8\}","conn":1'
 	grep -q "\"msg\":\"basic.get-ok\",$h,\"messageId\":\"$id\",\"tag\":1,\"redelivered\":0,\"deliveryCount\":0,\"to\":\"receive\"" "$log"
 	grep -q "\"msg\":\"returned\",$h,\"messageId\":\"$id\",\"tag\":1,\"reason\":\"visibility ended\"" "$log"
 	grep -q "\"msg\":\"basic.deliver\",$h,\"messageId\":\"$id\",\"tag\":1,\"redelivered\":1,\"deliveryCount\":1,\"consumer\":\"ik.1\",\"to\":\"receive\"" "$log"

@@ -84,13 +84,17 @@ struct holder {
 	unsigned long nconsumers;
 	int fd;             /* the receiver's socket, -1: gone */
 	pid_t pid;          /* ours, for the logs */
+	char tagid[9];      /* our id's first 8 hex digits, for the logs: pids
+	                     * are reused (the rest of the id, and the key, are
+	                     * what a receipt needs) */
 };
 
 /* A debug line of the holder: its pid and the connection its tags belong
  * to first, then the fields given (ik_log's, ending with NULL). */
 #define HLOG(h, msg, ...) \
 	ik_log(IK_LOG_DEBUG, msg, "step", "amqp-holder", \
-	       IK_LOG_NUM("holder", (h)->pid), IK_LOG_NUM("conn", (h)->a.gen), __VA_ARGS__)
+	       IK_LOG_NUM("holder", (h)->pid), "holderId", (h)->tagid, \
+	       IK_LOG_NUM("conn", (h)->a.gen), __VA_ARGS__)
 
 static int
 write_all(int fd, const char *p, size_t n)
@@ -521,6 +525,7 @@ holder_main(struct amqp_queue *s, int pfd, int lfd)
 
 	h.a.u = &s->u;
 	h.a.heartbeat_s = s->heartbeat_s;
+	memcpy(h.tagid, s->holder_id, 8);
 	ik_lines_init(&parent, pfd);
 	for (;;) {
 		struct pollfd p[MAX_PEERS + 3];
