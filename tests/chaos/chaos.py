@@ -280,8 +280,15 @@ class World:
         with open(self.procs.log("cron"), "a") as f:
             f.write(json.dumps({"ts": now_ms(), "harness": "cron", "host": host,
                                 "argv": ["--dlq"], "why": why}) + "\n")
-        self.procs.sh(host, ["charge-recover", "--dlq"], env=self.host_env(host), check=False,
-                      timeout=120)
+        # its log into the cron's file, as the cron's runs: a RabbitMQ
+        # holder keeps no stderr that is a pipe, and the re-drive's lines
+        # name the message ids it took from the DLQ
+        p = self.procs.spawn(host, "redrive", ["charge-recover", "--dlq"],
+                             env=self.host_env(host), log=self.procs.log("cron"))
+        try:
+            p.wait(120)
+        except subprocess.TimeoutExpired:
+            self.procs.stop("redrive", signal.SIGKILL)
 
     # ---- observation -------------------------------------------------
     def sample_cmdlines(self):
