@@ -76,6 +76,15 @@ OVERRIDES = ("SQS_RECV_CMD", "IDEMP_CLAIM_CMD", "CHARGE_DEBIT_CMD", "CHARGE_NOTI
 # any bound worth stating; a team sets the cap its drain budget allows, and
 # the campaign runs as such a deployment.
 BACKOFF_CAP_S = 30
+# A copy received and left without a change of its visibility (its DLQ
+# move or its delete failed: a send connection that died while idle) comes
+# back after the queue's visibility timeout, 30 s on every queue here (the
+# SQS default; RabbitMQ's holder's), not within a lease: the drain waits
+# that long with no claim before it calls the backlog drained (seed 8 on
+# rabbitmq: a DUP_FAILED copy whose DLQ move met a dead connection came
+# back 30 s later, after the workers had been stopped at 20 s of quiet).
+QUEUE_VISIBILITY_S = 30
+QUIET_S = max(LEASE_S, QUEUE_VISIBILITY_S) + 4
 # Liveness: once the last fault is healed, the backlog must drain within
 # this bound: two leases (a claim taken just before the heal runs out, its
 # redelivery waits at most one more) plus the backoff cap and a margin for
@@ -599,8 +608,8 @@ def main():
         while time.monotonic() - healed < drain_bound(loads)[0] + 60:
             loads.append(os.getloadavg()[0])
             # Drained: every charge sent has its terminal record, the queue
-            # is empty, and no worker has claimed anything for a lease and
-            # a bit (every copy left for a retry has come back and gone).
+            # is empty, and no worker has claimed anything for a visibility
+            # timeout and a bit (every copy left has come back and gone).
             # The SQS emulator's counts are not to be trusted
             # (local-aws-sqs counts a message whose visibility was changed
             # twice: visible 1 and in flight 1, measured), so there the
@@ -613,7 +622,7 @@ def main():
             if u == 0 and settled_at is None:
                 settled_at = now
             if u == 0 and (q == 0 or a.backend != "embedded") \
-                    and (a.backend == "embedded" or now - changed >= LEASE_S + 4):
+                    and (a.backend == "embedded" or now - changed >= QUIET_S):
                 drained = max(settled_at, changed if a.backend != "embedded" else 0) - healed
                 drained = max(drained, 0.0)
                 break
