@@ -376,3 +376,41 @@ alive() {
 	run sqs-ack <<<"$(finished <<<"$first")"
 	[ "$status" -eq 13 ]
 }
+
+@test "amqp: IDEMKIT_LOG=debug: the holder logs each delivery, return (and why), visibility move and ack by message id, into a file, never a receipt key or the password; a pipe is not kept open" {
+	log=$BATS_TEST_TMPDIR/holder.log
+	echo '{"chargeId":"CHG-D1"}' | sqs-send >/dev/null
+	first=$(IDEMKIT_LOG=debug sqs-recv --visibility 1 2>>"$log")
+	id=$(jget "$first" messageId)
+	# returned when its visibility ends (1 s), by the holder that outlives
+	# the receiver
+	for _ in $(seq 1 100); do grep -q '"msg":"returned".*"reason":"visibility ended"' "$log" && break; sleep 0.1; done
+	second=$(IDEMKIT_LOG=debug sqs-recv --wait 10 --visibility 30 2>>"$log")
+	[ "$(jget "$second" messageId)" = "$id" ]
+	run sqs-ack <<<"$(sed 's/}$/,"claim":{"outcome":"TEMPFAIL"}}/' <<<"$second")"
+	[ "$status" -eq 0 ]
+	run sqs-ack <<<"$(finished <<<"$second")"
+	[ "$status" -eq 0 ]
+	for _ in $(seq 1 100); do grep -q '"msg":"acked"' "$log" && break; sleep 0.1; done
+	cat "$log"
+	h='"step":"amqp-holder","holder":[0-9]*,"holderId":"[0-9a-f]\{8\}","conn":1'
+	grep -q "\"msg\":\"basic.get-ok\",$h,\"messageId\":\"$id\",\"tag\":1,\"redelivered\":0,\"deliveryCount\":0,\"to\":\"receive\"" "$log"
+	grep -q "\"msg\":\"returned\",$h,\"messageId\":\"$id\",\"tag\":1,\"reason\":\"visibility ended\"" "$log"
+	grep -q "\"msg\":\"basic.deliver\",$h,\"messageId\":\"$id\",\"tag\":1,\"redelivered\":1,\"deliveryCount\":1,\"consumer\":\"ik.1\",\"to\":\"receive\"" "$log"
+	grep -q "\"msg\":\"basic.consume\",$h,\"consumer\":\"ik.1\",\"prefetch\":1}" "$log"
+	grep -q "\"msg\":\"visibility moved\",$h,\"messageId\":\"$id\",\"tag\":1,\"seconds\":[0-9]" "$log"
+	grep -q "\"msg\":\"acked\",$h,\"messageId\":\"$id\",\"tag\":1}" "$log"
+	grep -q "\"msg\":\"connected\",$h}" "$log"
+	# a receipt's key settles the delivery: never logged; nor the password
+	r1=$(jget "$first" receipt) r2=$(jget "$second" receipt)
+	! grep -q "${r1##*.}" "$log"
+	! grep -q "${r2##*.}" "$log"
+	! grep -q "$IDEMKIT_AMQP_PASSWORD" "$log"
+	# to a pipe the holder keeps no stderr: the reader ends with the
+	# receiver, not when the holder lets the delivery go (30 s)
+	echo '{"chargeId":"CHG-D2"}' | sqs-send >/dev/null
+	start=$(date +%s%3N)
+	run -0 timeout 20 sh -c 'IDEMKIT_LOG=debug sqs-recv --visibility 30 2>&1 | cat'
+	[ $(( $(date +%s%3N) - start )) -lt 15000 ]
+	[[ "$output" == *CHG-D2* ]]
+}

@@ -329,6 +329,32 @@ PY
 	[ "$output" = "$(printf 'INVALID_EVENT\ndelivery_limit\nNone\nNone\nNone')" ]
 }
 
+@test "the checker's timeline of a charge follows its message ids into the RabbitMQ holder's lines (which name no charge), the last ones kept when it is long" {
+	cd "$IDEMKIT_SRC"
+	run python3 - "$BATS_TEST_TMPDIR" <<'PY'
+import json, os, sys
+sys.path.insert(0, "tests/chaos")
+import checker
+run = sys.argv[1]
+os.makedirs(os.path.join(run, "logs"))
+h = lambda ts, msg, mid, **kw: dict({"ts": ts, "prog": "sqs-recv", "msg": msg,
+                                     "step": "amqp-holder", "messageId": mid}, **kw)
+lines = [h(1, "basic.deliver", "m1", tag=1, conn=1),
+         {"ts": 2, "prog": "idemp-claim", "msg": "claim", "chargeId": "CHG-1", "messageId": "m1"},
+         h(3, "visibility moved", "m1", tag=1, conn=1), h(4, "basic.deliver", "m2", tag=2),
+         h(5, "returned", "m1", tag=1, conn=1, reason="visibility ended")]
+lines += [h(10 + i, "returned", "m1", tag=9, conn=2, reason="r%d" % i) for i in range(100)]
+with open(os.path.join(run, "logs", "worker-w1.0.log"), "w") as f:
+    f.write("".join(json.dumps(e) + "\n" for e in lines))
+tl = checker.timeline(run, "CHG-1")
+print(len(tl), [x["ts"] for x in tl[:5]], tl[-1]["line"]["reason"])
+PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	# m2 (another message) is not in it; the first 20 and the last 60
+	[ "$output" = "80 [1, 2, 3, 5, 10] r99" ]
+}
+
 @test "the suites' jget (tests/tools/jget.c) answers as Python's json does: 200 random documents and paths, those it hands to python3 included" {
 	run python3 "$IDEMKIT_SRC/tests/tools/jget_check.py" "$IDEMKIT_TEST_BIN/jget" 43 200
 	echo "$output"

@@ -351,7 +351,10 @@ ik_amqp_ensure(struct ik_amqp *a, ik_err *err)
 	if ((rc = reply_err(a, "login", r, err)) != IK_OK)
 		return rc;
 	amqp_channel_open(a->c, CHANNEL);
-	return reply_err(a, "channel.open", amqp_get_rpc_reply(a->c), err);
+	if ((rc = reply_err(a, "channel.open", amqp_get_rpc_reply(a->c), err)) != IK_OK)
+		return rc;
+	a->gen++;
+	return IK_OK;
 }
 
 int
@@ -719,8 +722,8 @@ ik_amqp_cancel(struct ik_amqp *a, const char *tag, ik_err *err)
  * frames together); the read waits for it without a timeout of its own,
  * so a broker that falls silent mid-message is seen by the heartbeats. */
 static int
-delivered(struct ik_amqp *a, const char *ctag, uint64_t tag, ik_amqp_deliver_fn *fn,
-          void *arg, ik_err *err)
+delivered(struct ik_amqp *a, const char *ctag, uint64_t tag, int redelivered,
+          ik_amqp_deliver_fn *fn, void *arg, ik_err *err)
 {
 	struct ik_amqp_msg m = { 0 };
 	amqp_message_t msg;
@@ -731,6 +734,7 @@ delivered(struct ik_amqp *a, const char *ctag, uint64_t tag, ik_amqp_deliver_fn 
 	if ((rc = reply_err(a, "basic.deliver", r, err)) != IK_OK)
 		return rc;
 	m.tag = tag;
+	m.redelivered = redelivered;
 	rc = take_message(&msg, &m);
 	amqp_destroy_message(&msg);
 	if (rc < 0) {
@@ -787,13 +791,15 @@ ik_amqp_input(struct ik_amqp *a, ik_amqp_deliver_fn *fn, void *arg, ik_err *err)
 			amqp_basic_deliver_t *d = f.payload.method.decoded;
 			snprintf(ctag, sizeof ctag, "%.*s", (int)d->consumer_tag.len,
 			         (const char *)d->consumer_tag.bytes);
-			if ((rc = delivered(a, ctag, d->delivery_tag, fn, arg, err)) != IK_OK)
+			if ((rc = delivered(a, ctag, d->delivery_tag, d->redelivered, fn, arg,
+			                    err)) != IK_OK)
 				return rc;
 			break;
 		}
 		case AMQP_BASIC_GET_OK_METHOD: {
 			amqp_basic_get_ok_t *g = f.payload.method.decoded;
-			if ((rc = delivered(a, NULL, g->delivery_tag, fn, arg, err)) != IK_OK)
+			if ((rc = delivered(a, NULL, g->delivery_tag, g->redelivered, fn, arg,
+			                    err)) != IK_OK)
 				return rc;
 			break;
 		}

@@ -43,6 +43,8 @@ struct ik_amqp {
 	int prefetch;                    /* the last basic.qos sent, 0: none */
 	int confirm;                     /* the channel is in confirm mode */
 	uint64_t seq;                    /* last publish's sequence number */
+	unsigned long gen;               /* connections made so far: the one
+	                                  * a delivery tag belongs to (logs) */
 };
 
 /* A queue's declaration: durable, and what RabbitMQ is told. */
@@ -68,6 +70,7 @@ struct ik_amqp_msg {
 	char **names, **values;          /* string headers (message attributes) */
 	size_t nattrs;
 	uint64_t tag;                    /* received: the delivery tag */
+	int redelivered;                 /* received: the broker's flag */
 };
 void ik_amqp_msg_free(struct ik_amqp_msg *m);
 

@@ -48,6 +48,12 @@ threshold(void)
 	return (enum ik_level)cached;
 }
 
+int
+ik_log_enabled(enum ik_level lvl)
+{
+	return lvl == IK_LOG_AUDIT || lvl >= threshold();
+}
+
 static const char *
 level_name(enum ik_level l)
 {

@@ -21,6 +21,9 @@ const char *ik_prog(void);
  */
 void ik_log(enum ik_level lvl, const char *msg, ...) __attribute__((sentinel));
 
+/* Whether a line of level lvl would be written (IDEMKIT_LOG). */
+int ik_log_enabled(enum ik_level lvl);
+
 /* The marker IK_LOG_NUM puts in the key's place: the real key and an
  * int64_t follow it. */
 extern const char ik_log_num_field[];

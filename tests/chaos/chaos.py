@@ -76,6 +76,15 @@ OVERRIDES = ("SQS_RECV_CMD", "IDEMP_CLAIM_CMD", "CHARGE_DEBIT_CMD", "CHARGE_NOTI
 # any bound worth stating; a team sets the cap its drain budget allows, and
 # the campaign runs as such a deployment.
 BACKOFF_CAP_S = 30
+# A copy received and left without a change of its visibility (its DLQ
+# move or its delete failed: a send connection that died while idle) comes
+# back after the queue's visibility timeout, 30 s on every queue here (the
+# SQS default; RabbitMQ's holder's), not within a lease: the drain waits
+# that long with no claim before it calls the backlog drained (seed 8 on
+# rabbitmq: a DUP_FAILED copy whose DLQ move met a dead connection came
+# back 30 s later, after the workers had been stopped at 20 s of quiet).
+QUEUE_VISIBILITY_S = 30
+QUIET_S = max(LEASE_S, QUEUE_VISIBILITY_S) + 4
 # Liveness: once the last fault is healed, the backlog must drain within
 # this bound: two leases (a claim taken just before the heal runs out, its
 # redelivery waits at most one more) plus the backoff cap and a margin for
@@ -156,6 +165,12 @@ class World:
             if os.environ.get(k):
                 env[k] = os.environ[k]
         env["IDEMKIT_BACKOFF_CAP"] = str(BACKOFF_CAP_S)
+        if self.backend == "rabbitmq" and not self.a.worker:
+            # Every delivery of every message id in the workers' logs: at
+            # debug the receiver's holder writes a line per delivery, ack,
+            # return (and why) and lost connection, with the delivery tag
+            # and the connection it belongs to (idemkit(7) "RabbitMQ").
+            env["IDEMKIT_LOG"] = "debug"
         self.wenv = env
         r = self.procs.sh(self.workers[0], ["idemp-init"], env=env, check=False)
         with open(self.procs.log("idemp-init"), "a") as f:
@@ -274,8 +289,15 @@ class World:
         with open(self.procs.log("cron"), "a") as f:
             f.write(json.dumps({"ts": now_ms(), "harness": "cron", "host": host,
                                 "argv": ["--dlq"], "why": why}) + "\n")
-        self.procs.sh(host, ["charge-recover", "--dlq"], env=self.host_env(host), check=False,
-                      timeout=120)
+        # its log into the cron's file, as the cron's runs: a RabbitMQ
+        # holder keeps no stderr that is a pipe, and the re-drive's lines
+        # name the message ids it took from the DLQ
+        p = self.procs.spawn(host, "redrive", ["charge-recover", "--dlq"],
+                             env=self.host_env(host), log=self.procs.log("cron"))
+        try:
+            p.wait(120)
+        except subprocess.TimeoutExpired:
+            self.procs.stop("redrive", signal.SIGKILL)
 
     # ---- observation -------------------------------------------------
     def sample_cmdlines(self):
@@ -586,8 +608,8 @@ def main():
         while time.monotonic() - healed < drain_bound(loads)[0] + 60:
             loads.append(os.getloadavg()[0])
             # Drained: every charge sent has its terminal record, the queue
-            # is empty, and no worker has claimed anything for a lease and
-            # a bit (every copy left for a retry has come back and gone).
+            # is empty, and no worker has claimed anything for a visibility
+            # timeout and a bit (every copy left has come back and gone).
             # The SQS emulator's counts are not to be trusted
             # (local-aws-sqs counts a message whose visibility was changed
             # twice: visible 1 and in flight 1, measured), so there the
@@ -600,7 +622,7 @@ def main():
             if u == 0 and settled_at is None:
                 settled_at = now
             if u == 0 and (q == 0 or a.backend != "embedded") \
-                    and (a.backend == "embedded" or now - changed >= LEASE_S + 4):
+                    and (a.backend == "embedded" or now - changed >= QUIET_S):
                 drained = max(settled_at, changed if a.backend != "embedded" else 0) - healed
                 drained = max(drained, 0.0)
                 break

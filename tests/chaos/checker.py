@@ -365,14 +365,22 @@ def claim_for(claims, t, tol=0):
 
 
 def timeline(run, cid, limit=80):
-    lines = []
+    """The lines naming the charge, and those naming one of its message ids
+    (a RabbitMQ holder's deliveries, returns and acks name only the
+    message id: logged at debug, as the campaign runs the workers there)."""
+    every, lines = [], []
     for path in sorted(glob.glob(os.path.join(run, "logs", "*.log"))):
         src = os.path.basename(path)[:-4]
-        for e in jlines(path):
-            if cid in json.dumps(e):
-                lines.append((e.get("ts", 0), src, e))
+        every.extend((e.get("ts", 0), src, e) for e in jlines(path))
+    mids = {e["messageId"] for _, _, e in every
+            if e.get("chargeId") == cid and isinstance(e.get("messageId"), str)}
+    for t, src, e in every:
+        if e.get("messageId") in mids or cid in json.dumps(e):
+            lines.append((t, src, e))
     lines.sort(key=lambda x: x[0])
-    return [{"ts": t, "source": s, "line": e} for t, s, e in lines[:limit]]
+    if len(lines) > limit:     # the first ones and the last ones: where it went
+        lines = lines[:limit // 4] + lines[-(limit - limit // 4):]
+    return [{"ts": t, "source": s, "line": e} for t, s, e in lines]
 
 
 def check(run, planted, facts):
@@ -914,12 +922,19 @@ def print_table(v, run):
             print("     fault %s at +%ss %s" % (f["kind"], f.get("t"),
                                                {k: f[k] for k in f if k not in
                                                 ("kind", "t", "ts", "action", "end")}))
-        for x in e["timeline"][:25]:
+        tl = e["timeline"]
+        if len(tl) > 30:
+            tl = tl[:8] + [None] + tl[-22:]
+        for x in tl:
+            if x is None:
+                print("     ... %d lines more in verdict.json" % (len(e["timeline"]) - 30))
+                continue
             ln = x["line"]
             print("     %d %-16s %s" % (x["ts"], x["source"],
                                         " ".join("%s=%s" % (k, ln[k]) for k in
                                                  ("prog", "msg", "outcome", "status", "state",
-                                                  "faults", "messageId", "error") if k in ln)))
+                                                  "faults", "messageId", "tag", "conn",
+                                                  "deliveryCount", "reason", "error") if k in ln)))
     print("  verdict: %s" % os.path.join(run, "verdict.json"))
 
 

@@ -19,7 +19,14 @@
  *  - it leaves the receiver's session (setsid) and every inherited file
  *    (a pipe held open would stall the pipeline), and ends once its
  *    receiver has gone and it holds nothing;
- *  - only a peer of its own user is answered (SO_PEERCRED).
+ *  - only a peer of its own user is answered (SO_PEERCRED);
+ *  - with IDEMKIT_LOG=debug it writes one line per delivery it takes,
+ *    ack, return (and why), visibility moved, settle refused, consumer
+ *    started or cancelled, connection made or lost (and what that
+ *    forgot), each with the message id, the delivery tag and the
+ *    connection it belongs to: what a run's history needs to follow a
+ *    message id.  Its receiver's stderr is kept for them only when that
+ *    is a file or a terminal (nothing waits there for its end).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -30,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -38,6 +46,7 @@
 
 #include "conn/amqp.h"
 #include "core/lines.h"
+#include "core/log.h"
 #include "core/outcome.h"
 #include "core/util.h"
 #include "queue/amqp/amqp_queue.h"
@@ -50,6 +59,7 @@ struct held {
 	uint64_t tag;
 	char key[33];
 	int64_t until;      /* monotonic ms: returned then */
+	char *id;           /* the message id, for the logs */
 };
 
 /* A delivery no GET has taken yet. */
@@ -73,7 +83,18 @@ struct holder {
 	char ctag[32];
 	unsigned long nconsumers;
 	int fd;             /* the receiver's socket, -1: gone */
+	pid_t pid;          /* ours, for the logs */
+	char tagid[9];      /* our id's first 8 hex digits, for the logs: pids
+	                     * are reused (the rest of the id, and the key, are
+	                     * what a receipt needs) */
 };
+
+/* A debug line of the holder: its pid and the connection its tags belong
+ * to first, then the fields given (ik_log's, ending with NULL). */
+#define HLOG(h, msg, ...) \
+	ik_log(IK_LOG_DEBUG, msg, "step", "amqp-holder", \
+	       IK_LOG_NUM("holder", (h)->pid), "holderId", (h)->tagid, \
+	       IK_LOG_NUM("conn", (h)->a.gen), __VA_ARGS__)
 
 static int
 write_all(int fd, const char *p, size_t n)
@@ -89,16 +110,36 @@ write_all(int fd, const char *p, size_t n)
 	return 0;
 }
 
+/* why: the error that lost the connection. */
 static void
-forget_all(struct holder *h)
+forget_all(struct holder *h, const char *why)
 {
 	/* the broker has them back with the connection */
+	HLOG(h, "connection lost, deliveries forgotten", IK_LOG_NUM("held", h->n),
+	     IK_LOG_NUM("spares", h->nsp), "error", why, NULL);
+	for (size_t i = 0; i < h->n; i++)
+		free(h->h[i].id);
 	h->n = 0;
 	for (size_t i = 0; i < h->nsp; i++)
 		ik_amqp_msg_free(&h->sp[i].m);
 	h->nsp = 0;
 	h->ctag[0] = '\0';
 	h->get_one = 0;
+}
+
+/* basic.reject (requeue) of one delivery, and why; a failure loses the
+ * connection (forgotten).  IK_OK or the error. */
+static int
+give_back(struct holder *h, uint64_t tag, const char *id, const char *why)
+{
+	ik_err err = { 0 };
+	int rc = ik_amqp_requeue(&h->a, tag, &err);
+
+	HLOG(h, "returned", "messageId", id, IK_LOG_NUM("tag", tag), "reason", why,
+	     "error", rc == IK_OK ? NULL : err.msg, NULL);
+	if (rc != IK_OK)
+		forget_all(h, err.msg);
+	return rc;
 }
 
 static struct held *
@@ -113,6 +154,7 @@ find(struct holder *h, uint64_t tag, const char *key)
 static void
 drop(struct holder *h, struct held *e)
 {
+	free(e->id);
 	*e = h->h[--h->n];
 }
 
@@ -121,17 +163,14 @@ static void
 expire(struct holder *h)
 {
 	int64_t now = ik_mono_ms();
-	ik_err err = { 0 };
 
 	for (size_t i = 0; i < h->n;) {
 		if (h->h[i].until > now) {
 			i++;
 			continue;
 		}
-		if (ik_amqp_requeue(&h->a, h->h[i].tag, &err) != IK_OK) {
-			forget_all(h);
+		if (give_back(h, h->h[i].tag, h->h[i].id, "visibility ended") != IK_OK)
 			return;
-		}
 		drop(h, &h->h[i]);
 	}
 	/* spares nobody asked for, or with nobody left to ask: back now */
@@ -140,10 +179,9 @@ expire(struct holder *h)
 			i++;
 			continue;
 		}
-		if (ik_amqp_requeue(&h->a, h->sp[i].m.tag, &err) != IK_OK) {
-			forget_all(h);
+		if (give_back(h, h->sp[i].m.tag, h->sp[i].m.message_id, h->fd >= 0 ?
+		              "spare: no receive took it" : "spare: the receiver is gone") != IK_OK)
 			return;
-		}
 		ik_amqp_msg_free(&h->sp[i].m);
 		memmove(&h->sp[i], &h->sp[i + 1], (h->nsp - i - 1) * sizeof *h->sp);
 		h->nsp--;
@@ -156,17 +194,15 @@ static void
 unhand(struct holder *h, cJSON *arr)
 {
 	cJSON *it;
-	ik_err err = { 0 };
 
 	cJSON_ArrayForEach(it, arr) {
 		struct held *e = find(h, (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(it,
 		    "tag")), cJSON_GetStringValue(cJSON_GetObjectItem(it, "key")));
 		if (!e)
 			continue;
-		if (ik_amqp_requeue(&h->a, e->tag, &err) != IK_OK) {
-			forget_all(h);
+		if (give_back(h, e->tag, e->id, "the receiver is gone (its answer unread)") !=
+		    IK_OK)
 			return;
-		}
 		drop(h, e);
 	}
 }
@@ -179,8 +215,12 @@ reply_get(struct holder *h, int fd, int rc, const char *msg)
 	int w = -1;
 
 	/* no more for this GET: what still comes is a spare */
-	if (h->ctag[0] && ik_amqp_cancel(&h->a, h->ctag, &err) != IK_OK)
-		forget_all(h);
+	if (h->ctag[0]) {
+		HLOG(h, "consumer cancelled", "consumer", h->ctag, IK_LOG_NUM("taken", h->got),
+		     NULL);
+		if (ik_amqp_cancel(&h->a, h->ctag, &err) != IK_OK)
+			forget_all(h, err.msg);
+	}
 	h->ctag[0] = '\0';
 	if (!h->get_out)
 		h->get_out = cJSON_CreateObject();
@@ -214,16 +254,21 @@ add_msg(struct holder *h, cJSON *arr, struct ik_amqp_msg *m)
 		size_t cap = h->cap ? h->cap * 2 : 64;
 		struct held *p = realloc(h->h, cap * sizeof *p);
 		if (!p)
-			return -1;
+			goto oom;
 		h->h = p, h->cap = cap;
 	}
-	e = &h->h[h->n++];
+	if (!(o = cJSON_CreateObject()))
+		goto oom;
+	e = &h->h[h->n];
+	if (!(e->id = strdup(m->message_id))) {
+		cJSON_Delete(o);
+		goto oom;
+	}
+	h->n++;
 	e->tag = m->tag;
 	e->until = ik_mono_ms() + h->get_vis;
 	randombytes_buf(r, sizeof r);
 	ik_hex(r, sizeof r, e->key);
-	if (!(o = cJSON_CreateObject()))
-		return -1;
 	cJSON_AddItemToArray(arr, o);
 	cJSON_AddNumberToObject(o, "tag", (double)m->tag);
 	cJSON_AddStringToObject(o, "key", e->key);
@@ -235,6 +280,9 @@ add_msg(struct holder *h, cJSON *arr, struct ik_amqp_msg *m)
 		for (size_t i = 0; i < m->nattrs; i++)
 			cJSON_AddStringToObject(at, m->names[i], m->values[i]);
 	return 0;
+oom:   /* not held, never handed out: back to the broker now */
+	give_back(h, m->tag, m->message_id, "out of memory");
+	return -1;
 }
 
 /* The GET's answer so far dropped (the connection, and with it every
@@ -242,7 +290,7 @@ add_msg(struct holder *h, cJSON *arr, struct ik_amqp_msg *m)
 static void
 get_failed(struct holder *h, int rc, const char *msg)
 {
-	forget_all(h);
+	forget_all(h, msg);
 	cJSON_DeleteItemFromObject(h->get_out, "m");
 	cJSON_AddArrayToObject(h->get_out, "m");
 	reply_get(h, h->fd, rc, msg);
@@ -274,9 +322,14 @@ on_delivery(void *arg, const char *ctag, struct ik_amqp_msg *m)
 	if (!ctag)
 		h->get_one = 0;
 	if (!m) {   /* basic.get-empty */
+		HLOG(h, "basic.get-empty", NULL);
 		h->get_empty = 1;
 		return;
 	}
+	HLOG(h, ctag ? "basic.deliver" : "basic.get-ok", "messageId", m->message_id,
+	     IK_LOG_NUM("tag", m->tag), IK_LOG_NUM("redelivered", m->redelivered),
+	     IK_LOG_NUM("deliveryCount", m->delivery_count), "consumer", ctag,
+	     "to", mine ? "receive" : "spare", NULL);
 	if (mine) {
 		take(h, m);
 		ik_amqp_msg_free(m);
@@ -286,9 +339,7 @@ on_delivery(void *arg, const char *ctag, struct ik_amqp_msg *m)
 		size_t cap = h->capsp ? h->capsp * 2 : 16;
 		struct spare *p = realloc(h->sp, cap * sizeof *p);
 		if (!p) {   /* cannot keep it: back to the broker */
-			ik_err err = { 0 };
-			if (ik_amqp_requeue(&h->a, m->tag, &err) != IK_OK)
-				forget_all(h);
+			give_back(h, m->tag, m->message_id, "out of memory for a spare");
 			ik_amqp_msg_free(m);
 			return;
 		}
@@ -355,6 +406,7 @@ on_get(struct holder *h, const char *line)
 		struct ik_amqp_msg m = h->sp[0].m;
 		memmove(&h->sp[0], &h->sp[1], (h->nsp - 1) * sizeof *h->sp);
 		h->nsp--;
+		HLOG(h, "spare taken", "messageId", m.message_id, IK_LOG_NUM("tag", m.tag), NULL);
 		rc = take(h, &m);
 		ik_amqp_msg_free(&m);
 		if (rc < 0)
@@ -368,13 +420,15 @@ on_get(struct holder *h, const char *line)
 		/* a new connection numbers its deliveries from 1 again: a tag
 		 * still held from the old one would name another message (an
 		 * ack of it would delete that one, unprocessed) */
-		forget_all(h);
+		if (h->n || h->nsp)
+			forget_all(h, "not connected");
 		if ((rc = ik_amqp_ensure(&h->a, &err)) == IK_OK)
 			rc = ik_amqp_declare_queues(h->s, &h->a, &err);
 		if (rc != IK_OK) {
 			get_failed(h, rc, err.msg);
 			return;
 		}
+		HLOG(h, "connected", NULL);
 	}
 	if (wait <= 0) {   /* basic.get, one at a time: its "empty" is exact */
 		get_step(h);
@@ -385,6 +439,8 @@ on_get(struct holder *h, const char *line)
 		get_failed(h, err.code, err.msg);
 		return;
 	}
+	/* nowait: no consume-ok comes */
+	HLOG(h, "basic.consume", "consumer", h->ctag, IK_LOG_NUM("prefetch", max), NULL);
 	h->get_deadline = ik_mono_ms() + wait;
 }
 
@@ -406,14 +462,23 @@ on_peer(struct holder *h, int fd, const char *line)
 		rc = ik_errf(&err, IK_LEASE_LOST, "the delivery is no longer held (its "
 		             "visibility ended or the connection was lost): the broker "
 		             "delivers it again");
-	} else if (del || secs == 0) {
-		rc = del ? ik_amqp_ack(&h->a, tag, &err) : ik_amqp_requeue(&h->a, tag, &err);
+		HLOG(h, "settle refused: not held", "request", del ? "DEL" : "VIS",
+		     IK_LOG_NUM("tag", tag), NULL);
+	} else if (del) {
+		rc = ik_amqp_ack(&h->a, tag, &err);
+		HLOG(h, "acked", "messageId", e->id, IK_LOG_NUM("tag", tag),
+		     "error", rc == IK_OK ? NULL : err.msg, NULL);
 		if (rc == IK_OK)
 			drop(h, e);
 		else
-			forget_all(h);
+			forget_all(h, err.msg);
+	} else if (secs == 0) {
+		if ((rc = give_back(h, tag, e->id, "change-visibility 0")) == IK_OK)
+			drop(h, e);
 	} else {
 		e->until = ik_mono_ms() + secs * 1000;
+		HLOG(h, "visibility moved", "messageId", e->id, IK_LOG_NUM("tag", tag),
+		     IK_LOG_NUM("seconds", secs), NULL);
 	}
 	snprintf(out, sizeof out, "%d %s\n", rc, rc == IK_OK ? "" : err.msg);
 	write_all(fd, out, strlen(out));
@@ -454,12 +519,13 @@ next_wake(const struct holder *h)
 static void __attribute__((noreturn))
 holder_main(struct amqp_queue *s, int pfd, int lfd)
 {
-	struct holder h = { .s = s, .fd = pfd };
+	struct holder h = { .s = s, .fd = pfd, .pid = getpid() };
 	struct ik_lines parent, peers[MAX_PEERS];
 	int npeers = 0;
 
 	h.a.u = &s->u;
 	h.a.heartbeat_s = s->heartbeat_s;
+	memcpy(h.tagid, s->holder_id, 8);
 	ik_lines_init(&parent, pfd);
 	for (;;) {
 		struct pollfd p[MAX_PEERS + 3];
@@ -483,7 +549,8 @@ holder_main(struct amqp_queue *s, int pfd, int lfd)
 			if (ik_amqp_input(&h.a, on_delivery, &h, &err) != IK_OK) {
 				if (h.getting)
 					get_failed(&h, err.code, err.msg);
-				forget_all(&h);
+				else
+					forget_all(&h, err.msg);
 			}
 		}
 		expire(&h);
@@ -574,12 +641,18 @@ ik_amqp_holder_start(struct amqp_queue *s, ik_err *err)
 	}
 	if (pid == 0) {
 		int nul = open("/dev/null", O_RDWR);
+		struct stat st;
 		setsid();
 		signal(SIGPIPE, SIG_IGN);
 		signal(SIGTERM, SIG_DFL);
 		signal(SIGINT, SIG_IGN);
 		signal(SIGHUP, SIG_IGN);
-		dup2(nul, 0), dup2(nul, 1), dup2(nul, 2);
+		dup2(nul, 0), dup2(nul, 1);
+		/* stderr kept for the debug lines where nothing waits for its
+		 * end: a file or a terminal, never a pipe or a socket */
+		if (!ik_log_enabled(IK_LOG_DEBUG) || fstat(2, &st) < 0 ||
+		    !(S_ISREG(st.st_mode) || S_ISCHR(st.st_mode)))
+			dup2(nul, 2);
 		/* nothing inherited stays open: the receiver's pipes above all */
 		for (int fd = 3; fd < 1024; fd++)
 			if (fd != sp[1] && fd != lfd)
