@@ -403,9 +403,9 @@ alive() {
 	grep -q "\"msg\":\"connected\",$h}" "$log"
 	# a receipt's key settles the delivery: never logged; nor the password
 	r1=$(jget "$first" receipt) r2=$(jget "$second" receipt)
-	! grep -q "${r1##*.}" "$log"
-	! grep -q "${r2##*.}" "$log"
-	! grep -q "$IDEMKIT_AMQP_PASSWORD" "$log"
+	run ! grep -q "${r1##*.}" "$log"
+	run ! grep -q "${r2##*.}" "$log"
+	run ! grep -q "$IDEMKIT_AMQP_PASSWORD" "$log"
 	# to a pipe the holder keeps no stderr: the reader ends with the
 	# receiver, not when the holder lets the delivery go (30 s)
 	echo '{"chargeId":"CHG-D2"}' | sqs-send >/dev/null
