@@ -551,11 +551,12 @@ PY
 	[ "${lines[3]}" = "{'n': 100, 'p50': 50.0, 'p99': 99.0, 'max': 100.0}" ]
 }
 
-@test "no test asserts with [ A ] && [ B ] before its last line: bats's errexit ignores a failing A there, so the assertion could never fail" {
-	# (15 such lines were found and split into two commands, 2026-12-05)
+@test "no test asserts with [ A ] && [ B ], or a bare ! CMD, before its last line: bats's errexit ignores a failing A there, and any ! CMD, so the assertion could never fail" {
+	# (15 such lines were found and split into two commands, 2026-12-05;
+	# four bare ! lines, 2026-12-06)
 	run python3 - "$IDEMKIT_SRC" <<-'PY'
 	import glob, re, sys
-	pat = re.compile(r"^\s*\[\[? .*\]\]? && \[\[? ")
+	pat = re.compile(r"^\s*(\[\[? .*\]\]? && \[\[? |! )")
 	bad = []
 	for f in sorted(glob.glob(sys.argv[1] + "/tests/**/*.bats", recursive=True)):
 	    lines = open(f).read().split("\n")
@@ -576,11 +577,11 @@ PY
 	[ "$status" -eq 0 ]
 	# the check itself finds one
 	mkdir -p "$BATS_TEST_TMPDIR/t/tests"
-	printf '@test "x" {\n\t[ 1 = 2 ] && [ 2 = 2 ]\n\ttrue\n}\n' > "$BATS_TEST_TMPDIR/t/tests/x.bats"
+	printf '@test "x" {\n\t[ 1 = 2 ] && [ 2 = 2 ]\n\ttrue\n\t! true\n\ttrue\n}\n' > "$BATS_TEST_TMPDIR/t/tests/x.bats"
 	sed -n '/^\trun python3 - "\$IDEMKIT_SRC" <<-.PY.$/,/^\tPY$/p' "$BATS_TEST_FILENAME" | sed '1d;$d; s/^\t//' > "$BATS_TEST_TMPDIR/check.py"
 	run python3 "$BATS_TEST_TMPDIR/check.py" "$BATS_TEST_TMPDIR/t"
 	[ "$status" -eq 1 ]
-	[[ "$output" == "tests/x.bats:2: [ 1 = 2 ] && [ 2 = 2 ]" ]]
+	[ "$output" = "$(printf 'tests/x.bats:2: [ 1 = 2 ] && [ 2 = 2 ]\ntests/x.bats:4: ! true')" ]
 }
 
 
