@@ -117,7 +117,7 @@ inner() {
 	[ "${output#0 }" -gt 1000 ]
 }
 
-@test "the cover by test: a sanitized run's tests the cover leaves out are listed plain, its file level and the tests it takes stay sanitized; a test gone makes the list stale" {
+@test "the cover by test: a sanitized run's tests the cover leaves out are listed plain, its file level and the tests it takes stay sanitized; a test the cover takes gone makes the list stale" {
 	# run A: its file level (a server) has 1 line of its own; test a1, 50 s,
 	# the same 8 lines as a2 in 1 s, and 2 of its own; a3 nothing of its own.
 	# run B: 4 lines a test of its own alone has; run C: nothing at all.
@@ -145,10 +145,18 @@ inner() {
 	[ "$(cat plain)" = "$(printf 'tests/a.bats\ttest_a-2d5fthree')" ]
 	run -0 python3 "$IDEMKIT_SRC/tests/sancover.py" check list runs
 	[ -z "$output" ]
-	# a test renamed: the list leaned on its old name
+	# a test the cover leaves out renamed: it is unseen (sanitized), nothing lost
+	sed -i 's/a_three/a_four/' tests/a.bats
+	run -0 python3 "$IDEMKIT_SRC/tests/sancover.py" check list runs
+	[ -z "$output" ]
+	# a test the cover takes renamed: the cover leaned on its old name
 	sed -i 's/a two: x/a two: y/' tests/a.bats
 	run -1 python3 "$IDEMKIT_SRC/tests/sancover.py" check list runs
-	[[ "$output" == *"stale: a test gone from tests/a.bats: test_a_two-3a_x"* ]]
+	[[ "$output" == *"stale: a test the cover takes is gone from tests/a.bats: test_a_two-3a_x"* ]]
+	# its line renamed by hand: not stale
+	sed -i "s/ test_a_two-3a_x\$/ $(python3 "$IDEMKIT_SRC/tests/sancover.py" encode 'a two: y')/" list
+	run -0 python3 "$IDEMKIT_SRC/tests/sancover.py" check list runs
+	[ -z "$output" ]
 }
 
 @test "tests/helper.bash inside a test: the plain build for a test listed plain, the given one for the others and for setup_file; each test's gcov data apart under make san-cover" {

@@ -45,10 +45,15 @@ switches their IDEMKIT_BIN, by the list `select` writes).
                                        source's lines, and a run the list
                                        has not seen is still given in full
   sancover.py check LIST RUNS         exits 1 (saying why) when LIST is
-                                       stale: a run or a test gone, or a C
-                                       source file added or gone, since it
-                                       was made (a run or a test added is
-                                       named or not: either is sanitized)
+                                       stale: a run or a test the cover
+                                       takes gone, or a C source file added
+                                       or gone, since it was made (a run or
+                                       a test added is named or not: either
+                                       is sanitized; a test renamed is one
+                                       added: a name in LIST is edited with
+                                       the next command's)
+  sancover.py encode NAME              prints a test's name as bats encodes
+                                       it (LIST's and PLAIN's NAME)
 
 The list: "source FILE" for every C source (so a new file is noticed),
 "run ID SECONDS RUN" for every run (the unit ID: what its file-level
@@ -336,6 +341,9 @@ def read_runs(path):
 def main(argv):
     if len(argv) == 4 and argv[1] == "add":
         return add(argv[2], argv[3])
+    if len(argv) == 3 and argv[1] == "encode":
+        print(encode(argv[2]))
+        return 0
     if len(argv) == 5 and argv[1] == "collect":
         collect(argv[2], argv[3], argv[4])
         return 0
@@ -360,8 +368,10 @@ def main(argv):
             return 0
         # A run or a test the list has not seen is not a loss: it is
         # sanitized.  What can lose lines is stale: a run or a test the
-        # cover may lean on that is gone, a C source whose lines only
-        # unselected units may hit.
+        # cover leans on that is gone, a C source whose lines only
+        # unselected units may hit.  A test the cover leaves out (run
+        # plain) that is gone loses nothing: renamed, it is unseen.
+        chosen = set(cover(units, sets))
         for r in want:
             if r not in known:
                 print("unseen, sanitized in full: %s" % r)
@@ -370,13 +380,14 @@ def main(argv):
         files = {}
         for u in sorted(units):
             t = units[u]
-            if t["kind"] != "test" or t["run"] not in want:
+            if t["kind"] != "test" or t["run"] not in want or u not in chosen:
                 continue
             path = t["run"].split(" ")[-1]
             if path not in files:
                 files[path] = tests_of(path)
             if files[path] is not None and t["name"] not in files[path]:
-                stale.append("a test gone from %s: %s" % (t["run"], t["name"]))
+                stale.append("a test the cover takes is gone from %s: %s (renamed: its test "
+                             "line's name is sancover.py encode NEWNAME)" % (t["run"], t["name"]))
         now = sources(os.getcwd())
         stale += ["a C source it has not seen: %s" % s for s in now if s not in srcs]
         stale += ["a C source that is gone: %s" % s for s in srcs if s not in now]
@@ -386,7 +397,7 @@ def main(argv):
             print("%s is stale: make san-cover renews it" % argv[2])
             return 1
         return 0
-    sys.stderr.write("usage: sancover.py collect GCOVDIR RUNS OUT | add GCOVDIR LIST | select LIST RUNS [PLAIN] | check LIST RUNS\n")
+    sys.stderr.write("usage: sancover.py collect GCOVDIR RUNS OUT | add GCOVDIR LIST | select LIST RUNS [PLAIN] | check LIST RUNS | encode NAME\n")
     return 64
 
 
