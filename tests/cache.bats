@@ -66,7 +66,7 @@ finished() {
 	finished "$f" FAILED
 	finished "$n" DEBITED_NOTIFICATION_FAILED
 	ev "$p" | idemp-claim >/dev/null 2>&1
-	hold_write_lock "$BATS_TEST_TMPDIR/store.db" 20
+	hold_write_lock "$BATS_TEST_TMPDIR/store.db"
 	run --separate-stderr idemp-claim < <(ev "$d")
 	[ "$status" -eq 10 ]
 	[ "$(jget "$output" claim.state)" = DONE ]

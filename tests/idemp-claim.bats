@@ -90,7 +90,7 @@ load lock
 @test "store busy -> 75 TEMPFAIL, recorded in the envelope" {
 	export IDEMKIT_STORE=sqlite:$BATS_TEST_TMPDIR/busy.db
 	ev CHG-B0 | idemp-claim >/dev/null 2>&1
-	hold_write_lock "$BATS_TEST_TMPDIR/busy.db" 3
+	hold_write_lock "$BATS_TEST_TMPDIR/busy.db"
 	IDEMKIT_BUSY_TIMEOUT=200ms run --separate-stderr idemp-claim < <(ev CHG-B1)
 	kill "$LOCK_PID" 2>/dev/null || true
 	[ "$status" -eq 75 ]

@@ -69,7 +69,7 @@ claimed() { env=$(ev "$1" | idemp-claim 2>/dev/null); printf '%s\n' "${env%\}}${
 
 @test "store busy -> 75, and the record stays IN_PROGRESS" {
 	env=$(claimed CHG-D6)
-	hold_write_lock "$BATS_TEST_TMPDIR/s.db" 3
+	hold_write_lock "$BATS_TEST_TMPDIR/s.db"
 	IDEMKIT_BUSY_TIMEOUT=200ms run --separate-stderr idemp-done --state DONE <<<"$env"
 	kill "$LOCK_PID" 2>/dev/null || true
 	[ "$status" -eq 75 ]

@@ -175,7 +175,7 @@ attr() {
 		bad="sqlite:$BATS_TEST_TMPDIR/dlq.db#dlq"
 		run sqs-recv --queue "$bad"
 		[ "$status" -eq 1 ]
-		hold_write_lock "$BATS_TEST_TMPDIR/dlq.db" 3
+		hold_write_lock "$BATS_TEST_TMPDIR/dlq.db"
 		want=75
 	elif [ "$QB" = amqp ]; then
 		# a DLQ on a vhost that does not exist: configuration
@@ -469,7 +469,7 @@ EOF
 	env=$(sqs-recv --visibility 30 | envset "$FINISHED")
 	if [ "$QB" = sqlite ]; then
 		db=${QUEUE#sqlite:}; db=${db%%#*}
-		hold_write_lock "$db" 3
+		hold_write_lock "$db"
 		export IDEMKIT_BUSY_TIMEOUT=200ms
 	elif [ "$QB" = amqp ]; then
 		export IDEMKIT_QUEUE="amqp://guest@127.0.0.1:1#${QUEUE##*#}"

@@ -213,7 +213,7 @@ recv_with() {
 @test "sqs-ack: 75 when the queue is busy; the message is left" {
 	echo x | sqs-send >/dev/null
 	env=$(recv_with "$FINISHED" --visibility 1)
-	hold_write_lock "$IDEMKIT_STATE_DIR/queue.db" 3
+	hold_write_lock "$IDEMKIT_STATE_DIR/queue.db"
 	IDEMKIT_BUSY_TIMEOUT=100ms run --separate-stderr sqs-ack <<<"$env"
 	kill "$LOCK_PID" 2>/dev/null || true
 	[ "$status" -eq 75 ]

@@ -76,7 +76,7 @@ load lock
 
 @test "sqs-recv: 75 when the queue is busy" {
 	echo x | sqs-send >/dev/null
-	hold_write_lock "$IDEMKIT_STATE_DIR/queue.db" 3
+	hold_write_lock "$IDEMKIT_STATE_DIR/queue.db"
 	IDEMKIT_BUSY_TIMEOUT=100ms run sqs-recv
 	kill "$LOCK_PID" 2>/dev/null || true
 	[ "$status" -eq 75 ]

@@ -77,7 +77,7 @@ assert a == {"idemkit.firstSentAt": str(src["sentAt"])}, a' "$output" "$BATS_TES
 
 @test "sqs-send: 75 when the queue is busy" {
 	echo warm | sqs-send >/dev/null
-	hold_write_lock "$IDEMKIT_STATE_DIR/queue.db" 3
+	hold_write_lock "$IDEMKIT_STATE_DIR/queue.db"
 	IDEMKIT_BUSY_TIMEOUT=100ms run sqs-send <<<"x"
 	kill "$LOCK_PID" 2>/dev/null || true
 	[ "$status" -eq 75 ]

@@ -200,7 +200,7 @@ print(len(won), max(won.values()), dict(other))' "$BATS_TEST_TMPDIR/all"
 	IFS= read -r -t 5 -u 6 answer
 	[ "$(jget "$answer" claim.outcome)" = ACQUIRED ]
 	group=$(ev CHG-G1; ev CHG-G2; ev CHG-G3)
-	hold_write_lock "$BATS_TEST_TMPDIR/s.db" 3
+	hold_write_lock "$BATS_TEST_TMPDIR/s.db"
 	printf '%s\n' "$group" >&5     # one write: the three form one group
 	for i in 1 2 3; do
 		IFS= read -r -t 5 -u 6 answer

@@ -63,7 +63,7 @@ proxy_stop() {
 	bank_start
 	enqueue
 	idemp-init > /dev/null
-	hold_write_lock "${IDEMKIT_STORE#sqlite:}" 60
+	hold_write_lock "${IDEMKIT_STORE#sqlite:}"
 	IDEMKIT_BUSY_TIMEOUT=100ms outage_run
 	[ "$(stat_of "$(bank_stats)" attempts)" -eq 0 ]
 	kill "$LOCK_PID"; wait "$LOCK_PID" 2>/dev/null || true; LOCK_PID=
