@@ -3,6 +3,7 @@
 
 bats_require_minimum_version 1.5.0
 load helper
+load lock
 
 @test "sqs-stat: 0 and exact counts on the SQLite queue" {
 	run sqs-stat
@@ -26,16 +27,9 @@ load helper
 	echo x | sqs-send >/dev/null
 	# a read does not wait for a writer (WAL): to see 75 the file must be
 	# locked exclusively
-	python3 -c '
-import sqlite3, sys, time
-c = sqlite3.connect(sys.argv[1], isolation_level=None)
-c.execute("PRAGMA locking_mode=EXCLUSIVE"); c.execute("PRAGMA journal_mode=DELETE")
-c.execute("BEGIN EXCLUSIVE"); open(sys.argv[2], "w").close(); time.sleep(3)' \
-		"$IDEMKIT_STATE_DIR/queue.db" "$BATS_TEST_TMPDIR/x.ready" 3>&- &
-	pid=$!
-	for _ in $(seq 1 100); do [ -e "$BATS_TEST_TMPDIR/x.ready" ] && break; sleep 0.05; done
+	hold_write_lock "$IDEMKIT_STATE_DIR/queue.db" --exclusive
 	IDEMKIT_BUSY_TIMEOUT=100ms run sqs-stat
-	kill "$pid" 2>/dev/null || true
+	kill "$LOCK_PID" 2>/dev/null || true
 	[ "$status" -eq 75 ]
 }
 
