@@ -138,29 +138,12 @@ on_chld(int sig)
 	poke();
 }
 
-/* pipe() with both ends close-on-exec (pipe2 is not POSIX); nonblock
- * for the self-pipe.  0 or -1 with errno. */
-static int
-cloexec_pipe(int fd[2], int nonblock)
-{
-	if (pipe(fd) < 0)
-		return -1;
-	for (int i = 0; i < 2; i++)
-		if (fcntl(fd[i], F_SETFD, FD_CLOEXEC) < 0 ||
-		    (nonblock && fcntl(fd[i], F_SETFL, O_NONBLOCK) < 0)) {
-			close(fd[0]);
-			close(fd[1]);
-			return -1;
-		}
-	return 0;
-}
-
 static int
 wake_open(ik_err *err)
 {
 	struct sigaction sa;
 
-	if (cloexec_pipe(wake_fd, 1) < 0)
+	if (ik_cloexec_pipe(wake_fd, 1) < 0)
 		return ik_errf(err, IK_SOFTWARE, "pipe: %s", strerror(errno));
 	memset(&sa, 0, sizeof sa);
 	sigemptyset(&sa.sa_mask);
@@ -454,7 +437,7 @@ spawn(struct run *r, char **env, int quiet_stdin, ik_err *err)
 	ssize_t n;
 	pid_t p;
 
-	if (cloexec_pipe(ep, 0) < 0)
+	if (ik_cloexec_pipe(ep, 0) < 0)
 		return ik_errf(err, IK_SOFTWARE, "pipe: %s", strerror(errno));
 	/* No handler of ours may run in the child before it resets them. */
 	sigfillset(&all);

@@ -53,10 +53,8 @@ ik_aws_from_process(const char *cmd, struct ik_aws_creds *c, ik_err *err)
 	pid_t pid;
 	cJSON *j = NULL, *v, *ak, *sk, *tok, *exp;
 
-	if (pipe(fds) < 0)
+	if (ik_cloexec_pipe(fds, 0) < 0)
 		return ik_errf(err, IK_SOFTWARE, "credential_process: pipe: %s", strerror(errno));
-	fcntl(fds[0], F_SETFD, FD_CLOEXEC);
-	fcntl(fds[1], F_SETFD, FD_CLOEXEC);
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
 	posix_spawn_file_actions_adddup2(&fa, fds[1], 1);

@@ -24,6 +24,23 @@ ik_fd_ready(int fd)
 	return fd >= 0 && poll(&pfd, 1, 0) > 0;
 }
 
+int
+ik_cloexec_pipe(int fd[2], int nonblock)
+{
+	if (pipe(fd) < 0)
+		return -1;
+	for (int i = 0; i < 2; i++)
+		if (fcntl(fd[i], F_SETFD, FD_CLOEXEC) < 0 ||
+		    (nonblock && fcntl(fd[i], F_SETFL, O_NONBLOCK) < 0)) {
+			int e = errno;
+			close(fd[0]);
+			close(fd[1]);
+			errno = e;
+			return -1;
+		}
+	return 0;
+}
+
 int64_t
 ik_now_ms(void)
 {

@@ -39,6 +39,11 @@ int ik_sleep_ms(int64_t ms);
  * sending, and connect afresh while a retry is still safe. */
 int ik_fd_ready(int fd);
 
+/* pipe() with both ends close-on-exec (pipe2 is not POSIX), and both
+ * non-blocking when nonblock (a self-pipe a signal handler writes to).
+ * 0, or -1 with errno and nothing left open. */
+int ik_cloexec_pipe(int fd[2], int nonblock);
+
 /* Exponential backoff: the ceiling min(cap_ms, base_ms * 2^n) (n from 0),
  * and full jitter, a value uniform in [0, that ceiling]. */
 int64_t ik_backoff_ceil(int64_t base_ms, int64_t cap_ms, int64_t n);
