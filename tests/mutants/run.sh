@@ -14,8 +14,10 @@
 # the whole of a long suite per mutant would not fit CI's time).
 #
 # Mutants go MUTANTS_JOBS at a time (default 2), each worker in its own
-# scratch tree (a copy of the first, built once), every other patch to the
-# next worker: a mutant's time is a rebuild of what the patch touches
+# scratch tree (a copy of the first, built once), each taking the next
+# patch no worker has taken when it is free (a claim is a mkdir), so a
+# worker that drew long mutants is not left running alone at the end, as
+# a fixed share each was: a mutant's time is a rebuild of what the patch touches
 # (CPU) and then its runs, which mostly wait on servers, leases and
 # timeouts, so two at a time keep both cores of a CI machine busy.
 #
@@ -56,13 +58,17 @@ if ! "$make" -s -C "$tree" -j2 check-build >"$dir/build.log" 2>&1; then
 	exit 1
 fi
 
-# worker K NAME...: the mutants NAME in turn in scratch tree K; its tally
-# ("killed survived broken names...") in $dir/tally.K at the end.
+# worker K NAME...: of the mutants NAME, in turn, each one no other worker
+# has claimed yet, in scratch tree K; each verdict line ends with the
+# mutant's seconds; its tally ("killed survived broken names...") in
+# $dir/tally.K at the end.
 worker() {
 	k=$1; shift
 	tree=$dir/tree.$k log=$dir/log.$k
 	killed=0 survived=0 broken=0 bad=
 	for name in "$@"; do
+		mkdir "$dir/claim/$(printf '%s' "$name" | tr / %)" 2>/dev/null || continue
+		t0=$(date +%s)
 		p=$src/tests/mutants/$name.patch
 		if [ ! -f "$p" ]; then
 			echo "BROKEN $name: no such patch"; broken=$((broken + 1)); bad="$bad $name"; continue
@@ -129,10 +135,10 @@ worker() {
 				echo "BROKEN $name: '$norun' ran no test"
 				broken=$((broken + 1)); bad="$bad $name"
 			elif [ -z "$caught" ]; then
-				echo "SURVIVED $name: $defect"
+				echo "SURVIVED $name ($(( $(date +%s) - t0 )) s): $defect"
 				survived=$((survived + 1)); bad="$bad $name"
 			else
-				echo "killed $name by $caught"
+				echo "killed $name ($(( $(date +%s) - t0 )) s) by $caught"
 				killed=$((killed + 1))
 			fi
 		fi
@@ -141,8 +147,9 @@ worker() {
 	echo "$killed $survived $broken$bad" > "$dir/tally.$k"
 }
 
-# Worker k takes every jobs-th patch from the k-th on.  Each one's lines
-# are whole lines (one echo each), so they interleave but do not mix.
+# Every worker is given every patch and claims the next one free.  Each
+# one's lines are whole lines (one echo each), so they interleave but do
+# not mix.
 [ "$jobs" -le $# ] || jobs=$#
 k=1
 while [ "$k" -lt "$jobs" ]; do
@@ -151,15 +158,10 @@ while [ "$k" -lt "$jobs" ]; do
 	k=$((k + 1))
 done
 mv "$tree" "$dir/tree.0"
+mkdir "$dir/claim"
 pids='' k=0
 while [ "$k" -lt "$jobs" ]; do
-	i=0 mine=
-	for name in "$@"; do
-		[ $((i % jobs)) -eq "$k" ] && mine="$mine $name"
-		i=$((i + 1))
-	done
-	# shellcheck disable=SC2086
-	worker "$k" $mine &
+	worker "$k" "$@" &
 	pids="$pids $!"
 	k=$((k + 1))
 done
