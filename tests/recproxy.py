@@ -36,7 +36,8 @@ With "ms", any action waits that long first.  With "match", a rule applies
 only to requests whose raw body contains that string.  A reset is a TCP RST (SO_LINGER 0), as a load balancer dropping a
 connection sends.  Every log line has "inflight" (also as "concurrent"):
 the requests this proxy was handling when it arrived, itself included
-(calls in flight overlap when it is 2 or more)."""
+(calls in flight overlap when it is 2 or more), and "ms", when it arrived
+(epoch milliseconds)."""
 import http.client
 import http.server
 import json
@@ -157,7 +158,8 @@ class H(http.server.BaseHTTPRequestHandler):
         target = self.headers.get("X-Amz-Target") or ""
         rule = fault_for(target.rsplit(".", 1)[-1], body)
         # "concurrent" and "inflight" are the same count (two suites' names)
-        line = {"target": target, "body": parsed, "inflight": inflight, "concurrent": inflight}
+        line = {"target": target, "body": parsed, "inflight": inflight, "concurrent": inflight,
+                "ms": int(time.time() * 1000)}
         if rule:
             line["fault"] = rule["do"]
         act = rule["do"] if rule else None
