@@ -361,17 +361,23 @@ fuzz-short:
 # throttling and server errors, poison, a debit abandoned in a network
 # partition (linger.bats: namespaces, so root; skipped otherwise).
 # Minutes, not seconds; the measured numbers land in
-# $(O)/faults-report.txt.  Two files at a time,
-# and two tests at a time in a file whose tests each start their own
-# servers and mostly wait (throttle, outage, crash, sigterm: leases and
-# backoffs); one at a time where a test's storm keeps 8 workers busy or the
-# file's tests share a server they restart (storm, redis, postgres say so:
-# BATS_NO_PARALLELIZE_WITHIN_FILE).
+# $(O)/faults-report.txt.  Two files at a time
+# (FAULTS_JOBS; three took CI's step from 836 s to 736-755 s beside the
+# model, but a storm there sent 2 714 copies to the DLQ, not yet
+# explained, so not by default), the ones that wait longest named first
+# (a fresh clone has no times to order them by), and two tests at a time in a file whose tests
+# each start their own servers and mostly wait (throttle, outage, crash,
+# sigterm: leases and backoffs); one at a time where a test's storm keeps
+# 8 workers busy or the file's tests share a server they restart (storm,
+# redis, postgres say so: BATS_NO_PARALLELIZE_WITHIN_FILE).
 FAULTS_REPORT := $(CURDIR)/$(O)/faults-report.txt
+FAULTS_JOBS ?= 2
 faults: all $(NODE_STAMP)
 	@mkdir -p $(O); rm -f $(FAULTS_REPORT)
 	$(TEST_ENV) IDEMKIT_FAULTS_REPORT=$(FAULTS_REPORT) BATS_TEST_TIMEOUT=1200 \
-	  IDEMKIT_TEST_JOBS=2 IDEMKIT_TEST_FILE_JOBS=2 sh tests/run.sh tests/faults/ \
+	  IDEMKIT_TEST_JOBS=$(FAULTS_JOBS) IDEMKIT_TEST_FILE_JOBS=2 sh tests/run.sh \
+	  tests/faults/throttle.bats tests/faults/worker-kill.bats tests/faults/outage.bats \
+	  tests/faults/ \
 	  'IDEMKIT_TEST_BACKEND=dynamodb-local tests/faults/crash.bats' \
 	  'IDEMKIT_TEST_QUEUE_BACKEND=amqp tests/faults/crash.bats' \
 	  'IDEMKIT_TEST_QUEUE_BACKEND=amqp tests/faults/storm.bats' \

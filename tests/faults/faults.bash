@@ -173,7 +173,18 @@ if bad or extra or len(led) != len(want):
 PY
 	held_none || { echo "a holder still holds deliveries of the queue" >&2; return 1; }
 	[ "$(qdepth)" -eq 0 ] || { echo "queue not empty: $(sqs-stat)" >&2; return 1; }
-	[ "$(qdepth "$IDEMKIT_DLQ")" -eq 0 ] || { echo "DLQ not empty: $(sqs-stat --queue "$IDEMKIT_DLQ")" >&2; return 1; }
+	[ "$(qdepth "$IDEMKIT_DLQ")" -eq 0 ] || {
+		echo "DLQ not empty: $(sqs-stat --queue "$IDEMKIT_DLQ"); the first, with their reasons:" >&2
+		sqs-recv --queue "$IDEMKIT_DLQ" --max 3 --visibility 60 2>&1 |
+			python3 -c 'import json, sys
+for l in sys.stdin:
+    try:
+        e = json.loads(l)
+        print(json.loads(e["body"]).get("chargeId"), json.dumps(e.get("attributes")))
+    except ValueError:
+        print(l.rstrip())' >&2
+		return 1
+	}
 	local rc=0
 	idemp-list --state IN_PROGRESS > "$BATS_TEST_TMPDIR/inprogress" 2>/dev/null || rc=$?
 	[ "$rc" -eq 1 ] || { echo "records not terminal: $(head -3 "$BATS_TEST_TMPDIR/inprogress")" >&2; return 1; }
