@@ -142,7 +142,6 @@ held_none() {
 	done
 }
 
-# bank_json PATH: GET from the bank as one JSON document.
 # bank_stats: bank-sim's counters.  Retried on a failed connection: in a
 # storm 8 workers' debits and notifications in flight can fill the bank's
 # 256 connections, and it resets a new one (curl 56) until one frees, more
