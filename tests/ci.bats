@@ -79,9 +79,18 @@ inner() {
 	[ -z "$output" ]
 	# the cover takes both: each alone has lines
 	[ "$(python3 "$IDEMKIT_SRC/tests/sancover.py" select list runs | sort | tr '\n' ' ')" = "tests/new.bats tests/old.bats " ]
-	# a run the list has already: renewing it is make san-cover's
-	run -1 python3 "$IDEMKIT_SRC/tests/sancover.py" add "$BATS_TEST_TMPDIR/gc" list
-	[[ "$output" == *"tests/new.bats is in the list already"* ]]
+	# a run the list has already keeps its unit: its lines in the sources
+	# new to the list are added to it, no run added
+	printf '# a list\nsource lib/a/old.c\nrun 0 3 tests/old.bats\nlines 2 0\n' > list
+	echo tests/old.bats > "$BATS_TEST_TMPDIR/gc/0/run"
+	run -0 python3 "$IDEMKIT_SRC/tests/sancover.py" add "$BATS_TEST_TMPDIR/gc" list
+	[[ "$output" =~ "0 runs added, "[1-9][0-9]*" lines in 1 new sources" ]]
+	grep -qx 'source lib/b/new.c' list
+	[ "$(grep -c '^run ' list)" -eq 1 ]
+	grep -qx 'lines 2 0' list
+	[ "$(grep -Ec '^lines [1-9][0-9]* 0$' list)" -eq 2 ]
+	run -0 python3 "$IDEMKIT_SRC/tests/sancover.py" check list runs
+	[[ "$output" != *stale* ]]
 }
 
 @test "the sanitizer's runs cover every line the whole suite covers, cheapest first, and runs it has not seen" {

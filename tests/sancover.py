@@ -206,7 +206,9 @@ def collect(gcovdir, runs_file, out):
 
 def add(gcovdir, path):
     """Appends the runs measured in gcovdir to the list at path: their
-    lines in the C sources the list has not seen, and those sources."""
+    lines in the C sources the list has not seen, and those sources.  A
+    run the list has already keeps its unit: those lines are added to it
+    (and to its tests), the rest of it stays as measured before."""
     root = os.getcwd()
     srcs, units, _ = load(path)
     known_src = set(srcs)
@@ -217,15 +219,20 @@ def add(gcovdir, path):
     for d in rundirs(gcovdir):
         run, secs, lines, tests = measured(os.path.abspath(d), root)
         if run in known_run:
-            sys.stderr.write("sancover: %s is in the list already (make san-cover renews it)\n" % run)
-            return 1
-        rid = nxt
-        added.append("run %d %d %s" % (rid, secs, run))
-        nxt += 1
-        nruns += 1
+            # a run the list has: its lines in the new sources are its
+            # own (and its tests'), the rest of it as the list has it
+            rid = next(i for i, u in units.items() if u["kind"] == "run" and u["run"] == run)
+        else:
+            rid = nxt
+            added.append("run %d %d %s" % (rid, secs, run))
+            nxt += 1
+            nruns += 1
+        known_test = {u["name"]: i for i, u in units.items() if u["kind"] == "test" and u["rid"] == rid}
         for unit, ls in [(rid, lines)] + [(None, t) for t in tests]:
             if unit is None:
                 name, ms, ls = ls
+                unit = known_test.get(name)
+            if unit is None:
                 unit = nxt
                 added.append("test %d %d %d %s" % (unit, rid, ms, name))
                 nxt += 1
