@@ -41,6 +41,7 @@
 #include "core/lines.h"
 #include "core/log.h"
 #include "core/outcome.h"
+#include "core/pool.h"
 #include "core/util.h"
 #include "open/open_store.h"
 #include "store/store.h"
@@ -94,7 +95,6 @@ static const struct ik_exit codes[] = {
 };
 
 #define WAIT_DEFAULT_MS (24LL * 3600000)
-#define JOBS_MAX 256
 #define FINISH_TRIES 10
 
 struct opts {
@@ -143,7 +143,8 @@ wake_open(ik_err *err)
 {
 	struct sigaction sa;
 
-	if (ik_cloexec_pipe(wake_fd, 1) < 0)
+	/* once: an --each worker runs many keys */
+	if (wake_fd[0] < 0 && ik_cloexec_pipe(wake_fd, 1) < 0)
 		return ik_errf(err, IK_SOFTWARE, "pipe: %s", strerror(errno));
 	memset(&sa, 0, sizeof sa);
 	sigemptyset(&sa.sa_mask);
@@ -699,11 +700,13 @@ hold_and_run(struct run *r, int quiet_stdin)
 	return conclude(r);
 }
 
-/* One key: claim, run, finish.  The exit code. */
+/* One key: claim, run, finish.  The exit code.  keep (--each): the
+ * store of the worker's last key, used if there is one, and kept for its
+ * next when this key went well (else closed: the next opens afresh). */
 static int
-run_one(const struct opts *o, const char *key, int quiet_stdin)
+run_one(const struct opts *o, const char *key, int quiet_stdin, struct ik_store **keep)
 {
-	struct run r = { .o = o, .key = key };
+	struct run r = { .o = o, .key = key, .s = keep ? *keep : NULL };
 	struct ik_claim_res res = { 0 };
 	ik_err err = { 0 };
 	char *fptext = NULL, *event = NULL;
@@ -721,8 +724,9 @@ run_one(const struct opts *o, const char *key, int quiet_stdin)
 	}
 	fingerprint_of(fptext, r.fp);
 	ik_store_token(r.token);
-	if ((rc = ik_store_open(o->url, &r.s, &err)) != IK_OK ||
-	    (rc = claim(&r, event, &res, &err)) != IK_OK)
+	if (!r.s && (rc = ik_store_open(o->url, &r.s, &err)) != IK_OK)
+		goto out;
+	if ((rc = claim(&r, event, &res, &err)) != IK_OK)
 		goto out;
 	if (res.code != IK_OK) {
 		rc = res.code;
@@ -748,7 +752,13 @@ run_one(const struct opts *o, const char *key, int quiet_stdin)
 out:
 	if (err.code && rc == err.code)
 		ik_fail(&err);
-	ik_store_close(r.s);
+	if (keep && (rc == IK_OK || rc == IK_DUP_DONE || rc == IK_DUP_IN_PROGRESS)) {
+		*keep = r.s;
+	} else {
+		ik_store_close(r.s);
+		if (keep)
+			*keep = NULL;
+	}
 	free_argv(r.argv);
 	free(fptext);
 	free(event);
@@ -778,49 +788,47 @@ count(struct tally *t, int code)
 		t->worst = code;
 }
 
-/* Waits for one worker; its code counted.  Forwards a stop signal to the
- * workers (each passes it to its command's group) the first time. */
-static void
-reap(pid_t *pids, long long n, long long *running, struct tally *t, int *forwarded)
-{
-	int st;
-	pid_t p;
+/* The keys go to at most -P workers (pool.h), each a process that keeps
+ * its store's connection from key to key. */
+struct each {
+	const struct opts *o;
+	struct ik_store *s;    /* in a worker: its kept store */
+	struct tally t;        /* in the parent */
+};
 
-	for (;;) {   /* ends when a worker is reaped: there is one */
-		if (ik_stop_signal && !*forwarded) {
-			*forwarded = 1;
-			for (long long i = 0; i < n; i++)
-				if (pids[i] > 0)
-					kill(pids[i], ik_stop_signal);
-		}
-		p = waitpid(-1, &st, 0);
-		if (p < 0 && errno == EINTR)
-			continue;
-		if (p < 0)
-			return;
-		for (long long i = 0; i < n; i++)
-			if (pids[i] == p) {
-				pids[i] = 0;
-				(*running)--;
-				count(t, WIFEXITED(st) ? WEXITSTATUS(st) : IK_SOFTWARE);
-				return;
-			}
-	}
+static int
+each_work(void *arg, char *key)
+{
+	struct each *e = arg;
+
+	return run_one(e->o, key, 1, &e->s);
+}
+
+static void
+each_end(void *arg)
+{
+	ik_store_close(((struct each *)arg)->s);
+}
+
+static void
+each_done(void *arg, int code)
+{
+	count(&((struct each *)arg)->t, code);
 }
 
 static int
 each(const struct opts *o)
 {
-	struct tally t = { 0 };
+	struct each e = { .o = o };
+	struct ik_pool pool = { .work = each_work, .end = each_end, .done = each_done, .arg = &e };
+	struct tally *t = &e.t;
 	struct ik_lines in;
-	long long running = 0;
-	int forwarded = 0, r;
-	pid_t *pids = calloc((size_t)o->jobs, sizeof *pids);
 	char *line;
 	size_t len;
+	int r;
 	ik_err err = { 0 };
 
-	if (!pids) {
+	if (ik_pool_init(&pool, o->jobs) < 0) {
 		ik_errf(&err, IK_SOFTWARE, "out of memory");
 		return ik_fail(&err);
 	}
@@ -830,48 +838,33 @@ each(const struct opts *o)
 			if (errno == EINTR)
 				continue;
 			ik_warnx("stdin: %s", strerror(errno));
-			count(&t, IK_SOFTWARE);
+			count(t, IK_SOFTWARE);
 			break;
 		}
 		if (!len)
 			continue;
 		if (ik_id_check("key", line, IK_CHARGE_ID_MAX, &err) != IK_OK) {
 			ik_fail(&err);
-			count(&t, IK_DATAERR);
+			count(t, IK_DATAERR);
 			continue;
 		}
-		while (running == o->jobs && !ik_stop_signal)
-			reap(pids, o->jobs, &running, &t, &forwarded);
-		if (ik_stop_signal)
-			break;
-		for (long long i = 0; i < o->jobs; i++) {
-			if (pids[i])
-				continue;
-			fflush(stderr);
-			if ((pids[i] = fork()) == 0)
-				_exit(run_one(o, line, 1));
-			if (pids[i] < 0) {
-				ik_warnx("fork: %s", strerror(errno));
-				pids[i] = 0;
-				count(&t, IK_TEMPFAIL);
-			} else {
-				running++;
-			}
-			break;
+		if ((r = ik_pool_give(&pool, line)) < 0)
+			break;   /* a stop signal */
+		if (r != IK_OK) {
+			ik_warnx("starting a worker: %s", strerror(errno));
+			count(t, r);
 		}
 	}
-	while (running > 0)
-		reap(pids, o->jobs, &running, &t, &forwarded);
+	ik_pool_end(&pool);
 	ik_lines_free(&in);
-	free(pids);
-	ik_log(IK_LOG_AUDIT, "each: summary", IK_LOG_NUM("keys", t.keys),
-	    IK_LOG_NUM("ran", t.ran), IK_LOG_NUM("alreadyDone", t.done),
-	    IK_LOG_NUM("heldElsewhere", t.held), IK_LOG_NUM("failed", t.failed), NULL);
+	ik_log(IK_LOG_AUDIT, "each: summary", IK_LOG_NUM("keys", t->keys),
+	    IK_LOG_NUM("ran", t->ran), IK_LOG_NUM("alreadyDone", t->done),
+	    IK_LOG_NUM("heldElsewhere", t->held), IK_LOG_NUM("failed", t->failed), NULL);
 	if (ik_stop_signal)
 		return 128 + ik_stop_signal;
-	if (!t.keys)
+	if (!t->keys)
 		return IK_EMPTY;
-	return t.worst;
+	return t->worst;
 }
 
 /* ---- --check ------------------------------------------------------------ */
@@ -981,11 +974,11 @@ main(int argc, char **argv)
 	o.grace_ms = o.lease_ms / 10 > 10000 ? 10000 : o.lease_ms / 10;
 	if (grace && ik_opt_duration("--grace", grace, 0, o.lease_ms / 2, &o.grace_ms) < 0)
 		return IK_USAGE;
-	if (jobs && ik_opt_int("--jobs", jobs, 1, JOBS_MAX, &o.jobs) < 0)
+	if (jobs && ik_opt_int("--jobs", jobs, 1, IK_POOL_MAX, &o.jobs) < 0)
 		return IK_USAGE;
 	if (sodium_init() < 0) {
 		ik_warnx("libsodium could not start");
 		return IK_SOFTWARE;
 	}
-	return ik_finish(o.each ? each(&o) : run_one(&o, o.key, 0));
+	return ik_finish(o.each ? each(&o) : run_one(&o, o.key, 0, NULL));
 }

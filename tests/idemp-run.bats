@@ -533,6 +533,73 @@ stubborn() {
 	[ "$status" -eq 1 ]
 }
 
+# idemkit_conns: connections made to the file's PostgreSQL by our commands
+# (log_connections is on: a line each, at its authorization); 0 elsewhere.
+idemkit_conns() {
+	if [ "${IDEMKIT_TEST_BACKEND:-}" = postgres ]; then
+		grep -c 'connection authorized.*application_name=idemkit' "$PG_DIR/server.log" || true
+	else
+		echo 0
+	fi
+}
+
+@test "--each: -P N workers each run many keys, keeping the store's connection from key to key (PostgreSQL: N connections for 40 keys)" {
+	p=$(key pool)
+	seq 40 | sed "s/^/$p-/" > "$BATS_TEST_TMPDIR/keys"
+	before=$(idemkit_conns)
+	# the command's parent is the worker that ran its key
+	run --separate-stderr idemp-run --each -P 3 -- sh -c 'echo "$PPID $1" >> "$0"' "$LOG" '{}' \
+		< "$BATS_TEST_TMPDIR/keys"
+	[ "$status" -eq 0 ]
+	[[ "$stderr" == *'"keys":40,"ran":40,"alreadyDone":0,"heldElsewhere":0,"failed":0'* ]]
+	cmp <(cut -d' ' -f2 "$LOG" | sort) <(sort "$BATS_TEST_TMPDIR/keys")
+	workers=$(cut -d' ' -f1 "$LOG" | sort -u | wc -l)
+	echo "workers: $workers"
+	[ "$workers" -ge 1 ]
+	[ "$workers" -le 3 ]
+	if [ "${IDEMKIT_TEST_BACKEND:-}" = postgres ]; then
+		echo "connections: $before -> $(idemkit_conns)"
+		[ "$(( $(idemkit_conns) - before ))" -le 3 ]
+	fi
+}
+
+starts() { [ "$(grep -c '^start' "$LOG")" -eq "$1" ]; }
+
+@test "--each: a worker killed -9 on its key fails that key alone (70), the keys after it run on a new worker; SIGTERM mid-run: the commands stopped, their claims released, 143" {
+	p=$(key dies)
+	seq 12 | sed "s/^/$p-/" > "$BATS_TEST_TMPDIR/keys"
+	run --separate-stderr idemp-run --each -P 2 -- sh -c \
+		'case $1 in *-5) kill -KILL "$PPID"; sleep 1 ;; esac; echo "$PPID $1" >> "$0"' "$LOG" '{}' \
+		< "$BATS_TEST_TMPDIR/keys"
+	echo "$stderr" | grep summary
+	[ "$status" -eq 70 ]
+	[[ "$stderr" == *'"keys":12,"ran":11,"alreadyDone":0,"heldElsewhere":0,"failed":1'* ]]
+	# key 5's command outlived its worker and wrote its line; every key once
+	wait_for has "$p-5\$" "$LOG"
+	cmp <(cut -d' ' -f2 "$LOG" | sort) <(sort "$BATS_TEST_TMPDIR/keys")
+	[ "$(cut -d' ' -f1 "$LOG" | sort -u | wc -l)" -ge 2 ]
+
+	# SIGTERM: passed to the workers, and by them to their commands
+	: > "$LOG"
+	q=$(key term)
+	seq 6 | sed "s/^/$q-/" > "$BATS_TEST_TMPDIR/keys2"
+	idemp-run --each -P 3 --lease 20s -- "$JOB" "$LOG" '{}' 30 \
+		< "$BATS_TEST_TMPDIR/keys2" 2>"$BATS_TEST_TMPDIR/term.err" &
+	pid=$!
+	wait_for starts 3
+	kill -TERM "$pid"
+	st=0
+	wait "$pid" || st=$?
+	cat "$BATS_TEST_TMPDIR/term.err"
+	[ "$st" -eq 143 ]
+	[ "$(grep -c '^start' "$LOG")" -eq 3 ]
+	[ "$(grep -c ' term$' "$LOG")" -eq 3 ]
+	# released: all 6 run now, none held by the stopped ones
+	run --separate-stderr idemp-run --each -P 3 -- true < "$BATS_TEST_TMPDIR/keys2"
+	[ "$status" -eq 0 ]
+	[[ "$stderr" == *'"keys":6,"ran":6,'* ]]
+}
+
 @test "--wait: waits for the holder and answers as the record says; a released claim runs; a short wait is DUP_IN_PROGRESS" {
 	k=$(key wait)
 	# a runs 5 s: the short wait below must meet it still running (1.5 s
