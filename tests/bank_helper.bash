@@ -61,10 +61,13 @@ bank_stat() {
 	bank_get /stats "${BANK_AUTH[@]}" | sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p"
 }
 
-# until_bank NAME N: wait (at most 20 s) until bank-sim's counter NAME >= N.
+# until_bank NAME N [PID]: wait (at most 20 s) until bank-sim's counter
+# NAME >= N; with PID, 2 as soon as that process is gone (a worker that
+# stopped will move no counter: no 20 s of polling for nothing).
 until_bank() {
 	for _ in $(seq 1 400); do
 		[ "$(bank_stat "$1")" -ge "$2" ] && return 0
+		[ -z "${3:-}" ] || kill -0 "$3" 2>/dev/null || return 2
 		sleep 0.05
 	done
 	echo "bank $1 never reached $2" >&2

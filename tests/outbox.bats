@@ -337,8 +337,9 @@ PY
 	if [ "$n1" -gt 0 ]; then live=$r2 dead=$r1 out=r2; else live=$r1 dead=$r2 out=r1; fi
 	kill -KILL "$dead"
 	finish "$(uid after)" DONE
-	# the live one takes over once the dead one's lease ran out
-	for _ in $(seq 300); do [ "$(waiting)" = 0 ] && break; sleep 0.1; done
+	# the live one takes over once the dead one's lease ran out (15 s: a
+	# look each 0.5 s, not 150 processes and store connections)
+	for _ in $(seq 60); do [ "$(waiting)" = 0 ] && break; sleep 0.5; done
 	[ "$(waiting)" = 0 ]
 	[ "$(wc -l < "$BATS_TEST_TMPDIR/$out")" -eq 1 ]
 	kill -TERM "$live"
