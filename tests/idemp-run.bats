@@ -563,6 +563,27 @@ idemkit_conns() {
 	fi
 }
 
+@test "--each on PostgreSQL restarted mid-run: the workers' kept connections are made again, every key runs once" {
+	[ "${IDEMKIT_TEST_BACKEND:-}" = postgres ] || skip "a server restart under kept connections: PostgreSQL's (pg_halt, pg_resume)"
+	p=$(key restart)
+	seq 30 | sed "s/^/$p-/" > "$BATS_TEST_TMPDIR/keys"
+	idemp-run --each -P 2 -- sh -c 'sleep 0.2; echo "$1" >> "$0"' "$LOG" '{}' \
+		< "$BATS_TEST_TMPDIR/keys" 2>"$BATS_TEST_TMPDIR/each.err" &
+	pid=$!
+	wait_for test -s "$LOG"
+	pg_halt
+	pg_resume
+	st=0
+	wait "$pid" || st=$?
+	grep -v '"level":"info"' "$BATS_TEST_TMPDIR/each.err"
+	# a key whose claim met the server down is 75, left for the next run
+	[ "$st" -eq 0 ] || [ "$st" -eq 75 ]
+	run --separate-stderr idemp-run --each -P 2 -- sh -c 'echo "$1" >> "$0"' "$LOG" '{}' \
+		< "$BATS_TEST_TMPDIR/keys"
+	[ "$status" -eq 0 ]
+	cmp <(sort "$LOG") <(sort "$BATS_TEST_TMPDIR/keys")
+}
+
 starts() { [ "$(grep -c '^start' "$LOG")" -eq "$1" ]; }
 
 @test "--each: a worker killed -9 on its key fails that key alone (70), the keys after it run on a new worker; SIGTERM mid-run: the commands stopped, their claims released, 143" {
