@@ -245,6 +245,56 @@ inner() {
 	[[ "${lines[n-2]}" == *'`[ 1 -eq 2 ]'"' failed" ]]
 }
 
+@test "tests/helper.bash's lighter trace: a failure names the line and command bats' own trace names ([ ], [[ ]], (( )), a pipeline, a function two deep, a helper file's function, a loop, setup); bats --trace and IDEMKIT_TEST_FULL_TRACE keep bats' trap" {
+	d=$BATS_TEST_TMPDIR/tr
+	mkdir -p "$d"
+	cat > "$d/f.bats" <<-EOF
+	load "$IDEMKIT_SRC/tests/helper"
+	inner_fail() { local y=2; [ "\$y" -eq 3 ]; }
+	outer_fail() { local z=1; inner_fail; echo no; }
+	setup() { [ "\$BATS_TEST_DESCRIPTION" != "setup fails" ]; }
+	EOF
+	# (printf: a line of this file that begins with @test would be bats's own)
+	printf '@test "%s" {\n\tx=1\n\t%s\n\techo after\n}\n' \
+		single '[ "$x" -eq 2 ]' double '[[ $x == 2 ]]' arith '(( x == 2 ))' \
+		pipeline 'echo x | grep -q y' nested 'outer_fail' \
+		'helper file' 'jget "{\"a\":1}" a > /dev/null; PATH=/nowhere free_port' \
+		loop 'for i in 1 2 3; do [ "$i" -lt 3 ]; done' subshell '( true; false; true )' \
+		'setup fails' 'true' >> "$d/f.bats"
+	printf '@test "the trap" {\n\ttrap -p DEBUG\n\tfalse\n}\n' >> "$d/f.bats"
+	vars="IDEMKIT_SRC=$IDEMKIT_SRC IDEMKIT_BIN=$IDEMKIT_BIN IDEMKIT_TEST_BIN=$IDEMKIT_TEST_BIN"
+	# shellcheck disable=SC2086
+	run inner $vars bats --tap "$d/f.bats"
+	light=$output
+	# shellcheck disable=SC2086
+	run inner $vars IDEMKIT_TEST_FULL_TRACE=1 bats --tap "$d/f.bats"
+	full=$output
+	# shellcheck disable=SC2086
+	run inner $vars bats --trace --tap "$d/f.bats"
+	traced=$output
+	echo "$light"
+	[ "$(grep -c '^not ok' <<<"$light")" -eq 10 ]
+	# the lighter trap is the one in force, and only without --trace or FULL_TRACE
+	grep -q "^# trap -- .*_ik_at=" <<<"$light"
+	! grep -q "_ik_at=" <<<"$full"
+	! grep -q "_ik_at=" <<<"$traced"
+	grep -q "bats_debug_trap" <<<"$full"
+	grep -Fqx '#   `[ "$x" -eq 2 ]'"' failed" <<<"$light"
+	grep -Fqx '#   `[[ $x == 2 ]]'"' failed" <<<"$light"
+	grep -Fqx '#   `(( x == 2 ))'"' failed" <<<"$light"
+	grep -Fqx '#   `echo x | grep -q y'"' failed" <<<"$light"
+	grep -Fqx '#   `outer_fail'"' failed" <<<"$light"
+	grep -Eq "^# \(from function .inner_fail' in file .*f.bats, line 2,\$" <<<"$light"
+	grep -Eq "^#  from function .outer_fail' in file .*f.bats, line 3,\$" <<<"$light"
+	grep -Fqx '#   `for i in 1 2 3; do [ "$i" -lt 3 ]; done'"' failed" <<<"$light"
+	grep -Eq "^# \(from function .free_port' in file .*tests/helper.bash, line [0-9]+,\$" <<<"$light"
+	grep -Eq "^# \(from function .setup' in test file .*f.bats, line 4\)\$" <<<"$light"
+	# what bats' own trap reports, line for line, but for the stack of its
+	# own run (bats 1.8 names the frames of its version check inside it)
+	diff <(grep '^#' <<<"$full" | grep -v 'trap --\|bats_warn_minimum\|test_functions.bash') \
+		<(grep '^#' <<<"$light" | grep -v 'trap --')
+}
+
 @test "mutants: MUTANTS_JOBS must be a count" {
 	run inner MUTANTS_JOBS=0 MUTANTS_DIR="$BATS_TEST_TMPDIR/m" sh "$IDEMKIT_SRC/tests/mutants/run.sh"
 	[ "$status" -eq 64 ]

@@ -44,6 +44,53 @@ fi
 # missing, /usr/bin/sleep as before.
 [ ! -r /usr/lib/bash/sleep ] || enable -f /usr/lib/bash/sleep sleep 2>/dev/null || true
 
+# A lighter trace for failures.  bats (1.8) sets a DEBUG trap that runs a
+# function for every command a test runs, in every subshell (set -T):
+# it copies the call stack into arrays each time so that a failure can
+# name its line.  Here that costs ~0.25 ms a command and 1-2 ms a fork
+# (charge-debit.bats: 82 CPU-s with it, 72 with this one).  The same
+# report for less: the DEBUG trap keeps two scalars (the line
+# and file of the last command and of the one before, as bats keeps two
+# stacks: bash 4.4+ runs DEBUG once more after a failed [[ ]] with a
+# wrong line), and the stack is made once, in the ERR trap, from bash's
+# own (its outer frames are right there, only the innermost line may not
+# be).  bats --trace (BATS_TRACE_LEVEL), which prints from bats' own
+# trap, and IDEMKIT_TEST_FULL_TRACE=1 keep that one.  A teardown's
+# failure (bats runs teardown under ||: no ERR) is named without a line
+# (tests/ci.bats compares the two reports).  Installed after bats_setup_tracing, which bats runs after
+# sourcing the test file; left alone if that is not bats' function.
+if [ -n "${BATS_TEST_NAME:-}" ] && [ "${BATS_TRACE_LEVEL:-0}" -eq 0 ] && [ -z "${IDEMKIT_TEST_FULL_TRACE:-}" ] &&
+    declare -F bats_setup_tracing >/dev/null && declare -F bats_check_status_from_trap >/dev/null &&
+    ! declare -F _ik_bats_setup_tracing >/dev/null; then
+	eval "_ik_$(declare -f bats_setup_tracing)"
+	bats_setup_tracing() {
+		_ik_bats_setup_tracing "$@"
+		_ik_at= _ik_at_before=
+		# (one line: $LINENO in a trap's string counts that string's lines)
+		trap '[[ ${FUNCNAME[0]-} == _ik_error_trap || $BASH_SOURCE == "$BATS_ROOT"/lib*/bats-core/* ]] || { _ik_at_before=$_ik_at; _ik_at="$LINENO ${FUNCNAME[0]-} $BASH_SOURCE"; }' DEBUG
+		trap _ik_error_trap ERR
+		# no stale frames (a failure the ERR trap does not see, in a
+		# teardown, has none)
+		BATS_DEBUG_LAST_STACK_TRACE=() BATS_DEBUG_LASTLAST_STACK_TRACE=()
+	}
+	_ik_error_trap() {
+		bats_check_status_from_trap
+		local i at=$_ik_at
+		# the DEBUG trap's last stop is where ERR says it is: the one
+		# before is the failed command (see bats_debug_trap's tables)
+		[ "$at" != "${BASH_LINENO[0]} ${FUNCNAME[1]} ${BASH_SOURCE[1]}" ] || at=$_ik_at_before
+		[ "${at#* }" = "${FUNCNAME[1]} ${BASH_SOURCE[1]}" ] || at=${BASH_LINENO[0]}
+		BATS_DEBUG_LAST_STACK_TRACE=("${at%% *} ${FUNCNAME[1]} ${BASH_SOURCE[1]}")
+		for ((i = 2; i < ${#FUNCNAME[@]}; i++)); do
+			case ${FUNCNAME[i - 1]} in
+			"${BATS_TEST_NAME-}" | setup | teardown | setup_file | teardown_file) break ;;
+			esac
+			BATS_DEBUG_LAST_STACK_TRACE+=("${BASH_LINENO[i - 1]} ${FUNCNAME[i]} ${BASH_SOURCE[i]}")
+		done
+		BATS_DEBUG_LAST_STACK_TRACE_IS_VALID=1
+	}
+fi
+
 export IDEMKIT_STATE_DIR=$BATS_TEST_TMPDIR/state
 export IDEMKIT_LOG=${IDEMKIT_LOG:-info}
 unset IDEMKIT_STORE IDEMKIT_QUEUE IDEMKIT_DLQ IDEMKIT_LEASE
