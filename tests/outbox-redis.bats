@@ -60,7 +60,7 @@ for c in cmds:
 PY
 }
 # server_ms: the server's clock; server_past MS: it is past MS.
-server_ms() { rcli TIME | python3 -c 'import sys; s, us = sys.stdin.read().split(); print(int(s) * 1000 + int(us) // 1000)'; }
+server_ms() { local t; t=$(rcli TIME) && set -- $t && echo $(( $1 * 1000 + 10#$2 / 1000 )); }
 server_past() { [ "$(server_ms)" -ge "$1" ]; }
 # wait_for CMD...: until CMD succeeds (200 tries, 0.1 s apart).
 wait_for() {

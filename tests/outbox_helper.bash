@@ -25,10 +25,7 @@ renotified() {
 # (the re-notify path: idemp-done --renotified).
 renotify_all() {
 	idemp-list --state DEBITED_NOTIFICATION_FAILED --format envelope 2>/dev/null \
-		| python3 -c 'import json, sys
-for l in sys.stdin:
-    e = json.loads(l); e["notify"] = {"outcome": "OK"}; print(json.dumps(e))' \
-		| idemp-done --renotified >/dev/null 2>&1
+		| jq -c '.notify = {"outcome": "OK"}' | idemp-done --renotified >/dev/null 2>&1
 }
 # events: every message now on the events queue, one JSON line each:
 # {"attr": eventId attribute, "body": the event}; received with a long
@@ -62,5 +59,4 @@ for l in open(sys.argv[1]):
 }
 waiting() { jget "$(idemp-outbox --stats)" waiting; }
 # ids FILE: the eventIds in an events() file, sorted, duplicates kept.
-ids() { python3 -c 'import json, sys
-print("\n".join(sorted(json.loads(l)["attr"] for l in open(sys.argv[1]) if l.strip())))' "$1"; }
+ids() { jq -r '.attr' "$1" | LC_ALL=C sort; }

@@ -183,8 +183,8 @@ PY
 	[ "$(stat_direct)" = "{\"visible\":$nleft,\"inflight\":$nleft,\"delayed\":0}" ]
 	# the ones left are exactly the failed ones: visible again, received
 	while read -r r; do
-		sqs_call ChangeMessageVisibility "$(python3 -c 'import json,sys
-print(json.dumps({"QueueUrl": sys.argv[1], "ReceiptHandle": sys.argv[2], "VisibilityTimeout": 0}))' "$QUEUE" "$r")" >/dev/null
+		sqs_call ChangeMessageVisibility "$(jq -nc --arg q "$QUEUE" --arg r "$r" \
+			'{QueueUrl: $q, ReceiptHandle: $r, VisibilityTimeout: 0}')" >/dev/null
 	done <<<"$left"
 	AWS_ENDPOINT_URL_SQS=$SQS_DIRECT sqs-recv --max 10 --drain >"$BATS_TEST_TMPDIR/again"
 	python3 - "$BATS_TEST_TMPDIR/out" "$BATS_TEST_TMPDIR/again" <<'PY'

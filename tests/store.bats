@@ -238,7 +238,7 @@ teardown() { bank_stop; }
 	env1=$(ev "$id" | idemp-claim --lease 60s 2>/dev/null)
 	tok1=$(jget "$env1" claim.token)
 	# charge-debit left it for lack of lease: idemp-done releases the claim
-	left=$(python3 -c 'import json,sys; e=json.loads(sys.argv[1]); e["debit"]={"outcome":"LEASE_SHORT"}; print(json.dumps(e))' "$env1")
+	left=$(jq -c '.debit = {"outcome": "LEASE_SHORT"}' <<<"$env1")
 	run --separate-stderr idemp-done <<<"$left"
 	[ "$status" -eq 0 ]
 	[ "$(jget "$output" done.released)" = True ]
@@ -296,7 +296,7 @@ PY
 	for i in $(seq 12); do
 		e=$(ev "$id" | idemp-claim 2>/dev/null)
 		[ "$(jget "$e" claim.attempt)" = "$i" ]
-		python3 -c 'import json,sys; e=json.loads(sys.argv[1]); e["debit"]={"outcome":"LEASE_SHORT"}; print(json.dumps(e))' "$e" | idemp-done >/dev/null
+		jq -c '.debit = {"outcome": "LEASE_SHORT"}' <<<"$e" | idemp-done >/dev/null
 	done
 	python3 - "$(idemp-show --json "$id")" <<'PY'
 import json, sys
