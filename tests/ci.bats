@@ -276,8 +276,8 @@ inner() {
 	[ "$(grep -c '^not ok' <<<"$light")" -eq 10 ]
 	# the lighter trap is the one in force, and only without --trace or FULL_TRACE
 	grep -q "^# trap -- .*_ik_at=" <<<"$light"
-	! grep -q "_ik_at=" <<<"$full"
-	! grep -q "_ik_at=" <<<"$traced"
+	[ "$(grep -c "_ik_at=" <<<"$full")" -eq 0 ]
+	[ "$(grep -c "_ik_at=" <<<"$traced")" -eq 0 ]
 	grep -q "bats_debug_trap" <<<"$full"
 	grep -Fqx '#   `[ "$x" -eq 2 ]'"' failed" <<<"$light"
 	grep -Fqx '#   `[[ $x == 2 ]]'"' failed" <<<"$light"

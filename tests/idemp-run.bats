@@ -25,8 +25,10 @@ setup() {
 	cat > "$JOB" <<-'EOF'
 	#!/bin/sh
 	log=$1 name=$2
-	echo "start $name $(date +%s%3N) $IDEMP_ATTEMPT" >> "$log"
+	# (the trap before the start line: a test that signals once it sees
+	# that line must find the trap set; a loaded run once did not)
 	trap 'echo "end $name $(date +%s%3N) term" >> "$log"; exit 143' TERM
+	echo "start $name $(date +%s%3N) $IDEMP_ATTEMPT" >> "$log"
 	sleep "$3" & wait $!
 	echo "end $name $(date +%s%3N) ok" >> "$log"
 	EOF
