@@ -56,9 +56,10 @@ fi
 # own (its outer frames are right there, only the innermost line may not
 # be).  bats --trace (BATS_TRACE_LEVEL), which prints from bats' own
 # trap, and IDEMKIT_TEST_FULL_TRACE=1 keep that one.  A teardown's
-# failure (bats runs teardown under ||: no ERR) is named without a line
-# (tests/ci.bats compares the two reports).  Installed after bats_setup_tracing, which bats runs after
-# sourcing the test file; left alone if that is not bats' function.
+# failure (bats runs teardown under ||: no ERR) is named without a line.
+# tests/ci.bats compares the two reports.  Installed after
+# bats_setup_tracing, which bats runs after sourcing the test file; left
+# alone where bats has no such function (another bats than 1.8's).
 if [ -n "${BATS_TEST_NAME:-}" ] && [ "${BATS_TRACE_LEVEL:-0}" -eq 0 ] && [ -z "${IDEMKIT_TEST_FULL_TRACE:-}" ] &&
     declare -F bats_setup_tracing >/dev/null && declare -F bats_check_status_from_trap >/dev/null &&
     ! declare -F _ik_bats_setup_tracing >/dev/null; then
