@@ -10,7 +10,8 @@
 # usage: outbox-consumer.sh [--follow] -- COMMAND [ARG...]
 #   COMMAND gets the event (JSON, one line) on stdin; exit 0 applied, 75
 #   try again later, anything else: released and retried on redelivery
-#   (after the queue's redrive, the DLQ).
+#   (after the queue's redrive, the DLQ).  What it prints goes to this
+#   script's standard error: its standard output is the ack stream.
 #   Without --follow: until the queue has nothing visible, then exit.
 # environment: OUTBOX_QUEUE (default $IDEMKIT_OUTBOX), CONSUMER_STORE
 #   (default sqlite:$IDEMKIT_STATE_DIR/consumer.db); the idemkit commands
@@ -65,7 +66,8 @@ apply_each() {
 			outcome=DATAERR verdict=DATAERR
 		else
 			rc=0
-			printf '%s\n' "$body" | idemp-run --store "$store" --key "evt.$id" -- "$@" 3<&- || rc=$?
+			# (>&2: a line COMMAND prints is not an envelope for sqs-ack)
+			printf '%s\n' "$body" | idemp-run --store "$store" --key "evt.$id" -- "$@" 3<&- >&2 || rc=$?
 			case $rc in
 			0) outcome=OK verdict=DUP_DONE ;;
 			10) outcome=DUP_DONE verdict=DUP_DONE ;;

@@ -551,6 +551,24 @@ promlint() {
 	run -64 idemp-outbox --once --metrics "$M" --metrics-every 0
 }
 
+@test "the example consumer: what its command prints goes to its standard error, not into the ack stream (each event acked, no 'not an envelope')" {
+	# the consumer's store and queue are its own, the same on every run
+	[ "${IDEMKIT_TEST_QUEUE_BACKEND:-sqlite}" = sqlite ] && [ "${IDEMKIT_TEST_BACKEND:-sqlite}" = sqlite ] ||
+		skip "the consumer's own store and queue: the default run's"
+	printf '{"v":1,"eventId":"ab0%s","chargeId":"C%s"}\n' 1 1 2 2 | sqs-send --queue "$IDEMKIT_OUTBOX" >/dev/null
+	run --separate-stderr env CONSUMER_STORE="sqlite:$BATS_TEST_TMPDIR/consumer.db" \
+		"$IDEMKIT_SRC/examples/outbox-consumer.sh" -- sh -c "cat >> '$BATS_TEST_TMPDIR/ledger'; echo applied"
+	echo "$stderr"
+	[ "$status" -eq 0 ]
+	[ -z "$output" ]
+	[ "$(grep -c '^applied$' <<<"$stderr")" -eq 2 ]
+	[ "$(grep -c 'not an envelope' <<<"$stderr")" -eq 0 ]
+	[ "$(wc -l < "$BATS_TEST_TMPDIR/ledger")" -eq 2 ]
+	[ "$(grep -c '"outcome":"DUP_DONE"' <<<"$stderr")" -eq 2 ]
+	[ "$(jget "$(sqs-stat --queue "$IDEMKIT_OUTBOX")" visible)" = 0 ]
+	[ "$(jget "$(sqs-stat --queue "$IDEMKIT_OUTBOX")" inflight)" = 0 ]
+}
+
 @test "the example consumer dead-letters what is not an event byte for byte (bytes that are not UTF-8 included), applies an event once and its copy not again" {
 	[ "${IDEMKIT_TEST_QUEUE_BACKEND:-sqlite}" = sqlite ] || skip "SQS carries only valid Unicode in a body"
 	printf 'not an event caf\xe9 \x80\n{"v":1,"eventId":"ab01","chargeId":"C1"}\n{"v":1,"eventId":"ab01","chargeId":"C1"}\n' |
