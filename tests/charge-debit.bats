@@ -95,7 +95,7 @@ expect_status_class() {
 		bank_post /control "{\"errorStatus\":$s}" >/dev/null
 		debit_run "$(envelope CHG-S$s)"
 		[ "$status" -eq "$code" ] || { echo "HTTP $s: exit $status, want $code"; return 1; }
-		# (jget, not a python3 a status: 40 of them)
+		# (jget: not a python3 start for each of the 40 statuses)
 		d=$(jget "$output" debit)
 		[ "$(jget "$d" outcome)" = "$outcome" ] || { echo "HTTP $s: $d"; return 1; }
 		[ "$(jget "$d" error)" = "HTTP $s: injected failure" ] || { echo "HTTP $s: $d"; return 1; }

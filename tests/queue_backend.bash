@@ -99,7 +99,10 @@ queue_backend_setup() {
 
 # envset JSON: merge JSON (an object) into every envelope line on stdin,
 # its keys replacing the envelope's (jq: a python3 start costs twice a
-# jq's here, and the suites call this hundreds of times a run).
+# jq's here, and the suites call this hundreds of times a run).  jq 1.6
+# reads a number as a double and writes bytes that are not UTF-8 as
+# U+FFFD: an envelope with an integer past 2^53, or such bytes, is not
+# for envset (python3's json.loads refused the bytes; no caller has either).
 envset() {
 	jq -c --argjson extra "$1" '. + $extra'
 }
